@@ -1,0 +1,271 @@
+#include "client/commands.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+
+namespace lockstep::client {
+namespace {
+
+constexpr char kSubmitUsage[] = R"(Usage: lockstep submit JOB.json [--set field=value ...] [--watch]
+
+Queues a job on the coordinator and prints its id. With --watch, follows it
+to the end and exits 0 if it succeeded, 1 if it failed or was stopped.
+
+  lockstep submit examples/fashion_mnist_mlp.json --set epochs=3 --watch
+)";
+
+constexpr char kStatusUsage[] = R"(Usage: lockstep status [JOB] [--json]
+
+Shows one job, or every job (newest first).
+
+  lockstep status
+  lockstep status fashion-mnist-mlp-1 --json
+)";
+
+constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB
+
+Stops a job: a queued job at once, a running job at a step all ranks agree on.
+)";
+
+absl::Status RpcError(const grpc::Status& status, const std::string& address) {
+  absl::Status result = FromGrpcStatus(status);
+  if (result.code() == absl::StatusCode::kUnavailable ||
+      result.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address, " (", result.message(),
+        "); is lockstep-coordinator running? Set --coordinator or "
+        "LOCKSTEP_COORDINATOR"));
+  }
+  return result;
+}
+
+void SetDeadline(grpc::ClientContext* context, int seconds) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(seconds));
+}
+
+std::string StatusToJson(const v1::JobStatus& status) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(status, &json, options);
+  return json;
+}
+
+}  // namespace
+
+int Fail(const absl::Status& status) {
+  std::cerr << "lockstep: " << status.message() << "\n";
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+      return kExitUsage;
+    default:
+      return kExitJobFailed;
+  }
+}
+
+absl::StatusOr<std::string> CoordinatorAddress(const Args& args) {
+  const char* env = std::getenv("LOCKSTEP_COORDINATOR");
+  std::string address = args.Get("coordinator", env ? env : "");
+  if (address.empty()) {
+    return absl::InvalidArgumentError(
+        "no coordinator address: pass --coordinator HOST:PORT or set "
+        "LOCKSTEP_COORDINATOR");
+  }
+  return address;
+}
+
+std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
+  return v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
+                                     const std::vector<std::string>& sets) {
+  ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpec(path));
+  for (const std::string& set : sets) RETURN_IF_ERROR(ApplyOverride(set, &spec));
+  ApplyDefaults(&spec);
+  return spec;
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_STOPPED;
+}
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  return absl::AsciiStrToLower(name.substr(std::string("JOB_STATE_").size()));
+}
+
+std::string FormatProgress(const v1::JobStatus& status) {
+  if (status.state() == v1::JOB_STATE_QUEUED) {
+    return absl::StrCat(status.job_id(), "  queued, waiting for workers");
+  }
+  std::string line = absl::StrFormat(
+      "%s  step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  gen %d",
+      status.job_id(), status.step(), status.total_steps(), status.epoch() + 1,
+      status.spec().epochs(), status.loss(), status.samples_per_second(),
+      status.generation());
+  if (status.has_test_accuracy()) {
+    absl::StrAppendFormat(&line, "  test acc %.2f%%",
+                          100 * status.test_accuracy());
+  }
+  return line;
+}
+
+absl::StatusOr<v1::JobStatus> WatchJob(
+    v1::Coordinator::Stub* stub, const std::string& job_id,
+    grpc::ClientContext* context,
+    const std::function<void(const v1::JobStatus&)>& on_update) {
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  auto reader = stub->WatchJob(context, request);
+  v1::JobStatus status;
+  v1::JobStatus last;
+  while (reader->Read(&status)) {
+    on_update(status);
+    last = status;
+    if (IsTerminal(status.state())) break;
+  }
+  grpc::Status finished = reader->Finish();
+  if (IsTerminal(last.state())) return last;
+  if (!finished.ok()) return FromGrpcStatus(finished);
+  return absl::UnavailableError(
+      absl::StrCat("the coordinator stopped streaming job ", job_id));
+}
+
+int RunSubmit(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"coordinator", "set"}, {"watch", "help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kSubmitUsage;
+    return kExitOk;
+  }
+  if (args->positional().size() != 1) {
+    std::cerr << kSubmitUsage;
+    return kExitUsage;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) return Fail(address.status());
+  auto spec = LoadSpec(args->positional()[0], args->GetAll("set"));
+  if (!spec.ok()) return Fail(spec.status());
+  absl::Status valid = ValidateJobSpec(*spec, spec->num_workers());
+  if (!valid.ok()) return Fail(valid);
+
+  auto stub = Connect(*address);
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *spec;
+  v1::SubmitJobResponse response;
+  grpc::Status rpc = stub->SubmitJob(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  std::cout << response.job_id() << std::endl;
+  if (!args->Has("watch")) return kExitOk;
+
+  grpc::ClientContext watch_context;
+  auto final_status = WatchJob(stub.get(), response.job_id(), &watch_context,
+                               [](const v1::JobStatus& status) {
+                                 std::cout << FormatProgress(status) << std::endl;
+                               });
+  if (!final_status.ok()) return Fail(final_status.status());
+  std::cout << response.job_id() << " " << StateName(final_status->state())
+            << (final_status->error().empty() ? "" : ": ")
+            << final_status->error() << std::endl;
+  return final_status->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk
+                                                          : kExitJobFailed;
+}
+
+int RunStatus(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kStatusUsage;
+    return kExitOk;
+  }
+  if (args->positional().size() > 1) {
+    std::cerr << kStatusUsage;
+    return kExitUsage;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) return Fail(address.status());
+  auto stub = Connect(*address);
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::GetJobStatusRequest request;
+  if (!args->positional().empty()) request.set_job_id(args->positional()[0]);
+  v1::GetJobStatusResponse response;
+  grpc::Status rpc = stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+
+  if (args->Has("json")) {
+    std::cout << "[";
+    for (int i = 0; i < response.jobs_size(); ++i) {
+      std::cout << (i ? "," : "") << StatusToJson(response.jobs(i));
+    }
+    std::cout << "]" << std::endl;
+    return kExitOk;
+  }
+  if (response.jobs().empty()) {
+    std::cout << "no jobs" << std::endl;
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat("%-28s %-10s %-13s %-7s %-8s %-9s %s\n", "JOB",
+                               "STATE", "STEP", "WORKERS", "LOSS",
+                               "TEST ACC", "SAMPLES/S");
+  for (const v1::JobStatus& job : response.jobs()) {
+    std::cout << absl::StrFormat(
+        "%-28s %-10s %-13s %-7d %-8.4f %-9s %.0f\n", job.job_id(),
+        StateName(job.state()),
+        absl::StrCat(job.step(), "/", job.total_steps()), job.world_size(),
+        job.loss(),
+        job.has_test_accuracy()
+            ? absl::StrFormat("%.2f%%", 100 * job.test_accuracy())
+            : "-",
+        job.samples_per_second());
+    if (!job.error().empty() && job.state() != v1::JOB_STATE_SUCCEEDED) {
+      std::cout << "  " << job.error() << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+int RunStop(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"coordinator"}, {"help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kStopUsage;
+    return kExitOk;
+  }
+  if (args->positional().size() != 1) {
+    std::cerr << kStopUsage;
+    return kExitUsage;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) return Fail(address.status());
+  auto stub = Connect(*address);
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::StopJobRequest request;
+  request.set_job_id(args->positional()[0]);
+  v1::StopJobResponse response;
+  grpc::Status rpc = stub->StopJob(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  std::cout << "stopping " << request.job_id() << std::endl;
+  return kExitOk;
+}
+
+}  // namespace lockstep::client

@@ -1,0 +1,58 @@
+// The `lockstep` CLI's commands. Exit codes: 0 success, 1 the job failed,
+// 2 usage error, 3 cannot reach the coordinator.
+#ifndef LOCKSTEP_CLIENT_COMMANDS_H_
+#define LOCKSTEP_CLIENT_COMMANDS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/args.h"
+#include "lockstep/v1/coordinator.grpc.pb.h"
+
+namespace lockstep::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUnreachable = 3;
+
+// Prints "lockstep: <message>" on stderr and returns the exit code that fits
+// the status: 3 when the coordinator cannot be reached, 2 for bad input, 1
+// otherwise.
+int Fail(const absl::Status& status);
+
+// The coordinator address from --coordinator, else $LOCKSTEP_COORDINATOR.
+absl::StatusOr<std::string> CoordinatorAddress(const Args& args);
+std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address);
+
+// Loads JOB.json, applies every --set, then the defaults.
+absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
+                                     const std::vector<std::string>& sets);
+
+// One line of progress: "step 120/936  epoch 1  loss 0.5234 ...".
+std::string FormatProgress(const v1::JobStatus& status);
+
+// Follows a job until it ends, calling `on_update` for each new status.
+// `context` may be cancelled from another thread to give up.
+absl::StatusOr<v1::JobStatus> WatchJob(
+    v1::Coordinator::Stub* stub, const std::string& job_id,
+    grpc::ClientContext* context,
+    const std::function<void(const v1::JobStatus&)>& on_update);
+
+bool IsTerminal(v1::JobState state);
+// "succeeded", "failed", ...
+std::string StateName(v1::JobState state);
+
+int RunSubmit(const std::vector<std::string>& argv);
+int RunStatus(const std::vector<std::string>& argv);
+int RunStop(const std::vector<std::string>& argv);
+int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
+
+}  // namespace lockstep::client
+
+#endif  // LOCKSTEP_CLIENT_COMMANDS_H_

@@ -1,0 +1,348 @@
+// `lockstep local`: a coordinator and N workers on 127.0.0.1, one job, then
+// everything is torn down. The same binaries and protocol as a cluster.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "client/commands.h"
+#include "client/process.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+
+namespace lockstep::client {
+namespace {
+
+constexpr char kLocalUsage[] = R"(Usage: lockstep local --workers N [--json] [--set field=value ...] JOB.json
+
+Runs JOB.json on an embedded coordinator and N worker processes on this
+machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
+
+Flags:
+  --workers N          worker processes (replicas); default 2
+  --set field=value    override a job-spec field; repeatable
+                       (e.g. --set epochs=1 --set per_replica_batch_size=32)
+  --json               progress on stderr; the last line of stdout is one JSON
+                       object: state, workers, steps, epochs, final_loss,
+                       test_accuracy, samples_per_second, generations,
+                       model_digest, ...
+  --metrics-out FILE   write the per-step loss history as CSV (step,loss)
+  --threads N          compute threads per worker (default: cores / N)
+  --keep-logs          keep the run directory (logs, state) after success
+
+Example:
+  lockstep local --workers 2 examples/fashion_mnist_mlp.json
+)";
+
+// Reads the coordinator's "listening on HOST:PORT" line from its stdout.
+absl::StatusOr<std::string> ReadListenAddress(int fd, absl::Duration timeout) {
+  std::string line;
+  absl::Time deadline = absl::Now() + timeout;
+  while (line.find('\n') == std::string::npos) {
+    int left = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) {
+      return absl::DeadlineExceededError(
+          "the coordinator did not report its address in time");
+    }
+    char buffer[256];
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) {
+      return absl::UnavailableError("the coordinator exited at start");
+    }
+    line.append(buffer, static_cast<size_t>(n));
+  }
+  line = line.substr(0, line.find('\n'));
+  size_t space = line.rfind(' ');
+  return line.substr(space + 1);
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return "ended";
+}
+
+class LocalRun {
+ public:
+  LocalRun(const Args& args, std::string bin_dir)
+      : args_(args), bin_dir_(std::move(bin_dir)) {}
+  int Run();
+
+ private:
+  absl::Status Prepare();
+  absl::Status StartProcesses();
+  int Finish(const absl::StatusOr<v1::JobStatus>& final_status);
+  void PrintJson(const v1::JobStatus& status, double wall_seconds);
+  std::ostream& progress() { return json_ ? std::cerr : std::cout; }
+
+  const Args& args_;
+  const std::string bin_dir_;
+  bool json_ = false;
+  int workers_ = 2;
+  int threads_ = 1;
+  v1::JobSpec spec_;
+  std::string run_dir_;
+  std::string address_;
+  ProcessGroup processes_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext watch_context_;
+  std::atomic<bool> finishing_{false};
+  absl::Mutex mu_;
+  std::string child_failure_ ABSL_GUARDED_BY(mu_);
+  absl::Time start_;
+};
+
+absl::Status LocalRun::Prepare() {
+  json_ = args_.Has("json");
+  ASSIGN_OR_RETURN(workers_, args_.GetInt("workers", 2));
+  if (workers_ < 1 || workers_ > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workers must be between 1 and 64, got ", workers_));
+  }
+  if (args_.positional().size() != 1) {
+    return absl::InvalidArgumentError(
+        "lockstep local needs exactly one JOB.json; see --help");
+  }
+  ASSIGN_OR_RETURN(spec_, LoadSpec(args_.positional()[0], args_.GetAll("set")));
+  if (spec_.num_workers() == 0) spec_.set_num_workers(workers_);
+  if (spec_.num_workers() != workers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job asks for num_workers ", spec_.num_workers(), " but --workers is ",
+        workers_, "; make them agree"));
+  }
+  RETURN_IF_ERROR(ValidateJobSpec(spec_, workers_));
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ASSIGN_OR_RETURN(threads_, args_.GetInt("threads", std::max(1, cores / workers_)));
+  if (threads_ < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+
+  std::string tmpl = absl::StrCat(
+      std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", "/lockstep-local-XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create a run directory from ", tmpl));
+  }
+  run_dir_ = tmpl;
+  return absl::OkStatus();
+}
+
+absl::Status LocalRun::StartProcesses() {
+  int coordinator_stdout = -1;
+  RETURN_IF_ERROR(processes_
+                      .Spawn("coordinator",
+                             {bin_dir_ + "/lockstep-coordinator", "--listen",
+                              "127.0.0.1:0", "--state-dir", run_dir_ + "/state"},
+                             {}, run_dir_ + "/coordinator.log",
+                             &coordinator_stdout)
+                      .status());
+  auto address = ReadListenAddress(coordinator_stdout, absl::Seconds(30));
+  close(coordinator_stdout);
+  if (!address.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        address.status().message(), "; its log:\n",
+        TailOfFile(run_dir_ + "/coordinator.log", 20)));
+  }
+  address_ = *address;
+  std::string threads = absl::StrCat(threads_);
+  for (int i = 0; i < workers_; ++i) {
+    RETURN_IF_ERROR(
+        processes_
+            .Spawn(absl::StrCat("worker ", i),
+                   {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
+                    "--host", "127.0.0.1", "--threads", threads},
+                   // Keep OpenMP and OpenBLAS from spinning on the cores the
+                   // other workers need.
+                   {"OMP_NUM_THREADS=" + threads,
+                    "OPENBLAS_NUM_THREADS=" + threads, "OMP_WAIT_POLICY=PASSIVE"},
+                   absl::StrCat(run_dir_, "/worker-", i, ".log"))
+            .status());
+  }
+  processes_.StartReaper([this](const std::string& name, int status) {
+    if (finishing_) return;
+    std::string log = name == "coordinator"
+                          ? run_dir_ + "/coordinator.log"
+                          : absl::StrCat(run_dir_, "/worker-",
+                                         name.substr(name.find(' ') + 1), ".log");
+    {
+      absl::MutexLock lock(&mu_);
+      if (!child_failure_.empty()) return;
+      child_failure_ = absl::StrCat(name, " ", DescribeExit(status),
+                                    "; the end of its log (", log, "):\n",
+                                    TailOfFile(log, 15));
+    }
+    watch_context_.TryCancel();
+  });
+  stub_ = Connect(address_);
+  return absl::OkStatus();
+}
+
+void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
+  using google::protobuf::Struct;
+  using google::protobuf::Value;
+  Struct out;
+  auto& f = *out.mutable_fields();
+  f["state"].set_string_value(StateName(status.state()));
+  f["job_id"].set_string_value(status.job_id());
+  f["workers"].set_number_value(status.world_size());
+  f["steps"].set_number_value(static_cast<double>(status.step()));
+  f["epochs"].set_number_value(status.epoch() + 1);
+  f["final_loss"].set_number_value(status.loss());
+  f["test_accuracy"].set_number_value(status.test_accuracy());
+  f["samples_per_second"].set_number_value(status.samples_per_second());
+  f["generations"].set_number_value(status.generations());
+  f["wall_seconds"].set_number_value(wall_seconds);
+  std::string digest = status.ranks_size() ? status.ranks(0).model_digest() : "";
+  f["model_digest"].set_string_value(digest);
+  auto* digests = f["rank_digests"].mutable_list_value();
+  for (const v1::RankResult& rank : status.ranks()) {
+    digests->add_values()->set_string_value(rank.model_digest());
+  }
+  if (!status.error().empty()) f["error"].set_string_value(status.error());
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(out, &json);
+  std::cout << json << std::endl;
+}
+
+int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
+  double wall = absl::ToDoubleSeconds(absl::Now() - start_);
+  v1::JobStatus status;
+  if (final_status.ok()) {
+    // The final record, with the loss history.
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetJobStatusRequest request;
+    request.set_job_id(final_status->job_id());
+    request.set_include_history(true);
+    v1::GetJobStatusResponse response;
+    status = stub_->GetJobStatus(&context, request, &response).ok() &&
+                     response.jobs_size() == 1
+                 ? response.jobs(0)
+                 : *final_status;
+  }
+  finishing_ = true;
+  processes_.TerminateAll(absl::Seconds(5));
+
+  std::string child_failure;
+  {
+    absl::MutexLock lock(&mu_);
+    child_failure = child_failure_;
+  }
+  if (!final_status.ok()) {
+    std::cerr << "lockstep: "
+              << (child_failure.empty() ? std::string(final_status.status().message())
+                                        : child_failure)
+              << "\nlogs are in " << run_dir_ << std::endl;
+    return kExitJobFailed;
+  }
+  if (args_.Has("metrics-out")) {
+    std::ofstream out(args_.Get("metrics-out"));
+    out << "step,loss\n";
+    for (int i = 0; i < status.step_losses_size(); ++i) {
+      out << i + 1 << "," << absl::StrFormat("%.9g", status.step_losses(i)) << "\n";
+    }
+    if (!out) {
+      std::cerr << "lockstep: cannot write " << args_.Get("metrics-out") << "\n";
+    }
+  }
+  bool ok = status.state() == v1::JOB_STATE_SUCCEEDED;
+  for (const v1::RankResult& rank : status.ranks()) {
+    if (ok && rank.model_digest() != status.ranks(0).model_digest()) {
+      status.set_state(v1::JOB_STATE_FAILED);
+      status.set_error(absl::StrCat("rank ", rank.rank(),
+                                    " ended with a different model than rank 0"));
+      ok = false;
+    }
+  }
+  progress() << absl::StrFormat(
+                    "%s %s in %.1f s: %d steps, loss %.4f, test accuracy "
+                    "%.2f%%, %.0f samples/s on %d workers",
+                    status.job_id(), StateName(status.state()), wall,
+                    status.step(), status.loss(), 100 * status.test_accuracy(),
+                    status.samples_per_second(), status.world_size())
+             << std::endl;
+  if (!ok) {
+    std::cerr << "lockstep: " << status.error() << "\nlogs are in " << run_dir_
+              << std::endl;
+  }
+  if (json_) PrintJson(status, wall);
+  if (ok && !args_.Has("keep-logs")) {
+    std::string command = absl::StrCat("rm -rf '", run_dir_, "'");
+    (void)std::system(command.c_str());
+  }
+  return ok ? kExitOk : kExitJobFailed;
+}
+
+int LocalRun::Run() {
+  absl::Status prepared = Prepare();
+  if (!prepared.ok()) return Fail(prepared);
+  start_ = absl::Now();
+  absl::Status started = StartProcesses();
+  if (!started.ok()) {
+    finishing_ = true;
+    processes_.TerminateAll(absl::Seconds(2));
+    std::cerr << "lockstep: " << started.message() << "\nlogs are in "
+              << run_dir_ << std::endl;
+    return kExitJobFailed;
+  }
+  progress() << "lockstep local: coordinator on " << address_ << ", "
+             << workers_ << " workers x " << threads_ << " threads; logs in "
+             << run_dir_ << std::endl;
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec_;
+  v1::SubmitJobResponse response;
+  grpc::Status rpc = stub_->SubmitJob(&context, request, &response);
+  if (!rpc.ok()) {
+    finishing_ = true;
+    processes_.TerminateAll(absl::Seconds(2));
+    return Fail(absl::Status(static_cast<absl::StatusCode>(rpc.error_code()),
+                             rpc.error_message()));
+  }
+  bool tty = !json_ && isatty(STDOUT_FILENO);
+  int64_t last_epoch_printed = -1;
+  auto final_status = WatchJob(
+      stub_.get(), response.job_id(), &watch_context_,
+      [&](const v1::JobStatus& status) {
+        std::string line = FormatProgress(status);
+        bool new_epoch = status.has_test_accuracy() &&
+                         status.epoch() != last_epoch_printed;
+        if (tty && !new_epoch) {
+          progress() << "\r\033[K" << line << std::flush;
+        } else {
+          progress() << (tty ? "\r\033[K" : "") << line << std::endl;
+        }
+        if (new_epoch) last_epoch_printed = status.epoch();
+      });
+  if (tty) progress() << "\n";
+  return Finish(final_status);
+}
+
+}  // namespace
+
+int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
+  auto args = Args::Parse(argv, {"workers", "set", "metrics-out", "threads"},
+                          {"json", "keep-logs", "help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kLocalUsage;
+    return kExitOk;
+  }
+  LocalRun run(*args, bin_dir);
+  return run.Run();
+}
+
+}  // namespace lockstep::client

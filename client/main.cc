@@ -1,0 +1,56 @@
+// lockstep: the command-line client. See README.md, "CLI reference".
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(lockstep: synchronous data-parallel training
+
+Usage:
+  lockstep local --workers N [--json] [--set field=value ...] JOB.json
+  lockstep submit JOB.json [--set field=value ...] [--watch]
+  lockstep status [JOB] [--json]
+  lockstep stop JOB
+
+The coordinator address comes from --coordinator HOST:PORT or
+$LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
+
+Exit codes: 0 success, 1 the job failed, 2 usage error, 3 cannot reach the
+coordinator.
+)";
+
+std::string BinaryDirectory() {
+  std::string path(4096, '\0');
+  ssize_t n = readlink("/proc/self/exe", path.data(), path.size() - 1);
+  if (n <= 0) return ".";
+  path.resize(static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace lockstep::client;
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  std::string command = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  if (command == "local") return RunLocal(rest, BinaryDirectory());
+  if (command == "submit") return RunSubmit(rest);
+  if (command == "status") return RunStatus(rest);
+  if (command == "stop") return RunStop(rest);
+  std::cerr << "lockstep: unknown command '" << command
+            << "'; run lockstep --help\n";
+  return kExitUsage;
+}

@@ -1,0 +1,110 @@
+#include "common/files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  return absl::Status(
+      errno == ENOENT ? absl::StatusCode::kNotFound
+                      : absl::StatusCode::kFailedPrecondition,
+      absl::StrCat(what, " ", path, ": ", strerror(errno)));
+}
+
+std::string ParentDirectory(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  int fd = open(path.c_str(), flags);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return ErrnoError("cannot fsync", path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoError("cannot read", path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return ErrnoError("error reading", path);
+  return contents.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  const char* data = contents.data();
+  size_t left = contents.size();
+  while (left > 0) {
+    ssize_t n = write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = ErrnoError("cannot write", tmp);
+      close(fd);
+      unlink(tmp.c_str());
+      return status;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    absl::Status status = ErrnoError("cannot fsync", tmp);
+    close(fd);
+    unlink(tmp.c_str());
+    return status;
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status status = ErrnoError("cannot rename into", path);
+    unlink(tmp.c_str());
+    return status;
+  }
+  return FsyncPath(ParentDirectory(path), O_RDONLY | O_DIRECTORY);
+}
+
+absl::Status MakeDirectories(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::string prefix;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    prefix = path.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("cannot create directory", prefix);
+    }
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,29 @@
+// File helpers with the durability rules lockstep relies on: a write that
+// must survive a crash goes to a temporary file, is fsynced, renamed over the
+// target, and the directory is fsynced.
+#ifndef LOCKSTEP_COMMON_FILES_H_
+#define LOCKSTEP_COMMON_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Atomically replaces `path` with `contents` (write temp, fsync, rename,
+// fsync the parent directory). A crash leaves either the old or new file.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents);
+
+// mkdir -p.
+absl::Status MakeDirectories(const std::string& path);
+
+bool PathExists(const std::string& path);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_FILES_H_

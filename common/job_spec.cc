@@ -1,0 +1,213 @@
+#include "common/job_spec.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+namespace pbutil = google::protobuf::util;
+
+absl::Status Invalid(absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", message));
+}
+
+bool OneOf(const std::string& value, std::initializer_list<const char*> set) {
+  for (const char* item : set) {
+    if (value == item) return true;
+  }
+  return false;
+}
+
+absl::Status CheckChoice(absl::string_view field, const std::string& value,
+                         std::initializer_list<const char*> set) {
+  if (OneOf(value, set)) return absl::OkStatus();
+  std::string choices;
+  for (const char* item : set) {
+    absl::StrAppend(&choices, choices.empty() ? "" : ", ", item);
+  }
+  return Invalid(absl::StrCat(field, " is \"", value, "\"; choose one of ",
+                              choices));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
+                                         absl::string_view origin) {
+  v1::JobSpec spec;
+  pbutil::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = pbutil::JsonStringToMessage(std::string(json), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": ", std::string(status.message().data(), status.message().size()),
+                     " (the fields are listed in README.md, \"Job spec "
+                     "reference\")"));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string json, ReadFileToString(path));
+  return ParseJobSpec(json, path);
+}
+
+absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
+  size_t eq = assignment.find('=');
+  if (eq == absl::string_view::npos || eq == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--set wants field=value (e.g. --set epochs=1), got '", assignment,
+        "'"));
+  }
+  std::string field(assignment.substr(0, eq));
+  std::string text(assignment.substr(eq + 1));
+
+  // Round-trip through a JSON Struct so dotted paths and every field type
+  // work without a table of fields.
+  std::string json;
+  pbutil::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  (void)pbutil::MessageToJsonString(*spec, &json, print);
+  Struct root;
+  (void)pbutil::JsonStringToMessage(json, &root);
+
+  Value value;
+  if (!pbutil::JsonStringToMessage(text, &value).ok()) {
+    value.set_string_value(text);
+  }
+  std::vector<std::string> path = absl::StrSplit(field, '.');
+  Struct* node = &root;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    Value& child = (*node->mutable_fields())[path[i]];
+    if (child.kind_case() != Value::kStructValue) child.mutable_struct_value();
+    node = child.mutable_struct_value();
+  }
+  (*node->mutable_fields())[path.back()] = value;
+  // The two batch sizes exclude each other: setting one replaces the other.
+  if (path.size() == 1 && (field == "global_batch_size" ||
+                           field == "per_replica_batch_size")) {
+    node->mutable_fields()->erase(field == "global_batch_size"
+                                      ? "per_replica_batch_size"
+                                      : "global_batch_size");
+  }
+
+  std::string updated_json;  // MessageToJsonString appends
+  (void)pbutil::MessageToJsonString(root, &updated_json);
+  v1::JobSpec updated;
+  auto status = pbutil::JsonStringToMessage(updated_json, &updated);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set ", assignment, ": ",
+                     std::string(status.message().data(), status.message().size())));
+  }
+  *spec = updated;
+  return absl::OkStatus();
+}
+
+void ApplyDefaults(v1::JobSpec* spec) {
+  if (spec->name().empty()) spec->set_name("job");
+  if (spec->model().empty()) spec->set_model("mlp");
+  if (spec->data().format().empty()) spec->mutable_data()->set_format("idx");
+  if (spec->data().dir().empty()) spec->mutable_data()->set_dir(kDefaultDataDir);
+  if (spec->epochs() == 0) spec->set_epochs(1);
+  if (spec->lr_scaling().empty()) spec->set_lr_scaling("none");
+  v1::OptimizerSpec* opt = spec->mutable_optimizer();
+  if (opt->type().empty()) opt->set_type("sgd");
+  if (!opt->has_momentum()) opt->set_momentum(opt->type() == "sgd" ? 0.9 : 0);
+  if (spec->base_lr() == 0) spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
+}
+
+absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
+  if (replicas <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job needs at least one replica, got ", replicas));
+  }
+  BatchPlan plan;
+  plan.replicas = replicas;
+  if (spec.has_per_replica_batch_size()) {
+    plan.per_replica = spec.per_replica_batch_size();
+    plan.global = plan.per_replica * replicas;
+    return plan;
+  }
+  plan.global = spec.global_batch_size();
+  if (plan.global % replicas != 0) {
+    int lower = plan.global / replicas * replicas;
+    int upper = lower + replicas;
+    std::string suggestion =
+        lower > 0 ? absl::StrCat(lower, " or ", upper) : absl::StrCat(upper);
+    return Invalid(absl::StrCat(
+        "global_batch_size ", plan.global, " does not divide by ", replicas,
+        " replicas; use a multiple of ", replicas, " (e.g. ", suggestion,
+        "), or set per_replica_batch_size instead"));
+  }
+  plan.per_replica = plan.global / replicas;
+  return plan;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
+  RETURN_IF_ERROR(CheckChoice("model", spec.model(), {"mlp", "cnn"}));
+  RETURN_IF_ERROR(CheckChoice("data.format", spec.data().format(), {"idx"}));
+  RETURN_IF_ERROR(
+      CheckChoice("lr_scaling", spec.lr_scaling(), {"none", "linear", "sqrt"}));
+  RETURN_IF_ERROR(
+      CheckChoice("optimizer.type", spec.optimizer().type(), {"sgd", "adam"}));
+  if (spec.has_global_batch_size() == spec.has_per_replica_batch_size()) {
+    return Invalid(
+        "set exactly one of global_batch_size and per_replica_batch_size "
+        "(global = per_replica x replicas)");
+  }
+  if (spec.has_global_batch_size() && spec.global_batch_size() <= 0) {
+    return Invalid(absl::StrCat("global_batch_size must be positive, got ",
+                                spec.global_batch_size()));
+  }
+  if (spec.has_per_replica_batch_size() && spec.per_replica_batch_size() <= 0) {
+    return Invalid(absl::StrCat("per_replica_batch_size must be positive, got ",
+                                spec.per_replica_batch_size()));
+  }
+  if (spec.epochs() < 1) {
+    return Invalid(absl::StrCat("epochs must be at least 1, got ", spec.epochs()));
+  }
+  if (spec.num_workers() < 0) {
+    return Invalid(absl::StrCat("num_workers must be >= 0, got ",
+                                spec.num_workers()));
+  }
+  if (!(spec.base_lr() > 0)) {
+    return Invalid(absl::StrCat("base_lr must be positive, got ", spec.base_lr()));
+  }
+  if (spec.reference_batch_size() < 0 || spec.warmup_steps() < 0 ||
+      spec.max_steps() < 0 || spec.log_every_steps() < 0) {
+    return Invalid(
+        "reference_batch_size, warmup_steps, max_steps and log_every_steps "
+        "must be >= 0");
+  }
+  const v1::OptimizerSpec& opt = spec.optimizer();
+  if (opt.momentum() < 0 || opt.momentum() >= 1) {
+    return Invalid(absl::StrCat("optimizer.momentum must be in [0, 1), got ",
+                                opt.momentum()));
+  }
+  if (opt.weight_decay() < 0) {
+    return Invalid(absl::StrCat("optimizer.weight_decay must be >= 0, got ",
+                                opt.weight_decay()));
+  }
+  if (replicas > 0) RETURN_IF_ERROR(ResolveBatch(spec, replicas).status());
+  return absl::OkStatus();
+}
+
+std::string JobSpecToJson(const v1::JobSpec& spec) {
+  std::string json;
+  pbutil::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)pbutil::MessageToJsonString(spec, &json, options);
+  return json;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,51 @@
+// Job specs: JSON through the protobuf JSON mapping (unknown fields are
+// rejected), `--set field=value` overrides, defaults, and the semantic rules
+// of DESIGN §4. README.md lists every field with its default and rule.
+#ifndef LOCKSTEP_COMMON_JOB_SPEC_H_
+#define LOCKSTEP_COMMON_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lockstep/v1/job.pb.h"
+
+namespace lockstep {
+
+inline constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+// Parses a job spec; the error names `origin` (a file name, say).
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
+                                         absl::string_view origin = "job spec");
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+
+// Applies one `field=value` override; `field` may be dotted
+// (`optimizer.type=adam`). The value is taken as JSON when it parses as JSON
+// (numbers, true/false, quoted strings, null to clear), else as a string.
+// Setting global_batch_size or per_replica_batch_size clears the other.
+absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec);
+
+// Fills every field the user left at zero/empty with its default.
+void ApplyDefaults(v1::JobSpec* spec);
+
+// How a job's batch splits over replicas.
+struct BatchPlan {
+  int replicas = 0;
+  int per_replica = 0;
+  int global = 0;
+};
+
+// Errors: InvalidArgument when the global batch does not divide by
+// `replicas`; the message names both numbers and suggests sizes.
+absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas);
+
+// Checks every rule of a spec with defaults applied. `replicas` > 0 also
+// checks the batch split for that many replicas.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas = 0);
+
+// JSON with the proto field names, for logs and `--json` output.
+std::string JobSpecToJson(const v1::JobSpec& spec);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_JOB_SPEC_H_

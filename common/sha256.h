@@ -1,0 +1,34 @@
+#ifndef LOCKSTEP_COMMON_SHA256_H_
+#define LOCKSTEP_COMMON_SHA256_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+// Incremental SHA-256 (OpenSSL underneath). Not thread-safe.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Update(const void* data, size_t size);
+  void Update(absl::string_view data) { Update(data.data(), data.size()); }
+  // Lower-case hex digest. The object must not be used afterwards.
+  std::string HexDigest();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string Sha256Hex(absl::string_view data);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_SHA256_H_

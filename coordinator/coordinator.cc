@@ -1,0 +1,619 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/tf_config.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_STOPPED;
+}
+
+std::string JobIdFor(const std::string& name, int64_t seq) {
+  std::string clean;
+  for (char c : name) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+              c == '_' || c == '.';
+    clean.push_back(ok ? c : '-');
+  }
+  if (clean.empty()) clean = "job";
+  return absl::StrCat(clean, "-", seq);
+}
+
+}  // namespace
+
+Coordinator::Coordinator(Options options)
+    : cluster_(std::move(options.cluster)),
+      clock_(options.clock),
+      store_(std::move(options.store)) {}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    Options options) {
+  if (options.cluster.has_value()) {
+    RETURN_IF_ERROR(ValidateCluster(*options.cluster));
+  }
+  std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
+  if (coordinator->store_ == nullptr) return coordinator;
+  ASSIGN_OR_RETURN(std::vector<v1::JobStatus> saved,
+                   coordinator->store_->LoadAll());
+  absl::MutexLock lock(&coordinator->mu_);
+  for (v1::JobStatus& status : saved) {
+    Job& job = coordinator->jobs_[status.job_id()];
+    job.status = std::move(status);
+    coordinator->job_order_.push_back(job.status.job_id());
+    if (job.status.state() == v1::JOB_STATE_QUEUED) {
+      coordinator->queue_.push_back(job.status.job_id());
+    } else if (job.status.state() == v1::JOB_STATE_RUNNING) {
+      job.status.set_state(v1::JOB_STATE_FAILED);
+      job.status.set_error(
+          "the coordinator restarted while the job was running; submit it "
+          "again");
+      job.status.set_end_time(coordinator->NowSeconds());
+      coordinator->PersistLocked(job);
+    }
+    coordinator->next_job_seq_ = std::max<int64_t>(
+        coordinator->next_job_seq_,
+        static_cast<int64_t>(coordinator->job_order_.size()) + 1);
+  }
+  return coordinator;
+}
+
+double Coordinator::NowSeconds() const {
+  return absl::ToDoubleSeconds(clock_->Now() - absl::UnixEpoch());
+}
+
+// ---- workers ----------------------------------------------------------------
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  std::string id;
+  if (IsStatic()) {
+    if (request.task().type().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker on ", request.host(),
+          " registered without a task identity, but this coordinator runs "
+          "the static cluster ",
+          DescribeCluster(*cluster_),
+          "; give the worker TF_CONFIG or --task-type/--task-index"));
+    }
+    auto rank = RankOf(*cluster_, request.task());
+    if (!rank.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("refusing worker on ", request.host(), ": ",
+                       rank.status().message()));
+    }
+    if (!request.cluster().tasks().empty() &&
+        !SameCluster(request.cluster(), *cluster_)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task ", TaskName(request.task()), " on ", request.host(),
+          " has TF_CONFIG cluster ", DescribeCluster(request.cluster()),
+          " but the coordinator's cluster is ", DescribeCluster(*cluster_),
+          "; give every task and the coordinator the same cluster"));
+    }
+    id = TaskName(request.task());
+  } else if (!request.task().type().empty()) {
+    id = TaskName(request.task());
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (id.empty()) {
+    // Free registration: a retry with the same incarnation keeps its id.
+    for (const auto& [existing_id, worker] : workers_) {
+      if (worker.incarnation == request.incarnation() &&
+          worker.task.type().empty()) {
+        id = existing_id;
+      }
+    }
+    if (id.empty()) id = absl::StrCat("free:", next_worker_order_);
+  }
+  Worker& worker = workers_[id];
+  if (worker.id.empty()) {
+    worker.id = id;
+    worker.order = next_worker_order_++;
+  } else if (worker.incarnation != request.incarnation() &&
+             worker.sink != nullptr) {
+    LogWarning("worker ", id, " re-registered with a new incarnation; the "
+               "previous process is gone");
+  }
+  worker.task = request.task();
+  worker.incarnation = request.incarnation();
+  worker.host = request.host();
+  worker.last_heartbeat = clock_->Now();
+  LogInfo("registered ", id, " (host ", worker.host, ", incarnation ",
+          absl::Hex(worker.incarnation), ")");
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(id);
+  return response;
+}
+
+absl::Status Coordinator::OpenSession(const std::string& worker_id,
+                                      uint64_t incarnation, SessionSink* sink) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", worker_id, " opened a session without registering"));
+  }
+  Worker& worker = it->second;
+  if (worker.incarnation != incarnation) {
+    return absl::AbortedError(absl::StrCat(
+        "worker ", worker_id, " session has incarnation ",
+        absl::Hex(incarnation), " but the registered one is ",
+        absl::Hex(worker.incarnation), "; the process restarted"));
+  }
+  worker.sink = sink;
+  worker.last_heartbeat = clock_->Now();
+  MaybeStartJobLocked();
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+void Coordinator::CloseSession(const std::string& worker_id,
+                               uint64_t incarnation, SessionSink* sink,
+                               const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.sink != sink) return;
+  Worker& worker = it->second;
+  worker.sink = nullptr;
+  LogWarning("worker ", DescribeWorkerLocked(worker), " session ended: ",
+             cause.ToString());
+  if (!worker.job_id.empty()) {
+    Job& job = jobs_[worker.job_id];
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 absl::StrCat("worker ", DescribeWorkerLocked(worker),
+                              " lost its session in generation ",
+                              job.status.generation(),
+                              ": the process exited or its network broke (",
+                              cause.message(), ")"));
+  }
+  (void)incarnation;
+}
+
+absl::Status Coordinator::HandleWorkerMessage(
+    const std::string& worker_id, const v1::WorkerMessage& message) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
+  }
+  Worker& worker = it->second;
+  worker.last_heartbeat = clock_->Now();
+  switch (message.kind_case()) {
+    case v1::WorkerMessage::kProgress:
+      if (worker.job_id == message.progress().job_id()) {
+        HandleProgressLocked(message.progress());
+      }
+      break;
+    case v1::WorkerMessage::kResult:
+      HandleResultLocked(worker, message.result());
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> infos;
+  for (const auto& [id, worker] : workers_) {
+    v1::WorkerInfo& info = infos.emplace_back();
+    info.set_worker_id(id);
+    info.set_incarnation(worker.incarnation);
+    info.set_host(worker.host);
+    info.set_connected(worker.sink != nullptr);
+    info.set_job_id(worker.job_id);
+    info.set_rank(worker.rank);
+    info.set_last_heartbeat(
+        absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
+  }
+  return infos;
+}
+
+std::string Coordinator::DescribeWorkerLocked(const Worker& worker) const {
+  std::string text = absl::StrCat(worker.id, " (host ", worker.host);
+  if (worker.rank >= 0) absl::StrAppend(&text, ", rank ", worker.rank);
+  return absl::StrCat(text, ")");
+}
+
+// ---- jobs -------------------------------------------------------------------
+
+absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
+  ApplyDefaults(&spec);
+  int replicas = spec.num_workers();
+  if (IsStatic()) {
+    int cluster_size = static_cast<int>(TrainingTasks(*cluster_).size());
+    if (replicas != 0 && replicas != cluster_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec: num_workers is ", replicas, " but the static cluster has ",
+          cluster_size, " training tasks; set num_workers to 0 or ",
+          cluster_size));
+    }
+    replicas = cluster_size;
+  }
+  RETURN_IF_ERROR(ValidateJobSpec(spec, replicas));
+
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
+  std::string id = JobIdFor(spec.name(), next_job_seq_++);
+  Job& job = jobs_[id];
+  job.status.set_job_id(id);
+  job.status.set_state(v1::JOB_STATE_QUEUED);
+  *job.status.mutable_spec() = std::move(spec);
+  job.status.set_submit_time(NowSeconds());
+  job_order_.push_back(id);
+  queue_.push_back(id);
+  LogInfo("job ", id, " queued");
+  ChangedLocked(job);
+  PersistLocked(job);
+  MaybeStartJobLocked();
+  return id;
+}
+
+std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
+    const Job& job) {
+  std::vector<Worker*> picked;
+  if (IsStatic()) {
+    for (const v1::TaskId& task : TrainingTasks(*cluster_)) {
+      auto it = workers_.find(TaskName(task));
+      if (it == workers_.end() || it->second.sink == nullptr ||
+          !it->second.job_id.empty()) {
+        return {};
+      }
+      picked.push_back(&it->second);
+    }
+    return picked;
+  }
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr && worker.job_id.empty()) {
+      picked.push_back(&worker);
+    }
+  }
+  std::sort(picked.begin(), picked.end(),
+            [](const Worker* a, const Worker* b) { return a->order < b->order; });
+  int wanted = job.status.spec().num_workers();
+  if (wanted == 0) return picked;
+  if (static_cast<int>(picked.size()) < wanted) return {};
+  picked.resize(wanted);
+  return picked;
+}
+
+void Coordinator::MaybeStartJobLocked() {
+  while (running_job_.empty() && !queue_.empty() && !shutdown_) {
+    Job& job = jobs_[queue_.front()];
+    if (job.status.state() != v1::JOB_STATE_QUEUED) {
+      queue_.pop_front();
+      continue;
+    }
+    std::vector<Worker*> workers = PickWorkersLocked(job);
+    if (workers.empty()) return;
+    queue_.pop_front();
+    auto plan = ResolveBatch(job.status.spec(), static_cast<int>(workers.size()));
+    if (!plan.ok()) {
+      job.status.set_state(v1::JOB_STATE_FAILED);
+      job.status.set_error(std::string(plan.status().message()));
+      job.status.set_end_time(NowSeconds());
+      ChangedLocked(job);
+      PersistLocked(job);
+      continue;
+    }
+    StartJobLocked(job, workers);
+  }
+}
+
+void Coordinator::StartJobLocked(Job& job,
+                                 const std::vector<Worker*>& workers) {
+  v1::JobStatus& status = job.status;
+  status.set_state(v1::JOB_STATE_RUNNING);
+  status.set_generation(status.generation() + 1);
+  status.set_generations(status.generations() + 1);
+  status.set_world_size(static_cast<int>(workers.size()));
+  if (status.start_time() == 0) status.set_start_time(NowSeconds());
+  status.clear_ranks();
+  running_job_ = status.job_id();
+  job.rank_workers.clear();
+  job.results_ok = 0;
+  kv_.clear();
+  barriers_.clear();
+
+  std::vector<std::string> names;
+  for (size_t rank = 0; rank < workers.size(); ++rank) {
+    Worker& worker = *workers[rank];
+    worker.job_id = status.job_id();
+    worker.rank = static_cast<int>(rank);
+    job.rank_workers.push_back(worker.id);
+    v1::RankResult* result = status.add_ranks();
+    result->set_rank(worker.rank);
+    result->set_worker_id(worker.id);
+    result->set_host(worker.host);
+    names.push_back(absl::StrCat(rank, "=", worker.id));
+
+    v1::CoordinatorCommand command;
+    v1::Assignment* assignment = command.mutable_assignment();
+    assignment->set_job_id(status.job_id());
+    assignment->set_generation(status.generation());
+    assignment->set_rank(worker.rank);
+    assignment->set_world_size(status.world_size());
+    *assignment->mutable_spec() = status.spec();
+    worker.sink->Send(command);
+  }
+  LogInfo("job ", status.job_id(), " generation ", status.generation(),
+          " started on ", workers.size(), " workers (ranks ",
+          absl::StrJoin(names, ", "), ")");
+  ChangedLocked(job);
+  PersistLocked(job);
+}
+
+void Coordinator::EndJobLocked(Job& job, v1::JobState state,
+                               const std::string& reason) {
+  v1::JobStatus& status = job.status;
+  status.set_state(state);
+  if (!reason.empty()) status.set_error(reason);
+  status.set_end_time(NowSeconds());
+  for (const std::string& worker_id : job.rank_workers) {
+    Worker& worker = workers_[worker_id];
+    if (worker.job_id != status.job_id()) continue;
+    if (state != v1::JOB_STATE_SUCCEEDED && worker.sink != nullptr) {
+      v1::CoordinatorCommand command;
+      v1::Abort* abort = command.mutable_abort();
+      abort->set_job_id(status.job_id());
+      abort->set_generation(status.generation());
+      abort->set_reason(reason);
+      worker.sink->Send(command);
+    }
+    worker.job_id.clear();
+    worker.rank = -1;
+  }
+  if (running_job_ == status.job_id()) {
+    running_job_.clear();
+    kv_.clear();
+    barriers_.clear();
+  }
+  LogInfo("job ", status.job_id(), " ", v1::JobState_Name(state),
+          reason.empty() ? "" : ": ", reason);
+  ChangedLocked(job);
+  PersistLocked(job);
+  MaybeStartJobLocked();
+}
+
+void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
+  auto it = jobs_.find(report.job_id());
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  v1::JobStatus& status = job.status;
+  if (status.state() != v1::JOB_STATE_RUNNING ||
+      report.generation() != status.generation()) {
+    return;
+  }
+  status.set_step(report.step());
+  status.set_epoch(report.epoch());
+  status.set_total_steps(report.total_steps());
+  status.set_samples_per_second(report.samples_per_second());
+  if (report.first_step() >= 0 && report.step_losses_size() > 0) {
+    auto* losses = status.mutable_step_losses();
+    losses->Resize(static_cast<int>(report.first_step()), 0.0f);
+    for (float loss : report.step_losses()) losses->Add(loss);
+    status.set_loss(report.step_losses(report.step_losses_size() - 1));
+  }
+  if (report.has_test_accuracy()) status.set_test_accuracy(report.test_accuracy());
+  if (report.has_test_loss()) status.set_test_loss(report.test_loss());
+  ChangedLocked(job);
+}
+
+void Coordinator::HandleResultLocked(Worker& worker,
+                                     const v1::TaskResult& result) {
+  auto it = jobs_.find(result.job_id());
+  if (it == jobs_.end() || worker.job_id != result.job_id()) return;
+  Job& job = it->second;
+  v1::JobStatus& status = job.status;
+  if (result.generation() != status.generation() ||
+      status.state() != v1::JOB_STATE_RUNNING) {
+    return;
+  }
+  if (!result.ok()) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 absl::StrCat("rank ", worker.rank, " (", worker.id, " on ",
+                              worker.host, ") failed: ", result.error()));
+    return;
+  }
+  v1::RankResult* rank = status.mutable_ranks(worker.rank);
+  rank->set_model_digest(result.model_digest());
+  rank->set_steps(result.steps());
+  if (worker.rank == 0) {
+    status.set_step(result.steps());
+    status.set_loss(result.final_loss());
+    status.set_test_accuracy(result.test_accuracy());
+    status.set_samples_per_second(result.samples_per_second());
+  }
+  worker.job_id.clear();
+  worker.rank = -1;
+  ++job.results_ok;
+  ChangedLocked(job);
+  if (job.results_ok == status.world_size()) {
+    bool stopped = result.stopped() || job.stop_requested;
+    EndJobLocked(job, stopped ? v1::JOB_STATE_STOPPED : v1::JOB_STATE_SUCCEEDED,
+                 stopped ? "stopped on request" : "");
+  }
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> Coordinator::GetJobStatus(
+    const std::string& job_id, bool include_history) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::JobStatus> result;
+  auto add = [&](const Job& job) {
+    v1::JobStatus& status = result.emplace_back(job.status);
+    if (!include_history) status.clear_step_losses();
+  };
+  if (!job_id.empty()) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
+    }
+    add(it->second);
+    return result;
+  }
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    add(jobs_[*it]);
+  }
+  return result;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
+    const std::string& job_id, int64_t after_version, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    }
+    if (shutdown_) return absl::CancelledError("the coordinator is stopping");
+    if (it->second.status.version() > after_version ||
+        absl::Now() >= deadline) {
+      v1::JobStatus status = it->second.status;
+      status.clear_step_losses();
+      return status;
+    }
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::Status Coordinator::StopJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  Job& job = it->second;
+  switch (job.status.state()) {
+    case v1::JOB_STATE_QUEUED:
+      job.status.set_state(v1::JOB_STATE_STOPPED);
+      job.status.set_error("stopped on request before it started");
+      job.status.set_end_time(NowSeconds());
+      ChangedLocked(job);
+      PersistLocked(job);
+      return absl::OkStatus();
+    case v1::JOB_STATE_RUNNING:
+      job.stop_requested = true;
+      for (const std::string& worker_id : job.rank_workers) {
+        Worker& worker = workers_[worker_id];
+        if (worker.job_id != job_id || worker.sink == nullptr) continue;
+        v1::CoordinatorCommand command;
+        command.mutable_stop()->set_job_id(job_id);
+        command.mutable_stop()->set_reason("stopped on request");
+        worker.sink->Send(command);
+      }
+      return absl::OkStatus();
+    default:
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " already ended (",
+                       v1::JobState_Name(job.status.state()), ")"));
+  }
+}
+
+void Coordinator::ChangedLocked(Job& job) {
+  job.status.set_version(job.status.version() + 1);
+  changed_.SignalAll();
+}
+
+void Coordinator::PersistLocked(const Job& job) {
+  if (store_ == nullptr) return;
+  absl::Status status = store_->Save(job.status);
+  if (!status.ok()) {
+    // Keep serving: the job goes on; only its durable record is stale.
+    LogError(status.message(), "; the job's state will be lost on a "
+             "coordinator restart unless the disk recovers");
+  }
+}
+
+// ---- key-value store and barriers ------------------------------------------
+
+absl::Status Coordinator::CheckGenerationLocked(const std::string& job_id,
+                                                int64_t generation) const {
+  if (shutdown_) return absl::CancelledError("the coordinator is stopping");
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  const v1::JobStatus& status = it->second.status;
+  if (running_job_ != job_id || status.generation() != generation) {
+    return absl::AbortedError(absl::StrCat(
+        "job ", job_id, " generation ", generation,
+        " is over (the job is ", v1::JobState_Name(status.state()),
+        ", generation ", status.generation(), "): ", status.error()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGenerationLocked(request.job_id(), request.generation()));
+  kv_[request.key()] = request.value();
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Coordinator::KvGet(const v1::KvGetRequest& request) {
+  absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    RETURN_IF_ERROR(
+        CheckGenerationLocked(request.job_id(), request.generation()));
+    auto it = kv_.find(request.key());
+    if (it != kv_.end()) return it->second;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "key '", request.key(), "' of job ", request.job_id(),
+          " generation ", request.generation(), " was not set within ",
+          request.timeout_ms(), " ms; a peer did not reach rendezvous"));
+    }
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
+  absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGenerationLocked(request.job_id(), request.generation()));
+  std::set<int>& arrived = barriers_[request.name()];
+  arrived.insert(request.rank());
+  changed_.SignalAll();
+  while (true) {
+    RETURN_IF_ERROR(
+        CheckGenerationLocked(request.job_id(), request.generation()));
+    const Job& job = jobs_[request.job_id()];
+    int world = job.status.world_size();
+    std::set<int>& now_arrived = barriers_[request.name()];
+    if (static_cast<int>(now_arrived.size()) >= world) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> missing;
+      for (int rank = 0; rank < world; ++rank) {
+        if (!now_arrived.count(rank)) {
+          missing.push_back(
+              absl::StrCat("rank ", rank, " (", job.rank_workers[rank], ")"));
+        }
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "barrier '", request.name(), "' timed out after ",
+          request.timeout_ms(), " ms; missing: ", absl::StrJoin(missing, ", ")));
+    }
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+void Coordinator::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  changed_.SignalAll();
+}
+
+}  // namespace lockstep::coordinator

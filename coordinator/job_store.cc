@@ -1,0 +1,108 @@
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+// Finalizes a prepared statement on every path out of a scope.
+class Statement {
+ public:
+  explicit Statement(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~Statement() { sqlite3_finalize(stmt_); }
+  sqlite3_stmt* get() { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
+    const std::string& state_dir) {
+  RETURN_IF_ERROR(MakeDirectories(state_dir));
+  std::string path = absl::StrCat(state_dir, "/coordinator.db");
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open the state database ", path, ": ", message,
+        "; check that --state-dir is writable"));
+  }
+  std::unique_ptr<JobStore> store(new JobStore(db, path));
+  sqlite3_busy_timeout(db, 5000);
+  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS jobs ("
+      "  job_id TEXT PRIMARY KEY,"
+      "  status BLOB NOT NULL)"));
+  return store;
+}
+
+JobStore::~JobStore() { sqlite3_close(db_); }
+
+absl::Status JobStore::Exec(const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(
+        absl::StrCat("state database ", path_, ": ", message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::Save(const v1::JobStatus& status) {
+  std::string blob;
+  status.SerializeToString(&blob);
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_,
+                     "INSERT INTO jobs (job_id, status) VALUES (?1, ?2) "
+                     "ON CONFLICT(job_id) DO UPDATE SET status = excluded.status",
+                     -1, &raw, nullptr);
+  Statement stmt(raw);
+  sqlite3_bind_text(raw, 1, status.job_id().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_blob(raw, 2, blob.data(), static_cast<int>(blob.size()),
+                    SQLITE_TRANSIENT);
+  if (sqlite3_step(raw) != SQLITE_DONE) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot save job ", status.job_id(), " to ", path_, ": ",
+                     sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> JobStore::LoadAll() {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_, "SELECT job_id, status FROM jobs ORDER BY rowid", -1,
+                     &raw, nullptr);
+  Statement stmt(raw);
+  std::vector<v1::JobStatus> jobs;
+  int rc;
+  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+    v1::JobStatus status;
+    const void* blob = sqlite3_column_blob(raw, 1);
+    int size = sqlite3_column_bytes(raw, 1);
+    if (!status.ParseFromArray(blob, size)) {
+      return absl::DataLossError(absl::StrCat(
+          "state database ", path_, ": the record of job ",
+          reinterpret_cast<const char*>(sqlite3_column_text(raw, 0)),
+          " does not parse; restore the database from a backup or move it "
+          "away to start empty"));
+    }
+    jobs.push_back(std::move(status));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::DataLossError(absl::StrCat("cannot read ", path_, ": ",
+                                            sqlite3_errmsg(db_)));
+  }
+  return jobs;
+}
+
+}  // namespace lockstep::coordinator

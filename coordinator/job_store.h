@@ -1,0 +1,43 @@
+// Durable job state: one SQLite database in the coordinator's state dir.
+// Every job's JobStatus (spec, state, results, loss history) is written on
+// each state transition with synchronous=FULL, so a coordinator restart sees
+// every job it had accepted.
+//
+// Thread-compatible: the Coordinator calls it under its own lock.
+#ifndef LOCKSTEP_COORDINATOR_JOB_STORE_H_
+#define LOCKSTEP_COORDINATOR_JOB_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/coordinator.pb.h"
+
+struct sqlite3;
+
+namespace lockstep::coordinator {
+
+class JobStore {
+ public:
+  // Opens (creating if needed) `state_dir`/coordinator.db.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(
+      const std::string& state_dir);
+  ~JobStore();
+
+  // Inserts or replaces the job's record.
+  absl::Status Save(const v1::JobStatus& status);
+  // Every job, in submission order.
+  absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
+
+ private:
+  JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Exec(const char* sql);
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_JOB_STORE_H_

@@ -1,0 +1,118 @@
+// lockstep-coordinator: the control-plane daemon. See README.md.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/args.h"
+#include "common/log.h"
+#include "common/tf_config.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rpc/grpc_service.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+constexpr char kUsage[] = R"(lockstep-coordinator: the lockstep control-plane daemon
+
+Usage:
+  lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
+
+Flags:
+  --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
+                       (the chosen address is printed on stdout)
+  --state-dir DIR      where job state is kept (SQLite); created if missing
+  --cluster JSON|FILE  static cluster in TF_CONFIG form; the coordinator then
+                       waits for exactly those chief/worker tasks. Without it,
+                       workers register freely.
+
+Example:
+  lockstep-coordinator --listen 0.0.0.0:7070 --state-dir /var/lib/lockstep \
+      --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
+)";
+
+int Fail(const absl::Status& status, int code) {
+  std::cerr << "lockstep-coordinator: " << status.message() << "\n";
+  return code;
+}
+
+int Run(int argc, char** argv) {
+  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                          {"listen", "state-dir", "cluster"}, {"help"});
+  if (!args.ok()) return Fail(args.status(), 2);
+  if (args->Has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!args->positional().empty()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "unexpected argument '", args->positional()[0],
+                    "'; see --help")),
+                2);
+  }
+  if (!args->Has("listen") || !args->Has("state-dir")) {
+    return Fail(absl::InvalidArgumentError(
+                    "--listen and --state-dir are required; see --help"),
+                2);
+  }
+  SetLogTag("coordinator");
+
+  Coordinator::Options options;
+  if (args->Has("cluster")) {
+    auto config = LoadTfConfig(args->Get("cluster"));
+    if (!config.ok()) return Fail(config.status(), 2);
+    options.cluster = config->cluster;
+  }
+  auto store = JobStore::Open(args->Get("state-dir"));
+  if (!store.ok()) return Fail(store.status(), 1);
+  options.store = *std::move(store);
+  const bool static_cluster = options.cluster.has_value();
+  auto coordinator = Coordinator::Create(std::move(options));
+  if (!coordinator.ok()) return Fail(coordinator.status(), 1);
+
+  // Signals are taken synchronously by this thread; block them before gRPC
+  // starts its threads so they inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  GrpcService service(coordinator->get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(args->Get("listen"),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat(
+                    "cannot listen on ", args->Get("listen"),
+                    "; is the port in use or the host name wrong?")),
+                1);
+  }
+  std::string listen = args->Get("listen");
+  std::string host = listen.substr(0, listen.rfind(':'));
+  std::cout << "lockstep-coordinator listening on " << host << ":" << port
+            << std::endl;
+  LogInfo("serving on ", host, ":", port, ", state in ",
+          args->Get("state-dir"),
+          static_cluster ? ", static cluster" : ", free registration");
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  LogInfo("signal ", signal, ": shutting down");
+  (*coordinator)->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
+
+int main(int argc, char** argv) {
+  return lockstep::coordinator::Run(argc, argv);
+}

@@ -1,0 +1,289 @@
+#include "coordinator/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <thread>
+
+#include "common/tf_config.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class FakeSink : public SessionSink {
+ public:
+  void Send(const v1::CoordinatorCommand& command) override {
+    commands.push_back(command);
+  }
+  std::vector<v1::CoordinatorCommand> commands;
+};
+
+v1::RegisterWorkerRequest Free(uint64_t incarnation) {
+  v1::RegisterWorkerRequest request;
+  request.set_incarnation(incarnation);
+  request.set_host("127.0.0.1");
+  return request;
+}
+
+v1::JobSpec Spec(int workers) {
+  v1::JobSpec spec;
+  spec.set_name("test");
+  spec.set_global_batch_size(64);
+  spec.set_num_workers(workers);
+  return spec;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void Make(std::optional<v1::ClusterSpec> cluster = std::nullopt,
+            std::unique_ptr<JobStore> store = nullptr) {
+    Coordinator::Options options;
+    options.cluster = std::move(cluster);
+    options.clock = &clock_;
+    options.store = std::move(store);
+    auto created = Coordinator::Create(std::move(options));
+    ASSERT_TRUE(created.ok()) << created.status();
+    coordinator_ = *std::move(created);
+  }
+
+  // Registers a free worker and opens its session.
+  std::string Connect(uint64_t incarnation, FakeSink* sink) {
+    auto registered = coordinator_->RegisterWorker(Free(incarnation));
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_TRUE(coordinator_
+                    ->OpenSession(registered->worker_id(), incarnation, sink)
+                    .ok());
+    return registered->worker_id();
+  }
+
+  v1::JobStatus Status(const std::string& job) {
+    return (*coordinator_->GetJobStatus(job, true))[0];
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, JobStartsWhenEnoughWorkersAndAssignsRanksInOrder) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  auto job = coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(Status(*job).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_TRUE(a.commands.empty());
+  Connect(2, &b);
+  EXPECT_EQ(Status(*job).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(a.commands.size(), 1u);
+  ASSERT_EQ(b.commands.size(), 1u);
+  EXPECT_EQ(a.commands[0].assignment().rank(), 0);
+  EXPECT_EQ(b.commands[0].assignment().rank(), 1);
+  EXPECT_EQ(a.commands[0].assignment().world_size(), 2);
+  EXPECT_EQ(a.commands[0].assignment().generation(), 1);
+  EXPECT_EQ(a.commands[0].assignment().spec().model(), "mlp");  // defaults applied
+}
+
+TEST_F(CoordinatorTest, ResultsFromEveryRankSucceedTheJob) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage progress;
+  progress.mutable_progress()->set_job_id(job);
+  progress.mutable_progress()->set_generation(1);
+  progress.mutable_progress()->set_step(2);
+  progress.mutable_progress()->set_first_step(0);
+  progress.mutable_progress()->add_step_losses(2.0f);
+  progress.mutable_progress()->add_step_losses(1.5f);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, progress).ok());
+  for (const auto& [id, rank] : {std::pair{id_a, 0}, std::pair{id_b, 1}}) {
+    v1::WorkerMessage result;
+    result.mutable_result()->set_job_id(job);
+    result.mutable_result()->set_generation(1);
+    result.mutable_result()->set_rank(rank);
+    result.mutable_result()->set_ok(true);
+    result.mutable_result()->set_steps(2);
+    result.mutable_result()->set_model_digest("abc");
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, result).ok());
+  }
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(status.step_losses_size(), 2);
+  EXPECT_EQ(status.ranks(1).model_digest(), "abc");
+  EXPECT_EQ(status.generations(), 1);
+}
+
+TEST_F(CoordinatorTest, LostSessionFailsTheJobAndAbortsSurvivors) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(status.error(), AllOf(HasSubstr(id_b), HasSubstr("rank 1"),
+                                    HasSubstr("127.0.0.1")));
+  ASSERT_EQ(a.commands.size(), 2u);
+  EXPECT_TRUE(a.commands[1].has_abort());
+}
+
+TEST_F(CoordinatorTest, FailedRankFailsTheJobWithItsError) {
+  Make();
+  FakeSink a;
+  std::string id_a = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  v1::WorkerMessage result;
+  result.mutable_result()->set_job_id(job);
+  result.mutable_result()->set_generation(1);
+  result.mutable_result()->set_ok(false);
+  result.mutable_result()->set_error("cannot open data file /x");
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, result).ok());
+  EXPECT_THAT(Status(job).error(),
+              AllOf(HasSubstr("rank 0"), HasSubstr("cannot open data file")));
+}
+
+TEST_F(CoordinatorTest, IndivisibleBatchIsRejectedAtSubmit) {
+  Make();
+  auto job = coordinator_->SubmitJob(Spec(3));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("does not divide by 3"));
+}
+
+TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
+  Make();
+  FakeSink a;
+  std::string id_a = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  v1::KvSetRequest set;
+  set.set_job_id(job);
+  set.set_generation(1);
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  v1::KvGetRequest get;
+  get.set_job_id(job);
+  get.set_generation(1);
+  get.set_key("k");
+  EXPECT_EQ(*coordinator_->KvGet(get), "v");
+  get.set_generation(0);
+  EXPECT_EQ(coordinator_->KvGet(get).status().code(), absl::StatusCode::kAborted);
+  get.set_generation(1);
+  get.set_key("missing");
+  get.set_timeout_ms(1);
+  auto missing = coordinator_->KvGet(get);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing"));
+}
+
+TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
+  Make();
+  FakeSink a;
+  Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  v1::KvGetRequest get;
+  get.set_job_id(job);
+  get.set_generation(1);
+  get.set_key("late");
+  get.set_timeout_ms(60000);
+  std::thread setter([&] {
+    v1::KvSetRequest set;
+    set.set_job_id(job);
+    set.set_generation(1);
+    set.set_key("late");
+    set.set_value("here");
+    ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  });
+  EXPECT_EQ(*coordinator_->KvGet(get), "here");
+  setter.join();
+}
+
+TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::BarrierRequest request;
+  request.set_job_id(job);
+  request.set_generation(1);
+  request.set_name("start");
+  request.set_rank(0);
+  request.set_timeout_ms(1);
+  absl::Status status = coordinator_->Barrier(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), HasSubstr("rank 1 (" + id_b + ")"));
+}
+
+TEST_F(CoordinatorTest, StopQueuedJob) {
+  Make();
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(coordinator_->StopJob(job).ok());
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_STOPPED);
+  EXPECT_EQ(coordinator_->StopJob(job).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->StopJob("nope").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, StaticClusterRefusesStrangersAndDisagreeingViews) {
+  auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
+  ASSERT_TRUE(config.ok());
+  Make(config->cluster);
+  v1::RegisterWorkerRequest request = Free(1);
+  auto no_identity = coordinator_->RegisterWorker(request);
+  EXPECT_EQ(no_identity.status().code(), absl::StatusCode::kInvalidArgument);
+
+  request.mutable_task()->set_type("worker");
+  request.mutable_task()->set_index(5);
+  EXPECT_THAT(coordinator_->RegisterWorker(request).status().message(),
+              HasSubstr("worker:5"));
+
+  request.mutable_task()->set_index(1);
+  auto other = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "c:1"]}})");
+  *request.mutable_cluster() = other->cluster;
+  auto disagree = coordinator_->RegisterWorker(request);
+  EXPECT_EQ(disagree.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(disagree.status().message(),
+              AllOf(HasSubstr("worker:[a:1,c:1]"), HasSubstr("worker:[a:1,b:1]")));
+
+  *request.mutable_cluster() = config->cluster;
+  auto ok = coordinator_->RegisterWorker(request);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->worker_id(), "worker:1");
+}
+
+TEST_F(CoordinatorTest, StaleIncarnationCannotOpenASession) {
+  Make();
+  FakeSink a;
+  auto registered = coordinator_->RegisterWorker(Free(1));
+  EXPECT_EQ(coordinator_->OpenSession(registered->worker_id(), 99, &a).code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(CoordinatorTest, JobsSurviveARestart) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a;
+  Connect(1, &a);
+  std::string running = *coordinator_->SubmitJob(Spec(1));
+  std::string queued = *coordinator_->SubmitJob(Spec(1));
+  coordinator_.reset();
+
+  Make(std::nullopt, *JobStore::Open(dir));
+  v1::JobStatus was_running = Status(running);
+  EXPECT_EQ(was_running.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(was_running.error(), HasSubstr("coordinator restarted"));
+  EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
+  std::string next = *coordinator_->SubmitJob(Spec(1));
+  EXPECT_NE(next, running);
+  EXPECT_NE(next, queued);
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator

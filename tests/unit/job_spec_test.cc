@@ -1,0 +1,160 @@
+#include "common/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace lockstep {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+#define ASSERT_OK_OVERRIDE(assignment, spec)            \
+  do {                                                 \
+    absl::Status status = ApplyOverride(assignment, &(spec)); \
+    ASSERT_TRUE(status.ok()) << status;                \
+  } while (0)
+
+v1::JobSpec Parse(const char* json) {
+  auto spec = ParseJobSpec(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec result = spec.ok() ? *spec : v1::JobSpec();
+  ApplyDefaults(&result);
+  return result;
+}
+
+TEST(JobSpecTest, DefaultsAreApplied) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
+  EXPECT_EQ(spec.model(), "mlp");
+  EXPECT_EQ(spec.epochs(), 1);
+  EXPECT_EQ(spec.optimizer().type(), "sgd");
+  EXPECT_DOUBLE_EQ(spec.optimizer().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(spec.base_lr(), 0.1);
+  EXPECT_EQ(spec.lr_scaling(), "none");
+  EXPECT_EQ(spec.data().dir(), kDefaultDataDir);
+  EXPECT_TRUE(ValidateJobSpec(spec, 2).ok());
+}
+
+TEST(JobSpecTest, AdamDefaultsToItsOwnLearningRate) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64, "optimizer": {"type": "adam"}})");
+  EXPECT_DOUBLE_EQ(spec.base_lr(), 1e-3);
+  EXPECT_DOUBLE_EQ(spec.optimizer().momentum(), 0);
+}
+
+TEST(JobSpecTest, AcceptsCamelCaseNames) {
+  v1::JobSpec spec = Parse(R"({"perReplicaBatchSize": 32})");
+  EXPECT_EQ(spec.per_replica_batch_size(), 32);
+}
+
+TEST(JobSpecTest, UnknownFieldIsRejectedAndNamed) {
+  auto spec = ParseJobSpec(R"({"global_batch_size": 64, "epocs": 2})", "job.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), AllOf(HasSubstr("job.json"), HasSubstr("epocs")));
+}
+
+TEST(JobSpecTest, MalformedJsonIsRejected) {
+  EXPECT_FALSE(ParseJobSpec("{\"epochs\": ").ok());
+  EXPECT_FALSE(ParseJobSpec(R"({"epochs": "many"})").ok());
+}
+
+TEST(JobSpecTest, ExactlyOneBatchSize) {
+  v1::JobSpec neither = Parse(R"({})");
+  EXPECT_THAT(ValidateJobSpec(neither).message(), HasSubstr("exactly one"));
+  v1::JobSpec both = Parse(R"({"global_batch_size": 64, "per_replica_batch_size": 32})");
+  EXPECT_THAT(ValidateJobSpec(both).message(), HasSubstr("exactly one"));
+}
+
+TEST(JobSpecTest, IndivisibleGlobalBatchNamesBothNumbers) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
+  absl::Status status = ValidateJobSpec(spec, 3);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("global_batch_size 64"), HasSubstr("3 replicas"),
+                    HasSubstr("63 or 66")));
+}
+
+TEST(JobSpecTest, ResolveBatch) {
+  v1::JobSpec global = Parse(R"({"global_batch_size": 128})");
+  auto plan = ResolveBatch(global, 4);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->per_replica, 32);
+  EXPECT_EQ(plan->global, 128);
+  v1::JobSpec per_replica = Parse(R"({"per_replica_batch_size": 32})");
+  plan = ResolveBatch(per_replica, 3);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->global, 96);
+}
+
+struct BadSpec {
+  const char* json;
+  const char* message;
+};
+
+class JobSpecInvalidTest : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(JobSpecInvalidTest, IsRejected) {
+  v1::JobSpec spec = Parse(GetParam().json);
+  absl::Status status = ValidateJobSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, JobSpecInvalidTest,
+    ::testing::Values(
+        BadSpec{R"({"global_batch_size": 8, "model": "resnet"})", "model is \"resnet\""},
+        BadSpec{R"({"global_batch_size": 8, "lr_scaling": "cubic"})", "lr_scaling"},
+        BadSpec{R"({"global_batch_size": 8, "optimizer": {"type": "lion"}})", "optimizer.type"},
+        BadSpec{R"({"global_batch_size": -8})", "must be positive"},
+        BadSpec{R"({"per_replica_batch_size": 0})", "must be positive"},
+        BadSpec{R"({"global_batch_size": 8, "epochs": -1})", "epochs"},
+        BadSpec{R"({"global_batch_size": 8, "base_lr": -0.1})", "base_lr"},
+        BadSpec{R"({"global_batch_size": 8, "warmup_steps": -1})", "warmup_steps"},
+        BadSpec{R"({"global_batch_size": 8, "optimizer": {"momentum": 1.5}})", "momentum"},
+        BadSpec{R"({"global_batch_size": 8, "data": {"format": "csv"}})", "data.format"}));
+
+TEST(JobSpecTest, OverridesSetAnyField) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
+  ASSERT_OK_OVERRIDE("epochs=3", spec);
+  ASSERT_OK_OVERRIDE("model=cnn", spec);
+  ASSERT_OK_OVERRIDE("optimizer.type=adam", spec);
+  ASSERT_OK_OVERRIDE("base_lr=0.05", spec);
+  ASSERT_OK_OVERRIDE("seed=42", spec);
+  ASSERT_OK_OVERRIDE("max_steps=50", spec);
+  EXPECT_EQ(spec.epochs(), 3);
+  EXPECT_EQ(spec.model(), "cnn");
+  EXPECT_EQ(spec.optimizer().type(), "adam");
+  EXPECT_DOUBLE_EQ(spec.base_lr(), 0.05);
+  EXPECT_EQ(spec.seed(), 42u);
+  EXPECT_EQ(spec.max_steps(), 50);
+  EXPECT_EQ(spec.global_batch_size(), 64);
+}
+
+TEST(JobSpecTest, OverrideOfUnknownFieldFails) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
+  absl::Status status = ApplyOverride("epocs=3", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("epocs"));
+  EXPECT_FALSE(ApplyOverride("epochs", &spec).ok());
+  EXPECT_FALSE(ApplyOverride("epochs=lots", &spec).ok());
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(JobSpecOverrideTest, SettingOneBatchSizeReplacesTheOther) {
+  auto spec = ParseJobSpec(R"({"global_batch_size": 64})");
+  ASSERT_OK_OVERRIDE("per_replica_batch_size=32", *spec);
+  EXPECT_FALSE(spec->has_global_batch_size());
+  EXPECT_EQ(spec->per_replica_batch_size(), 32);
+  ASSERT_OK_OVERRIDE("global_batch_size=128", *spec);
+  EXPECT_FALSE(spec->has_per_replica_batch_size());
+  EXPECT_EQ(spec->global_batch_size(), 128);
+}
+
+}  // namespace
+}  // namespace lockstep

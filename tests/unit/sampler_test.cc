@@ -1,0 +1,62 @@
+#include "worker/data/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace lockstep::worker {
+namespace {
+
+TEST(SamplerTest, EpochPermutationIsAPermutationAndDependsOnSeedAndEpoch) {
+  std::vector<int64_t> p = GlobalSampler::EpochPermutation(7, 0, 1000);
+  std::vector<int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
+  EXPECT_EQ(p, GlobalSampler::EpochPermutation(7, 0, 1000));
+  EXPECT_NE(p, GlobalSampler::EpochPermutation(7, 1, 1000));
+  EXPECT_NE(p, GlobalSampler::EpochPermutation(8, 0, 1000));
+}
+
+class SamplerWorldTest : public ::testing::TestWithParam<int> {};
+
+// The union of every rank's slice equals the single-worker batch, in order,
+// at every step of several epochs.
+TEST_P(SamplerWorldTest, RankSlicesTileTheGlobalBatch) {
+  const int world = GetParam();
+  const int global = 12;  // divides by 1, 2, 3 and 4
+  const int64_t dataset = 100;
+  BatchPlan single{1, global, global};
+  BatchPlan split{world, global / world, global};
+  GlobalSampler reference(3, dataset, single, 0);
+  std::vector<GlobalSampler> ranks;
+  for (int r = 0; r < world; ++r) ranks.emplace_back(3, dataset, split, r);
+  EXPECT_EQ(reference.steps_per_epoch(), dataset / global);
+  for (int64_t step = 0; step < 3 * reference.steps_per_epoch(); ++step) {
+    std::vector<int64_t> expected = reference.RankBatch(step);
+    std::vector<int64_t> joined;
+    for (GlobalSampler& rank : ranks) {
+      const std::vector<int64_t>& slice = rank.RankBatch(step);
+      ASSERT_EQ(slice.size(), static_cast<size_t>(global / world));
+      joined.insert(joined.end(), slice.begin(), slice.end());
+    }
+    ASSERT_EQ(joined, expected) << "step " << step << " world " << world;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, SamplerWorldTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(SamplerTest, AnEpochVisitsEachSampleAtMostOnce) {
+  BatchPlan plan{2, 5, 10};
+  GlobalSampler sampler(1, 95, plan, 1);
+  GlobalSampler other(1, 95, plan, 0);
+  std::set<int64_t> seen;
+  for (int64_t step = 0; step < sampler.steps_per_epoch(); ++step) {
+    for (int64_t i : sampler.RankBatch(step)) ASSERT_TRUE(seen.insert(i).second);
+    for (int64_t i : other.RankBatch(step)) ASSERT_TRUE(seen.insert(i).second);
+  }
+  EXPECT_EQ(seen.size(), 90u);  // the 5 left over are dropped this epoch
+}
+
+}  // namespace
+}  // namespace lockstep::worker

@@ -1,0 +1,48 @@
+// The global sampler of DESIGN §4: sample order depends only on (seed,
+// epoch). Each epoch is a seeded permutation of the data set; global step k
+// of an epoch consumes positions [k*G, (k+1)*G) and rank r of W takes the
+// r-th slice of B = G/W of them. The same job on 1, 2 or 4 workers therefore
+// sees the same samples at the same step. The tail that does not fill a
+// global batch is dropped each epoch (it is a different tail every epoch).
+//
+// Thread-compatible.
+#ifndef LOCKSTEP_WORKER_DATA_SAMPLER_H_
+#define LOCKSTEP_WORKER_DATA_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/job_spec.h"
+
+namespace lockstep::worker {
+
+class GlobalSampler {
+ public:
+  GlobalSampler(uint64_t seed, int64_t dataset_size, const BatchPlan& plan,
+                int rank);
+
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // The dataset indices rank `rank` trains on at global step `step` (counted
+  // from the start of training, across epochs).
+  const std::vector<int64_t>& RankBatch(int64_t step);
+
+  // A permutation of [0, n) that depends only on (seed, epoch); the same on
+  // every platform (no std:: distribution involved).
+  static std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch,
+                                               int64_t n);
+
+ private:
+  const uint64_t seed_;
+  const int64_t dataset_size_;
+  const BatchPlan plan_;
+  const int rank_;
+  const int64_t steps_per_epoch_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> permutation_;
+  std::vector<int64_t> batch_;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_DATA_SAMPLER_H_

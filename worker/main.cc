@@ -1,0 +1,160 @@
+// lockstep-worker: one replica, one device. See README.md.
+#include <dlfcn.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/args.h"
+#include "common/log.h"
+#include "common/tf_config.h"
+#include "worker/agent.h"
+#include "worker/rpc/grpc_control_plane.h"
+#include "worker/train/trainer.h"
+
+namespace lockstep::worker {
+namespace {
+
+constexpr char kUsage[] = R"(lockstep-worker: a lockstep training worker (one replica)
+
+Usage:
+  lockstep-worker --coordinator HOST:PORT [flags]
+
+Identity comes from the TF_CONFIG environment variable (as Kubeflow's TFJob
+injects it) or from --task-type/--task-index; with neither, the worker
+registers freely and the coordinator gives it an id.
+
+Flags:
+  --coordinator HOST:PORT  the lockstep-coordinator (or $LOCKSTEP_COORDINATOR)
+  --task-type TYPE         chief or worker (overrides TF_CONFIG's task)
+  --task-index N           index of this task among its type
+  --host HOST              address peers reach this worker's data plane on
+                           (default: its TF_CONFIG address, else the host name)
+  --threads N              compute threads (default: all cores)
+  --connect-timeout SECS   how long to retry reaching the coordinator (60)
+
+Example:
+  TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
+      lockstep-worker --coordinator coord:7070
+)";
+
+int Fail(const absl::Status& status, int code) {
+  std::cerr << "lockstep-worker: " << status.message() << "\n";
+  return code;
+}
+
+uint64_t RandomIncarnation() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
+
+std::string HostOf(const std::string& address) {
+  return address.substr(0, address.rfind(':'));
+}
+
+// Limits LibTorch and OpenBLAS to `threads` and says which BLAS is loaded:
+// the reference BLAS is ~10x slower than OpenBLAS.
+void ConfigureThreads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(
+          dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(threads);
+  }
+  std::string blas = "unknown";
+  Dl_info info;
+  if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+      sgemm != nullptr && dladdr(sgemm, &info) != 0 && info.dli_fname) {
+    blas = info.dli_fname;
+  }
+  LogInfo("compute threads: ", threads, "; BLAS: ", blas);
+  if (blas.find("openblas") == std::string::npos) {
+    LogWarning("the loaded BLAS is not OpenBLAS; training will be slow. Run "
+               "scripts/install-deps as root to select OpenBLAS");
+  }
+}
+
+int Run(int argc, char** argv) {
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"coordinator", "task-type", "task-index", "host", "threads",
+       "connect-timeout"},
+      {"help"});
+  if (!args.ok()) return Fail(args.status(), 2);
+  if (args->Has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const char* env_coordinator = std::getenv("LOCKSTEP_COORDINATOR");
+  std::string coordinator =
+      args->Get("coordinator", env_coordinator ? env_coordinator : "");
+  if (coordinator.empty()) {
+    return Fail(absl::InvalidArgumentError(
+                    "--coordinator HOST:PORT is required; see --help"),
+                2);
+  }
+
+  v1::RegisterWorkerRequest registration;
+  registration.set_incarnation(RandomIncarnation());
+  registration.set_device("cpu");
+  std::string host;
+  if (const char* tf_config = std::getenv("TF_CONFIG");
+      tf_config != nullptr && *tf_config != '\0') {
+    auto config = ParseTfConfig(tf_config);
+    if (!config.ok()) return Fail(config.status(), 2);
+    *registration.mutable_cluster() = config->cluster;
+    if (config->task.has_value()) {
+      *registration.mutable_task() = *config->task;
+      host = HostOf(TaskAddress(config->cluster, *config->task));
+    }
+  }
+  if (args->Has("task-type")) {
+    registration.mutable_task()->set_type(args->Get("task-type"));
+  }
+  auto index = args->GetInt("task-index", registration.task().index());
+  if (!index.ok()) return Fail(index.status(), 2);
+  registration.mutable_task()->set_index(*index);
+  if (args->Has("task-index") && registration.task().type().empty()) {
+    return Fail(absl::InvalidArgumentError(
+                    "--task-index needs --task-type (or TF_CONFIG)"),
+                2);
+  }
+  host = args->Get("host", host);
+  if (host.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  registration.set_host(host);
+
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto threads = args->GetInt("threads", cores);
+  if (!threads.ok()) return Fail(threads.status(), 2);
+  if (*threads < 1) {
+    return Fail(absl::InvalidArgumentError("--threads must be at least 1"), 2);
+  }
+  auto connect_timeout = args->GetDouble("connect-timeout", 60);
+  if (!connect_timeout.ok()) return Fail(connect_timeout.status(), 2);
+  ConfigureThreads(*threads);
+
+  GrpcControlPlane control(coordinator);
+  Agent::Options options;
+  options.registration = registration;
+  options.connect_timeout = absl::Seconds(*connect_timeout);
+  Agent agent(&control, RunTrainingTask, options);
+  absl::Status status = agent.Run();
+  std::cerr << "lockstep-worker: " << status.message() << "\n";
+  std::cerr.flush();
+  // A task thread may still be blocked in a collective; do not wait for it.
+  std::_Exit(status.code() == absl::StatusCode::kInvalidArgument ? 2 : 3);
+}
+
+}  // namespace
+}  // namespace lockstep::worker
+
+int main(int argc, char** argv) { return lockstep::worker::Run(argc, argv); }

@@ -1,0 +1,142 @@
+#include "worker/rpc/grpc_control_plane.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+
+namespace lockstep::worker {
+namespace {
+
+absl::Status Annotate(const grpc::Status& status, const std::string& address,
+                      absl::string_view what) {
+  absl::Status result = FromGrpcStatus(status);
+  if (result.ok()) return result;
+  return absl::Status(result.code(),
+                      absl::StrCat(what, " at coordinator ", address, ": ",
+                                   result.message()));
+}
+
+class GrpcSession : public Session {
+ public:
+  GrpcSession(std::unique_ptr<grpc::ClientContext> context,
+              std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage,
+                                                       v1::CoordinatorCommand>>
+                  stream)
+      : context_(std::move(context)), stream_(std::move(stream)) {}
+
+  ~GrpcSession() override { context_->TryCancel(); }
+
+  bool Send(const v1::WorkerMessage& message) override {
+    absl::MutexLock lock(&write_mu_);
+    return stream_->Write(message);
+  }
+
+  bool Receive(v1::CoordinatorCommand* command) override {
+    return stream_->Read(command);
+  }
+
+  absl::Status Finish() override {
+    {
+      absl::MutexLock lock(&write_mu_);
+      stream_->WritesDone();
+    }
+    return FromGrpcStatus(stream_->Finish());
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> context_;
+  absl::Mutex write_mu_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorCommand>>
+      stream_;
+};
+
+class GrpcKeyValue : public KeyValueClient {
+ public:
+  GrpcKeyValue(v1::Coordinator::Stub* stub, std::string address,
+               std::string job_id, int64_t generation)
+      : stub_(stub),
+        address_(std::move(address)),
+        job_id_(std::move(job_id)),
+        generation_(generation) {}
+
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::KvSetRequest request;
+    request.set_job_id(job_id_);
+    request.set_generation(generation_);
+    request.set_key(key);
+    request.set_value(value);
+    v1::KvSetResponse response;
+    return Annotate(stub_->KvSet(&context, request, &response), address_,
+                    absl::StrCat("setting key '", key, "'"));
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    grpc::ClientContext context;
+    // The coordinator enforces `timeout`; the RPC deadline is a backstop.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout +
+                                            absl::Seconds(10)));
+    v1::KvGetRequest request;
+    request.set_job_id(job_id_);
+    request.set_generation(generation_);
+    request.set_key(key);
+    request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    v1::KvGetResponse response;
+    grpc::Status status = stub_->KvGet(&context, request, &response);
+    if (!status.ok()) {
+      return Annotate(status, address_, absl::StrCat("getting key '", key, "'"));
+    }
+    return std::move(*response.mutable_value());
+  }
+
+ private:
+  v1::Coordinator::Stub* const stub_;
+  const std::string address_;
+  const std::string job_id_;
+  const int64_t generation_;
+};
+
+}  // namespace
+
+GrpcControlPlane::GrpcControlPlane(const std::string& address)
+    : address_(address),
+      channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
+
+absl::StatusOr<v1::RegisterWorkerResponse> GrpcControlPlane::Register(
+    const v1::RegisterWorkerRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  context.set_wait_for_ready(true);
+  v1::RegisterWorkerResponse response;
+  grpc::Status status = stub_->RegisterWorker(&context, request, &response);
+  if (!status.ok()) return Annotate(status, address_, "registration");
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<Session>> GrpcControlPlane::OpenSession(
+    const std::string& worker_id, uint64_t incarnation) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  auto stream = stub_->WorkerSession(context.get());
+  v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id(worker_id);
+  hello.mutable_hello()->set_incarnation(incarnation);
+  if (!stream->Write(hello)) {
+    return Annotate(stream->Finish(), address_, "opening the worker session");
+  }
+  return std::unique_ptr<Session>(
+      new GrpcSession(std::move(context), std::move(stream)));
+}
+
+std::unique_ptr<KeyValueClient> GrpcControlPlane::KeyValue(
+    const std::string& job_id, int64_t generation) {
+  return std::make_unique<GrpcKeyValue>(stub_.get(), address_, job_id,
+                                        generation);
+}
+
+}  // namespace lockstep::worker
