@@ -114,6 +114,11 @@ std::string FormatProgress(const v1::JobStatus& status) {
   if (status.state() == v1::JOB_STATE_QUEUED) {
     return absl::StrCat(status.job_id(), "  queued, waiting for workers");
   }
+  if (status.state() == v1::JOB_STATE_RUNNING && status.total_steps() == 0) {
+    return absl::StrCat(status.job_id(), "  generation ", status.generation(),
+                        " on ", status.world_size(),
+                        " workers: loading data, connecting the ranks");
+  }
   std::string line = absl::StrFormat(
       "%s  step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  gen %d",
       status.job_id(), status.step(), status.total_steps(), status.epoch() + 1,

@@ -314,10 +314,13 @@ int LocalRun::Run() {
   }
   bool tty = !json_ && isatty(STDOUT_FILENO);
   int64_t last_epoch_printed = -1;
+  std::string last_line;
   auto final_status = WatchJob(
       stub_.get(), response.job_id(), &watch_context_,
       [&](const v1::JobStatus& status) {
         std::string line = FormatProgress(status);
+        if (line == last_line) return;
+        last_line = line;
         bool new_epoch = status.has_test_accuracy() &&
                          status.epoch() != last_epoch_printed;
         if (tty && !new_epoch) {

@@ -106,6 +106,7 @@ class Coordinator {
 
   // Wakes every blocked call; they return Cancelled.
   void Shutdown();
+  bool IsShutdown() const;
 
  private:
   struct Worker {

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <iostream>
 #include <random>
@@ -70,7 +71,9 @@ void ConfigureThreads(int threads) {
   Dl_info info;
   if (void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
       sgemm != nullptr && dladdr(sgemm, &info) != 0 && info.dli_fname) {
-    blas = info.dli_fname;
+    // libblas.so.3 is Debian's alternatives link; name what it points at.
+    char resolved[PATH_MAX];
+    blas = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
   }
   LogInfo("compute threads: ", threads, "; BLAS: ", blas);
   if (blas.find("openblas") == std::string::npos) {

@@ -87,7 +87,7 @@ grpc::Status GrpcService::WorkerSession(
       break;
     }
     if (closed) break;
-    if (context->IsCancelled()) {
+    if (context->IsCancelled() || coordinator_->IsShutdown()) {
       cause = absl::CancelledError("the session was cancelled");
       break;
     }
