@@ -15,7 +15,8 @@
 namespace lockstep::client {
 namespace {
 
-constexpr char kSubmitUsage[] = R"(Usage: lockstep submit JOB.json [--set field=value ...] [--watch]
+constexpr char kSubmitUsage[] =
+    R"(Usage: lockstep submit JOB.json [--set field=value ...] [--watch]
 
 Queues a job on the coordinator and prints its id. With --watch, follows it
 to the end and exits 0 if it succeeded, 1 if it failed or was stopped.
@@ -95,7 +96,8 @@ std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
 absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
                                      const std::vector<std::string>& sets) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpec(path));
-  for (const std::string& set : sets) RETURN_IF_ERROR(ApplyOverride(set, &spec));
+  for (const std::string& set : sets)
+    RETURN_IF_ERROR(ApplyOverride(set, &spec));
   ApplyDefaults(&spec);
   return spec;
 }
@@ -184,7 +186,8 @@ int RunSubmit(const std::vector<std::string>& argv) {
   grpc::ClientContext watch_context;
   auto final_status = WatchJob(stub.get(), response.job_id(), &watch_context,
                                [](const v1::JobStatus& status) {
-                                 std::cout << FormatProgress(status) << std::endl;
+                                 std::cout << FormatProgress(status)
+                                           << std::endl;
                                });
   if (!final_status.ok()) return Fail(final_status.status());
   std::cout << response.job_id() << " " << StateName(final_status->state())
@@ -229,8 +232,8 @@ int RunStatus(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   std::cout << absl::StrFormat("%-28s %-10s %-13s %-7s %-8s %-9s %s\n", "JOB",
-                               "STATE", "STEP", "WORKERS", "LOSS",
-                               "TEST ACC", "SAMPLES/S");
+                               "STATE", "STEP", "WORKERS", "LOSS", "TEST ACC",
+                               "SAMPLES/S");
   for (const v1::JobStatus& job : response.jobs()) {
     std::cout << absl::StrFormat(
         "%-28s %-10s %-13s %-7d %-8.4f %-9s %.0f\n", job.job_id(),

@@ -25,7 +25,8 @@
 namespace lockstep::client {
 namespace {
 
-constexpr char kLocalUsage[] = R"(Usage: lockstep local --workers N [--json] [--set field=value ...] JOB.json
+constexpr char kLocalUsage[] =
+    R"(Usage: lockstep local --workers N [--json] [--set field=value ...] JOB.json
 
 Runs JOB.json on an embedded coordinator and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -51,7 +52,8 @@ absl::StatusOr<std::string> ReadListenAddress(int fd, absl::Duration timeout) {
   std::string line;
   absl::Time deadline = absl::Now() + timeout;
   while (line.find('\n') == std::string::npos) {
-    int left = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    int left =
+        static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
     pollfd p{fd, POLLIN, 0};
     if (left <= 0 || poll(&p, 1, left) <= 0) {
       return absl::DeadlineExceededError(
@@ -70,8 +72,10 @@ absl::StatusOr<std::string> ReadListenAddress(int fd, absl::Duration timeout) {
 }
 
 std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  if (WIFEXITED(status))
+    return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return absl::StrCat("was killed by signal ", WTERMSIG(status));
   return "ended";
 }
 
@@ -109,8 +113,8 @@ absl::Status LocalRun::Prepare() {
   json_ = args_.Has("json");
   ASSIGN_OR_RETURN(workers_, args_.GetInt("workers", 2));
   if (workers_ < 1 || workers_ > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--workers must be between 1 and 64, got ", workers_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers must be between 1 and 64, got ", workers_));
   }
   if (args_.positional().size() != 1) {
     return absl::InvalidArgumentError(
@@ -119,17 +123,20 @@ absl::Status LocalRun::Prepare() {
   ASSIGN_OR_RETURN(spec_, LoadSpec(args_.positional()[0], args_.GetAll("set")));
   if (spec_.num_workers() == 0) spec_.set_num_workers(workers_);
   if (spec_.num_workers() != workers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job asks for num_workers ", spec_.num_workers(), " but --workers is ",
-        workers_, "; make them agree"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job asks for num_workers ", spec_.num_workers(),
+                     " but --workers is ", workers_, "; make them agree"));
   }
   RETURN_IF_ERROR(ValidateJobSpec(spec_, workers_));
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ASSIGN_OR_RETURN(threads_, args_.GetInt("threads", std::max(1, cores / workers_)));
+  int cores =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ASSIGN_OR_RETURN(threads_,
+                   args_.GetInt("threads", std::max(1, cores / workers_)));
   if (threads_ < 1) return absl::InvalidArgumentError("--threads must be >= 1");
 
-  std::string tmpl = absl::StrCat(
-      std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", "/lockstep-local-XXXXXX");
+  std::string tmpl =
+      absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                   "/lockstep-local-XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create a run directory from ", tmpl));
@@ -140,41 +147,43 @@ absl::Status LocalRun::Prepare() {
 
 absl::Status LocalRun::StartProcesses() {
   int coordinator_stdout = -1;
-  RETURN_IF_ERROR(processes_
-                      .Spawn("coordinator",
-                             {bin_dir_ + "/lockstep-coordinator", "--listen",
-                              "127.0.0.1:0", "--state-dir", run_dir_ + "/state"},
-                             {}, run_dir_ + "/coordinator.log",
-                             &coordinator_stdout)
-                      .status());
+  RETURN_IF_ERROR(
+      processes_
+          .Spawn("coordinator",
+                 {bin_dir_ + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
+                  "--state-dir", run_dir_ + "/state"},
+                 {}, run_dir_ + "/coordinator.log", &coordinator_stdout)
+          .status());
   auto address = ReadListenAddress(coordinator_stdout, absl::Seconds(30));
   close(coordinator_stdout);
   if (!address.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        address.status().message(), "; its log:\n",
-        TailOfFile(run_dir_ + "/coordinator.log", 20)));
+    return absl::UnavailableError(
+        absl::StrCat(address.status().message(), "; its log:\n",
+                     TailOfFile(run_dir_ + "/coordinator.log", 20)));
   }
   address_ = *address;
   std::string threads = absl::StrCat(threads_);
   for (int i = 0; i < workers_; ++i) {
     RETURN_IF_ERROR(
         processes_
-            .Spawn(absl::StrCat("worker ", i),
-                   {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
-                    "--host", "127.0.0.1", "--threads", threads},
-                   // Keep OpenMP and OpenBLAS from spinning on the cores the
-                   // other workers need.
-                   {"OMP_NUM_THREADS=" + threads,
-                    "OPENBLAS_NUM_THREADS=" + threads, "OMP_WAIT_POLICY=PASSIVE"},
-                   absl::StrCat(run_dir_, "/worker-", i, ".log"))
+            .Spawn(
+                absl::StrCat("worker ", i),
+                {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
+                 "--host", "127.0.0.1", "--threads", threads},
+                // Keep OpenMP and OpenBLAS from spinning on the cores the
+                // other workers need.
+                {"OMP_NUM_THREADS=" + threads,
+                 "OPENBLAS_NUM_THREADS=" + threads, "OMP_WAIT_POLICY=PASSIVE"},
+                absl::StrCat(run_dir_, "/worker-", i, ".log"))
             .status());
   }
   processes_.StartReaper([this](const std::string& name, int status) {
     if (finishing_) return;
-    std::string log = name == "coordinator"
-                          ? run_dir_ + "/coordinator.log"
-                          : absl::StrCat(run_dir_, "/worker-",
-                                         name.substr(name.find(' ') + 1), ".log");
+    std::string log =
+        name == "coordinator"
+            ? run_dir_ + "/coordinator.log"
+            : absl::StrCat(run_dir_, "/worker-",
+                           name.substr(name.find(' ') + 1), ".log");
     {
       absl::MutexLock lock(&mu_);
       if (!child_failure_.empty()) return;
@@ -203,7 +212,8 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   f["samples_per_second"].set_number_value(status.samples_per_second());
   f["generations"].set_number_value(status.generations());
   f["wall_seconds"].set_number_value(wall_seconds);
-  std::string digest = status.ranks_size() ? status.ranks(0).model_digest() : "";
+  std::string digest =
+      status.ranks_size() ? status.ranks(0).model_digest() : "";
   f["model_digest"].set_string_value(digest);
   auto* digests = f["rank_digests"].mutable_list_value();
   for (const v1::RankResult& rank : status.ranks()) {
@@ -221,7 +231,8 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
   if (final_status.ok()) {
     // The final record, with the loss history.
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
     v1::GetJobStatusRequest request;
     request.set_job_id(final_status->job_id());
     request.set_include_history(true);
@@ -241,8 +252,9 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
   }
   if (!final_status.ok()) {
     std::cerr << "lockstep: "
-              << (child_failure.empty() ? std::string(final_status.status().message())
-                                        : child_failure)
+              << (child_failure.empty()
+                      ? std::string(final_status.status().message())
+                      : child_failure)
               << "\nlogs are in " << run_dir_ << std::endl;
     return kExitJobFailed;
   }
@@ -250,18 +262,20 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
     std::ofstream out(args_.Get("metrics-out"));
     out << "step,loss\n";
     for (int i = 0; i < status.step_losses_size(); ++i) {
-      out << i + 1 << "," << absl::StrFormat("%.9g", status.step_losses(i)) << "\n";
+      out << i + 1 << "," << absl::StrFormat("%.9g", status.step_losses(i))
+          << "\n";
     }
     if (!out) {
-      std::cerr << "lockstep: cannot write " << args_.Get("metrics-out") << "\n";
+      std::cerr << "lockstep: cannot write " << args_.Get("metrics-out")
+                << "\n";
     }
   }
   bool ok = status.state() == v1::JOB_STATE_SUCCEEDED;
   for (const v1::RankResult& rank : status.ranks()) {
     if (ok && rank.model_digest() != status.ranks(0).model_digest()) {
       status.set_state(v1::JOB_STATE_FAILED);
-      status.set_error(absl::StrCat("rank ", rank.rank(),
-                                    " ended with a different model than rank 0"));
+      status.set_error(absl::StrCat(
+          "rank ", rank.rank(), " ended with a different model than rank 0"));
       ok = false;
     }
   }
@@ -301,7 +315,8 @@ int LocalRun::Run() {
              << run_dir_ << std::endl;
 
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec_;
   v1::SubmitJobResponse response;
@@ -315,21 +330,21 @@ int LocalRun::Run() {
   bool tty = !json_ && isatty(STDOUT_FILENO);
   int64_t last_epoch_printed = -1;
   std::string last_line;
-  auto final_status = WatchJob(
-      stub_.get(), response.job_id(), &watch_context_,
-      [&](const v1::JobStatus& status) {
-        std::string line = FormatProgress(status);
-        if (line == last_line) return;
-        last_line = line;
-        bool new_epoch = status.has_test_accuracy() &&
-                         status.epoch() != last_epoch_printed;
-        if (tty && !new_epoch) {
-          progress() << "\r\033[K" << line << std::flush;
-        } else {
-          progress() << (tty ? "\r\033[K" : "") << line << std::endl;
-        }
-        if (new_epoch) last_epoch_printed = status.epoch();
-      });
+  auto final_status =
+      WatchJob(stub_.get(), response.job_id(), &watch_context_,
+               [&](const v1::JobStatus& status) {
+                 std::string line = FormatProgress(status);
+                 if (line == last_line) return;
+                 last_line = line;
+                 bool new_epoch = status.has_test_accuracy() &&
+                                  status.epoch() != last_epoch_printed;
+                 if (tty && !new_epoch) {
+                   progress() << "\r\033[K" << line << std::flush;
+                 } else {
+                   progress() << (tty ? "\r\033[K" : "") << line << std::endl;
+                 }
+                 if (new_epoch) last_epoch_printed = status.epoch();
+               });
   if (tty) progress() << "\n";
   return Finish(final_status);
 }

@@ -23,11 +23,11 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(const std::string& name,
                                           const std::vector<std::string>& env,
                                           const std::string& log_path,
                                           int* stdout_pipe) {
-  int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0644);
+  int log_fd =
+      open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create log file ", log_path, ": ", strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create log file ", log_path, ": ", strerror(errno)));
   }
   int pipe_fds[2] = {-1, -1};
   if (stdout_pipe != nullptr && pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -36,7 +36,8 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(const std::string& name,
   }
   // Everything the child needs is prepared before fork.
   std::vector<char*> c_argv;
-  for (const std::string& arg : argv) c_argv.push_back(const_cast<char*>(arg.c_str()));
+  for (const std::string& arg : argv)
+    c_argv.push_back(const_cast<char*>(arg.c_str()));
   c_argv.push_back(nullptr);
   // The environment: ours, with `env` replacing variables of the same name.
   std::vector<std::string> merged;
@@ -53,7 +54,8 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(const std::string& name,
   }
   merged.insert(merged.end(), env.begin(), env.end());
   std::vector<char*> c_env;
-  for (const std::string& var : merged) c_env.push_back(const_cast<char*>(var.c_str()));
+  for (const std::string& var : merged)
+    c_env.push_back(const_cast<char*>(var.c_str()));
   c_env.push_back(nullptr);
   pid_t parent = getpid();
 
@@ -138,7 +140,8 @@ std::string TailOfFile(const std::string& path, int lines) {
   if (!contents.ok()) return "";
   std::vector<absl::string_view> all =
       absl::StrSplit(*contents, '\n', absl::SkipEmpty());
-  size_t start = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+  size_t start =
+      all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
   return absl::StrJoin(all.begin() + start, all.end(), "\n");
 }
 

@@ -30,9 +30,8 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv,
     }
     if (bool_flags.count(name)) {
       if (has_value && value != "true" && value != "false") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("flag --", name, " takes no value (got '", value,
-                         "')"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "flag --", name, " takes no value (got '", value, "')"));
       }
       args.values_[name].push_back(has_value ? value : "true");
       continue;

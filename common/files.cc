@@ -15,10 +15,9 @@ namespace lockstep {
 namespace {
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::Status(
-      errno == ENOENT ? absl::StatusCode::kNotFound
-                      : absl::StatusCode::kFailedPrecondition,
-      absl::StrCat(what, " ", path, ": ", strerror(errno)));
+  return absl::Status(errno == ENOENT ? absl::StatusCode::kNotFound
+                                      : absl::StatusCode::kFailedPrecondition,
+                      absl::StrCat(what, " ", path, ": ", strerror(errno)));
 }
 
 std::string ParentDirectory(const std::string& path) {

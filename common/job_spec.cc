@@ -35,8 +35,8 @@ absl::Status CheckChoice(absl::string_view field, const std::string& value,
   for (const char* item : set) {
     absl::StrAppend(&choices, choices.empty() ? "" : ", ", item);
   }
-  return Invalid(absl::StrCat(field, " is \"", value, "\"; choose one of ",
-                              choices));
+  return Invalid(
+      absl::StrCat(field, " is \"", value, "\"; choose one of ", choices));
 }
 
 }  // namespace
@@ -48,10 +48,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
   options.ignore_unknown_fields = false;
   auto status = pbutil::JsonStringToMessage(std::string(json), &spec, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": ", std::string(status.message().data(), status.message().size()),
-                     " (the fields are listed in README.md, \"Job spec "
-                     "reference\")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": ",
+        std::string(status.message().data(), status.message().size()),
+        " (the fields are listed in README.md, \"Job spec "
+        "reference\")"));
   }
   return spec;
 }
@@ -64,9 +65,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
 absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
   size_t eq = assignment.find('=');
   if (eq == absl::string_view::npos || eq == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--set wants field=value (e.g. --set epochs=1), got '", assignment,
-        "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set wants field=value (e.g. --set epochs=1), got '",
+                     assignment, "'"));
   }
   std::string field(assignment.substr(0, eq));
   std::string text(assignment.substr(eq + 1));
@@ -93,8 +94,8 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
   }
   (*node->mutable_fields())[path.back()] = value;
   // The two batch sizes exclude each other: setting one replaces the other.
-  if (path.size() == 1 && (field == "global_batch_size" ||
-                           field == "per_replica_batch_size")) {
+  if (path.size() == 1 &&
+      (field == "global_batch_size" || field == "per_replica_batch_size")) {
     node->mutable_fields()->erase(field == "global_batch_size"
                                       ? "per_replica_batch_size"
                                       : "global_batch_size");
@@ -105,9 +106,9 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
   v1::JobSpec updated;
   auto status = pbutil::JsonStringToMessage(updated_json, &updated);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--set ", assignment, ": ",
-                     std::string(status.message().data(), status.message().size())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--set ", assignment, ": ",
+        std::string(status.message().data(), status.message().size())));
   }
   *spec = updated;
   return absl::OkStatus();
@@ -117,13 +118,15 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->name().empty()) spec->set_name("job");
   if (spec->model().empty()) spec->set_model("mlp");
   if (spec->data().format().empty()) spec->mutable_data()->set_format("idx");
-  if (spec->data().dir().empty()) spec->mutable_data()->set_dir(kDefaultDataDir);
+  if (spec->data().dir().empty())
+    spec->mutable_data()->set_dir(kDefaultDataDir);
   if (spec->epochs() == 0) spec->set_epochs(1);
   if (spec->lr_scaling().empty()) spec->set_lr_scaling("none");
   v1::OptimizerSpec* opt = spec->mutable_optimizer();
   if (opt->type().empty()) opt->set_type("sgd");
   if (!opt->has_momentum()) opt->set_momentum(opt->type() == "sgd" ? 0.9 : 0);
-  if (spec->base_lr() == 0) spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
+  if (spec->base_lr() == 0)
+    spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
 }
 
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
@@ -174,14 +177,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
                                 spec.per_replica_batch_size()));
   }
   if (spec.epochs() < 1) {
-    return Invalid(absl::StrCat("epochs must be at least 1, got ", spec.epochs()));
+    return Invalid(
+        absl::StrCat("epochs must be at least 1, got ", spec.epochs()));
   }
   if (spec.num_workers() < 0) {
-    return Invalid(absl::StrCat("num_workers must be >= 0, got ",
-                                spec.num_workers()));
+    return Invalid(
+        absl::StrCat("num_workers must be >= 0, got ", spec.num_workers()));
   }
   if (!(spec.base_lr() > 0)) {
-    return Invalid(absl::StrCat("base_lr must be positive, got ", spec.base_lr()));
+    return Invalid(
+        absl::StrCat("base_lr must be positive, got ", spec.base_lr()));
   }
   if (spec.reference_batch_size() < 0 || spec.warmup_steps() < 0 ||
       spec.max_steps() < 0 || spec.log_every_steps() < 0) {

@@ -44,8 +44,8 @@ absl::StatusOr<v1::ClusterSpec> ParseCluster(const Value& value) {
     v1::TaskList& list = (*cluster.mutable_tasks())[type];
     for (const Value& address : tasks.list_value().values()) {
       if (address.kind_case() != Value::kStringValue) {
-        return Invalid(absl::StrCat("cluster.", type,
-                                    " must be a list of \"host:port\" strings"));
+        return Invalid(absl::StrCat(
+            "cluster.", type, " must be a list of \"host:port\" strings"));
       }
       list.add_addresses(address.string_value());
     }
@@ -121,13 +121,12 @@ absl::Status ValidateCluster(const v1::ClusterSpec& cluster) {
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
   Struct root;
   google::protobuf::util::JsonParseOptions options;
-  auto parsed = google::protobuf::util::JsonStringToMessage(
-      std::string(json), &root, options);
+  auto parsed = google::protobuf::util::JsonStringToMessage(std::string(json),
+                                                            &root, options);
   if (!parsed.ok()) {
-    return Invalid(absl::StrCat("not valid JSON (",
-                                std::string(parsed.message().data(),
-                                            parsed.message().size()),
-                                ")"));
+    return Invalid(absl::StrCat(
+        "not valid JSON (",
+        std::string(parsed.message().data(), parsed.message().size()), ")"));
   }
   TfConfig config;
   bool has_cluster = false;
@@ -152,9 +151,8 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
                                   "worker, ps, evaluator"));
     }
     auto it = config.cluster.tasks().find(task.type());
-    int count = it == config.cluster.tasks().end()
-                    ? 0
-                    : it->second.addresses_size();
+    int count =
+        it == config.cluster.tasks().end() ? 0 : it->second.addresses_size();
     if (task.index() >= count) {
       return Invalid(absl::StrCat("task ", TaskName(task),
                                   " is out of range: the cluster has ", count,
@@ -221,8 +219,8 @@ std::string TaskAddress(const v1::ClusterSpec& cluster,
 std::string DescribeCluster(const v1::ClusterSpec& cluster) {
   std::map<std::string, std::string> sorted;
   for (const auto& [type, list] : cluster.tasks()) {
-    sorted[type] = absl::StrCat(type, ":[", absl::StrJoin(list.addresses(), ","),
-                                "]");
+    sorted[type] =
+        absl::StrCat(type, ":[", absl::StrJoin(list.addresses(), ","), "]");
   }
   std::vector<std::string> parts;
   for (const auto& [type, text] : sorted) parts.push_back(text);

@@ -86,9 +86,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     }
     auto rank = RankOf(*cluster_, request.task());
     if (!rank.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("refusing worker on ", request.host(), ": ",
-                       rank.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("refusing worker on ",
+                                                     request.host(), ": ",
+                                                     rank.status().message()));
     }
     if (!request.cluster().tasks().empty() &&
         !SameCluster(request.cluster(), *cluster_)) {
@@ -120,7 +120,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     worker.order = next_worker_order_++;
   } else if (worker.incarnation != request.incarnation() &&
              worker.sink != nullptr) {
-    LogWarning("worker ", id, " re-registered with a new incarnation; the "
+    LogWarning("worker ", id,
+               " re-registered with a new incarnation; the "
                "previous process is gone");
   }
   worker.task = request.task();
@@ -144,10 +145,10 @@ absl::Status Coordinator::OpenSession(const std::string& worker_id,
   }
   Worker& worker = it->second;
   if (worker.incarnation != incarnation) {
-    return absl::AbortedError(absl::StrCat(
-        "worker ", worker_id, " session has incarnation ",
-        absl::Hex(incarnation), " but the registered one is ",
-        absl::Hex(worker.incarnation), "; the process restarted"));
+    return absl::AbortedError(
+        absl::StrCat("worker ", worker_id, " session has incarnation ",
+                     absl::Hex(incarnation), " but the registered one is ",
+                     absl::Hex(worker.incarnation), "; the process restarted"));
   }
   worker.sink = sink;
   worker.last_heartbeat = clock_->Now();
@@ -164,8 +165,8 @@ void Coordinator::CloseSession(const std::string& worker_id,
   if (it == workers_.end() || it->second.sink != sink) return;
   Worker& worker = it->second;
   worker.sink = nullptr;
-  LogWarning("worker ", DescribeWorkerLocked(worker), " session ended: ",
-             cause.ToString());
+  LogWarning("worker ", DescribeWorkerLocked(worker),
+             " session ended: ", cause.ToString());
   if (!worker.job_id.empty()) {
     Job& job = jobs_[worker.job_id];
     EndJobLocked(job, v1::JOB_STATE_FAILED,
@@ -278,8 +279,9 @@ std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
       picked.push_back(&worker);
     }
   }
-  std::sort(picked.begin(), picked.end(),
-            [](const Worker* a, const Worker* b) { return a->order < b->order; });
+  std::sort(picked.begin(), picked.end(), [](const Worker* a, const Worker* b) {
+    return a->order < b->order;
+  });
   int wanted = job.status.spec().num_workers();
   if (wanted == 0) return picked;
   if (static_cast<int>(picked.size()) < wanted) return {};
@@ -297,7 +299,8 @@ void Coordinator::MaybeStartJobLocked() {
     std::vector<Worker*> workers = PickWorkersLocked(job);
     if (workers.empty()) return;
     queue_.pop_front();
-    auto plan = ResolveBatch(job.status.spec(), static_cast<int>(workers.size()));
+    auto plan =
+        ResolveBatch(job.status.spec(), static_cast<int>(workers.size()));
     if (!plan.ok()) {
       job.status.set_state(v1::JOB_STATE_FAILED);
       job.status.set_error(std::string(plan.status().message()));
@@ -404,7 +407,8 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
     for (float loss : report.step_losses()) losses->Add(loss);
     status.set_loss(report.step_losses(report.step_losses_size() - 1));
   }
-  if (report.has_test_accuracy()) status.set_test_accuracy(report.test_accuracy());
+  if (report.has_test_accuracy())
+    status.set_test_accuracy(report.test_accuracy());
   if (report.has_test_loss()) status.set_test_loss(report.test_loss());
   ChangedLocked(job);
 }
@@ -530,7 +534,8 @@ void Coordinator::PersistLocked(const Job& job) {
   absl::Status status = store_->Save(job.status);
   if (!status.ok()) {
     // Keep serving: the job goes on; only its durable record is stale.
-    LogError(status.message(), "; the job's state will be lost on a "
+    LogError(status.message(),
+             "; the job's state will be lost on a "
              "coordinator restart unless the disk recovers");
   }
 }
@@ -547,22 +552,24 @@ absl::Status Coordinator::CheckGenerationLocked(const std::string& job_id,
   const v1::JobStatus& status = it->second.status;
   if (running_job_ != job_id || status.generation() != generation) {
     return absl::AbortedError(absl::StrCat(
-        "job ", job_id, " generation ", generation,
-        " is over (the job is ", v1::JobState_Name(status.state()),
-        ", generation ", status.generation(), "): ", status.error()));
+        "job ", job_id, " generation ", generation, " is over (the job is ",
+        v1::JobState_Name(status.state()), ", generation ", status.generation(),
+        "): ", status.error()));
   }
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckGenerationLocked(request.job_id(), request.generation()));
+  RETURN_IF_ERROR(
+      CheckGenerationLocked(request.job_id(), request.generation()));
   kv_[request.key()] = request.value();
   changed_.SignalAll();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Coordinator::KvGet(const v1::KvGetRequest& request) {
+absl::StatusOr<std::string> Coordinator::KvGet(
+    const v1::KvGetRequest& request) {
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -572,9 +579,9 @@ absl::StatusOr<std::string> Coordinator::KvGet(const v1::KvGetRequest& request) 
     if (it != kv_.end()) return it->second;
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "key '", request.key(), "' of job ", request.job_id(),
-          " generation ", request.generation(), " was not set within ",
-          request.timeout_ms(), " ms; a peer did not reach rendezvous"));
+          "key '", request.key(), "' of job ", request.job_id(), " generation ",
+          request.generation(), " was not set within ", request.timeout_ms(),
+          " ms; a peer did not reach rendezvous"));
     }
     changed_.WaitWithDeadline(&mu_, deadline);
   }
@@ -583,7 +590,8 @@ absl::StatusOr<std::string> Coordinator::KvGet(const v1::KvGetRequest& request) 
 absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckGenerationLocked(request.job_id(), request.generation()));
+  RETURN_IF_ERROR(
+      CheckGenerationLocked(request.job_id(), request.generation()));
   std::set<int>& arrived = barriers_[request.name()];
   arrived.insert(request.rank());
   changed_.SignalAll();
@@ -602,9 +610,10 @@ absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
               absl::StrCat("rank ", rank, " (", job.rank_workers[rank], ")"));
         }
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "barrier '", request.name(), "' timed out after ",
-          request.timeout_ms(), " ms; missing: ", absl::StrJoin(missing, ", ")));
+      return absl::DeadlineExceededError(
+          absl::StrCat("barrier '", request.name(), "' timed out after ",
+                       request.timeout_ms(),
+                       " ms; missing: ", absl::StrJoin(missing, ", ")));
     }
     changed_.WaitWithDeadline(&mu_, deadline);
   }

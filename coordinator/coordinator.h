@@ -4,10 +4,13 @@
 //
 // Job states:
 //
-//   QUEUED ──(enough workers connected)──▶ RUNNING ──(every rank ok)──▶ SUCCEEDED
+//   QUEUED ──(enough workers connected)──▶ RUNNING ──(every rank ok)──▶
+//   SUCCEEDED
 //     │                                     │  │
-//     └──(stop)──▶ STOPPED ◀──(stop, ranks agree on a step)──┘  └──(a rank fails or
-//                                                                  disconnects)──▶ FAILED
+//     └──(stop)──▶ STOPPED ◀──(stop, ranks agree on a step)──┘  └──(a rank
+//     fails or
+//                                                                  disconnects)──▶
+//                                                                  FAILED
 //
 // One job runs at a time, on every worker it needs. Each start of a job is a
 // new generation; key-value entries and barriers of an older generation are

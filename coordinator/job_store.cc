@@ -30,18 +30,18 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
     std::string message = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot open the state database ", path, ": ", message,
-        "; check that --state-dir is writable"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open the state database ", path, ": ", message,
+                     "; check that --state-dir is writable"));
   }
   std::unique_ptr<JobStore> store(new JobStore(db, path));
   sqlite3_busy_timeout(db, 5000);
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
-  RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS jobs ("
-      "  job_id TEXT PRIMARY KEY,"
-      "  status BLOB NOT NULL)"));
+  RETURN_IF_ERROR(
+      store->Exec("CREATE TABLE IF NOT EXISTS jobs ("
+                  "  job_id TEXT PRIMARY KEY,"
+                  "  status BLOB NOT NULL)"));
   return store;
 }
 
@@ -62,18 +62,19 @@ absl::Status JobStore::Save(const v1::JobStatus& status) {
   std::string blob;
   status.SerializeToString(&blob);
   sqlite3_stmt* raw = nullptr;
-  sqlite3_prepare_v2(db_,
-                     "INSERT INTO jobs (job_id, status) VALUES (?1, ?2) "
-                     "ON CONFLICT(job_id) DO UPDATE SET status = excluded.status",
-                     -1, &raw, nullptr);
+  sqlite3_prepare_v2(
+      db_,
+      "INSERT INTO jobs (job_id, status) VALUES (?1, ?2) "
+      "ON CONFLICT(job_id) DO UPDATE SET status = excluded.status",
+      -1, &raw, nullptr);
   Statement stmt(raw);
   sqlite3_bind_text(raw, 1, status.job_id().c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_blob(raw, 2, blob.data(), static_cast<int>(blob.size()),
                     SQLITE_TRANSIENT);
   if (sqlite3_step(raw) != SQLITE_DONE) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot save job ", status.job_id(), " to ", path_, ": ",
-                     sqlite3_errmsg(db_)));
+    return absl::UnavailableError(absl::StrCat("cannot save job ",
+                                               status.job_id(), " to ", path_,
+                                               ": ", sqlite3_errmsg(db_)));
   }
   return absl::OkStatus();
 }
@@ -99,8 +100,8 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobStore::LoadAll() {
     jobs.push_back(std::move(status));
   }
   if (rc != SQLITE_DONE) {
-    return absl::DataLossError(absl::StrCat("cannot read ", path_, ": ",
-                                            sqlite3_errmsg(db_)));
+    return absl::DataLossError(
+        absl::StrCat("cannot read ", path_, ": ", sqlite3_errmsg(db_)));
   }
   return jobs;
 }

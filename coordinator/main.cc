@@ -16,7 +16,8 @@
 namespace lockstep::coordinator {
 namespace {
 
-constexpr char kUsage[] = R"(lockstep-coordinator: the lockstep control-plane daemon
+constexpr char kUsage[] =
+    R"(lockstep-coordinator: the lockstep control-plane daemon
 
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
@@ -48,10 +49,10 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (!args->positional().empty()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "unexpected argument '", args->positional()[0],
-                    "'; see --help")),
-                2);
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "unexpected argument '", args->positional()[0], "'; see --help")),
+        2);
   }
   if (!args->Has("listen") || !args->Has("state-dir")) {
     return Fail(absl::InvalidArgumentError(
@@ -98,8 +99,7 @@ int Run(int argc, char** argv) {
   std::string host = listen.substr(0, listen.rfind(':'));
   std::cout << "lockstep-coordinator listening on " << host << ":" << port
             << std::endl;
-  LogInfo("serving on ", host, ":", port, ", state in ",
-          args->Get("state-dir"),
+  LogInfo("serving on ", host, ":", port, ", state in ", args->Get("state-dir"),
           static_cluster ? ", static cluster" : ", free registration");
 
   int signal = 0;

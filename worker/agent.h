@@ -47,7 +47,9 @@ class Agent {
   };
 
   Agent(ControlPlane* control, TaskRunner runner, Options options)
-      : control_(control), runner_(std::move(runner)), options_(std::move(options)) {}
+      : control_(control),
+        runner_(std::move(runner)),
+        options_(std::move(options)) {}
 
   // Returns when the session ends. Errors: the registration was refused
   // (InvalidArgument, with the coordinator's reason), or the coordinator

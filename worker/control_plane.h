@@ -19,7 +19,8 @@ namespace lockstep::worker {
 class KeyValueClient {
  public:
   virtual ~KeyValueClient() = default;
-  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  virtual absl::Status Set(const std::string& key,
+                           const std::string& value) = 0;
   // Waits up to `timeout` for the key. Errors: DeadlineExceeded, Aborted when
   // the generation is over.
   virtual absl::StatusOr<std::string> Get(const std::string& key,

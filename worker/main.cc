@@ -21,7 +21,8 @@
 namespace lockstep::worker {
 namespace {
 
-constexpr char kUsage[] = R"(lockstep-worker: a lockstep training worker (one replica)
+constexpr char kUsage[] =
+    R"(lockstep-worker: a lockstep training worker (one replica)
 
 Usage:
   lockstep-worker --coordinator HOST:PORT [flags]
@@ -77,17 +78,17 @@ void ConfigureThreads(int threads) {
   }
   LogInfo("compute threads: ", threads, "; BLAS: ", blas);
   if (blas.find("openblas") == std::string::npos) {
-    LogWarning("the loaded BLAS is not OpenBLAS; training will be slow. Run "
-               "scripts/install-deps as root to select OpenBLAS");
+    LogWarning(
+        "the loaded BLAS is not OpenBLAS; training will be slow. Run "
+        "scripts/install-deps as root to select OpenBLAS");
   }
 }
 
 int Run(int argc, char** argv) {
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "task-type", "task-index", "host", "threads",
-       "connect-timeout"},
-      {"help"});
+  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                          {"coordinator", "task-type", "task-index", "host",
+                           "threads", "connect-timeout"},
+                          {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -135,7 +136,8 @@ int Run(int argc, char** argv) {
   }
   registration.set_host(host);
 
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto threads = args->GetInt("threads", cores);
   if (!threads.ok()) return Fail(threads.status(), 2);
   if (*threads < 1) {

@@ -131,8 +131,8 @@ grpc::Status GrpcService::SubmitJob(grpc::ServerContext*,
 grpc::Status GrpcService::GetJobStatus(grpc::ServerContext*,
                                        const v1::GetJobStatusRequest* request,
                                        v1::GetJobStatusResponse* response) {
-  auto jobs = coordinator_->GetJobStatus(request->job_id(),
-                                         request->include_history());
+  auto jobs =
+      coordinator_->GetJobStatus(request->job_id(), request->include_history());
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   for (v1::JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
   return grpc::Status::OK;

@@ -54,9 +54,9 @@ class CoordinatorTest : public ::testing::Test {
   std::string Connect(uint64_t incarnation, FakeSink* sink) {
     auto registered = coordinator_->RegisterWorker(Free(incarnation));
     EXPECT_TRUE(registered.ok()) << registered.status();
-    EXPECT_TRUE(coordinator_
-                    ->OpenSession(registered->worker_id(), incarnation, sink)
-                    .ok());
+    EXPECT_TRUE(
+        coordinator_->OpenSession(registered->worker_id(), incarnation, sink)
+            .ok());
     return registered->worker_id();
   }
 
@@ -84,7 +84,8 @@ TEST_F(CoordinatorTest, JobStartsWhenEnoughWorkersAndAssignsRanksInOrder) {
   EXPECT_EQ(b.commands[0].assignment().rank(), 1);
   EXPECT_EQ(a.commands[0].assignment().world_size(), 2);
   EXPECT_EQ(a.commands[0].assignment().generation(), 1);
-  EXPECT_EQ(a.commands[0].assignment().spec().model(), "mlp");  // defaults applied
+  EXPECT_EQ(a.commands[0].assignment().spec().model(),
+            "mlp");  // defaults applied
 }
 
 TEST_F(CoordinatorTest, ResultsFromEveryRankSucceedTheJob) {
@@ -172,7 +173,8 @@ TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
   get.set_key("k");
   EXPECT_EQ(*coordinator_->KvGet(get), "v");
   get.set_generation(0);
-  EXPECT_EQ(coordinator_->KvGet(get).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->KvGet(get).status().code(),
+            absl::StatusCode::kAborted);
   get.set_generation(1);
   get.set_key("missing");
   get.set_timeout_ms(1);
@@ -248,8 +250,9 @@ TEST_F(CoordinatorTest, StaticClusterRefusesStrangersAndDisagreeingViews) {
   *request.mutable_cluster() = other->cluster;
   auto disagree = coordinator_->RegisterWorker(request);
   EXPECT_EQ(disagree.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(disagree.status().message(),
-              AllOf(HasSubstr("worker:[a:1,c:1]"), HasSubstr("worker:[a:1,b:1]")));
+  EXPECT_THAT(
+      disagree.status().message(),
+      AllOf(HasSubstr("worker:[a:1,c:1]"), HasSubstr("worker:[a:1,b:1]")));
 
   *request.mutable_cluster() = config->cluster;
   auto ok = coordinator_->RegisterWorker(request);

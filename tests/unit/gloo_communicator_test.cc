@@ -62,11 +62,13 @@ TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
         return;
       }
       std::vector<float>& data = sums[rank];
-      for (size_t i = 0; i < count; ++i) data.push_back(float(rank + 1) * (i % 97));
+      for (size_t i = 0; i < count; ++i)
+        data.push_back(float(rank + 1) * (i % 97));
       errors[rank] = (*comm)->AllReduceSum(data.data(), data.size());
       if (!errors[rank].ok()) return;
       broadcasts[rank].assign(count, float(rank));
-      errors[rank] = (*comm)->Broadcast(broadcasts[rank].data(), count, world - 1);
+      errors[rank] =
+          (*comm)->Broadcast(broadcasts[rank].data(), count, world - 1);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -74,20 +76,22 @@ TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
   for (int rank = 0; rank < world; ++rank) {
     ASSERT_TRUE(errors[rank].ok()) << errors[rank];
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(sums[rank][i], factor * (i % 97)) << "rank " << rank << " i " << i;
+      ASSERT_EQ(sums[rank][i], factor * (i % 97))
+          << "rank " << rank << " i " << i;
       ASSERT_EQ(broadcasts[rank][i], float(world - 1));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, GlooAllReduceTest,
-    ::testing::Values(Case{1, 5}, Case{2, 0}, Case{2, 1}, Case{2, 1001},
-                      Case{3, 7}, Case{3, 1 << 20}, Case{4, 3}, Case{4, 262147}),
-    [](const auto& info) {
-      return "W" + std::to_string(info.param.world) + "_N" +
-             std::to_string(info.param.count);
-    });
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooAllReduceTest,
+                         ::testing::Values(Case{1, 5}, Case{2, 0}, Case{2, 1},
+                                           Case{2, 1001}, Case{3, 7},
+                                           Case{3, 1 << 20}, Case{4, 3},
+                                           Case{4, 262147}),
+                         [](const auto& info) {
+                           return "W" + std::to_string(info.param.world) +
+                                  "_N" + std::to_string(info.param.count);
+                         });
 
 // Only rank 0 of 2 shows up, so the rendezvous timeout is certain.
 TEST(GlooCommunicatorTest, MissingPeerIsAnErrorWithinTheTimeout) {

@@ -54,7 +54,8 @@ TEST_F(IdxTest, ReadsRawAndGzip) {
     auto array = ReadIdx(path);
     ASSERT_TRUE(array.ok()) << array.status();
     EXPECT_EQ(array->dims, (std::vector<int64_t>{2, 2, 3}));
-    EXPECT_EQ(std::string(array->data.begin(), array->data.end()), "abcdefghijkl");
+    EXPECT_EQ(std::string(array->data.begin(), array->data.end()),
+              "abcdefghijkl");
   }
 }
 
@@ -62,7 +63,8 @@ TEST_F(IdxTest, TruncatedDataNamesTheFile) {
   std::string path = WriteGz("short.gz", Header({2, 2, 3}) + "abc");
   auto array = ReadIdx(path);
   EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(array.status().message(), AllOf(HasSubstr(path), HasSubstr("truncated")));
+  EXPECT_THAT(array.status().message(),
+              AllOf(HasSubstr(path), HasSubstr("truncated")));
 }
 
 TEST_F(IdxTest, TruncatedHeaderIsAnError) {
@@ -92,13 +94,15 @@ TEST_F(IdxTest, MissingFileSaysWhatToInstall) {
 
 TEST_F(IdxTest, DatasetChecksLabelsAndCounts) {
   std::string images = Write("images", Header({2, 1, 2}) + "abcd");
-  auto ok = LoadImageDataset(images, Write("labels", Header({2}) + std::string("\x01\x09")));
+  auto ok = LoadImageDataset(
+      images, Write("labels", Header({2}) + std::string("\x01\x09")));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->count, 2);
-  auto out_of_range =
-      LoadImageDataset(images, Write("bad", Header({2}) + std::string("\x01\x0a")));
+  auto out_of_range = LoadImageDataset(
+      images, Write("bad", Header({2}) + std::string("\x01\x0a")));
   EXPECT_THAT(out_of_range.status().message(), HasSubstr("out of range"));
-  auto mismatch = LoadImageDataset(images, Write("three", Header({3}) + "\x01\x01\x01"));
+  auto mismatch =
+      LoadImageDataset(images, Write("three", Header({3}) + "\x01\x01\x01"));
   EXPECT_THAT(mismatch.status().message(), HasSubstr("3 labels"));
 }
 

@@ -9,10 +9,10 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-#define ASSERT_OK_OVERRIDE(assignment, spec)            \
-  do {                                                 \
+#define ASSERT_OK_OVERRIDE(assignment, spec)                  \
+  do {                                                        \
     absl::Status status = ApplyOverride(assignment, &(spec)); \
-    ASSERT_TRUE(status.ok()) << status;                \
+    ASSERT_TRUE(status.ok()) << status;                       \
   } while (0)
 
 v1::JobSpec Parse(const char* json) {
@@ -36,7 +36,8 @@ TEST(JobSpecTest, DefaultsAreApplied) {
 }
 
 TEST(JobSpecTest, AdamDefaultsToItsOwnLearningRate) {
-  v1::JobSpec spec = Parse(R"({"global_batch_size": 64, "optimizer": {"type": "adam"}})");
+  v1::JobSpec spec =
+      Parse(R"({"global_batch_size": 64, "optimizer": {"type": "adam"}})");
   EXPECT_DOUBLE_EQ(spec.base_lr(), 1e-3);
   EXPECT_DOUBLE_EQ(spec.optimizer().momentum(), 0);
 }
@@ -47,10 +48,12 @@ TEST(JobSpecTest, AcceptsCamelCaseNames) {
 }
 
 TEST(JobSpecTest, UnknownFieldIsRejectedAndNamed) {
-  auto spec = ParseJobSpec(R"({"global_batch_size": 64, "epocs": 2})", "job.json");
+  auto spec =
+      ParseJobSpec(R"({"global_batch_size": 64, "epocs": 2})", "job.json");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(spec.status().message(), AllOf(HasSubstr("job.json"), HasSubstr("epocs")));
+  EXPECT_THAT(spec.status().message(),
+              AllOf(HasSubstr("job.json"), HasSubstr("epocs")));
 }
 
 TEST(JobSpecTest, MalformedJsonIsRejected) {
@@ -61,7 +64,8 @@ TEST(JobSpecTest, MalformedJsonIsRejected) {
 TEST(JobSpecTest, ExactlyOneBatchSize) {
   v1::JobSpec neither = Parse(R"({})");
   EXPECT_THAT(ValidateJobSpec(neither).message(), HasSubstr("exactly one"));
-  v1::JobSpec both = Parse(R"({"global_batch_size": 64, "per_replica_batch_size": 32})");
+  v1::JobSpec both =
+      Parse(R"({"global_batch_size": 64, "per_replica_batch_size": 32})");
   EXPECT_THAT(ValidateJobSpec(both).message(), HasSubstr("exactly one"));
 }
 
@@ -103,16 +107,22 @@ TEST_P(JobSpecInvalidTest, IsRejected) {
 INSTANTIATE_TEST_SUITE_P(
     Rules, JobSpecInvalidTest,
     ::testing::Values(
-        BadSpec{R"({"global_batch_size": 8, "model": "resnet"})", "model is \"resnet\""},
-        BadSpec{R"({"global_batch_size": 8, "lr_scaling": "cubic"})", "lr_scaling"},
-        BadSpec{R"({"global_batch_size": 8, "optimizer": {"type": "lion"}})", "optimizer.type"},
+        BadSpec{R"({"global_batch_size": 8, "model": "resnet"})",
+                "model is \"resnet\""},
+        BadSpec{R"({"global_batch_size": 8, "lr_scaling": "cubic"})",
+                "lr_scaling"},
+        BadSpec{R"({"global_batch_size": 8, "optimizer": {"type": "lion"}})",
+                "optimizer.type"},
         BadSpec{R"({"global_batch_size": -8})", "must be positive"},
         BadSpec{R"({"per_replica_batch_size": 0})", "must be positive"},
         BadSpec{R"({"global_batch_size": 8, "epochs": -1})", "epochs"},
         BadSpec{R"({"global_batch_size": 8, "base_lr": -0.1})", "base_lr"},
-        BadSpec{R"({"global_batch_size": 8, "warmup_steps": -1})", "warmup_steps"},
-        BadSpec{R"({"global_batch_size": 8, "optimizer": {"momentum": 1.5}})", "momentum"},
-        BadSpec{R"({"global_batch_size": 8, "data": {"format": "csv"}})", "data.format"}));
+        BadSpec{R"({"global_batch_size": 8, "warmup_steps": -1})",
+                "warmup_steps"},
+        BadSpec{R"({"global_batch_size": 8, "optimizer": {"momentum": 1.5}})",
+                "momentum"},
+        BadSpec{R"({"global_batch_size": 8, "data": {"format": "csv"}})",
+                "data.format"}));
 
 TEST(JobSpecTest, OverridesSetAnyField) {
   v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");

@@ -45,7 +45,8 @@ TEST(LrScheduleTest, WarmupRisesLinearlyFromBaseLr) {
   EXPECT_NEAR(lr.At(9), 0.37, 1e-12);
   EXPECT_DOUBLE_EQ(lr.At(10), 0.4);
   EXPECT_DOUBLE_EQ(lr.At(11), 0.4);
-  for (int step = 1; step <= 10; ++step) EXPECT_GT(lr.At(step), lr.At(step - 1));
+  for (int step = 1; step <= 10; ++step)
+    EXPECT_GT(lr.At(step), lr.At(step - 1));
 }
 
 }  // namespace

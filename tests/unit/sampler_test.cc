@@ -44,7 +44,8 @@ TEST_P(SamplerWorldTest, RankSlicesTileTheGlobalBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, SamplerWorldTest, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Worlds, SamplerWorldTest,
+                         ::testing::Values(1, 2, 3, 4));
 
 TEST(SamplerTest, AnEpochVisitsEachSampleAtMostOnce) {
   BatchPlan plan{2, 5, 10};
@@ -52,7 +53,8 @@ TEST(SamplerTest, AnEpochVisitsEachSampleAtMostOnce) {
   GlobalSampler other(1, 95, plan, 0);
   std::set<int64_t> seen;
   for (int64_t step = 0; step < sampler.steps_per_epoch(); ++step) {
-    for (int64_t i : sampler.RankBatch(step)) ASSERT_TRUE(seen.insert(i).second);
+    for (int64_t i : sampler.RankBatch(step))
+      ASSERT_TRUE(seen.insert(i).second);
     for (int64_t i : other.RankBatch(step)) ASSERT_TRUE(seen.insert(i).second);
   }
   EXPECT_EQ(seen.size(), 90u);  // the 5 left over are dropped this epoch

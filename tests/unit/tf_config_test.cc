@@ -83,24 +83,30 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"EmptyCluster", R"({"cluster": {}})", "no tasks"},
         InvalidCase{"UnknownType", R"({"cluster": {"master": ["m:1"]}})",
                     "unknown task type \"master\""},
-        InvalidCase{"TwoChiefs",
-                    R"({"cluster": {"chief": ["a:1", "b:1"], "worker": ["w:1"]}})",
-                    "at most one chief"},
-        InvalidCase{"TwoEvaluators",
-                    R"({"cluster": {"worker": ["w:1"], "evaluator": ["a:1", "b:1"]}})",
-                    "at most one evaluator"},
-        InvalidCase{"IndexOutOfRange",
-                    R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": 1}})",
-                    "out of range"},
-        InvalidCase{"NegativeIndex",
-                    R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": -1}})",
-                    "non-negative integer"},
-        InvalidCase{"TaskTypeNotInCluster",
-                    R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "chief", "index": 0}})",
-                    "out of range"},
-        InvalidCase{"UnknownTaskType",
-                    R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "boss", "index": 0}})",
-                    "is unknown"},
+        InvalidCase{
+            "TwoChiefs",
+            R"({"cluster": {"chief": ["a:1", "b:1"], "worker": ["w:1"]}})",
+            "at most one chief"},
+        InvalidCase{
+            "TwoEvaluators",
+            R"({"cluster": {"worker": ["w:1"], "evaluator": ["a:1", "b:1"]}})",
+            "at most one evaluator"},
+        InvalidCase{
+            "IndexOutOfRange",
+            R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": 1}})",
+            "out of range"},
+        InvalidCase{
+            "NegativeIndex",
+            R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": -1}})",
+            "non-negative integer"},
+        InvalidCase{
+            "TaskTypeNotInCluster",
+            R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "chief", "index": 0}})",
+            "out of range"},
+        InvalidCase{
+            "UnknownTaskType",
+            R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "boss", "index": 0}})",
+            "is unknown"},
         InvalidCase{"MissingTaskType",
                     R"({"cluster": {"worker": ["w:1"]}, "task": {"index": 0}})",
                     "task.type is missing"},
@@ -110,14 +116,18 @@ INSTANTIATE_TEST_SUITE_P(
                     "list of \"host:port\" strings"},
         InvalidCase{"OnlyPs", R"({"cluster": {"ps": ["p:1"]}})",
                     "no chief or worker task"},
-        InvalidCase{"UnknownTopLevel", R"({"cluster": {"worker": ["w:1"]}, "tsak": {}})",
+        InvalidCase{"UnknownTopLevel",
+                    R"({"cluster": {"worker": ["w:1"]}, "tsak": {}})",
                     "unknown top-level field"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TfConfigTest, SameClusterIgnoresMapOrder) {
-  auto a = ParseTfConfig(R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]}})");
-  auto b = ParseTfConfig(R"({"cluster": {"worker": ["w:1"], "chief": ["c:1"]}})");
-  auto c = ParseTfConfig(R"({"cluster": {"worker": ["x:1"], "chief": ["c:1"]}})");
+  auto a =
+      ParseTfConfig(R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]}})");
+  auto b =
+      ParseTfConfig(R"({"cluster": {"worker": ["w:1"], "chief": ["c:1"]}})");
+  auto c =
+      ParseTfConfig(R"({"cluster": {"worker": ["x:1"], "chief": ["c:1"]}})");
   EXPECT_TRUE(SameCluster(a->cluster, b->cluster));
   EXPECT_FALSE(SameCluster(a->cluster, c->cluster));
 }

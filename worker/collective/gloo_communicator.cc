@@ -16,9 +16,9 @@ namespace {
 
 absl::Status CollectiveError(const Communicator& comm, absl::string_view what,
                              const std::exception& e) {
-  return absl::UnavailableError(absl::StrCat(
-      what, " failed on rank ", comm.rank(), " of ", comm.size(), ": ",
-      e.what(), "; a peer died, was aborted or timed out"));
+  return absl::UnavailableError(
+      absl::StrCat(what, " failed on rank ", comm.rank(), " of ", comm.size(),
+                   ": ", e.what(), "; a peer died, was aborted or timed out"));
 }
 
 }  // namespace
@@ -38,8 +38,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
         new GlooCommunicator(options, std::move(context)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "Gloo rendezvous of rank ", options.rank, " of ", options.size,
-        " on ", options.host, " failed: ", e.what()));
+        "Gloo rendezvous of rank ", options.rank, " of ", options.size, " on ",
+        options.host, " failed: ", e.what()));
   }
 }
 

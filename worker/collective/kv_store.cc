@@ -27,8 +27,8 @@ void KvStore::wait(const std::vector<std::string>& keys,
   absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   for (const std::string& key : keys) {
     if (fetched_.count(key)) continue;
-    auto value = kv_->Get(key, std::max(deadline - absl::Now(),
-                                        absl::ZeroDuration()));
+    auto value =
+        kv_->Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!value.ok()) throw std::runtime_error(value.status().ToString());
     fetched_[key] = *std::move(value);
   }

@@ -44,8 +44,8 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
         absl::StrCat(path, ": file too short for an IDX header"));
   }
   if (header[0] != 0 || header[1] != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not an IDX file (bad magic number)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not an IDX file (bad magic number)"));
   }
   if (header[2] != 0x08) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -76,21 +76,20 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
   }
   array.data.resize(static_cast<size_t>(elements));
   if (!ReadExactly(file, array.data.data(), array.data.size())) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": truncated: the header promises ", elements,
-        " bytes of data; re-download or reinstall the file"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated: the header promises ", elements,
+                     " bytes of data; re-download or reinstall the file"));
   }
   char extra;
   if (gzread(file, &extra, 1) > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": has bytes past the ", elements,
-        " its header promises; the file is corrupt"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": has bytes past the ", elements,
+                     " its header promises; the file is corrupt"));
   }
   int error = Z_OK;
   gzerror(file, &error);
   if (error != Z_OK && error != Z_STREAM_END) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": corrupt gzip stream"));
+    return absl::DataLossError(absl::StrCat(path, ": corrupt gzip stream"));
   }
   return array;
 }
@@ -109,9 +108,9 @@ absl::StatusOr<ImageDataset> LoadImageDataset(const std::string& images_path,
         labels_path, ": labels must be 1-D, got ", labels.dims.size(), "-D"));
   }
   if (images.dims[0] != labels.dims[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        images_path, " has ", images.dims[0], " images but ", labels_path,
-        " has ", labels.dims[0], " labels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, " has ", images.dims[0], " images but ",
+                     labels_path, " has ", labels.dims[0], " labels"));
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= kNumClasses) {

@@ -37,9 +37,11 @@ std::vector<int64_t> GlobalSampler::EpochPermutation(uint64_t seed,
                                                      int64_t epoch, int64_t n) {
   std::vector<int64_t> permutation(static_cast<size_t>(n));
   std::iota(permutation.begin(), permutation.end(), 0);
-  uint64_t state = seed ^ (0xA0761D6478BD642Full * static_cast<uint64_t>(epoch + 1));
+  uint64_t state =
+      seed ^ (0xA0761D6478BD642Full * static_cast<uint64_t>(epoch + 1));
   for (int64_t i = n - 1; i > 0; --i) {
-    int64_t j = static_cast<int64_t>(UniformBelow(state, static_cast<uint64_t>(i + 1)));
+    int64_t j =
+        static_cast<int64_t>(UniformBelow(state, static_cast<uint64_t>(i + 1)));
     std::swap(permutation[i], permutation[j]);
   }
   return permutation;

@@ -11,9 +11,9 @@ absl::Status Annotate(const grpc::Status& status, const std::string& address,
                       absl::string_view what) {
   absl::Status result = FromGrpcStatus(status);
   if (result.ok()) return result;
-  return absl::Status(result.code(),
-                      absl::StrCat(what, " at coordinator ", address, ": ",
-                                   result.message()));
+  return absl::Status(
+      result.code(),
+      absl::StrCat(what, " at coordinator ", address, ": ", result.message()));
 }
 
 class GrpcSession : public Session {
@@ -78,8 +78,8 @@ class GrpcKeyValue : public KeyValueClient {
                                   absl::Duration timeout) override {
     grpc::ClientContext context;
     // The coordinator enforces `timeout`; the RPC deadline is a backstop.
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout +
-                                            absl::Seconds(10)));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(10)));
     v1::KvGetRequest request;
     request.set_job_id(job_id_);
     request.set_generation(generation_);
@@ -88,7 +88,8 @@ class GrpcKeyValue : public KeyValueClient {
     v1::KvGetResponse response;
     grpc::Status status = stub_->KvGet(&context, request, &response);
     if (!status.ok()) {
-      return Annotate(status, address_, absl::StrCat("getting key '", key, "'"));
+      return Annotate(status, address_,
+                      absl::StrCat("getting key '", key, "'"));
     }
     return std::move(*response.mutable_value());
   }
@@ -104,7 +105,8 @@ class GrpcKeyValue : public KeyValueClient {
 
 GrpcControlPlane::GrpcControlPlane(const std::string& address)
     : address_(address),
-      channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+      channel_(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
 absl::StatusOr<v1::RegisterWorkerResponse> GrpcControlPlane::Register(

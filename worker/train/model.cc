@@ -14,13 +14,12 @@ absl::StatusOr<torch::nn::Sequential> BuildModel(const std::string& name,
                           nn::Linear(128, 10));
   }
   if (name == "cnn") {
-    return nn::Sequential(
-        nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(),
-        nn::MaxPool2d(2),
-        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(),
-        nn::MaxPool2d(2), nn::Flatten(),
-        nn::Linear(64 * (rows / 4) * (cols / 4), 128), nn::ReLU(),
-        nn::Linear(128, 10));
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)),
+                          nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)),
+                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                          nn::Linear(64 * (rows / 4) * (cols / 4), 128),
+                          nn::ReLU(), nn::Linear(128, 10));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model \"", name, "\"; choose mlp or cnn"));

@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +40,8 @@ struct TensorDataset {
 absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
   // Decoding is a second or two; a worker that runs several jobs keeps it.
   static absl::Mutex mu(absl::kConstInit);
-  static auto* cache = new std::map<std::pair<std::string, bool>, TensorDataset>;
+  static auto* cache =
+      new std::map<std::pair<std::string, bool>, TensorDataset>;
   absl::MutexLock lock(&mu);
   auto it = cache->find({dir, train});
   if (it != cache->end()) return it->second;
@@ -48,16 +49,15 @@ absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
   TensorDataset data;
   data.rows = raw.rows;
   data.cols = raw.cols;
-  data.images = torch::from_blob(raw.pixels.data(),
-                                 {raw.count, 1, raw.rows, raw.cols},
-                                 torch::kUInt8)
-                    .to(torch::kFloat32)
-                    .div_(255.0f)
-                    .sub_(kPixelMean)
-                    .div_(kPixelStd);
-  data.labels =
-      torch::from_blob(raw.labels.data(), {raw.count}, torch::kUInt8)
-          .to(torch::kInt64);
+  data.images =
+      torch::from_blob(raw.pixels.data(), {raw.count, 1, raw.rows, raw.cols},
+                       torch::kUInt8)
+          .to(torch::kFloat32)
+          .div_(255.0f)
+          .sub_(kPixelMean)
+          .div_(kPixelStd);
+  data.labels = torch::from_blob(raw.labels.data(), {raw.count}, torch::kUInt8)
+                    .to(torch::kInt64);
   (*cache)[{dir, train}] = data;
   return data;
 }
@@ -67,7 +67,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
     double lr) {
   if (spec.type() == "adam") {
     return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(lr).weight_decay(spec.weight_decay()));
+        params,
+        torch::optim::AdamOptions(lr).weight_decay(spec.weight_decay()));
   }
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(lr)
@@ -163,11 +164,10 @@ absl::Status Trainer::Setup() {
   if (rank_ == 0) {
     LogInfo("job ", task_.assignment.job_id(), ": ", world_,
             " replicas x per-replica batch ", plan_.per_replica,
-            " = global batch ", plan_.global, "; ",
-            sampler_->steps_per_epoch(), " steps/epoch, ", total_steps_,
-            " steps; lr ", lr_->base_lr(), " scaled (", spec_.lr_scaling(),
-            ") to ", lr_->scaled_lr(), " over ", spec_.warmup_steps(),
-            " warmup steps");
+            " = global batch ", plan_.global, "; ", sampler_->steps_per_epoch(),
+            " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
+            " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(),
+            " over ", spec_.warmup_steps(), " warmup steps");
   }
   return absl::OkStatus();
 }
@@ -185,9 +185,11 @@ absl::Status Trainer::CheckIdenticalInit() {
   }
   std::vector<float> root = local;
   RETURN_IF_ERROR(comm_->Broadcast(root.data(), root.size(), 0));
-  if (std::memcmp(root.data(), local.data(), local.size() * sizeof(float)) != 0) {
+  if (std::memcmp(root.data(), local.data(), local.size() * sizeof(float)) !=
+      0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, " initial parameters differ from rank 0's; every "
+        "rank ", rank_,
+        " initial parameters differ from rank 0's; every "
         "worker must run the same lockstep-worker build and job spec"));
   }
   return absl::OkStatus();
@@ -195,14 +197,15 @@ absl::Status Trainer::CheckIdenticalInit() {
 
 absl::Status Trainer::Step(int64_t step, bool* stop) {
   const std::vector<int64_t>& batch = sampler_->RankBatch(step);
-  torch::Tensor index = torch::from_blob(const_cast<int64_t*>(batch.data()),
-                                         {static_cast<int64_t>(batch.size())},
-                                         torch::kInt64);
+  torch::Tensor index =
+      torch::from_blob(const_cast<int64_t*>(batch.data()),
+                       {static_cast<int64_t>(batch.size())}, torch::kInt64);
   torch::Tensor x = train_.images.index_select(0, index);
   torch::Tensor y = train_.labels.index_select(0, index);
 
   optimizer_->zero_grad();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+  torch::Tensor loss =
+      torch::nn::functional::cross_entropy(model_->forward(x), y);
   loss.backward();
 
   float* out = flat_.data();
@@ -274,8 +277,8 @@ void Trainer::MaybeReport(int64_t step, bool force,
   for (float loss : pending_losses_) report.add_step_losses(loss);
   double seconds = absl::ToDoubleSeconds(now - train_start_ - eval_time_);
   if (seconds > 0) {
-    report.set_samples_per_second(static_cast<double>(step + 1) *
-                                  plan_.global / seconds);
+    report.set_samples_per_second(static_cast<double>(step + 1) * plan_.global /
+                                  seconds);
   }
   if (accuracy) report.set_test_accuracy(*accuracy);
   if (test_loss) report.set_test_loss(*test_loss);
@@ -294,7 +297,8 @@ absl::StatusOr<v1::TaskResult> Trainer::Run() {
   double accuracy = 0;
   while (step < total_steps_ && !stop) {
     if (task_.aborted) {
-      return absl::AbortedError("the generation was aborted by the coordinator");
+      return absl::AbortedError(
+          "the generation was aborted by the coordinator");
     }
     RETURN_IF_ERROR(Step(step, &stop));
     bool epoch_end = (step + 1) % sampler_->steps_per_epoch() == 0;
@@ -323,7 +327,8 @@ absl::StatusOr<v1::TaskResult> Trainer::Run() {
   result.set_steps(step);
   result.set_final_loss(last_loss_);
   result.set_test_accuracy(accuracy);
-  result.set_samples_per_second(seconds > 0 ? step * plan_.global / seconds : 0);
+  result.set_samples_per_second(seconds > 0 ? step * plan_.global / seconds
+                                            : 0);
   result.set_model_digest(ModelDigest(*model_));
   return result;
 }

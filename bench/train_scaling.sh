@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Training throughput of `lockstep local` on 1 and 2 workers, measured in one
+# invocation so the ratio is meaningful on a shared, noisy machine. The
+# 1-worker run is the reference; each configuration runs REPEATS times and
+# the median samples/s is reported.
+#
+#   bench/train_scaling.sh [BUILD_DIR] [STEPS] [REPEATS]
+set -euo pipefail
+build=${1:-build}
+steps=${2:-400}
+repeats=${3:-3}
+job=examples/fashion_mnist_mlp.json
+
+run() {  # workers per_replica_batch -> samples/s
+  "$build/bin/lockstep" local --workers "$1" --json \
+      --set per_replica_batch_size="$2" --set max_steps="$steps" "$job" 2>/dev/null |
+    tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["samples_per_second"])'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "MLP, global batch 128, $steps steps, median of $repeats runs"
+printf "%-34s %12s %8s\n" "configuration" "samples/s" "ratio"
+ref=$(for _ in $(seq "$repeats"); do run 1 128; done | median)
+printf "%-34s %12.0f %8.2f\n" "1 worker  x 128 (reference)" "$ref" 1
+two=$(for _ in $(seq "$repeats"); do run 2 64; done | median)
+printf "%-34s %12.0f %8.2f\n" "2 workers x 64 (same global batch)" "$two" \
+    "$(python3 -c "print($two / $ref)")"
