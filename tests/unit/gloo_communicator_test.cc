@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 namespace lockstep::worker {
 namespace {
@@ -103,6 +104,47 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorWithinTheTimeout) {
   auto comm = GlooCommunicator::Connect(&kv, options);
   ASSERT_FALSE(comm.ok());
   EXPECT_THAT(comm.status().message(), ::testing::HasSubstr("rank 0 of 2"));
+}
+
+}  // namespace
+}  // namespace lockstep::worker
+
+namespace lockstep::worker {
+namespace {
+
+// Rank 1 connects but never calls the all-reduce (a hung peer); Abort from
+// another thread must release rank 0. The collective timeout is an hour, so
+// an Abort that does not work hangs the test into ctest's timeout.
+TEST(GlooCommunicatorTest, AbortUnblocksAPendingAllReduce) {
+  MemoryKv kv;
+  std::unique_ptr<GlooCommunicator> comms[2];
+  std::thread peer([&] {
+    GlooCommunicator::Options options;
+    options.rank = 1;
+    options.size = 2;
+    comms[1] = *GlooCommunicator::Connect(&kv, options);
+  });
+  GlooCommunicator::Options options;
+  options.rank = 0;
+  options.size = 2;
+  options.timeout = absl::Hours(1);
+  comms[0] = *GlooCommunicator::Connect(&kv, options);
+  peer.join();
+
+  absl::Notification started;
+  absl::Status result;
+  std::thread blocked([&] {
+    std::vector<float> data(1000, 1.0f);
+    started.Notify();
+    result = comms[0]->AllReduceSum(data.data(), data.size());
+  });
+  started.WaitForNotification();
+  comms[0]->Abort();
+  blocked.join();
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(result.code(), absl::StatusCode::kAborted) << result;
+  std::vector<float> more(4);
+  EXPECT_EQ(comms[0]->AllReduceSum(more.data(), 4).code(), absl::StatusCode::kAborted);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@ class Communicator {
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
   // Overwrites `data` on every rank with `root`'s.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
+  // Closes the connections so a collective pending on another thread fails
+  // promptly; every later call fails too. Thread-safe.
+  virtual void Abort() = 0;
 };
 
 // The communicator of a one-replica job: every collective is the identity.
@@ -32,6 +35,7 @@ class SingleRankCommunicator : public Communicator {
   absl::Status Broadcast(float*, size_t, int) override {
     return absl::OkStatus();
   }
+  void Abort() override {}
 };
 
 }  // namespace lockstep::worker

@@ -45,7 +45,17 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
 
 GlooCommunicator::~GlooCommunicator() = default;
 
+void GlooCommunicator::Abort() {
+  if (aborted_.exchange(true)) return;
+  try {
+    context_->closeConnections();
+  } catch (const std::exception&) {
+    // Already broken: the pending call fails on its own.
+  }
+}
+
 absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
+  if (aborted_) return absl::AbortedError("the communicator was aborted");
   if (count == 0 || size() == 1) return absl::OkStatus();
   try {
     gloo::AllreduceOptions opts(context_);
@@ -57,12 +67,14 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
     opts.setTag(next_tag_++);
     gloo::allreduce(opts);
   } catch (const std::exception& e) {
+    if (aborted_) return absl::AbortedError("the communicator was aborted");
     return CollectiveError(*this, "all-reduce", e);
   }
   return absl::OkStatus();
 }
 
 absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
+  if (aborted_) return absl::AbortedError("the communicator was aborted");
   if (count == 0 || size() == 1) return absl::OkStatus();
   try {
     gloo::BroadcastOptions opts(context_);
@@ -71,6 +83,7 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
     opts.setTag(next_tag_++);
     gloo::broadcast(opts);
   } catch (const std::exception& e) {
+    if (aborted_) return absl::AbortedError("the communicator was aborted");
     return CollectiveError(*this, "broadcast", e);
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 #ifndef LOCKSTEP_WORKER_COLLECTIVE_GLOO_COMMUNICATOR_H_
 #define LOCKSTEP_WORKER_COLLECTIVE_GLOO_COMMUNICATOR_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,7 @@ class GlooCommunicator : public Communicator {
   int size() const override { return options_.size; }
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Broadcast(float* data, size_t count, int root) override;
+  void Abort() override;
 
  private:
   GlooCommunicator(Options options, std::shared_ptr<gloo::Context> context)
@@ -47,6 +49,7 @@ class GlooCommunicator : public Communicator {
   const Options options_;
   std::shared_ptr<gloo::Context> context_;
   uint32_t next_tag_ = 0;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace lockstep::worker
