@@ -32,6 +32,20 @@ Shows one job, or every job (newest first).
   lockstep status fashion-mnist-mlp-1 --json
 )";
 
+constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
+
+Lists every worker the coordinator knows: id (task type:index), state, job,
+rank, generation, host, incarnation and how long ago it was last heard from.
+)";
+
+constexpr char kEventsUsage[] = R"(Usage: lockstep events JOB [--json]
+
+Lists what happened to a job: generations started and ended, workers that
+failed (task, host, rank, cause), training resumed after a failure.
+
+  lockstep events fashion-mnist-mlp-1
+)";
+
 constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB
 
 Stops a job: a queued job at once, a running job at a step all ranks agree on.
@@ -116,6 +130,10 @@ std::string FormatProgress(const v1::JobStatus& status) {
   if (status.state() == v1::JOB_STATE_QUEUED) {
     return absl::StrCat(status.job_id(), "  queued, waiting for workers");
   }
+  if (status.state() == v1::JOB_STATE_RECOVERING) {
+    return absl::StrCat(status.job_id(), "  recovering after generation ",
+                        status.generation(), ": ", status.error());
+  }
   if (status.state() == v1::JOB_STATE_RUNNING && status.total_steps() == 0) {
     return absl::StrCat(status.job_id(), "  generation ", status.generation(),
                         " on ", status.world_size(),
@@ -130,6 +148,8 @@ std::string FormatProgress(const v1::JobStatus& status) {
     absl::StrAppendFormat(&line, "  test acc %.2f%%",
                           100 * status.test_accuracy());
   }
+  if (!status.stall().empty())
+    absl::StrAppend(&line, "  [", status.stall(), "]");
   return line;
 }
 
@@ -247,6 +267,92 @@ int RunStatus(const std::vector<std::string>& argv) {
     if (!job.error().empty() && job.state() != v1::JOB_STATE_SUCCEEDED) {
       std::cout << "  " << job.error() << "\n";
     }
+    if (!job.stall().empty()) std::cout << "  " << job.stall() << "\n";
+  }
+  return kExitOk;
+}
+
+int RunWorkers(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kWorkersUsage;
+    return kExitOk;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) return Fail(address.status());
+  auto stub = Connect(*address);
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::ListWorkersResponse response;
+  grpc::Status rpc =
+      stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  if (args->Has("json")) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(response, &json, options);
+    std::cout << json << std::endl;
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat("%-12s %-13s %-24s %-5s %-4s %-16s %-17s %s\n",
+                               "WORKER", "STATE", "JOB", "RANK", "GEN", "HOST",
+                               "INCARNATION", "LAST SEEN");
+  double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  for (const v1::WorkerInfo& w : response.workers()) {
+    std::cout << absl::StrFormat(
+        "%-12s %-13s %-24s %-5s %-4s %-16s %016x  %.1f s ago\n", w.worker_id(),
+        w.state(), w.job_id().empty() ? "-" : w.job_id(),
+        w.rank() >= 0 ? absl::StrCat(w.rank()) : "-",
+        w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
+        w.incarnation(), std::max(0.0, now - w.last_heartbeat()));
+  }
+  return kExitOk;
+}
+
+int RunEvents(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->Has("help")) {
+    std::cout << kEventsUsage;
+    return kExitOk;
+  }
+  if (args->positional().size() != 1) {
+    std::cerr << kEventsUsage;
+    return kExitUsage;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) return Fail(address.status());
+  auto stub = Connect(*address);
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::GetJobStatusRequest request;
+  request.set_job_id(args->positional()[0]);
+  v1::GetJobStatusResponse response;
+  grpc::Status rpc = stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  const v1::JobStatus& job = response.jobs(0);
+  if (args->Has("json")) {
+    std::cout << "[";
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    for (int i = 0; i < job.events_size(); ++i) {
+      std::string json;
+      (void)google::protobuf::util::MessageToJsonString(job.events(i), &json,
+                                                        options);
+      std::cout << (i ? "," : "") << json;
+    }
+    std::cout << "]" << std::endl;
+    return kExitOk;
+  }
+  for (const v1::JobEvent& event : job.events()) {
+    absl::Time time = absl::UnixEpoch() + absl::Seconds(event.time());
+    std::cout << absl::FormatTime("%Y-%m-%d %H:%M:%E3S", time,
+                                  absl::LocalTimeZone())
+              << absl::StrFormat("  gen %-3d %-22s ", event.generation(),
+                                 event.kind())
+              << event.message() << "\n";
   }
   return kExitOk;
 }

@@ -51,6 +51,8 @@ std::string StateName(v1::JobState state);
 int RunSubmit(const std::vector<std::string>& argv);
 int RunStatus(const std::vector<std::string>& argv);
 int RunStop(const std::vector<std::string>& argv);
+int RunWorkers(const std::vector<std::string>& argv);
+int RunEvents(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
 
 }  // namespace lockstep::client

@@ -16,6 +16,8 @@ Usage:
   lockstep submit JOB.json [--set field=value ...] [--watch]
   lockstep status [JOB] [--json]
   lockstep stop JOB
+  lockstep workers [--json]
+  lockstep events JOB [--json]
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   if (command == "submit") return RunSubmit(rest);
   if (command == "status") return RunStatus(rest);
   if (command == "stop") return RunStop(rest);
+  if (command == "workers") return RunWorkers(rest);
+  if (command == "events") return RunEvents(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -12,9 +14,21 @@
 namespace lockstep::coordinator {
 namespace {
 
+constexpr int kDefaultMaxRestarts = 3;
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_STOPPED;
+}
+
+// Errors that say a peer or the generation went away, not that the job is
+// wrong: the job re-forms instead of failing.
+bool IsRetryable(int code) {
+  auto status_code = static_cast<absl::StatusCode>(code);
+  return status_code == absl::StatusCode::kUnavailable ||
+         status_code == absl::StatusCode::kAborted ||
+         status_code == absl::StatusCode::kDeadlineExceeded ||
+         status_code == absl::StatusCode::kCancelled;
 }
 
 std::string JobIdFor(const std::string& name, int64_t seq) {
@@ -28,12 +42,19 @@ std::string JobIdFor(const std::string& name, int64_t seq) {
   return absl::StrCat(clean, "-", seq);
 }
 
+int MaxRestarts(const v1::JobSpec& spec) {
+  return spec.has_max_restarts() ? spec.max_restarts() : kDefaultMaxRestarts;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(Options options)
     : cluster_(std::move(options.cluster)),
       clock_(options.clock),
-      store_(std::move(options.store)) {}
+      store_(std::move(options.store)),
+      heartbeat_timeout_(options.heartbeat_timeout),
+      error_grace_(options.error_grace),
+      stall_after_(options.stall_after) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     Options options) {
@@ -44,30 +65,45 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (coordinator->store_ == nullptr) return coordinator;
   ASSIGN_OR_RETURN(std::vector<v1::JobStatus> saved,
                    coordinator->store_->LoadAll());
-  absl::MutexLock lock(&coordinator->mu_);
+  Coordinator& c = *coordinator;
+  absl::MutexLock lock(&c.mu_);
   for (v1::JobStatus& status : saved) {
-    Job& job = coordinator->jobs_[status.job_id()];
+    Job& job = c.jobs_[status.job_id()];
     job.status = std::move(status);
-    coordinator->job_order_.push_back(job.status.job_id());
-    if (job.status.state() == v1::JOB_STATE_QUEUED) {
-      coordinator->queue_.push_back(job.status.job_id());
-    } else if (job.status.state() == v1::JOB_STATE_RUNNING) {
-      job.status.set_state(v1::JOB_STATE_FAILED);
-      job.status.set_error(
-          "the coordinator restarted while the job was running; submit it "
-          "again");
-      job.status.set_end_time(coordinator->NowSeconds());
-      coordinator->PersistLocked(job);
+    c.job_order_.push_back(job.status.job_id());
+    v1::JobState state = job.status.state();
+    if (state == v1::JOB_STATE_QUEUED) {
+      c.queue_.push_back(job.status.job_id());
+    } else if (state == v1::JOB_STATE_RUNNING ||
+               state == v1::JOB_STATE_RECOVERING) {
+      if (c.running_job_.empty()) {
+        // Its workers still hold the live state; they reconnect and the job
+        // re-forms as the next generation.
+        c.running_job_ = job.status.job_id();
+        job.status.set_state(v1::JOB_STATE_RECOVERING);
+        c.AddEventLocked(job, "coordinator_restarted", nullptr,
+                         "the coordinator restarted; waiting for the workers "
+                         "to reconnect");
+      } else {
+        job.status.set_state(v1::JOB_STATE_FAILED);
+        job.status.set_error(
+            "two jobs were running when the coordinator "
+            "stopped; only the first is resumed");
+      }
+      c.PersistLocked(job);
     }
-    coordinator->next_job_seq_ = std::max<int64_t>(
-        coordinator->next_job_seq_,
-        static_cast<int64_t>(coordinator->job_order_.size()) + 1);
   }
+  c.next_job_seq_ = static_cast<int64_t>(c.job_order_.size()) + 1;
   return coordinator;
 }
 
 double Coordinator::NowSeconds() const {
   return absl::ToDoubleSeconds(clock_->Now() - absl::UnixEpoch());
+}
+
+Coordinator::Job* Coordinator::RunningJobLocked() {
+  if (running_job_.empty()) return nullptr;
+  return &jobs_[running_job_];
 }
 
 // ---- workers ----------------------------------------------------------------
@@ -105,7 +141,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 
   absl::MutexLock lock(&mu_);
   if (id.empty()) {
-    // Free registration: a retry with the same incarnation keeps its id.
+    // Free registration: the same process (incarnation) keeps its id.
     for (const auto& [existing_id, worker] : workers_) {
       if (worker.incarnation == request.incarnation() &&
           worker.task.type().empty()) {
@@ -118,11 +154,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (worker.id.empty()) {
     worker.id = id;
     worker.order = next_worker_order_++;
-  } else if (worker.incarnation != request.incarnation() &&
-             worker.sink != nullptr) {
-    LogWarning("worker ", id,
-               " re-registered with a new incarnation; the "
-               "previous process is gone");
+  } else if (worker.incarnation != request.incarnation()) {
+    WorkerFailedLocked(
+        worker, "worker_restarted",
+        absl::StrCat("worker ", DescribeWorkerLocked(worker),
+                     " restarted (incarnation ", absl::Hex(worker.incarnation),
+                     " is now ", absl::Hex(request.incarnation()), ")"));
   }
   worker.task = request.task();
   worker.incarnation = request.incarnation();
@@ -132,12 +169,15 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
           absl::Hex(worker.incarnation), ")");
   v1::RegisterWorkerResponse response;
   response.set_worker_id(id);
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(heartbeat_timeout_ / 2));
   return response;
 }
 
 absl::Status Coordinator::OpenSession(const std::string& worker_id,
                                       uint64_t incarnation, SessionSink* sink) {
   absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -149,6 +189,12 @@ absl::Status Coordinator::OpenSession(const std::string& worker_id,
         absl::StrCat("worker ", worker_id, " session has incarnation ",
                      absl::Hex(incarnation), " but the registered one is ",
                      absl::Hex(worker.incarnation), "; the process restarted"));
+  }
+  if (worker.sink != nullptr && worker.sink != sink) {
+    // The same process reconnected; its previous session is dead.
+    WorkerFailedLocked(worker, "worker_reconnected",
+                       absl::StrCat("worker ", DescribeWorkerLocked(worker),
+                                    " opened a new session"));
   }
   worker.sink = sink;
   worker.last_heartbeat = clock_->Now();
@@ -162,21 +208,33 @@ void Coordinator::CloseSession(const std::string& worker_id,
                                const absl::Status& cause) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.sink != sink) return;
-  Worker& worker = it->second;
-  worker.sink = nullptr;
-  LogWarning("worker ", DescribeWorkerLocked(worker),
-             " session ended: ", cause.ToString());
-  if (!worker.job_id.empty()) {
-    Job& job = jobs_[worker.job_id];
-    EndJobLocked(job, v1::JOB_STATE_FAILED,
-                 absl::StrCat("worker ", DescribeWorkerLocked(worker),
-                              " lost its session in generation ",
-                              job.status.generation(),
-                              ": the process exited or its network broke (",
-                              cause.message(), ")"));
+  if (it == workers_.end() || it->second.sink != sink ||
+      it->second.incarnation != incarnation) {
+    return;  // already declared failed, or replaced by a newer session
   }
-  (void)incarnation;
+  Worker& worker = it->second;
+  WorkerFailedLocked(worker, "worker_failed",
+                     absl::StrCat("worker ", DescribeWorkerLocked(worker),
+                                  " lost its session: the process exited or "
+                                  "its network broke (",
+                                  cause.message(), ")"));
+}
+
+void Coordinator::WorkerFailedLocked(Worker& worker, const std::string& kind,
+                                     const std::string& cause) {
+  LogWarning(cause);
+  if (worker.sink != nullptr) {
+    worker.sink->Close();
+    worker.sink = nullptr;
+  }
+  Job* job = RunningJobLocked();
+  if (job == nullptr || worker.job_id != job->status.job_id()) return;
+  if (job->status.state() != v1::JOB_STATE_RUNNING ||
+      worker.generation != job->status.generation()) {
+    return;
+  }
+  AddEventLocked(*job, kind, &worker, cause);
+  FailGenerationLocked(*job, cause);
 }
 
 absl::Status Coordinator::HandleWorkerMessage(
@@ -189,6 +247,16 @@ absl::Status Coordinator::HandleWorkerMessage(
   Worker& worker = it->second;
   worker.last_heartbeat = clock_->Now();
   switch (message.kind_case()) {
+    case v1::WorkerMessage::kHeartbeat: {
+      const v1::Heartbeat& beat = message.heartbeat();
+      if (beat.job_id() == worker.job_id &&
+          beat.generation() == worker.generation &&
+          beat.collective_seq() != worker.collective_seq) {
+        worker.collective_seq = beat.collective_seq();
+        worker.seq_changed = clock_->Now();
+      }
+      break;
+    }
     case v1::WorkerMessage::kProgress:
       if (worker.job_id == message.progress().job_id()) {
         HandleProgressLocked(message.progress());
@@ -203,6 +271,30 @@ absl::Status Coordinator::HandleWorkerMessage(
   return absl::OkStatus();
 }
 
+void Coordinator::Sweep() {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = clock_->Now();
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink == nullptr) continue;
+    absl::Duration silent = now - worker.last_heartbeat;
+    if (silent > heartbeat_timeout_) {
+      WorkerFailedLocked(worker, "worker_failed",
+                         absl::StrCat("worker ", DescribeWorkerLocked(worker),
+                                      " missed heartbeats for ",
+                                      absl::FormatDuration(absl::Trunc(
+                                          silent, absl::Milliseconds(100))),
+                                      ": it hung or is partitioned"));
+    }
+  }
+  Job* job = RunningJobLocked();
+  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING &&
+      now >= job->suspect_deadline) {
+    std::string cause = job->suspect;
+    AddEventLocked(*job, "generation_failed", nullptr, cause);
+    FailGenerationLocked(*job, cause);
+  }
+}
+
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
   absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> infos;
@@ -214,8 +306,13 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
     info.set_connected(worker.sink != nullptr);
     info.set_job_id(worker.job_id);
     info.set_rank(worker.rank);
+    info.set_generation(worker.generation);
+    info.set_collective_seq(worker.collective_seq);
     info.set_last_heartbeat(
         absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
+    info.set_state(worker.sink == nullptr  ? "disconnected"
+                   : worker.job_id.empty() ? "idle"
+                                           : "training");
   }
   return infos;
 }
@@ -239,9 +336,23 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
           cluster_size, " training tasks; set num_workers to 0 or ",
           cluster_size));
     }
+    if (spec.min_workers() > 0 || spec.max_workers() > 0) {
+      return absl::InvalidArgumentError(
+          "job spec: min_workers/max_workers (elastic mode) need a "
+          "coordinator without a static --cluster");
+    }
     replicas = cluster_size;
   }
-  RETURN_IF_ERROR(ValidateJobSpec(spec, replicas));
+  if (spec.min_workers() < 0 || spec.max_workers() < 0 ||
+      (spec.max_workers() > 0 && spec.max_workers() < spec.min_workers())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: need 0 <= min_workers <= max_workers, got ",
+                     spec.min_workers(), " and ", spec.max_workers()));
+  }
+  if (MaxRestarts(spec) < 0) {
+    return absl::InvalidArgumentError("job spec: max_restarts must be >= 0");
+  }
+  RETURN_IF_ERROR(ValidateJobSpec(spec, spec.min_workers() > 0 ? 0 : replicas));
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
@@ -279,10 +390,27 @@ std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
       picked.push_back(&worker);
     }
   }
-  std::sort(picked.begin(), picked.end(), [](const Worker* a, const Worker* b) {
-    return a->order < b->order;
-  });
-  int wanted = job.status.spec().num_workers();
+  // The previous generation's ranks first, in rank order: they hold the
+  // job's state. Then the others by registration.
+  const auto& previous = job.rank_workers;
+  auto key = [&](const Worker* w) {
+    auto it = std::find(previous.begin(), previous.end(), w->id);
+    return std::pair<int64_t, int64_t>(
+        it == previous.end() ? 1 : 0,
+        it == previous.end() ? w->order : it - previous.begin());
+  };
+  std::sort(picked.begin(), picked.end(),
+            [&](const Worker* a, const Worker* b) { return key(a) < key(b); });
+  const v1::JobSpec& spec = job.status.spec();
+  int wanted = spec.num_workers();
+  if (spec.min_workers() > 0) {
+    if (static_cast<int>(picked.size()) < spec.min_workers()) return {};
+    if (spec.max_workers() > 0 &&
+        static_cast<int>(picked.size()) > spec.max_workers()) {
+      picked.resize(spec.max_workers());
+    }
+    return picked;
+  }
   if (wanted == 0) return picked;
   if (static_cast<int>(picked.size()) < wanted) return {};
   picked.resize(wanted);
@@ -290,7 +418,14 @@ std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
 }
 
 void Coordinator::MaybeStartJobLocked() {
-  while (running_job_.empty() && !queue_.empty() && !shutdown_) {
+  if (shutdown_) return;
+  if (Job* job = RunningJobLocked()) {
+    if (job->status.state() != v1::JOB_STATE_RECOVERING) return;
+    std::vector<Worker*> workers = PickWorkersLocked(*job);
+    if (!workers.empty()) StartGenerationLocked(*job, workers);
+    return;
+  }
+  while (!queue_.empty()) {
     Job& job = jobs_[queue_.front()];
     if (job.status.state() != v1::JOB_STATE_QUEUED) {
       queue_.pop_front();
@@ -299,32 +434,31 @@ void Coordinator::MaybeStartJobLocked() {
     std::vector<Worker*> workers = PickWorkersLocked(job);
     if (workers.empty()) return;
     queue_.pop_front();
-    auto plan =
-        ResolveBatch(job.status.spec(), static_cast<int>(workers.size()));
-    if (!plan.ok()) {
-      job.status.set_state(v1::JOB_STATE_FAILED);
-      job.status.set_error(std::string(plan.status().message()));
-      job.status.set_end_time(NowSeconds());
-      ChangedLocked(job);
-      PersistLocked(job);
-      continue;
-    }
-    StartJobLocked(job, workers);
+    running_job_ = job.status.job_id();
+    StartGenerationLocked(job, workers);
+    if (!running_job_.empty()) return;
   }
 }
 
-void Coordinator::StartJobLocked(Job& job,
-                                 const std::vector<Worker*>& workers) {
+void Coordinator::StartGenerationLocked(Job& job,
+                                        const std::vector<Worker*>& workers) {
   v1::JobStatus& status = job.status;
+  auto plan = ResolveBatch(status.spec(), static_cast<int>(workers.size()));
+  if (!plan.ok()) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 std::string(plan.status().message()));
+    return;
+  }
   status.set_state(v1::JOB_STATE_RUNNING);
   status.set_generation(status.generation() + 1);
   status.set_generations(status.generations() + 1);
   status.set_world_size(static_cast<int>(workers.size()));
   if (status.start_time() == 0) status.set_start_time(NowSeconds());
   status.clear_ranks();
-  running_job_ = status.job_id();
   job.rank_workers.clear();
   job.results_ok = 0;
+  job.suspect.clear();
+  job.suspect_deadline = absl::InfiniteFuture();
   kv_.clear();
   barriers_.clear();
 
@@ -333,6 +467,9 @@ void Coordinator::StartJobLocked(Job& job,
     Worker& worker = *workers[rank];
     worker.job_id = status.job_id();
     worker.rank = static_cast<int>(rank);
+    worker.generation = status.generation();
+    worker.collective_seq = 0;
+    worker.seq_changed = clock_->Now();
     job.rank_workers.push_back(worker.id);
     v1::RankResult* result = status.add_ranks();
     result->set_rank(worker.rank);
@@ -349,38 +486,71 @@ void Coordinator::StartJobLocked(Job& job,
     *assignment->mutable_spec() = status.spec();
     worker.sink->Send(command);
   }
-  LogInfo("job ", status.job_id(), " generation ", status.generation(),
-          " started on ", workers.size(), " workers (ranks ",
-          absl::StrJoin(names, ", "), ")");
+  std::string message =
+      absl::StrCat("generation ", status.generation(), " on ", workers.size(),
+                   " workers (ranks ", absl::StrJoin(names, ", "), ")");
+  LogInfo("job ", status.job_id(), ": ", message);
+  AddEventLocked(job, "generation_started", nullptr, message);
   ChangedLocked(job);
   PersistLocked(job);
 }
 
-void Coordinator::EndJobLocked(Job& job, v1::JobState state,
-                               const std::string& reason) {
-  v1::JobStatus& status = job.status;
-  status.set_state(state);
-  if (!reason.empty()) status.set_error(reason);
-  status.set_end_time(NowSeconds());
+void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
+                                          const std::string& reason) {
+  const v1::JobStatus& status = job.status;
   for (const std::string& worker_id : job.rank_workers) {
     Worker& worker = workers_[worker_id];
     if (worker.job_id != status.job_id()) continue;
-    if (state != v1::JOB_STATE_SUCCEEDED && worker.sink != nullptr) {
+    if (abort && worker.sink != nullptr) {
       v1::CoordinatorCommand command;
-      v1::Abort* abort = command.mutable_abort();
-      abort->set_job_id(status.job_id());
-      abort->set_generation(status.generation());
-      abort->set_reason(reason);
+      v1::Abort* message = command.mutable_abort();
+      message->set_job_id(status.job_id());
+      message->set_generation(status.generation());
+      message->set_reason(reason);
       worker.sink->Send(command);
     }
     worker.job_id.clear();
     worker.rank = -1;
   }
-  if (running_job_ == status.job_id()) {
-    running_job_.clear();
-    kv_.clear();
-    barriers_.clear();
+  kv_.clear();
+  barriers_.clear();
+  changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
+}
+
+void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
+  v1::JobStatus& status = job.status;
+  int restarts_used = status.generations() - 1;
+  ReleaseGenerationLocked(job, /*abort=*/true, cause);
+  if (restarts_used >= MaxRestarts(status.spec())) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 absl::StrCat(cause, "; giving up after ", restarts_used,
+                              " restarts (max_restarts ",
+                              MaxRestarts(status.spec()), ")"));
+    return;
   }
+  status.set_state(v1::JOB_STATE_RECOVERING);
+  status.set_error(cause);
+  job.suspect.clear();
+  job.suspect_deadline = absl::InfiniteFuture();
+  LogWarning("job ", status.job_id(), " generation ", status.generation(),
+             " ended: ", cause, "; waiting for the group to be whole");
+  ChangedLocked(job);
+  PersistLocked(job);
+  MaybeStartJobLocked();
+}
+
+void Coordinator::EndJobLocked(Job& job, v1::JobState state,
+                               const std::string& reason) {
+  v1::JobStatus& status = job.status;
+  ReleaseGenerationLocked(job, state != v1::JOB_STATE_SUCCEEDED, reason);
+  status.set_state(state);
+  if (!reason.empty()) status.set_error(reason);
+  status.set_end_time(NowSeconds());
+  if (running_job_ == status.job_id()) running_job_.clear();
+  AddEventLocked(job,
+                 absl::StrCat("job_", absl::AsciiStrToLower(
+                                          v1::JobState_Name(state).substr(10))),
+                 nullptr, reason);
   LogInfo("job ", status.job_id(), " ", v1::JobState_Name(state),
           reason.empty() ? "" : ": ", reason);
   ChangedLocked(job);
@@ -396,6 +566,20 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
   if (status.state() != v1::JOB_STATE_RUNNING ||
       report.generation() != status.generation()) {
     return;
+  }
+  if (report.has_resumed_at_step()) {
+    int64_t known = status.step_losses_size();
+    int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
+    AddEventLocked(
+        job, "resumed", nullptr,
+        absl::StrCat(
+            "generation ", status.generation(), " trains again after step ",
+            report.resumed_at_step(),
+            report.state_source_rank() >= 0
+                ? absl::StrCat(" with rank ", report.state_source_rank(),
+                               "'s live state")
+                : " from the initial state",
+            "; ", repeated, " steps repeated"));
   }
   status.set_step(report.step());
   status.set_epoch(report.epoch());
@@ -424,9 +608,17 @@ void Coordinator::HandleResultLocked(Worker& worker,
     return;
   }
   if (!result.ok()) {
-    EndJobLocked(job, v1::JOB_STATE_FAILED,
-                 absl::StrCat("rank ", worker.rank, " (", worker.id, " on ",
-                              worker.host, ") failed: ", result.error()));
+    std::string cause =
+        absl::StrCat("rank ", worker.rank, " (", worker.id, " on ", worker.host,
+                     ") failed: ", result.error());
+    if (!IsRetryable(result.code())) {
+      AddEventLocked(job, "rank_failed", &worker, cause);
+      EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
+    } else if (job.suspect.empty()) {
+      // Usually a peer died and its session break is about to name it.
+      job.suspect = cause;
+      job.suspect_deadline = clock_->Now() + error_grace_;
+    }
     return;
   }
   v1::RankResult* rank = status.mutable_ranks(worker.rank);
@@ -449,13 +641,38 @@ void Coordinator::HandleResultLocked(Worker& worker,
   }
 }
 
+std::string Coordinator::StallLocked(const Job& job) const {
+  if (job.status.state() != v1::JOB_STATE_RUNNING) return "";
+  std::vector<const Worker*> ranks;
+  int64_t ahead = 0;
+  for (const std::string& id : job.rank_workers) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || it->second.job_id != job.status.job_id())
+      continue;
+    ranks.push_back(&it->second);
+    ahead = std::max(ahead, it->second.collective_seq);
+  }
+  absl::Time now = clock_->Now();
+  for (const Worker* worker : ranks) {
+    absl::Duration behind = now - worker->seq_changed;
+    if (worker->collective_seq < ahead && behind >= stall_after_) {
+      return absl::StrFormat(
+          "rank %d (%s on %s) stalled at all-reduce #%d for %.0f s",
+          worker->rank, worker->id, worker->host, worker->collective_seq + 1,
+          absl::ToDoubleSeconds(behind));
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<std::vector<v1::JobStatus>> Coordinator::GetJobStatus(
     const std::string& job_id, bool include_history) {
   absl::MutexLock lock(&mu_);
   std::vector<v1::JobStatus> result;
-  auto add = [&](const Job& job) {
+  auto add = [&](const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     v1::JobStatus& status = result.emplace_back(job.status);
     if (!include_history) status.clear_step_losses();
+    status.set_stall(StallLocked(job));
   };
   if (!job_id.empty()) {
     auto it = jobs_.find(job_id);
@@ -485,6 +702,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
         absl::Now() >= deadline) {
       v1::JobStatus status = it->second.status;
       status.clear_step_losses();
+      status.set_stall(StallLocked(it->second));
       return status;
     }
     changed_.WaitWithDeadline(&mu_, deadline);
@@ -506,6 +724,10 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
       ChangedLocked(job);
       PersistLocked(job);
       return absl::OkStatus();
+    case v1::JOB_STATE_RECOVERING:
+      EndJobLocked(job, v1::JOB_STATE_STOPPED,
+                   "stopped on request while recovering");
+      return absl::OkStatus();
     case v1::JOB_STATE_RUNNING:
       job.stop_requested = true;
       for (const std::string& worker_id : job.rank_workers) {
@@ -521,6 +743,22 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " already ended (",
                        v1::JobState_Name(job.status.state()), ")"));
+  }
+}
+
+void Coordinator::AddEventLocked(Job& job, const std::string& kind,
+                                 const Worker* worker,
+                                 const std::string& message) {
+  v1::JobEvent* event = job.status.add_events();
+  event->set_time(NowSeconds());
+  event->set_generation(job.status.generation());
+  event->set_kind(kind);
+  event->set_message(message);
+  event->set_rank(-1);
+  if (worker != nullptr) {
+    event->set_worker_id(worker->id);
+    event->set_host(worker->host);
+    event->set_rank(worker->rank);
   }
 }
 
@@ -550,11 +788,12 @@ absl::Status Coordinator::CheckGenerationLocked(const std::string& job_id,
     return absl::NotFoundError(absl::StrCat("no job ", job_id));
   }
   const v1::JobStatus& status = it->second.status;
-  if (running_job_ != job_id || status.generation() != generation) {
+  if (running_job_ != job_id || status.generation() != generation ||
+      status.state() != v1::JOB_STATE_RUNNING) {
     return absl::AbortedError(absl::StrCat(
         "job ", job_id, " generation ", generation, " is over (the job is ",
-        v1::JobState_Name(status.state()), ", generation ", status.generation(),
-        "): ", status.error()));
+        v1::JobState_Name(status.state()), " in generation ",
+        status.generation(), "): ", status.error()));
   }
   return absl::OkStatus();
 }
@@ -592,20 +831,19 @@ absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(
       CheckGenerationLocked(request.job_id(), request.generation()));
-  std::set<int>& arrived = barriers_[request.name()];
-  arrived.insert(request.rank());
+  barriers_[request.name()].insert(request.rank());
   changed_.SignalAll();
   while (true) {
     RETURN_IF_ERROR(
         CheckGenerationLocked(request.job_id(), request.generation()));
     const Job& job = jobs_[request.job_id()];
     int world = job.status.world_size();
-    std::set<int>& now_arrived = barriers_[request.name()];
-    if (static_cast<int>(now_arrived.size()) >= world) return absl::OkStatus();
+    std::set<int>& arrived = barriers_[request.name()];
+    if (static_cast<int>(arrived.size()) >= world) return absl::OkStatus();
     if (absl::Now() >= deadline) {
       std::vector<std::string> missing;
       for (int rank = 0; rank < world; ++rank) {
-        if (!now_arrived.count(rank)) {
+        if (!arrived.count(rank)) {
           missing.push_back(
               absl::StrCat("rank ", rank, " (", job.rank_workers[rank], ")"));
         }
@@ -627,6 +865,9 @@ bool Coordinator::IsShutdown() const {
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr) worker.sink->Close();
+  }
   changed_.SignalAll();
 }
 

@@ -47,6 +47,8 @@ class SessionSink {
  public:
   virtual ~SessionSink() = default;
   virtual void Send(const v1::CoordinatorCommand& command) = 0;
+  // Ends the session from the coordinator's side (a worker declared dead).
+  virtual void Close() = 0;
 };
 
 class Coordinator {
@@ -57,16 +59,26 @@ class Coordinator {
     Clock* clock = RealClock::Get();
     // May be null (nothing persisted), as in unit tests.
     std::unique_ptr<JobStore> store;
+    // A worker silent this long has failed; it heartbeats every half of it.
+    absl::Duration heartbeat_timeout = absl::Seconds(10);
+    // How long a rank's collective error waits for a worker failure that
+    // explains it before it ends the generation by itself.
+    absl::Duration error_grace = absl::Seconds(1);
+    // A rank behind the others this long is reported as stalled.
+    absl::Duration stall_after = absl::Seconds(3);
   };
 
   // Loads the jobs the store holds. A job that was running when the previous
-  // coordinator stopped is marked FAILED with that cause.
+  // coordinator stopped is RECOVERING: it re-forms as a new generation when
+  // its workers reconnect. Errors: DataLoss for an unreadable store.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options);
 
   // Possible errors:
   //   InvalidArgument: the task is not a training task of the static cluster,
   //     the worker's own cluster view differs from ours, or a static cluster
   //     worker registered without a task identity.
+  // A known task with a new incarnation has restarted: its old process is
+  // treated as failed.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request);
 
@@ -107,6 +119,11 @@ class Coordinator {
   absl::Status StopJob(const std::string& job_id);
   std::vector<v1::WorkerInfo> ListWorkers();
 
+  // Declares workers that missed heartbeats failed and ends generations
+  // whose reported errors went unexplained past the grace period. Call it
+  // often (main: every 100 ms).
+  void Sweep();
+
   // Wakes every blocked call; they return Cancelled.
   void Shutdown();
   bool IsShutdown() const;
@@ -122,12 +139,21 @@ class Coordinator {
     absl::Time last_heartbeat;
     std::string job_id;  // the job this worker runs, if any
     int rank = -1;
+    int64_t generation = 0;
+    // Collectives entered in the current generation, and when that last
+    // changed: a rank whose count stays below the others' is a straggler.
+    int64_t collective_seq = 0;
+    absl::Time seq_changed;
   };
   struct Job {
     v1::JobStatus status;
     std::vector<std::string> rank_workers;  // worker id of each rank
     int results_ok = 0;
     bool stop_requested = false;
+    // A collective error a rank reported, waiting for a worker failure to
+    // explain it until `suspect_deadline`.
+    std::string suspect;
+    absl::Time suspect_deadline = absl::InfiniteFuture();
   };
 
   explicit Coordinator(Options options);
@@ -138,13 +164,32 @@ class Coordinator {
   // Picks the workers for `job` in rank order; empty if not enough are here.
   std::vector<Worker*> PickWorkersLocked(const Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartJobLocked(Job& job, const std::vector<Worker*>& workers)
+  void StartGenerationLocked(Job& job, const std::vector<Worker*>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job's current generation: releases its workers (telling the
-  // ones still running to abort with `reason` unless the job succeeded),
-  // drops its key-value entries, persists, and schedules the next job.
+  // Releases the workers of the job's generation, telling those still
+  // running to abort with `reason` unless the job succeeded, and drops the
+  // generation's key-value entries and barriers.
+  void ReleaseGenerationLocked(Job& job, bool abort, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job for good, persists, and schedules the next job.
   void EndJobLocked(Job& job, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current generation after a failure. The job re-forms as the
+  // next generation, or fails when max_restarts are used up.
+  void FailGenerationLocked(Job& job, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `worker` is gone (session broken, silent, restarted): it loses its
+  // session and fails the generation it was part of.
+  void WorkerFailedLocked(Worker& worker, const std::string& kind,
+                          const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddEventLocked(Job& job, const std::string& kind, const Worker* worker,
+                      const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "rank 3 (worker:3) stalled at all-reduce #812 for 14 s", or "".
+  std::string StallLocked(const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* RunningJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleProgressLocked(const v1::ProgressReport& report)
@@ -163,6 +208,9 @@ class Coordinator {
   const std::optional<v1::ClusterSpec> cluster_;
   Clock* const clock_;
   const std::unique_ptr<JobStore> store_;
+  const absl::Duration heartbeat_timeout_;
+  const absl::Duration error_grace_;
+  const absl::Duration stall_after_;
 
   mutable absl::Mutex mu_;
   // Signalled on every change a blocked call may wait for.
@@ -174,6 +222,7 @@ class Coordinator {
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // The job that is RUNNING or RECOVERING, if any.
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   // Key-value store and barrier arrivals of the running generation.
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);

@@ -1,11 +1,14 @@
 // lockstep-coordinator: the control-plane daemon. See README.md.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/args.h"
 #include "common/log.h"
 #include "common/tf_config.h"
@@ -21,6 +24,7 @@ constexpr char kUsage[] =
 
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
+                       [--heartbeat-timeout SECS]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -29,6 +33,12 @@ Flags:
   --cluster JSON|FILE  static cluster in TF_CONFIG form; the coordinator then
                        waits for exactly those chief/worker tasks. Without it,
                        workers register freely.
+  --heartbeat-timeout S a worker silent this long has failed (default 10);
+                       workers send a heartbeat every S/2
+
+Serves the standard gRPC health service (grpc.health.v1) for probes.
+SIGTERM or SIGINT shuts it down cleanly; jobs and their state stay in the
+state dir and a running job re-forms when the coordinator comes back.
 
 Example:
   lockstep-coordinator --listen 0.0.0.0:7070 --state-dir /var/lib/lockstep \
@@ -41,8 +51,9 @@ int Fail(const absl::Status& status, int code) {
 }
 
 int Run(int argc, char** argv) {
-  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                          {"listen", "state-dir", "cluster"}, {"help"});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"listen", "state-dir", "cluster", "heartbeat-timeout"}, {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -67,6 +78,13 @@ int Run(int argc, char** argv) {
     if (!config.ok()) return Fail(config.status(), 2);
     options.cluster = config->cluster;
   }
+  auto heartbeat_timeout = args->GetDouble("heartbeat-timeout", 10);
+  if (!heartbeat_timeout.ok()) return Fail(heartbeat_timeout.status(), 2);
+  if (*heartbeat_timeout <= 0) {
+    return Fail(absl::InvalidArgumentError("--heartbeat-timeout must be > 0"),
+                2);
+  }
+  options.heartbeat_timeout = absl::Seconds(*heartbeat_timeout);
   auto store = JobStore::Open(args->Get("state-dir"));
   if (!store.ok()) return Fail(store.status(), 1);
   options.store = *std::move(store);
@@ -83,6 +101,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   GrpcService service(coordinator->get());
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(args->Get("listen"),
@@ -102,9 +121,21 @@ int Run(int argc, char** argv) {
   LogInfo("serving on ", host, ":", port, ", state in ", args->Get("state-dir"),
           static_cluster ? ", static cluster" : ", free registration");
 
+  // Liveness runs on the coordinator's clock: sweep often so a silent
+  // worker is declared failed right after its timeout.
+  absl::Notification stopping;
+  std::thread sweeper([&] {
+    while (!stopping.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      (*coordinator)->Sweep();
+    }
+  });
+
   int signal = 0;
   sigwait(&signals, &signal);
   LogInfo("signal ", signal, ": shutting down");
+  stopping.Notify();
+  sweeper.join();
+  server->GetHealthCheckService()->Shutdown();
   (*coordinator)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -9,9 +9,26 @@
 
 namespace lockstep::worker {
 
+void TaskContext::Abort() {
+  absl::MutexLock lock(&mu_);
+  aborted_ = true;
+  if (comm_ != nullptr) comm_->Abort();
+}
+
+bool TaskContext::aborted() const {
+  absl::MutexLock lock(&mu_);
+  return aborted_;
+}
+
+void TaskContext::SetCommunicator(Communicator* comm) {
+  absl::MutexLock lock(&mu_);
+  comm_ = comm;
+  if (aborted_ && comm_ != nullptr) comm_->Abort();
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> Agent::RegisterWithRetry() {
   absl::Time deadline = absl::Now() + options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     auto response = control_->Register(options_.registration);
     if (response.ok()) return response;
@@ -24,83 +41,131 @@ absl::StatusOr<v1::RegisterWorkerResponse> Agent::RegisterWithRetry() {
     LogWarning(response.status().message(), "; retrying in ",
                absl::FormatDuration(backoff));
     absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    backoff = std::min(backoff * 2, absl::Seconds(2));
   }
 }
 
 absl::Status Agent::Run() {
-  ASSIGN_OR_RETURN(v1::RegisterWorkerResponse registered, RegisterWithRetry());
-  const std::string& worker_id = registered.worker_id();
-  SetLogTag(absl::StrCat("worker ", worker_id));
   const uint64_t incarnation = options_.registration.incarnation();
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                   control_->OpenSession(worker_id, incarnation));
-  LogInfo("registered as ", worker_id, "; waiting for work");
+  while (true) {
+    auto registered = RegisterWithRetry();
+    if (!registered.ok()) {
+      AbortTask("the coordinator is unreachable");
+      if (task_thread_.joinable()) task_thread_.detach();
+      return registered.status();
+    }
+    const std::string& worker_id = registered->worker_id();
+    SetLogTag(absl::StrCat("worker ", worker_id));
+    auto session = control_->OpenSession(worker_id, incarnation);
+    if (!session.ok()) {
+      LogWarning("cannot open the session: ", session.status().message());
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
+    LogInfo("registered as ", worker_id, "; waiting for work");
+    absl::Duration interval =
+        absl::Milliseconds(registered->heartbeat_interval_ms());
+    if (interval <= absl::ZeroDuration()) interval = absl::Seconds(5);
+    Serve(std::shared_ptr<Session>(std::move(*session)), interval);
+    // The coordinator went away or declared this worker failed. Whatever
+    // generation was running is over; the training state stays in this
+    // process for the next one.
+    AbortTask("lost the session with the coordinator");
+    LogWarning("lost the session with the coordinator; reconnecting");
+  }
+}
 
+void Agent::Serve(std::shared_ptr<Session> session,
+                  absl::Duration heartbeat_interval) {
   absl::Notification session_over;
   std::thread heartbeats([&] {
-    while (!session_over.WaitForNotificationWithTimeout(
-        options_.heartbeat_interval)) {
+    do {
       v1::WorkerMessage message;
-      message.mutable_heartbeat();
+      v1::Heartbeat* beat = message.mutable_heartbeat();
+      {
+        absl::MutexLock lock(&mu_);
+        if (task_ != nullptr) {
+          beat->set_job_id(task_->assignment.job_id());
+          beat->set_generation(task_->assignment.generation());
+          beat->set_collective_seq(task_->collective_seq);
+        }
+      }
       if (!session->Send(message)) break;
-    }
+    } while (!session_over.WaitForNotificationWithTimeout(heartbeat_interval));
   });
 
-  std::shared_ptr<TaskContext> task;
-  std::thread task_thread;
   v1::CoordinatorCommand command;
   while (session->Receive(&command)) {
     switch (command.kind_case()) {
-      case v1::CoordinatorCommand::kAssignment: {
-        if (task_thread.joinable()) task_thread.join();
-        task = std::make_shared<TaskContext>();
-        task->assignment = command.assignment();
-        task->kv = control_->KeyValue(task->assignment.job_id(),
-                                      task->assignment.generation());
-        task->host = options_.registration.host();
-        // The task holds the session too: it may outlive this loop.
-        task->report = [session](const v1::ProgressReport& report) {
-          v1::WorkerMessage message;
-          *message.mutable_progress() = report;
-          session->Send(message);
-        };
-        task_thread = std::thread([this, task, session] {
-          v1::TaskResult result = runner_(*task);
-          v1::WorkerMessage message;
-          *message.mutable_result() = std::move(result);
-          session->Send(message);
-        });
+      case v1::CoordinatorCommand::kAssignment:
+        StartTask(command.assignment(), session);
+        break;
+      case v1::CoordinatorCommand::kStop: {
+        absl::MutexLock lock(&mu_);
+        if (task_ && task_->assignment.job_id() == command.stop().job_id()) {
+          LogInfo("stop requested: ", command.stop().reason());
+          task_->stop_requested = true;
+        }
         break;
       }
-      case v1::CoordinatorCommand::kStop:
-        if (task && task->assignment.job_id() == command.stop().job_id()) {
-          LogInfo("stop requested: ", command.stop().reason());
-          task->stop_requested = true;
+      case v1::CoordinatorCommand::kAbort: {
+        const v1::Abort& abort = command.abort();
+        bool current;
+        {
+          absl::MutexLock lock(&mu_);
+          current = task_ && task_->assignment.job_id() == abort.job_id() &&
+                    task_->assignment.generation() == abort.generation();
+        }
+        if (current) {
+          AbortTask(absl::StrCat("generation ", abort.generation(),
+                                 " aborted: ", abort.reason()));
         }
         break;
-      case v1::CoordinatorCommand::kAbort:
-        if (task && task->assignment.job_id() == command.abort().job_id() &&
-            task->assignment.generation() == command.abort().generation()) {
-          LogWarning("generation ", command.abort().generation(),
-                     " aborted: ", command.abort().reason());
-          task->aborted = true;
-        }
-        break;
+      }
       default:
         break;
     }
   }
   session_over.Notify();
   heartbeats.join();
-  if (task) task->aborted = true;
-  // A task blocked in a collective cannot be joined promptly; the caller
-  // exits the process.
-  if (task_thread.joinable()) task_thread.detach();
-  absl::Status finished = session->Finish();
-  return absl::UnavailableError(absl::StrCat(
-      "lost the session with the coordinator",
-      finished.ok() ? "" : absl::StrCat(": ", finished.message())));
+  (void)session->Finish();
+}
+
+void Agent::StartTask(const v1::Assignment& assignment,
+                      const std::shared_ptr<Session>& session) {
+  // A previous generation's task may still be unwinding; make it quick.
+  {
+    absl::MutexLock lock(&mu_);
+    if (task_ != nullptr) task_->Abort();
+  }
+  if (task_thread_.joinable()) task_thread_.join();
+  auto task = std::make_shared<TaskContext>();
+  task->assignment = assignment;
+  task->kv = control_->KeyValue(assignment.job_id(), assignment.generation());
+  task->host = options_.registration.host();
+  // The task holds the session too: it may outlive this session's loop.
+  task->report = [session](const v1::ProgressReport& report) {
+    v1::WorkerMessage message;
+    *message.mutable_progress() = report;
+    session->Send(message);
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    task_ = task;
+  }
+  task_thread_ = std::thread([this, task, session] {
+    v1::TaskResult result = runner_(*task);
+    v1::WorkerMessage message;
+    *message.mutable_result() = std::move(result);
+    session->Send(message);
+  });
+}
+
+void Agent::AbortTask(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (task_ == nullptr || task_->aborted()) return;
+  LogWarning(why);
+  task_->Abort();
 }
 
 }  // namespace lockstep::worker

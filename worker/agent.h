@@ -2,12 +2,15 @@
 // (heartbeats up, commands down) and runs each assignment on a task thread.
 //
 // Lifecycle: Run() registers (retrying while the coordinator is unreachable,
-// as it is while a Kubernetes Service comes up), opens the session and
-// dispatches commands until the session ends. Assignment starts a task;
-// Stop asks it to stop at a step boundary agreed by all ranks; Abort tells it
-// to give up its generation. The process stays alive between tasks.
+// as it is while a Kubernetes Service comes up or the coordinator restarts),
+// opens the session and dispatches commands until the session ends, then
+// aborts the running generation and reconnects with the same incarnation:
+// the process, and the training state it holds, survive. Assignment starts a
+// task; Stop asks it to stop at a step all ranks agree on; Abort tears down
+// its communicator so it returns promptly.
 //
-// Thread-safety: Run() is called once, from one thread.
+// Thread-safety: Run() is called once, from one thread. TaskContext is shared
+// by the agent and the task thread and is thread-safe.
 #ifndef LOCKSTEP_WORKER_AGENT_H_
 #define LOCKSTEP_WORKER_AGENT_H_
 
@@ -15,23 +18,40 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lockstep/v1/coordinator.pb.h"
+#include "worker/collective/communicator.h"
 #include "worker/control_plane.h"
 
 namespace lockstep::worker {
 
 // What a task sees of its surroundings.
-struct TaskContext {
+class TaskContext {
+ public:
   v1::Assignment assignment;
   std::unique_ptr<KeyValueClient> kv;  // scoped to (job, generation)
   std::string host;                    // data-plane address of this worker
   std::atomic<bool> stop_requested{false};
-  std::atomic<bool> aborted{false};
+  // Collectives entered in this generation; sent with each heartbeat.
+  std::atomic<int64_t> collective_seq{0};
   // Sends a progress report up the session. Thread-safe.
   std::function<void(const v1::ProgressReport&)> report;
+
+  // Ends the generation: a collective pending on the task thread fails.
+  void Abort();
+  bool aborted() const;
+  // The task's communicator, so Abort can close it; nullptr to forget it.
+  // Registering after Abort aborts it at once.
+  void SetCommunicator(Communicator* comm);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 // Runs one assignment to its end and says how it went.
@@ -41,8 +61,8 @@ class Agent {
  public:
   struct Options {
     v1::RegisterWorkerRequest registration;
-    absl::Duration heartbeat_interval = absl::Seconds(2);
-    // How long to keep trying to reach the coordinator at start.
+    // How long to keep trying to reach the coordinator, at start and after
+    // losing it.
     absl::Duration connect_timeout = absl::Seconds(60);
   };
 
@@ -51,17 +71,27 @@ class Agent {
         runner_(std::move(runner)),
         options_(std::move(options)) {}
 
-  // Returns when the session ends. Errors: the registration was refused
-  // (InvalidArgument, with the coordinator's reason), or the coordinator
-  // could not be reached or went away (Unavailable).
+  // Returns only when the coordinator cannot be reached for connect_timeout
+  // (Unavailable) or refuses the registration (InvalidArgument, with the
+  // coordinator's reason).
   absl::Status Run();
 
  private:
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWithRetry();
+  // Serves one session until it ends.
+  void Serve(std::shared_ptr<Session> session,
+             absl::Duration heartbeat_interval);
+  void StartTask(const v1::Assignment& assignment,
+                 const std::shared_ptr<Session>& session);
+  void AbortTask(const std::string& why);
 
   ControlPlane* const control_;
   const TaskRunner runner_;
   const Options options_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<TaskContext> task_ ABSL_GUARDED_BY(mu_);
+  std::thread task_thread_;  // touched by the Run() thread only
 };
 
 }  // namespace lockstep::worker

@@ -38,7 +38,8 @@ Flags:
   --host HOST              address peers reach this worker's data plane on
                            (default: its TF_CONFIG address, else the host name)
   --threads N              compute threads (default: all cores)
-  --connect-timeout SECS   how long to retry reaching the coordinator (60)
+  --connect-timeout SECS   how long to keep trying to reach the coordinator,
+                           at start and after losing it (60)
 
 Example:
   TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
@@ -151,7 +152,10 @@ int Run(int argc, char** argv) {
   Agent::Options options;
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
-  Agent agent(&control, RunTrainingTask, options);
+  TrainingRunner runner;
+  Agent agent(
+      &control, [&runner](TaskContext& task) { return runner.Run(task); },
+      options);
   absl::Status status = agent.Run();
   std::cerr << "lockstep-worker: " << status.message() << "\n";
   std::cerr.flush();

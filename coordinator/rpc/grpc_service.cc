@@ -18,7 +18,7 @@ class QueueSink : public SessionSink {
     queue_.push_back(command);
   }
 
-  void Close() {
+  void Close() override {
     absl::MutexLock lock(&mu_);
     closed_ = true;
   }
@@ -87,7 +87,7 @@ grpc::Status GrpcService::WorkerSession(
       break;
     }
     if (closed) break;
-    if (context->IsCancelled() || coordinator_->IsShutdown()) {
+    if (context->IsCancelled()) {
       cause = absl::CancelledError("the session was cancelled");
       break;
     }

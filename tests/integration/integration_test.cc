@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/process.h"
 #include "common/files.h"
@@ -103,18 +104,32 @@ std::vector<double> ReadLosses(const std::string& csv_path) {
   return losses;
 }
 
-// A coordinator with a static two-worker cluster and its workers, started
-// and killed by pid.
+// A coordinator with a static cluster of N workers, all started and killed by
+// pid.
 class ClusterTest : public ::testing::Test {
  protected:
-  void StartCoordinator(const std::string& cluster_json) {
+  void StartCluster(int workers,
+                    std::vector<std::string> coordinator_flags = {}) {
     dir_ = TempDir("cluster");
+    workers_ = workers;
+    coordinator_flags_ = std::move(coordinator_flags);
+    StartCoordinator("127.0.0.1:0");
+    for (int i = 0; i < workers; ++i) worker_pids_.push_back(StartWorker(i));
+  }
+
+  void StartCoordinator(const std::string& listen) {
     int out = -1;
-    auto pid = processes_.Spawn(
-        "coordinator",
-        {kBin + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
-         "--state-dir", dir_ + "/state", "--cluster", cluster_json},
-        {}, dir_ + "/coordinator.log", &out);
+    std::vector<std::string> argv = {kBin + "/lockstep-coordinator",
+                                     "--listen",
+                                     listen,
+                                     "--state-dir",
+                                     dir_ + "/state",
+                                     "--cluster",
+                                     ClusterJson()};
+    argv.insert(argv.end(), coordinator_flags_.begin(),
+                coordinator_flags_.end());
+    auto pid = processes_.Spawn(absl::StrCat("coordinator ", ++coordinators_),
+                                argv, {}, dir_ + "/coordinator.log", &out);
     ASSERT_TRUE(pid.ok()) << pid.status();
     coordinator_pid_ = *pid;
     std::string line;
@@ -127,65 +142,122 @@ class ClusterTest : public ::testing::Test {
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
 
-  pid_t StartWorker(const std::string& tf_config, int index) {
-    auto pid = processes_.Spawn(absl::StrCat("worker ", index),
-                                {kBin + "/lockstep-worker", "--coordinator",
-                                 address_, "--threads", "1"},
-                                {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
-                                 "OPENBLAS_NUM_THREADS=1"},
-                                absl::StrCat(dir_, "/worker-", index, ".log"));
+  std::string ClusterJson() const {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < workers_; ++i) addresses.push_back("\"127.0.0.1:1\"");
+    return absl::StrCat(R"({"cluster": {"worker": [)",
+                        absl::StrJoin(addresses, ", "), "]}}");
+  }
+
+  pid_t StartWorker(int index) {
+    std::string tf_config = absl::StrCat(
+        R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
+        R"(, "task": {"type": "worker", "index": )", index, "}}");
+    auto pid = processes_.Spawn(
+        absl::StrCat("worker ", index, " #", ++spawned_),
+        {kBin + "/lockstep-worker", "--coordinator", address_, "--threads",
+         "1"},
+        {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
+         "OPENBLAS_NUM_THREADS=1"},
+        absl::StrCat(dir_, "/worker-", index, "-", spawned_, ".log"));
     EXPECT_TRUE(pid.ok()) << pid.status();
     return pid.value_or(-1);
+  }
+
+  std::string Submit(const std::vector<std::string>& sets) {
+    std::vector<std::string> argv = {kBin + "/lockstep", "submit", kMlp};
+    for (const std::string& set : sets) {
+      argv.push_back("--set");
+      argv.push_back(set);
+    }
+    Result submit = RunCommand(argv, {"LOCKSTEP_COORDINATOR=" + address_});
+    EXPECT_EQ(submit.code, 0) << submit.err;
+    return submit.out.substr(0, submit.out.find('\n'));
   }
 
   // Follows the job until `done` holds for a status; returns that status.
   v1::JobStatus WatchUntil(
       const std::string& job,
       const std::function<bool(const v1::JobStatus&)>& done) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::minutes(3));
-    v1::WatchJobRequest request;
-    request.set_job_id(job);
-    auto reader = stub_->WatchJob(&context, request);
     v1::JobStatus status;
-    while (reader->Read(&status)) {
-      if (done(status)) {
-        context.TryCancel();
+    // A restarting coordinator ends the stream; follow it again.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      grpc::ClientContext context;
+      context.set_wait_for_ready(true);
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::minutes(3));
+      v1::WatchJobRequest request;
+      request.set_job_id(job);
+      auto reader = stub_->WatchJob(&context, request);
+      while (reader->Read(&status)) {
+        if (done(status)) {
+          context.TryCancel();
+          reader->Finish();
+          return status;
+        }
+      }
+      grpc::Status finished = reader->Finish();
+      if (finished.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          finished.error_code() != grpc::StatusCode::CANCELLED) {
         break;
       }
     }
-    reader->Finish();
     return status;
   }
+
+  static bool Ended(const v1::JobStatus& s) {
+    return s.state() == v1::JOB_STATE_SUCCEEDED ||
+           s.state() == v1::JOB_STATE_FAILED ||
+           s.state() == v1::JOB_STATE_STOPPED;
+  }
+
+  // The model digest of `sets` trained without interruption.
+  std::string UninterruptedDigest(const std::vector<std::string>& sets) {
+    v1::JobStatus done = WatchUntil(Submit(sets), Ended);
+    EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+    EXPECT_EQ(done.generations(), 1);
+    return done.ranks_size() ? done.ranks(0).model_digest() : "";
+  }
+
+  static void ExpectAllRanks(const v1::JobStatus& status,
+                             const std::string& digest) {
+    ASSERT_GT(status.ranks_size(), 0);
+    for (const v1::RankResult& rank : status.ranks()) {
+      EXPECT_EQ(rank.model_digest(), digest) << "rank " << rank.rank();
+    }
+  }
+
+  static const v1::JobEvent* FindEvent(const v1::JobStatus& status,
+                                       const std::string& kind) {
+    for (const v1::JobEvent& event : status.events()) {
+      if (event.kind() == kind) return &event;
+    }
+    return nullptr;
+  }
+
+  bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
 
   void TearDown() override { processes_.TerminateAll(absl::Seconds(5)); }
 
   client::ProcessGroup processes_;
   std::string dir_;
   std::string address_;
+  int workers_ = 0;
+  int spawned_ = 0;
+  int coordinators_ = 0;
+  std::vector<std::string> coordinator_flags_;
   pid_t coordinator_pid_ = -1;
+  std::vector<pid_t> worker_pids_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 
-std::string TfConfig(int index) {
-  return absl::StrCat(
-      R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": )",
-      index, "}}");
-}
-constexpr char kClusterOnly[] =
-    R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}})";
-
 TEST_F(ClusterTest, TwoWorkersTrainFiftyStepsToTheSameModel) {
-  StartCoordinator(kClusterOnly);
-  StartWorker(TfConfig(0), 0);
-  StartWorker(TfConfig(1), 1);
+  StartCluster(2);
   Result submit =
       RunCommand({kBin + "/lockstep", "submit", kMlp, "--set", "max_steps=50",
                   "--set", "global_batch_size=64", "--watch"},
                  {"LOCKSTEP_COORDINATOR=" + address_});
-  ASSERT_EQ(submit.code, 0) << submit.out << submit.err
-                            << client::TailOfFile(dir_ + "/worker-1.log", 20);
+  ASSERT_EQ(submit.code, 0) << submit.out << submit.err;
   std::string job = submit.out.substr(0, submit.out.find('\n'));
 
   Result status = RunCommand(
@@ -206,37 +278,101 @@ TEST_F(ClusterTest, TwoWorkersTrainFiftyStepsToTheSameModel) {
   Result table =
       RunCommand({kBin + "/lockstep", "status", "--coordinator", address_});
   EXPECT_THAT(table.out, AllOf(HasSubstr(job), HasSubstr("succeeded")));
+  Result workers =
+      RunCommand({kBin + "/lockstep", "workers", "--coordinator", address_});
+  EXPECT_THAT(workers.out, AllOf(HasSubstr("worker:0"), HasSubstr("worker:1"),
+                                 HasSubstr("idle")));
+  Result events = RunCommand(
+      {kBin + "/lockstep", "events", job, "--coordinator", address_});
+  EXPECT_THAT(events.out, AllOf(HasSubstr("generation_started"),
+                                HasSubstr("job_succeeded")));
 }
 
-TEST_F(ClusterTest, KilledWorkerFailsTheJobByNameAndTheSurvivorLives) {
-  StartCoordinator(kClusterOnly);
-  pid_t w0 = StartWorker(TfConfig(0), 0);
-  pid_t w1 = StartWorker(TfConfig(1), 1);
-  Result submit = RunCommand({kBin + "/lockstep", "submit", kMlp, "--set",
-                              "epochs=50", "--set", "log_every_steps=1"},
-                             {"LOCKSTEP_COORDINATOR=" + address_});
-  ASSERT_EQ(submit.code, 0) << submit.err;
-  std::string job = submit.out.substr(0, submit.out.find('\n'));
-  v1::JobStatus running = WatchUntil(job, [](const v1::JobStatus& s) {
-    return s.step() >= 5 || s.state() != v1::JOB_STATE_RUNNING &&
-                                s.state() != v1::JOB_STATE_QUEUED;
-  });
-  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+// DESIGN §3: a dead worker is named at once, the survivors keep their
+// processes and state, a replacement joins, and the job ends with the same
+// model as a run that never failed.
+TEST_F(ClusterTest, KilledWorkerIsReplacedAndNothingIsRolledBack) {
+  StartCluster(3);
+  const std::vector<std::string> sets = {"max_steps=60", "global_batch_size=96",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
 
-  ASSERT_EQ(kill(w1, SIGKILL), 0);
-  v1::JobStatus failed = WatchUntil(job, [](const v1::JobStatus& s) {
-    return s.state() == v1::JOB_STATE_FAILED;
+  std::string job = Submit(sets);
+  v1::JobStatus running = WatchUntil(
+      job, [](const v1::JobStatus& s) { return s.step() >= 15 || Ended(s); });
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  absl::Time killed = absl::Now();
+  ASSERT_EQ(kill(worker_pids_[2], SIGKILL), 0);
+  v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
+    return s.state() != v1::JOB_STATE_RUNNING;
   });
-  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(failed.error(), AllOf(HasSubstr("worker:1"), HasSubstr("rank 1"),
-                                    HasSubstr("lost its session")));
-  // The survivor and the coordinator keep running.
-  EXPECT_EQ(waitpid(w0, nullptr, WNOHANG), 0);
-  EXPECT_EQ(kill(w0, 0), 0);
-  EXPECT_EQ(kill(coordinator_pid_, 0), 0);
-  Result workers = RunCommand(
-      {kBin + "/lockstep", "status", job, "--coordinator", address_});
-  EXPECT_THAT(workers.out, HasSubstr("failed"));
+  absl::Duration detection = absl::Now() - killed;
+  EXPECT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(recovering.error(),
+              AllOf(HasSubstr("worker:2"), HasSubstr("rank 2"),
+                    HasSubstr("lost its session")));
+  EXPECT_LT(detection, absl::Seconds(2));
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+
+  StartWorker(2);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.generations(), 2);
+  EXPECT_EQ(done.step(), 60);
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(), HasSubstr("0 steps repeated"));
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+}
+
+TEST_F(ClusterTest, JobSurvivesAKilledAndRestartedCoordinator) {
+  StartCluster(2);
+  const std::vector<std::string> sets = {"max_steps=80", "global_batch_size=64",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
+
+  std::string job = Submit(sets);
+  v1::JobStatus running = WatchUntil(
+      job, [](const v1::JobStatus& s) { return s.step() >= 10 || Ended(s); });
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  ASSERT_EQ(kill(coordinator_pid_, SIGKILL), 0);
+  StartCoordinator(address_);
+
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_GE(done.generations(), 2);
+  ExpectAllRanks(done, reference);
+  EXPECT_NE(FindEvent(done, "coordinator_restarted"), nullptr);
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+}
+
+TEST_F(ClusterTest, HungWorkerIsCaughtByTheHeartbeatTimeout) {
+  StartCluster(2, {"--heartbeat-timeout", "2"});
+  const std::vector<std::string> sets = {"max_steps=80", "global_batch_size=64",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
+
+  std::string job = Submit(sets);
+  v1::JobStatus running = WatchUntil(
+      job, [](const v1::JobStatus& s) { return s.step() >= 10 || Ended(s); });
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  ASSERT_EQ(kill(worker_pids_[1], SIGSTOP), 0);
+  v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
+    return s.state() != v1::JOB_STATE_RUNNING;
+  });
+  kill(worker_pids_[1], SIGCONT);
+  EXPECT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(recovering.error(),
+              AllOf(HasSubstr("worker:1"), HasSubstr("missed heartbeats")));
+
+  // The same process wakes up, reconnects and the job finishes.
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
 }
 
 TEST(LocalTest, OneWorkerAndTwoWorkersGiveTheSameLosses) {

@@ -19,7 +19,9 @@ class FakeSink : public SessionSink {
   void Send(const v1::CoordinatorCommand& command) override {
     commands.push_back(command);
   }
+  void Close() override { closed = true; }
   std::vector<v1::CoordinatorCommand> commands;
+  bool closed = false;
 };
 
 v1::RegisterWorkerRequest Free(uint64_t incarnation) {
@@ -44,6 +46,9 @@ class CoordinatorTest : public ::testing::Test {
     Coordinator::Options options;
     options.cluster = std::move(cluster);
     options.clock = &clock_;
+    options.heartbeat_timeout = absl::Seconds(10);
+    options.error_grace = absl::Seconds(1);
+    options.stall_after = absl::Seconds(3);
     options.store = std::move(store);
     auto created = Coordinator::Create(std::move(options));
     ASSERT_TRUE(created.ok()) << created.status();
@@ -119,7 +124,7 @@ TEST_F(CoordinatorTest, ResultsFromEveryRankSucceedTheJob) {
   EXPECT_EQ(status.generations(), 1);
 }
 
-TEST_F(CoordinatorTest, LostSessionFailsTheJobAndAbortsSurvivors) {
+TEST_F(CoordinatorTest, LostSessionEndsTheGenerationAndAbortsSurvivors) {
   Make();
   FakeSink a, b;
   std::string id_a = Connect(1, &a);
@@ -127,11 +132,226 @@ TEST_F(CoordinatorTest, LostSessionFailsTheJobAndAbortsSurvivors) {
   std::string job = *coordinator_->SubmitJob(Spec(2));
   coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
   v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
   EXPECT_THAT(status.error(), AllOf(HasSubstr(id_b), HasSubstr("rank 1"),
                                     HasSubstr("127.0.0.1")));
   ASSERT_EQ(a.commands.size(), 2u);
   EXPECT_TRUE(a.commands[1].has_abort());
+  EXPECT_FALSE(a.closed);
+  bool found = false;
+  for (const v1::JobEvent& event : status.events()) {
+    if (event.kind() == "worker_failed") {
+      found = true;
+      EXPECT_EQ(event.worker_id(), id_b);
+      EXPECT_EQ(event.rank(), 1);
+      EXPECT_EQ(event.generation(), 1);
+    }
+  }
+  EXPECT_TRUE(found);
+
+  // A replacement registers: generation 2 starts with the survivor at rank 0.
+  FakeSink c;
+  Connect(3, &c);
+  status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 2);
+  ASSERT_EQ(a.commands.size(), 3u);
+  EXPECT_EQ(a.commands[2].assignment().generation(), 2);
+  EXPECT_EQ(a.commands[2].assignment().rank(), 0);
+  EXPECT_EQ(c.commands[0].assignment().rank(), 1);
+}
+
+TEST_F(CoordinatorTest, HeartbeatTimeoutFailsTheWorkerExactlyAfterTheTimeout) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage beat;
+  beat.mutable_heartbeat();
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, beat).ok());
+  coordinator_->Sweep();  // exactly the timeout: not yet
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Milliseconds(1));
+  coordinator_->Sweep();
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr(id_b), HasSubstr("missed heartbeats")));
+  EXPECT_TRUE(b.closed);
+  EXPECT_FALSE(a.closed);
+}
+
+TEST_F(CoordinatorTest, ReRegistrationWithNewIncarnationIsARestart) {
+  auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
+  Make(config->cluster);
+  FakeSink a, b;
+  for (auto [index, sink] : {std::pair{0, &a}, std::pair{1, &b}}) {
+    v1::RegisterWorkerRequest request = Free(10 + index);
+    request.mutable_task()->set_type("worker");
+    request.mutable_task()->set_index(index);
+    auto id = coordinator_->RegisterWorker(request);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ASSERT_TRUE(
+        coordinator_->OpenSession(id->worker_id(), 10 + index, sink).ok());
+  }
+  std::string job = *coordinator_->SubmitJob(Spec(0));
+  EXPECT_EQ(Status(job).generation(), 1);
+
+  v1::RegisterWorkerRequest again = Free(99);
+  again.mutable_task()->set_type("worker");
+  again.mutable_task()->set_index(1);
+  ASSERT_TRUE(coordinator_->RegisterWorker(again).ok());
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("worker:1"), HasSubstr("restarted")));
+  EXPECT_TRUE(b.closed);
+
+  FakeSink b2;
+  ASSERT_TRUE(coordinator_->OpenSession("worker:1", 99, &b2).ok());
+  status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(b2.commands[0].assignment().rank(), 1);  // static rank kept
+}
+
+TEST_F(CoordinatorTest, OlderGenerationIsFenced) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
+  FakeSink c;
+  Connect(3, &c);
+  ASSERT_EQ(Status(job).generation(), 2);
+  v1::KvSetRequest old;
+  old.set_job_id(job);
+  old.set_generation(1);
+  old.set_key("rank_0");
+  absl::Status fenced = coordinator_->KvSet(old);
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(fenced.message(), HasSubstr("generation 1 is over"));
+  old.set_generation(2);
+  EXPECT_TRUE(coordinator_->KvSet(old).ok());
+}
+
+TEST_F(CoordinatorTest, ReportedCollectiveErrorWaitsForAnExplanation) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage result;
+  result.mutable_result()->set_job_id(job);
+  result.mutable_result()->set_generation(1);
+  result.mutable_result()->set_ok(false);
+  result.mutable_result()->set_code(
+      static_cast<int>(absl::StatusCode::kUnavailable));
+  result.mutable_result()->set_error("all-reduce failed: connection reset");
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, result).ok());
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  // The dead peer's session break arrives and is named as the cause.
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
+  EXPECT_THAT(Status(job).error(), HasSubstr(id_b));
+
+  // Without an explanation, the error ends the generation after the grace.
+  FakeSink c;
+  std::string id_c = Connect(3, &c);
+  ASSERT_EQ(Status(job).generation(), 2);
+  result.mutable_result()->set_generation(2);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, result).ok());
+  clock_.Advance(absl::Milliseconds(999));
+  coordinator_->Sweep();
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Milliseconds(1));
+  coordinator_->Sweep();
+  // Both workers are still connected, so the job re-forms at once.
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.generation(), 3);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("rank 0"), HasSubstr("connection reset")));
+}
+
+TEST_F(CoordinatorTest, MaxRestartsFailsTheJobWithTheCause) {
+  Make();
+  v1::JobSpec spec = Spec(1);
+  spec.set_max_restarts(1);
+  FakeSink s1;
+  std::string id = Connect(1, &s1);
+  std::string job = *coordinator_->SubmitJob(spec);
+  coordinator_->CloseSession(id, 1, &s1, absl::UnavailableError("gone"));
+  FakeSink s2;
+  std::string id2 = Connect(2, &s2);
+  ASSERT_EQ(Status(job).generation(), 2);
+  coordinator_->CloseSession(id2, 2, &s2, absl::UnavailableError("gone again"));
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("gone again"), HasSubstr("max_restarts 1")));
+}
+
+TEST_F(CoordinatorTest, ElasticJobRunsBetweenMinAndMaxWorkers) {
+  Make();
+  v1::JobSpec spec = Spec(0);
+  spec.clear_global_batch_size();
+  spec.set_per_replica_batch_size(16);
+  spec.set_min_workers(2);
+  spec.set_max_workers(3);
+  FakeSink a, b, c, d;
+  std::string id_a = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(spec);
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_QUEUED);
+  Connect(2, &b);
+  EXPECT_EQ(Status(job).world_size(), 2);
+  Connect(3, &c);
+  Connect(4, &d);
+  coordinator_->CloseSession(id_a, 1, &a, absl::UnavailableError("gone"));
+  // Survivor b keeps rank 0; c and d join up to max_workers.
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.world_size(), 3);
+  EXPECT_EQ(status.ranks(0).worker_id(), "free:1");
+}
+
+TEST_F(CoordinatorTest, ElasticJobWaitsBelowMinWorkers) {
+  Make();
+  v1::JobSpec spec = Spec(0);
+  spec.set_min_workers(2);
+  spec.set_max_workers(2);
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(spec);
+  coordinator_->CloseSession(id_a, 1, &a, absl::UnavailableError("gone"));
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+}
+
+TEST_F(CoordinatorTest, StatusNamesAStraggler) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  auto beat = [&](const std::string& id, int64_t seq) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_job_id(job);
+    message.mutable_heartbeat()->set_generation(1);
+    message.mutable_heartbeat()->set_collective_seq(seq);
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
+  };
+  beat(id_a, 812);
+  beat(id_b, 811);
+  EXPECT_EQ(Status(job).stall(), "");
+  clock_.Advance(absl::Seconds(14));
+  beat(id_a, 812);
+  beat(id_b, 811);
+  EXPECT_EQ(
+      Status(job).stall(),
+      "rank 1 (" + id_b + " on 127.0.0.1) stalled at all-reduce #812 for 14 s");
 }
 
 TEST_F(CoordinatorTest, FailedRankFailsTheJobWithItsError) {
@@ -280,9 +500,17 @@ TEST_F(CoordinatorTest, JobsSurviveARestart) {
 
   Make(std::nullopt, *JobStore::Open(dir));
   v1::JobStatus was_running = Status(running);
-  EXPECT_EQ(was_running.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(was_running.error(), HasSubstr("coordinator restarted"));
+  EXPECT_EQ(was_running.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(was_running.events(was_running.events_size() - 1).kind(),
+            "coordinator_restarted");
   EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
+  // The worker reconnects (same process) and the job re-forms.
+  FakeSink again;
+  auto registered = coordinator_->RegisterWorker(Free(1));
+  ASSERT_TRUE(
+      coordinator_->OpenSession(registered->worker_id(), 1, &again).ok());
+  EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(running).generation(), 2);
   std::string next = *coordinator_->SubmitJob(Spec(1));
   EXPECT_NE(next, running);
   EXPECT_NE(next, queued);

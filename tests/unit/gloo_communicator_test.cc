@@ -144,7 +144,8 @@ TEST(GlooCommunicatorTest, AbortUnblocksAPendingAllReduce) {
   EXPECT_FALSE(result.ok());
   EXPECT_EQ(result.code(), absl::StatusCode::kAborted) << result;
   std::vector<float> more(4);
-  EXPECT_EQ(comms[0]->AllReduceSum(more.data(), 4).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(comms[0]->AllReduceSum(more.data(), 4).code(),
+            absl::StatusCode::kAborted);
 }
 
 }  // namespace

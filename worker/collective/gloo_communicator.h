@@ -1,21 +1,31 @@
 // Communicator over Gloo's TCP transport. The full mesh is bootstrapped
-// through the coordinator's key-value store (KvStore). Thread-compatible: one
-// thread issues the collectives.
+// through the coordinator's key-value store (KvStore). The collectives are
+// lockstep's own ring algorithms over Gloo's unbound buffers, because their
+// waits can be aborted from another thread: Gloo's built-in algorithms can
+// only time out, and a hung peer keeps its sockets open.
+//
+// Thread-compatible: one thread issues the collectives; Abort() may be called
+// from any thread.
 #ifndef LOCKSTEP_WORKER_COLLECTIVE_GLOO_COMMUNICATOR_H_
 #define LOCKSTEP_WORKER_COLLECTIVE_GLOO_COMMUNICATOR_H_
 
-#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/collective/communicator.h"
 #include "worker/control_plane.h"
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace lockstep::worker {
 
@@ -46,10 +56,24 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(Options options, std::shared_ptr<gloo::Context> context)
       : options_(std::move(options)), context_(std::move(context)) {}
 
+  // Runs `body` with `buffers` registered for Abort; turns Gloo exceptions
+  // and aborts into a Status.
+  absl::Status Guarded(
+      absl::string_view what,
+      const std::vector<gloo::transport::UnboundBuffer*>& buffers,
+      const std::function<void()>& body);
+  // Waits for a pending send/recv; throws on abort so `body` unwinds.
+  void WaitSend(gloo::transport::UnboundBuffer& buffer);
+  void WaitRecv(gloo::transport::UnboundBuffer& buffer);
+  uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 8); }
+
   const Options options_;
   std::shared_ptr<gloo::Context> context_;
-  uint32_t next_tag_ = 0;
-  std::atomic<bool> aborted_{false};
+  uint64_t next_call_ = 0;
+
+  absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::worker

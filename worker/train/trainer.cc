@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,8 @@ namespace {
 constexpr float kPixelMean = 0.2860f;
 constexpr float kPixelStd = 0.3530f;
 constexpr int64_t kEvalBatch = 1000;
+// Steps travel through float all-reduces as two exact 20-bit halves.
+constexpr int64_t kHalf = int64_t{1} << 20;
 
 // A split as tensors: normalized images [N, 1, H, W] and int64 labels [N].
 struct TensorDataset {
@@ -38,7 +41,7 @@ struct TensorDataset {
 };
 
 absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
-  // Decoding is a second or two; a worker that runs several jobs keeps it.
+  // Decoding takes a second or two; a worker keeps it across generations.
   static absl::Mutex mu(absl::kConstInit);
   static auto* cache =
       new std::map<std::pair<std::string, bool>, TensorDataset>;
@@ -63,15 +66,14 @@ absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
-    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params,
-    double lr) {
+    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params) {
   if (spec.type() == "adam") {
     return std::make_unique<torch::optim::Adam>(
         params,
-        torch::optim::AdamOptions(lr).weight_decay(spec.weight_decay()));
+        torch::optim::AdamOptions(1e-3).weight_decay(spec.weight_decay()));
   }
   return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(lr)
+      params, torch::optim::SGDOptions(0.1)
                   .momentum(spec.momentum())
                   .weight_decay(spec.weight_decay()));
 }
@@ -80,26 +82,56 @@ void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-class Trainer {
+}  // namespace
+
+// The training state that survives generations.
+struct TrainingRunner::Replica {
+  std::string job_id;
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  int64_t step = 0;  // optimizer steps applied
+  double last_loss = 0;
+  double last_accuracy = 0;
+};
+
+namespace {
+
+// One generation of one job on this rank.
+class Generation {
  public:
-  explicit Trainer(TaskContext& task)
+  Generation(TaskContext& task, TrainingRunner::Replica& replica)
       : task_(task),
+        replica_(replica),
         spec_(task.assignment.spec()),
         rank_(task.assignment.rank()),
         world_(task.assignment.world_size()) {}
+  ~Generation() { task_.SetCommunicator(nullptr); }
 
   absl::StatusOr<v1::TaskResult> Run();
 
  private:
   absl::Status Setup();
+  // Agrees on the most advanced rank and adopts its state; returns the rank
+  // (-1 when nobody had progressed).
+  absl::StatusOr<int> AdoptMostAdvancedState();
+  absl::Status BroadcastState(int source);
   absl::Status CheckIdenticalInit();
   // One optimizer step; sets *stop when any rank asked to stop.
-  absl::Status Step(int64_t step, bool* stop);
+  absl::Status Step(bool* stop);
   absl::StatusOr<double> Evaluate(double* loss);
-  void MaybeReport(int64_t step, bool force, std::optional<double> accuracy,
-                   std::optional<double> test_loss);
+  void Report(bool force, std::optional<double> accuracy,
+              std::optional<double> test_loss);
+  absl::Status AllReduce(float* data, size_t count) {
+    ++task_.collective_seq;
+    return comm_->AllReduceSum(data, count);
+  }
+  absl::Status Broadcast(float* data, size_t count, int root) {
+    ++task_.collective_seq;
+    return comm_->Broadcast(data, count, root);
+  }
 
   TaskContext& task_;
+  TrainingRunner::Replica& replica_;
   const v1::JobSpec& spec_;
   const int rank_;
   const int world_;
@@ -108,9 +140,7 @@ class Trainer {
   TensorDataset train_;
   TensorDataset test_;
   std::unique_ptr<Communicator> comm_;
-  torch::nn::Sequential model_{nullptr};
   std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<GlobalSampler> sampler_;
   int64_t total_steps_ = 0;
@@ -119,15 +149,17 @@ class Trainer {
   int64_t grad_elements_ = 0;
 
   // Progress reporting (chief).
+  std::optional<int64_t> resumed_at_;
+  int source_rank_ = -1;
   std::vector<float> pending_losses_;
   int64_t pending_first_step_ = 0;
+  int64_t generation_first_step_ = 0;
   absl::Time last_report_ = absl::InfinitePast();
   absl::Time train_start_;
   absl::Duration eval_time_;
-  double last_loss_ = 0;
 };
 
-absl::Status Trainer::Setup() {
+absl::Status Generation::Setup() {
   ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
   ASSIGN_OR_RETURN(train_, LoadSplit(spec_.data().dir(), /*train=*/true));
   ASSIGN_OR_RETURN(test_, LoadSplit(spec_.data().dir(), /*train=*/false));
@@ -145,34 +177,110 @@ absl::Status Trainer::Setup() {
     options.host = task_.host;
     ASSIGN_OR_RETURN(comm_, GlooCommunicator::Connect(task_.kv.get(), options));
   }
+  task_.SetCommunicator(comm_.get());
 
-  torch::manual_seed(spec_.seed());
-  ASSIGN_OR_RETURN(model_, BuildModel(spec_.model(), train_.rows, train_.cols));
-  params_ = model_->parameters();
+  if (replica_.model.is_empty()) {
+    torch::manual_seed(spec_.seed());
+    ASSIGN_OR_RETURN(replica_.model,
+                     BuildModel(spec_.model(), train_.rows, train_.cols));
+    replica_.optimizer =
+        MakeOptimizer(spec_.optimizer(), replica_.model->parameters());
+  }
+  params_ = replica_.model->parameters();
+  grad_elements_ = 0;
   for (const torch::Tensor& p : params_) grad_elements_ += p.numel();
-  flat_.resize(static_cast<size_t>(grad_elements_) + 2);
-  RETURN_IF_ERROR(CheckIdenticalInit());
+  flat_.assign(static_cast<size_t>(grad_elements_) + 2, 0.0f);
+  ASSIGN_OR_RETURN(source_rank_, AdoptMostAdvancedState());
 
   lr_ = std::make_unique<LrSchedule>(spec_, plan_.global);
-  optimizer_ = MakeOptimizer(spec_.optimizer(), params_, lr_->At(0));
   sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
                                              rank_);
   total_steps_ = sampler_->steps_per_epoch() * spec_.epochs();
   if (spec_.max_steps() > 0) {
     total_steps_ = std::min(total_steps_, spec_.max_steps());
   }
+  resumed_at_ = replica_.step;
+  pending_first_step_ = replica_.step;
+  generation_first_step_ = replica_.step;
   if (rank_ == 0) {
-    LogInfo("job ", task_.assignment.job_id(), ": ", world_,
+    LogInfo("job ", task_.assignment.job_id(), " generation ",
+            task_.assignment.generation(), ": ", world_,
             " replicas x per-replica batch ", plan_.per_replica,
             " = global batch ", plan_.global, "; ", sampler_->steps_per_epoch(),
             " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
             " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(),
-            " over ", spec_.warmup_steps(), " warmup steps");
+            " over ", spec_.warmup_steps(),
+            " warmup steps; starting after step ", replica_.step,
+            source_rank_ >= 0
+                ? absl::StrCat(" with rank ", source_rank_, "'s state")
+                : "");
   }
   return absl::OkStatus();
 }
 
-absl::Status Trainer::CheckIdenticalInit() {
+absl::StatusOr<int> Generation::AdoptMostAdvancedState() {
+  // Every rank says which step it applied last. A step some rank applied had
+  // a complete all-reduce, so the most advanced state is legitimate.
+  std::vector<float> steps(2 * static_cast<size_t>(world_), 0.0f);
+  steps[2 * rank_] = static_cast<float>(replica_.step / kHalf);
+  steps[2 * rank_ + 1] = static_cast<float>(replica_.step % kHalf);
+  RETURN_IF_ERROR(AllReduce(steps.data(), steps.size()));
+  int source = 0;
+  int64_t best = -1;
+  for (int r = 0; r < world_; ++r) {
+    int64_t step = static_cast<int64_t>(steps[2 * r]) * kHalf +
+                   static_cast<int64_t>(steps[2 * r + 1]);
+    if (step > best) {
+      best = step;
+      source = r;
+    }
+  }
+  if (best == 0) {
+    // Nobody trained yet: every rank holds the seeded initial state. (This is
+    // where a generation with no live state restores the last committed
+    // checkpoint once BackupAndRestore exists.)
+    RETURN_IF_ERROR(CheckIdenticalInit());
+    return -1;
+  }
+  RETURN_IF_ERROR(BroadcastState(source));
+  replica_.step = best;
+  return source;
+}
+
+absl::Status Generation::BroadcastState(int source) {
+  std::string bytes;
+  if (rank_ == source) {
+    torch::serialize::OutputArchive archive;
+    replica_.model->save(archive);
+    torch::serialize::OutputArchive optimizer;
+    replica_.optimizer->save(optimizer);
+    archive.write("optimizer", optimizer);
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+  }
+  float size[2] = {static_cast<float>(bytes.size() / kHalf),
+                   static_cast<float>(bytes.size() % kHalf)};
+  RETURN_IF_ERROR(Broadcast(size, 2, source));
+  size_t length =
+      static_cast<size_t>(size[0]) * kHalf + static_cast<size_t>(size[1]);
+  std::vector<float> buffer((length + sizeof(float) - 1) / sizeof(float));
+  if (rank_ == source) std::memcpy(buffer.data(), bytes.data(), length);
+  RETURN_IF_ERROR(Broadcast(buffer.data(), buffer.size(), source));
+  if (rank_ == source) return absl::OkStatus();
+  std::istringstream in(
+      std::string(reinterpret_cast<const char*>(buffer.data()), length));
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  replica_.model->load(archive);
+  torch::serialize::InputArchive optimizer;
+  archive.read("optimizer", optimizer);
+  replica_.optimizer->load(optimizer);
+  params_ = replica_.model->parameters();
+  return absl::OkStatus();
+}
+
+absl::Status Generation::CheckIdenticalInit() {
   // Rank 0's initial parameters are broadcast and compared bit for bit: a
   // mismatch means the ranks run different code or seeds (DDP checks this
   // too), and training would silently diverge.
@@ -184,28 +292,29 @@ absl::Status Trainer::CheckIdenticalInit() {
     offset += p.numel();
   }
   std::vector<float> root = local;
-  RETURN_IF_ERROR(comm_->Broadcast(root.data(), root.size(), 0));
+  RETURN_IF_ERROR(Broadcast(root.data(), root.size(), 0));
   if (std::memcmp(root.data(), local.data(), local.size() * sizeof(float)) !=
       0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_,
-        " initial parameters differ from rank 0's; every "
-        "worker must run the same lockstep-worker build and job spec"));
+        " initial parameters differ from rank 0's; every worker must run the "
+        "same lockstep-worker build and job spec"));
   }
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Step(int64_t step, bool* stop) {
-  const std::vector<int64_t>& batch = sampler_->RankBatch(step);
+absl::Status Generation::Step(bool* stop) {
+  const std::vector<int64_t>& batch = sampler_->RankBatch(replica_.step);
   torch::Tensor index =
       torch::from_blob(const_cast<int64_t*>(batch.data()),
                        {static_cast<int64_t>(batch.size())}, torch::kInt64);
   torch::Tensor x = train_.images.index_select(0, index);
   torch::Tensor y = train_.labels.index_select(0, index);
 
-  optimizer_->zero_grad();
+  torch::optim::Optimizer& optimizer = *replica_.optimizer;
+  optimizer.zero_grad();
   torch::Tensor loss =
-      torch::nn::functional::cross_entropy(model_->forward(x), y);
+      torch::nn::functional::cross_entropy(replica_.model->forward(x), y);
   loss.backward();
 
   float* out = flat_.data();
@@ -216,7 +325,9 @@ absl::Status Trainer::Step(int64_t step, bool* stop) {
   }
   out[0] = loss.item<float>();
   out[1] = task_.stop_requested ? 1.0f : 0.0f;
-  RETURN_IF_ERROR(comm_->AllReduceSum(flat_.data(), flat_.size()));
+  // Nothing of this step is applied unless the all-reduce completes, so a
+  // failed step leaves the replica at the previous one.
+  RETURN_IF_ERROR(AllReduce(flat_.data(), flat_.size()));
 
   const float inv_world = 1.0f / static_cast<float>(world_);
   const float* in = flat_.data();
@@ -226,14 +337,15 @@ absl::Status Trainer::Step(int64_t step, bool* stop) {
     for (int64_t i = 0; i < g.numel(); ++i) dst[i] = in[i] * inv_world;
     in += g.numel();
   }
-  last_loss_ = in[0] * inv_world;
+  replica_.last_loss = in[0] * inv_world;
   *stop = in[1] > 0;
-  SetLearningRate(*optimizer_, lr_->At(step));
-  optimizer_->step();
+  SetLearningRate(optimizer, lr_->At(replica_.step));
+  optimizer.step();
+  ++replica_.step;
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::Evaluate(double* loss) {
+absl::StatusOr<double> Generation::Evaluate(double* loss) {
   torch::NoGradGuard no_grad;
   int64_t n = test_.size();
   int64_t begin = n * rank_ / world_;
@@ -242,7 +354,8 @@ absl::StatusOr<double> Trainer::Evaluate(double* loss) {
   double loss_sum = 0;
   for (int64_t i = begin; i < end; i += kEvalBatch) {
     int64_t stop = std::min(end, i + kEvalBatch);
-    torch::Tensor logits = model_->forward(test_.images.slice(0, i, stop));
+    torch::Tensor logits =
+        replica_.model->forward(test_.images.slice(0, i, stop));
     torch::Tensor labels = test_.labels.slice(0, i, stop);
     correct += logits.argmax(1).eq(labels).sum().item<double>();
     loss_sum += torch::nn::functional::cross_entropy(
@@ -252,94 +365,109 @@ absl::StatusOr<double> Trainer::Evaluate(double* loss) {
                     .item<double>();
   }
   float totals[2] = {static_cast<float>(correct), static_cast<float>(loss_sum)};
-  RETURN_IF_ERROR(comm_->AllReduceSum(totals, 2));
+  RETURN_IF_ERROR(AllReduce(totals, 2));
   *loss = totals[1] / n;
   return totals[0] / n;
 }
 
-void Trainer::MaybeReport(int64_t step, bool force,
-                          std::optional<double> accuracy,
-                          std::optional<double> test_loss) {
+void Generation::Report(bool force, std::optional<double> accuracy,
+                        std::optional<double> test_loss) {
   if (rank_ != 0) return;
-  pending_losses_.push_back(static_cast<float>(last_loss_));
+  pending_losses_.push_back(static_cast<float>(replica_.last_loss));
   absl::Time now = absl::Now();
+  const int64_t step = replica_.step;
   bool due = spec_.log_every_steps() > 0
-                 ? (step + 1) % spec_.log_every_steps() == 0
+                 ? step % spec_.log_every_steps() == 0
                  : now - last_report_ >= absl::Seconds(1);
-  if (!due && !force) return;
+  if (!due && !force && !resumed_at_.has_value()) return;
   v1::ProgressReport report;
   report.set_job_id(task_.assignment.job_id());
   report.set_generation(task_.assignment.generation());
-  report.set_step(step + 1);
-  report.set_epoch(static_cast<int>(step / sampler_->steps_per_epoch()));
+  report.set_step(step);
+  report.set_epoch(static_cast<int>((step - 1) / sampler_->steps_per_epoch()));
   report.set_total_steps(total_steps_);
   report.set_first_step(pending_first_step_);
   for (float loss : pending_losses_) report.add_step_losses(loss);
   double seconds = absl::ToDoubleSeconds(now - train_start_ - eval_time_);
+  int64_t steps_here = step - generation_first_step_;
   if (seconds > 0) {
-    report.set_samples_per_second(static_cast<double>(step + 1) * plan_.global /
-                                  seconds);
+    report.set_samples_per_second(static_cast<double>(steps_here) *
+                                  plan_.global / seconds);
   }
   if (accuracy) report.set_test_accuracy(*accuracy);
   if (test_loss) report.set_test_loss(*test_loss);
+  if (resumed_at_.has_value()) {
+    report.set_resumed_at_step(*resumed_at_);
+    report.set_state_source_rank(source_rank_);
+    resumed_at_.reset();
+  }
   task_.report(report);
   pending_losses_.clear();
-  pending_first_step_ = step + 1;
+  pending_first_step_ = step;
   last_report_ = now;
 }
 
-absl::StatusOr<v1::TaskResult> Trainer::Run() {
+absl::StatusOr<v1::TaskResult> Generation::Run() {
   RETURN_IF_ERROR(Setup());
-  v1::TaskResult result;
   train_start_ = absl::Now();
-  int64_t step = 0;
+  const int64_t first_step = replica_.step;
   bool stop = false;
-  double accuracy = 0;
-  while (step < total_steps_ && !stop) {
-    if (task_.aborted) {
-      return absl::AbortedError(
-          "the generation was aborted by the coordinator");
+  while (replica_.step < total_steps_ && !stop) {
+    if (task_.aborted()) {
+      return absl::AbortedError("the generation was aborted");
     }
-    RETURN_IF_ERROR(Step(step, &stop));
-    bool epoch_end = (step + 1) % sampler_->steps_per_epoch() == 0;
-    bool last = step + 1 == total_steps_ || stop;
+    RETURN_IF_ERROR(Step(&stop));
+    const int64_t step = replica_.step;
+    bool epoch_end = step % sampler_->steps_per_epoch() == 0;
+    bool last = step == total_steps_ || stop;
     std::optional<double> eval_accuracy, eval_loss;
     if (epoch_end || last) {
       absl::Time eval_start = absl::Now();
       double loss = 0;
-      ASSIGN_OR_RETURN(accuracy, Evaluate(&loss));
+      ASSIGN_OR_RETURN(replica_.last_accuracy, Evaluate(&loss));
       eval_time_ += absl::Now() - eval_start;
-      eval_accuracy = accuracy;
+      eval_accuracy = replica_.last_accuracy;
       eval_loss = loss;
       if (rank_ == 0) {
-        LogInfo("epoch ", step / sampler_->steps_per_epoch() + 1, " step ",
-                step + 1, "/", total_steps_, ": loss ", last_loss_,
-                ", test accuracy ", accuracy, ", test loss ", loss);
+        LogInfo("epoch ", (step - 1) / sampler_->steps_per_epoch() + 1,
+                " step ", step, "/", total_steps_, ": loss ",
+                replica_.last_loss, ", test accuracy ", replica_.last_accuracy,
+                ", test loss ", loss);
       }
     }
-    MaybeReport(step, epoch_end || last, eval_accuracy, eval_loss);
-    ++step;
+    Report(epoch_end || last, eval_accuracy, eval_loss);
   }
   double seconds =
       absl::ToDoubleSeconds(absl::Now() - train_start_ - eval_time_);
+  v1::TaskResult result;
   result.set_ok(true);
   result.set_stopped(stop);
-  result.set_steps(step);
-  result.set_final_loss(last_loss_);
-  result.set_test_accuracy(accuracy);
-  result.set_samples_per_second(seconds > 0 ? step * plan_.global / seconds
+  result.set_steps(replica_.step);
+  result.set_final_loss(replica_.last_loss);
+  result.set_test_accuracy(replica_.last_accuracy);
+  int64_t trained = replica_.step - first_step;
+  result.set_samples_per_second(seconds > 0 ? trained * plan_.global / seconds
                                             : 0);
-  result.set_model_digest(ModelDigest(*model_));
+  result.set_model_digest(ModelDigest(*replica_.model));
   return result;
 }
 
 }  // namespace
 
-v1::TaskResult RunTrainingTask(TaskContext& task) {
+TrainingRunner::TrainingRunner() = default;
+TrainingRunner::~TrainingRunner() = default;
+
+v1::TaskResult TrainingRunner::Run(TaskContext& task) {
+  const v1::Assignment& assignment = task.assignment;
+  if (replica_ == nullptr || replica_->job_id != assignment.job_id()) {
+    // A new job: the previous job's replica is no longer needed.
+    replica_ = std::make_unique<Replica>();
+    replica_->job_id = assignment.job_id();
+  }
   absl::StatusOr<v1::TaskResult> result;
   try {
-    Trainer trainer(task);
-    result = trainer.Run();
+    Generation generation(task, *replica_);
+    result = generation.Run();
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
   }
@@ -348,13 +476,15 @@ v1::TaskResult RunTrainingTask(TaskContext& task) {
     out = *std::move(result);
   } else {
     out.set_ok(false);
+    out.set_code(static_cast<int>(result.status().code()));
     out.set_error(std::string(result.status().message()));
-    LogError("job ", task.assignment.job_id(), " failed on rank ",
-             task.assignment.rank(), ": ", result.status().message());
+    LogError("job ", assignment.job_id(), " generation ",
+             assignment.generation(), " ended on rank ", assignment.rank(),
+             " after step ", replica_->step, ": ", result.status().message());
   }
-  out.set_job_id(task.assignment.job_id());
-  out.set_generation(task.assignment.generation());
-  out.set_rank(task.assignment.rank());
+  out.set_job_id(assignment.job_id());
+  out.set_generation(assignment.generation());
+  out.set_rank(assignment.rank());
   return out;
 }
 
