@@ -36,7 +36,13 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   }
   std::unique_ptr<JobStore> store(new JobStore(db, path));
   sqlite3_busy_timeout(db, 5000);
-  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  absl::Status readable = store->Exec("PRAGMA journal_mode=WAL");
+  if (!readable.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "the state database ", path, " is unreadable (", readable.message(),
+        "); it is corrupt or not a lockstep state dir. Restore it from a "
+        "backup, or move it away to start with no jobs"));
+  }
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   RETURN_IF_ERROR(
       store->Exec("CREATE TABLE IF NOT EXISTS jobs ("
@@ -46,6 +52,25 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }
+
+absl::Status JobStore::CheckSchema() {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &raw, nullptr);
+  Statement stmt(raw);
+  int version =
+      sqlite3_step(raw) == SQLITE_ROW ? sqlite3_column_int(raw, 0) : -1;
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the state database ", path_, " has schema version ", version,
+        ", newer than this coordinator's ", kSchemaVersion,
+        "; run the lockstep release that wrote it, or a newer one"));
+  }
+  RETURN_IF_ERROR(
+      Exec("CREATE TABLE IF NOT EXISTS jobs ("
+           "  job_id TEXT PRIMARY KEY,"
+           "  status BLOB NOT NULL)"));
+  return Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
+}
 
 absl::Status JobStore::Exec(const char* sql) {
   char* error = nullptr;

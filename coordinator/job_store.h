@@ -20,7 +20,8 @@ namespace lockstep::coordinator {
 
 class JobStore {
  public:
-  // Opens (creating if needed) `state_dir`/coordinator.db.
+  // Opens (creating if needed) `state_dir`/coordinator.db. Errors:
+  // DataLoss for a corrupt file, FailedPrecondition for a newer schema.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(
       const std::string& state_dir);
   ~JobStore();
@@ -31,7 +32,12 @@ class JobStore {
   absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
 
  private:
+  // Version 1: table jobs(job_id, status = serialized v1.JobStatus).
+  static constexpr int kSchemaVersion = 1;
+
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  // Creates the tables of a new database; refuses one from a newer schema.
+  absl::Status CheckSchema();
   absl::Status Exec(const char* sql);
 
   sqlite3* db_;

@@ -51,6 +51,13 @@ int Fail(const absl::Status& status, int code) {
 }
 
 int Run(int argc, char** argv) {
+  // Signals are taken synchronously by this thread; block them before any
+  // other thread exists so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   auto args = Args::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
       {"listen", "state-dir", "cluster", "heartbeat-timeout"}, {"help"});
@@ -91,14 +98,6 @@ int Run(int argc, char** argv) {
   const bool static_cluster = options.cluster.has_value();
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
-
-  // Signals are taken synchronously by this thread; block them before gRPC
-  // starts its threads so they inherit the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   GrpcService service(coordinator->get());
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,5 +1,7 @@
 // lockstep-worker: one replica, one device. See README.md.
 #include <dlfcn.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
+#include "common/health_service.h"
 #include "common/log.h"
 #include "common/tf_config.h"
 #include "worker/agent.h"
@@ -38,6 +41,9 @@ Flags:
   --host HOST              address peers reach this worker's data plane on
                            (default: its TF_CONFIG address, else the host name)
   --threads N              compute threads (default: all cores)
+  --health-listen HOST:PORT  serve the gRPC health service (grpc.health.v1)
+                           there, for Kubernetes probes; port 0 picks one
+                           (the address is printed on stdout)
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
 
@@ -45,6 +51,12 @@ Example:
   TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
       lockstep-worker --coordinator coord:7070
 )";
+
+void OnTerminate(int) {
+  static const char kMessage[] = "lockstep-worker: terminated; exiting\n";
+  (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  _exit(0);
+}
 
 int Fail(const absl::Status& status, int code) {
   std::cerr << "lockstep-worker: " << status.message() << "\n";
@@ -86,9 +98,16 @@ void ConfigureThreads(int threads) {
 }
 
 int Run(int argc, char** argv) {
+  // SIGTERM (Kubernetes, lockstep local) ends the worker at once with exit 0;
+  // the coordinator sees its session close and re-forms the job. A handler,
+  // not sigwait: LibTorch starts threads before main that do not block it.
+  struct sigaction action = {};
+  action.sa_handler = OnTerminate;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                           {"coordinator", "task-type", "task-index", "host",
-                           "threads", "connect-timeout"},
+                           "threads", "connect-timeout", "health-listen"},
                           {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
@@ -147,6 +166,27 @@ int Run(int argc, char** argv) {
   auto connect_timeout = args->GetDouble("connect-timeout", 60);
   if (!connect_timeout.ok()) return Fail(connect_timeout.status(), 2);
   ConfigureThreads(*threads);
+
+  HealthService health_service;
+  std::unique_ptr<grpc::Server> health;
+  if (args->Has("health-listen")) {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&health_service);
+    int port = 0;
+    builder.AddListeningPort(args->Get("health-listen"),
+                             grpc::InsecureServerCredentials(), &port);
+    health = builder.BuildAndStart();
+    if (health == nullptr || port == 0) {
+      return Fail(absl::UnavailableError(absl::StrCat(
+                      "cannot serve health checks on ",
+                      args->Get("health-listen"), "; is the port in use?")),
+                  1);
+    }
+    std::string listen = args->Get("health-listen");
+    std::cout << "lockstep-worker health service on "
+              << listen.substr(0, listen.rfind(':')) << ":" << port
+              << std::endl;
+  }
 
   GrpcControlPlane control(coordinator);
   Agent::Options options;

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "client/process.h"
 #include "common/files.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
 namespace lockstep {
@@ -373,6 +374,77 @@ TEST_F(ClusterTest, HungWorkerIsCaughtByTheHeartbeatTimeout) {
   v1::JobStatus done = WatchUntil(job, Ended);
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
   ExpectAllRanks(done, reference);
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::string& address) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status =
+      stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+TEST_F(ClusterTest, DaemonsServeGrpcHealthAndExitCleanlyOnSigterm) {
+  StartCluster(1);
+  EXPECT_EQ(Health(address_), grpc::health::v1::HealthCheckResponse::SERVING);
+  std::string dir = TempDir("health");
+  int out = -1;
+  auto worker = processes_.Spawn(
+      "health worker",
+      {kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1",
+       "--health-listen", "127.0.0.1:0", "--connect-timeout", "600"},
+      {}, dir + "/worker.log", &out);
+  ASSERT_TRUE(worker.ok());
+  std::string line;
+  char c;
+  while (read(out, &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out);
+  std::string port = line.substr(line.rfind(':') + 1);
+  ASSERT_THAT(line, HasSubstr("health service on 127.0.0.1:"));
+  EXPECT_EQ(Health("127.0.0.1:" + port),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  ASSERT_EQ(kill(*worker, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(*worker, &status, 0), *worker);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_F(ClusterTest, UnknownTaskAndConflictingTfConfigAreRefused) {
+  StartCluster(2);
+  // worker:5 is not in the coordinator's 2-worker cluster.
+  Result unknown =
+      RunCommand({kBin + "/lockstep-worker", "--coordinator", address_,
+                  "--task-type", "worker", "--task-index", "5"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err,
+              AllOf(HasSubstr("worker:5"), HasSubstr("not a training task")));
+  // A worker whose own TF_CONFIG describes another cluster.
+  Result conflict = RunCommand(
+      {kBin + "/lockstep-worker", "--coordinator", address_},
+      {R"(TF_CONFIG={"cluster": {"worker": ["10.0.0.1:1", "10.0.0.2:1"]}, "task": {"type": "worker", "index": 1}})"});
+  EXPECT_EQ(conflict.code, 2);
+  EXPECT_THAT(conflict.err,
+              AllOf(HasSubstr("worker:[10.0.0.1:1,10.0.0.2:1]"),
+                    HasSubstr("worker:[127.0.0.1:1,127.0.0.1:1]")));
+}
+
+TEST(BadInputTest, CorruptStateDirIsAClearError) {
+  std::string dir = TempDir("corrupt");
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/coordinator.db", std::string(4096, 'x'))
+          .ok());
+  Result r = RunCommand({kBin + "/lockstep-coordinator", "--listen",
+                         "127.0.0.1:0", "--state-dir", dir});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err,
+              AllOf(HasSubstr(dir + "/coordinator.db"), HasSubstr("corrupt")));
 }
 
 TEST(LocalTest, OneWorkerAndTwoWorkersGiveTheSameLosses) {
