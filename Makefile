@@ -24,7 +24,9 @@ demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
 bench: build
+	@cmake --build $(BUILD_DIR) --target recovery_bench -j $(JOBS)
 	@bash bench/train_scaling.sh $(BUILD_DIR)
+	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')

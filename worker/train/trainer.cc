@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,7 +32,8 @@ constexpr int64_t kEvalBatch = 1000;
 // Steps travel through float all-reduces as two exact 20-bit halves.
 constexpr int64_t kHalf = int64_t{1} << 20;
 
-// A split as tensors: normalized images [N, 1, H, W] and int64 labels [N].
+// A split as tensors: raw uint8 images [N, 1, H, W] (normalized per batch,
+// which is cheaper than converting the whole set up front) and int64 labels.
 struct TensorDataset {
   torch::Tensor images;
   torch::Tensor labels;
@@ -45,24 +47,32 @@ absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* cache =
       new std::map<std::pair<std::string, bool>, TensorDataset>;
-  absl::MutexLock lock(&mu);
-  auto it = cache->find({dir, train});
-  if (it != cache->end()) return it->second;
+  {
+    absl::MutexLock lock(&mu);
+    auto it = cache->find({dir, train});
+    if (it != cache->end()) return it->second;
+  }
   ASSIGN_OR_RETURN(ImageDataset raw, LoadFashionMnist(dir, train));
   TensorDataset data;
   data.rows = raw.rows;
   data.cols = raw.cols;
-  data.images =
-      torch::from_blob(raw.pixels.data(), {raw.count, 1, raw.rows, raw.cols},
-                       torch::kUInt8)
-          .to(torch::kFloat32)
-          .div_(255.0f)
-          .sub_(kPixelMean)
-          .div_(kPixelStd);
+  // The tensor takes over the decoded bytes: no copy of the whole set.
+  auto* pixels = new std::vector<uint8_t>(std::move(raw.pixels));
+  data.images = torch::from_blob(
+      pixels->data(), {raw.count, 1, raw.rows, raw.cols},
+      [pixels](void*) { delete pixels; }, torch::kUInt8);
   data.labels = torch::from_blob(raw.labels.data(), {raw.count}, torch::kUInt8)
                     .to(torch::kInt64);
+  absl::MutexLock lock(&mu);
   (*cache)[{dir, train}] = data;
   return data;
+}
+
+// uint8 pixels to the normalized float inputs the models take.
+torch::Tensor Normalize(const torch::Tensor& pixels) {
+  return pixels.to(torch::kFloat32)
+      .mul_(1.0f / (255.0f * kPixelStd))
+      .sub_(kPixelMean / kPixelStd);
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
@@ -160,14 +170,16 @@ class Generation {
 };
 
 absl::Status Generation::Setup() {
+  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
-  ASSIGN_OR_RETURN(train_, LoadSplit(spec_.data().dir(), /*train=*/true));
-  ASSIGN_OR_RETURN(test_, LoadSplit(spec_.data().dir(), /*train=*/false));
-  if (train_.size() < plan_.global) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training set has ", train_.size(),
-        " samples, fewer than one global batch of ", plan_.global));
-  }
+  // A replacement worker loads its data while the ranks rendezvous: both
+  // are on the critical path back to training.
+  auto load = [dir = spec_.data().dir()](bool train) {
+    return LoadSplit(dir, train);
+  };
+  auto loading_train = std::async(std::launch::async, load, true);
+  auto loading_test = std::async(std::launch::async, load, false);
+  absl::Status connected = absl::OkStatus();
   if (world_ == 1) {
     comm_ = std::make_unique<SingleRankCommunicator>();
   } else {
@@ -175,9 +187,25 @@ absl::Status Generation::Setup() {
     options.rank = rank_;
     options.size = world_;
     options.host = task_.host;
-    ASSIGN_OR_RETURN(comm_, GlooCommunicator::Connect(task_.kv.get(), options));
+    auto comm = GlooCommunicator::Connect(task_.kv.get(), options);
+    if (comm.ok()) comm_ = *std::move(comm);
+    connected = comm.status();
+  }
+  const absl::Time rendezvous = absl::Now();
+  auto train = loading_train.get();
+  auto test = loading_test.get();
+  RETURN_IF_ERROR(train.status());
+  RETURN_IF_ERROR(test.status());
+  RETURN_IF_ERROR(connected);
+  train_ = *std::move(train);
+  test_ = *std::move(test);
+  if (train_.size() < plan_.global) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training set has ", train_.size(),
+        " samples, fewer than one global batch of ", plan_.global));
   }
   task_.SetCommunicator(comm_.get());
+  const absl::Time loaded = absl::Now();
 
   if (replica_.model.is_empty()) {
     torch::manual_seed(spec_.seed());
@@ -191,6 +219,16 @@ absl::Status Generation::Setup() {
   for (const torch::Tensor& p : params_) grad_elements_ += p.numel();
   flat_.assign(static_cast<size_t>(grad_elements_) + 2, 0.0f);
   ASSIGN_OR_RETURN(source_rank_, AdoptMostAdvancedState());
+  LogInfo(
+      "generation ", task_.assignment.generation(), " set up in ",
+      absl::FormatDuration(
+          absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+      " (rendezvous ",
+      absl::FormatDuration(
+          absl::Trunc(rendezvous - start, absl::Milliseconds(1))),
+      ", data ready after ",
+      absl::FormatDuration(absl::Trunc(loaded - start, absl::Milliseconds(1))),
+      ")");
 
   lr_ = std::make_unique<LrSchedule>(spec_, plan_.global);
   sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
@@ -308,7 +346,7 @@ absl::Status Generation::Step(bool* stop) {
   torch::Tensor index =
       torch::from_blob(const_cast<int64_t*>(batch.data()),
                        {static_cast<int64_t>(batch.size())}, torch::kInt64);
-  torch::Tensor x = train_.images.index_select(0, index);
+  torch::Tensor x = Normalize(train_.images.index_select(0, index));
   torch::Tensor y = train_.labels.index_select(0, index);
 
   torch::optim::Optimizer& optimizer = *replica_.optimizer;
@@ -355,7 +393,7 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
   for (int64_t i = begin; i < end; i += kEvalBatch) {
     int64_t stop = std::min(end, i + kEvalBatch);
     torch::Tensor logits =
-        replica_.model->forward(test_.images.slice(0, i, stop));
+        replica_.model->forward(Normalize(test_.images.slice(0, i, stop)));
     torch::Tensor labels = test_.labels.slice(0, i, stop);
     correct += logits.argmax(1).eq(labels).sum().item<double>();
     loss_sum += torch::nn::functional::cross_entropy(
