@@ -15,6 +15,7 @@ namespace lockstep::coordinator {
 namespace {
 
 constexpr int kDefaultMaxRestarts = 3;
+constexpr absl::Duration kPersistProgressEvery = absl::Seconds(5);
 
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
@@ -767,7 +768,8 @@ void Coordinator::ChangedLocked(Job& job) {
   changed_.SignalAll();
 }
 
-void Coordinator::PersistLocked(const Job& job) {
+void Coordinator::PersistLocked(Job& job) {
+  job.last_persisted = clock_->Now();
   if (store_ == nullptr) return;
   absl::Status status = store_->Save(job.status);
   if (!status.ok()) {

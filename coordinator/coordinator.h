@@ -154,6 +154,7 @@ class Coordinator {
     // explain it until `suspect_deadline`.
     std::string suspect;
     absl::Time suspect_deadline = absl::InfiniteFuture();
+    absl::Time last_persisted = absl::InfinitePast();
   };
 
   explicit Coordinator(Options options);
@@ -199,7 +200,7 @@ class Coordinator {
                                      int64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeWorkerLocked(const Worker& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double NowSeconds() const;
