@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -68,12 +70,55 @@ void SetDeadline(grpc::ClientContext* context, int seconds) {
                         std::chrono::seconds(seconds));
 }
 
-std::string StatusToJson(const v1::JobStatus& status) {
+std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(status, &json, options);
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
   return json;
+}
+
+// A command that talks to the coordinator, parsed and connected.
+struct Invocation {
+  Args args;
+  std::string address;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+};
+
+// Parses `argv` (with --coordinator and --help added to the flags), checks
+// the number of positional arguments, and connects. Returns nothing when the
+// command is already over: --help was printed, or a usage error was; `*exit`
+// then holds the exit code.
+std::optional<Invocation> Begin(const std::vector<std::string>& argv,
+                                std::set<std::string> value_flags,
+                                std::set<std::string> bool_flags,
+                                const char* usage, size_t min_positional,
+                                size_t max_positional, int* exit) {
+  value_flags.insert("coordinator");
+  bool_flags.insert("help");
+  auto args = Args::Parse(argv, value_flags, bool_flags);
+  if (!args.ok()) {
+    *exit = Fail(args.status());
+    return std::nullopt;
+  }
+  if (args->Has("help")) {
+    std::cout << usage;
+    *exit = kExitOk;
+    return std::nullopt;
+  }
+  if (args->positional().size() < min_positional ||
+      args->positional().size() > max_positional) {
+    std::cerr << usage;
+    *exit = kExitUsage;
+    return std::nullopt;
+  }
+  auto address = CoordinatorAddress(*args);
+  if (!address.ok()) {
+    *exit = Fail(address.status());
+    return std::nullopt;
+  }
+  Invocation invocation{*std::move(args), *address, Connect(*address)};
+  return invocation;
 }
 
 }  // namespace
@@ -175,40 +220,32 @@ absl::StatusOr<v1::JobStatus> WatchJob(
 }
 
 int RunSubmit(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"coordinator", "set"}, {"watch", "help"});
-  if (!args.ok()) return Fail(args.status());
-  if (args->Has("help")) {
-    std::cout << kSubmitUsage;
-    return kExitOk;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kSubmitUsage;
-    return kExitUsage;
-  }
-  auto address = CoordinatorAddress(*args);
-  if (!address.ok()) return Fail(address.status());
-  auto spec = LoadSpec(args->positional()[0], args->GetAll("set"));
+  int exit = kExitOk;
+  auto call = Begin(argv, {"set"}, {"watch"}, kSubmitUsage, 1, 1, &exit);
+  if (!call) return exit;
+  const Args& args = call->args;
+  const std::string& address = call->address;
+  v1::Coordinator::Stub* stub = call->stub.get();
+  auto spec = LoadSpec(args.positional()[0], args.GetAll("set"));
   if (!spec.ok()) return Fail(spec.status());
   absl::Status valid = ValidateJobSpec(*spec, spec->num_workers());
   if (!valid.ok()) return Fail(valid);
 
-  auto stub = Connect(*address);
   grpc::ClientContext context;
   SetDeadline(&context, 10);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *spec;
   v1::SubmitJobResponse response;
   grpc::Status rpc = stub->SubmitJob(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  if (!rpc.ok()) return Fail(RpcError(rpc, address));
   std::cout << response.job_id() << std::endl;
-  if (!args->Has("watch")) return kExitOk;
+  if (!args.Has("watch")) return kExitOk;
 
   grpc::ClientContext watch_context;
-  auto final_status = WatchJob(stub.get(), response.job_id(), &watch_context,
-                               [](const v1::JobStatus& status) {
-                                 std::cout << FormatProgress(status)
-                                           << std::endl;
-                               });
+  auto final_status = WatchJob(
+      stub, response.job_id(), &watch_context, [](const v1::JobStatus& status) {
+        std::cout << FormatProgress(status) << std::endl;
+      });
   if (!final_status.ok()) return Fail(final_status.status());
   std::cout << response.job_id() << " " << StateName(final_status->state())
             << (final_status->error().empty() ? "" : ": ")
@@ -218,31 +255,23 @@ int RunSubmit(const std::vector<std::string>& argv) {
 }
 
 int RunStatus(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
-  if (!args.ok()) return Fail(args.status());
-  if (args->Has("help")) {
-    std::cout << kStatusUsage;
-    return kExitOk;
-  }
-  if (args->positional().size() > 1) {
-    std::cerr << kStatusUsage;
-    return kExitUsage;
-  }
-  auto address = CoordinatorAddress(*args);
-  if (!address.ok()) return Fail(address.status());
-  auto stub = Connect(*address);
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kStatusUsage, 0, 1, &exit);
+  if (!call) return exit;
   grpc::ClientContext context;
   SetDeadline(&context, 10);
   v1::GetJobStatusRequest request;
-  if (!args->positional().empty()) request.set_job_id(args->positional()[0]);
+  if (!call->args.positional().empty()) {
+    request.set_job_id(call->args.positional()[0]);
+  }
   v1::GetJobStatusResponse response;
-  grpc::Status rpc = stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
 
-  if (args->Has("json")) {
+  if (call->args.Has("json")) {
     std::cout << "[";
     for (int i = 0; i < response.jobs_size(); ++i) {
-      std::cout << (i ? "," : "") << StatusToJson(response.jobs(i));
+      std::cout << (i ? "," : "") << ToJson(response.jobs(i));
     }
     std::cout << "]" << std::endl;
     return kExitOk;
@@ -273,27 +302,17 @@ int RunStatus(const std::vector<std::string>& argv) {
 }
 
 int RunWorkers(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
-  if (!args.ok()) return Fail(args.status());
-  if (args->Has("help")) {
-    std::cout << kWorkersUsage;
-    return kExitOk;
-  }
-  auto address = CoordinatorAddress(*args);
-  if (!address.ok()) return Fail(address.status());
-  auto stub = Connect(*address);
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kWorkersUsage, 0, 0, &exit);
+  if (!call) return exit;
   grpc::ClientContext context;
   SetDeadline(&context, 10);
   v1::ListWorkersResponse response;
   grpc::Status rpc =
-      stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
-  if (args->Has("json")) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(response, &json, options);
-    std::cout << json << std::endl;
+      call->stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  if (call->args.Has("json")) {
+    std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
   std::cout << absl::StrFormat("%-12s %-13s %-24s %-5s %-4s %-16s %-17s %s\n",
@@ -312,36 +331,21 @@ int RunWorkers(const std::vector<std::string>& argv) {
 }
 
 int RunEvents(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"coordinator"}, {"json", "help"});
-  if (!args.ok()) return Fail(args.status());
-  if (args->Has("help")) {
-    std::cout << kEventsUsage;
-    return kExitOk;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kEventsUsage;
-    return kExitUsage;
-  }
-  auto address = CoordinatorAddress(*args);
-  if (!address.ok()) return Fail(address.status());
-  auto stub = Connect(*address);
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kEventsUsage, 1, 1, &exit);
+  if (!call) return exit;
   grpc::ClientContext context;
   SetDeadline(&context, 10);
   v1::GetJobStatusRequest request;
-  request.set_job_id(args->positional()[0]);
+  request.set_job_id(call->args.positional()[0]);
   v1::GetJobStatusResponse response;
-  grpc::Status rpc = stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
   const v1::JobStatus& job = response.jobs(0);
-  if (args->Has("json")) {
+  if (call->args.Has("json")) {
     std::cout << "[";
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
     for (int i = 0; i < job.events_size(); ++i) {
-      std::string json;
-      (void)google::protobuf::util::MessageToJsonString(job.events(i), &json,
-                                                        options);
-      std::cout << (i ? "," : "") << json;
+      std::cout << (i ? "," : "") << ToJson(job.events(i));
     }
     std::cout << "]" << std::endl;
     return kExitOk;
@@ -358,26 +362,16 @@ int RunEvents(const std::vector<std::string>& argv) {
 }
 
 int RunStop(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"coordinator"}, {"help"});
-  if (!args.ok()) return Fail(args.status());
-  if (args->Has("help")) {
-    std::cout << kStopUsage;
-    return kExitOk;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kStopUsage;
-    return kExitUsage;
-  }
-  auto address = CoordinatorAddress(*args);
-  if (!address.ok()) return Fail(address.status());
-  auto stub = Connect(*address);
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {}, kStopUsage, 1, 1, &exit);
+  if (!call) return exit;
   grpc::ClientContext context;
   SetDeadline(&context, 10);
   v1::StopJobRequest request;
-  request.set_job_id(args->positional()[0]);
+  request.set_job_id(call->args.positional()[0]);
   v1::StopJobResponse response;
-  grpc::Status rpc = stub->StopJob(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, *address));
+  grpc::Status rpc = call->stub->StopJob(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
   std::cout << "stopping " << request.job_id() << std::endl;
   return kExitOk;
 }

@@ -212,6 +212,18 @@ class ClusterTest : public ::testing::Test {
            s.state() == v1::JOB_STATE_STOPPED;
   }
 
+  // Submits `sets` and returns the job id once it trained `step` steps, or
+  // "" (with a test failure) if it ended before.
+  std::string SubmitAndTrainTo(const std::vector<std::string>& sets,
+                               int64_t step) {
+    std::string job = Submit(sets);
+    v1::JobStatus running = WatchUntil(job, [step](const v1::JobStatus& s) {
+      return s.step() >= step || Ended(s);
+    });
+    EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+    return running.state() == v1::JOB_STATE_RUNNING ? job : "";
+  }
+
   // The model digest of `sets` trained without interruption.
   std::string UninterruptedDigest(const std::vector<std::string>& sets) {
     v1::JobStatus done = WatchUntil(Submit(sets), Ended);
@@ -298,10 +310,8 @@ TEST_F(ClusterTest, KilledWorkerIsReplacedAndNothingIsRolledBack) {
                                          "log_every_steps=1"};
   std::string reference = UninterruptedDigest(sets);
 
-  std::string job = Submit(sets);
-  v1::JobStatus running = WatchUntil(
-      job, [](const v1::JobStatus& s) { return s.step() >= 15 || Ended(s); });
-  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  std::string job = SubmitAndTrainTo(sets, 15);
+  ASSERT_FALSE(job.empty());
   absl::Time killed = absl::Now();
   ASSERT_EQ(kill(worker_pids_[2], SIGKILL), 0);
   v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
@@ -335,10 +345,8 @@ TEST_F(ClusterTest, JobSurvivesAKilledAndRestartedCoordinator) {
                                          "log_every_steps=1"};
   std::string reference = UninterruptedDigest(sets);
 
-  std::string job = Submit(sets);
-  v1::JobStatus running = WatchUntil(
-      job, [](const v1::JobStatus& s) { return s.step() >= 10 || Ended(s); });
-  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  std::string job = SubmitAndTrainTo(sets, 10);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(kill(coordinator_pid_, SIGKILL), 0);
   StartCoordinator(address_);
 
@@ -357,10 +365,8 @@ TEST_F(ClusterTest, HungWorkerIsCaughtByTheHeartbeatTimeout) {
                                          "log_every_steps=1"};
   std::string reference = UninterruptedDigest(sets);
 
-  std::string job = Submit(sets);
-  v1::JobStatus running = WatchUntil(
-      job, [](const v1::JobStatus& s) { return s.step() >= 10 || Ended(s); });
-  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  std::string job = SubmitAndTrainTo(sets, 10);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(kill(worker_pids_[1], SIGSTOP), 0);
   v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
     return s.state() != v1::JOB_STATE_RUNNING;
