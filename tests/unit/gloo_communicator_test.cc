@@ -5,11 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "worker/collective/half.h"
 
 namespace lockstep::worker {
 namespace {
@@ -146,6 +151,131 @@ TEST(GlooCommunicatorTest, AbortUnblocksAPendingAllReduce) {
   std::vector<float> more(4);
   EXPECT_EQ(comms[0]->AllReduceSum(more.data(), 4).code(),
             absl::StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace lockstep::worker
+
+namespace lockstep::worker {
+namespace {
+
+// Runs `body(rank, comm)` on `world` ranks connected over loopback.
+void OnRanks(int world, absl::Duration timeout,
+             const std::function<void(int, Communicator&)>& body) {
+  MemoryKv kv;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooCommunicator::Options options;
+      options.rank = rank;
+      options.size = world;
+      options.timeout = timeout;
+      auto comm = GlooCommunicator::Connect(&kv, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      body(rank, **comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+class GlooWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorldTest, AllGatherAndBarrier) {
+  const int world = GetParam();
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{13}, size_t{100000}}) {
+    OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
+      std::vector<char> in(bytes, static_cast<char>('a' + rank));
+      std::vector<char> out(world * bytes, 0);
+      ASSERT_TRUE(comm.AllGather(in.data(), bytes, out.data()).ok());
+      for (int r = 0; r < world; ++r) {
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(out[r * bytes + i], 'a' + r);
+        }
+      }
+      ASSERT_TRUE(comm.Barrier().ok());
+    });
+  }
+}
+
+// Each element is summed in rank order whatever the split, so reducing a
+// buffer in pieces (as gradient buckets do) is bitwise the flat result.
+TEST_P(GlooWorldTest, SplitReductionIsBitwiseTheFlatOne) {
+  const int world = GetParam();
+  const size_t n = 10007;
+  OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
+    std::mt19937 random(rank + 1);
+    std::normal_distribution<float> normal(0, 1e3);
+    std::vector<float> flat(n);
+    for (float& x : flat) x = normal(random);
+    std::vector<float> pieces = flat;
+    ASSERT_TRUE(comm.AllReduceSum(flat.data(), n).ok());
+    ASSERT_TRUE(comm.AllReduceSum(pieces.data(), 77).ok());
+    ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 77, 5000).ok());
+    ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 5077, n - 5077).ok());
+    ASSERT_EQ(std::memcmp(flat.data(), pieces.data(), n * sizeof(float)), 0);
+  });
+}
+
+TEST_P(GlooWorldTest, HalfPrecisionSumsAreWithinTheirPrecision) {
+  const int world = GetParam();
+  const size_t n = 1001;
+  for (DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
+    OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
+      auto to = type == DataType::kBFloat16 ? FloatToBFloat16 : FloatToHalf;
+      auto from = type == DataType::kBFloat16 ? BFloat16ToFloat : HalfToFloat;
+      std::vector<uint16_t> data(n);
+      for (size_t i = 0; i < n; ++i) data[i] = to(0.01f * i * (rank + 1));
+      ASSERT_TRUE(comm.AllReduceSum(data.data(), n, type).ok());
+      const float relative =
+          type == DataType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
+      for (size_t i = 0; i < n; ++i) {
+        float exact = 0;
+        for (int r = 0; r < world; ++r) exact += from(to(0.01f * i * (r + 1)));
+        ASSERT_NEAR(from(data[i]), exact, relative * std::fabs(exact) + 1e-6)
+            << "element " << i;
+      }
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(1, 2, 3, 4));
+
+// Rank 2 of 3 connects, then never joins the all-reduce and disappears: the
+// others fail within their timeout and name it.
+TEST(GlooCommunicatorTest, ADeadPeerIsNamed) {
+  std::vector<absl::Status> results(3);
+  OnRanks(3, absl::Seconds(2), [&](int rank, Communicator& comm) {
+    if (rank == 2) return;  // its communicator closes as the thread ends
+    std::vector<float> data(1000, 1.0f);
+    results[rank] = comm.AllReduceSum(data.data(), data.size());
+  });
+  for (int rank : {0, 1}) {
+    EXPECT_FALSE(results[rank].ok());
+    EXPECT_THAT(
+        std::string(results[rank].message()),
+        ::testing::ContainsRegex("unfinished with rank\\(s\\) ([01], )?2"));
+  }
+}
+
+TEST(HalfTest, ConversionsRoundToNearestEven) {
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3F80);
+  EXPECT_EQ(BFloat16ToFloat(0x3F80), 1.0f);
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
+  EXPECT_EQ(HalfToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);  // overflow to infinity
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(NAN))));
+  // 1 + 2^-8 is halfway between two bf16 values: ties go to even.
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);
+  for (int i = -1000; i < 1000; ++i) {
+    float x = i * 0.37f;
+    EXPECT_NEAR(HalfToFloat(FloatToHalf(x)), x, std::fabs(x) / 1024 + 1e-7);
+    EXPECT_NEAR(BFloat16ToFloat(FloatToBFloat16(x)), x,
+                std::fabs(x) / 128 + 1e-7);
+  }
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "worker/collective/half.h"
 #include "worker/collective/kv_store.h"
 
 namespace lockstep::worker {
@@ -72,8 +74,13 @@ absl::Status GlooCommunicator::Guarded(
   {
     absl::MutexLock lock(&mu_);
     if (aborted_) return absl::AbortedError("the communicator was aborted");
-    active_ = buffers;
+    active_.clear();
+    for (UnboundBuffer* buffer : buffers) {
+      if (buffer != nullptr) active_.push_back(buffer);
+    }
   }
+  expected_.assign(size(), 0);
+  completed_.assign(size(), 0);
   absl::Status status;
   try {
     body();
@@ -83,7 +90,8 @@ absl::Status GlooCommunicator::Guarded(
   } catch (const std::exception& e) {
     status = absl::UnavailableError(
         absl::StrCat(what, " failed on rank ", rank(), " of ", size(), ": ",
-                     e.what(), "; a peer died or timed out"));
+                     e.what(), "; unfinished with rank(s) ", UnfinishedPeers(),
+                     ": a peer died, hung or was cut off"));
   }
   absl::MutexLock lock(&mu_);
   active_.clear();
@@ -94,90 +102,183 @@ absl::Status GlooCommunicator::Guarded(
   return status;
 }
 
-void GlooCommunicator::WaitSend(UnboundBuffer& buffer) {
-  if (!buffer.waitSend(absl::ToChronoMilliseconds(options_.timeout))) {
-    throw AbortedWait();
+void GlooCommunicator::WaitSend(UnboundBuffer& buffer, int n) {
+  for (int i = 0; i < n; ++i) {
+    int peer = -1;
+    if (!buffer.waitSend(&peer, absl::ToChronoMilliseconds(options_.timeout))) {
+      throw AbortedWait();
+    }
+    if (peer >= 0) ++completed_[peer];
   }
 }
 
-void GlooCommunicator::WaitRecv(UnboundBuffer& buffer) {
-  if (!buffer.waitRecv(absl::ToChronoMilliseconds(options_.timeout))) {
-    throw AbortedWait();
+void GlooCommunicator::WaitRecv(UnboundBuffer& buffer, int n) {
+  for (int i = 0; i < n; ++i) {
+    int peer = -1;
+    if (!buffer.waitRecv(&peer, absl::ToChronoMilliseconds(options_.timeout))) {
+      throw AbortedWait();
+    }
+    if (peer >= 0) ++completed_[peer];
   }
 }
 
-// Ring all-reduce: W-1 reduce-scatter steps, each sending one chunk to the
-// right neighbour and adding the chunk received from the left, then W-1
-// all-gather steps passing the reduced chunks around. Every rank adds the
-// same values in the same order for a given world size, so the result is
-// bitwise identical on all ranks and from run to run.
-absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
+std::string GlooCommunicator::UnfinishedPeers() const {
+  std::string peers;
+  for (int r = 0; r < size(); ++r) {
+    if (completed_[r] < expected_[r]) {
+      absl::StrAppend(&peers, peers.empty() ? "" : ", ", r);
+    }
+  }
+  return peers;
+}
+
+// Reduce-scatter by direct exchange, then all-gather: rank c owns chunk c;
+// every rank sends chunk c to its owner, which sums the W contributions in
+// rank order (in fp32) and sends the result back to everyone. The traffic
+// per rank is 2(W-1)/W of the buffer, as for a ring, and each element's sum
+// is x0 + x1 + ... + x(W-1) whatever chunk it falls in.
+absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
+                                            DataType type) {
   const int world = size();
-  if (count == 0 || world == 1) {
-    absl::MutexLock lock(&mu_);
-    return aborted_ ? absl::AbortedError("the communicator was aborted")
-                    : absl::OkStatus();
-  }
+  if (count == 0 || world == 1) return Guarded("all-reduce", {}, [] {});
   const int me = rank();
-  const int right = (me + 1) % world;
-  const int left = (me + world - 1) % world;
-  size_t largest = Chunk(count, world, 0).second;
-  std::vector<float> scratch(largest);
-  auto out = context_->createUnboundBuffer(data, count * sizeof(float));
-  auto in =
-      context_->createUnboundBuffer(scratch.data(), largest * sizeof(float));
+  const size_t esize = ElementSize(type);
+  const size_t largest = Chunk(count, world, 0).second;
+  auto [mine_begin, mine_end] = Chunk(count, world, me);
+  const size_t mine = mine_end - mine_begin;
+  std::vector<char> scratch((world - 1) * largest * esize);
+  auto out = context_->createUnboundBuffer(data, count * esize);
+  std::unique_ptr<UnboundBuffer> in;
+  if (!scratch.empty()) {
+    in = context_->createUnboundBuffer(scratch.data(), scratch.size());
+  }
+  auto slot_of = [me](int peer) { return peer < me ? peer : peer - 1; };
   const uint64_t slot = NextSlot();
   return Guarded("all-reduce", {out.get(), in.get()}, [&] {
-    for (int step = 0; step < world - 1; ++step) {
-      auto [send_begin, send_end] =
-          Chunk(count, world, (me - step + world) % world);
-      auto [recv_begin, recv_end] =
-          Chunk(count, world, (me - step - 1 + 2 * world) % world);
-      out->send(right, slot + step, send_begin * sizeof(float),
-                (send_end - send_begin) * sizeof(float));
-      in->recv(left, slot + step, 0, (recv_end - recv_begin) * sizeof(float));
-      WaitRecv(*in);
-      for (size_t i = recv_begin; i < recv_end; ++i) {
-        data[i] += scratch[i - recv_begin];
+    int sends = 0, recvs = 0;
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == me) continue;
+      auto [begin, end] = Chunk(count, world, peer);
+      if (end > begin) {
+        out->send(peer, slot, begin * esize, (end - begin) * esize);
+        ++sends;
+        ++expected_[peer];
       }
-      WaitSend(*out);
+      if (mine > 0) {
+        in->recv(peer, slot, slot_of(peer) * largest * esize, mine * esize);
+        ++recvs;
+        ++expected_[peer];
+      }
     }
-    for (int step = 0; step < world - 1; ++step) {
-      auto [send_begin, send_end] =
-          Chunk(count, world, (me + 1 - step + world) % world);
-      auto [recv_begin, recv_end] =
-          Chunk(count, world, (me - step + world) % world);
-      uint64_t s = slot + world + step;
-      out->send(right, s, send_begin * sizeof(float),
-                (send_end - send_begin) * sizeof(float));
-      out->recv(left, s, recv_begin * sizeof(float),
-                (recv_end - recv_begin) * sizeof(float));
-      WaitRecv(*out);
-      WaitSend(*out);
+    WaitRecv(*in, recvs);
+    WaitSend(*out, sends);
+    SumInRankOrder(data, scratch.data(), mine_begin, mine, largest, type);
+
+    sends = recvs = 0;
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == me) continue;
+      auto [begin, end] = Chunk(count, world, peer);
+      if (mine > 0) {
+        out->send(peer, slot + 1, mine_begin * esize, mine * esize);
+        ++sends;
+        ++expected_[peer];
+      }
+      if (end > begin) {
+        out->recv(peer, slot + 1, begin * esize, (end - begin) * esize);
+        ++recvs;
+        ++expected_[peer];
+      }
     }
+    WaitRecv(*out, recvs);
+    WaitSend(*out, sends);
   });
 }
 
-absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
+void GlooCommunicator::SumInRankOrder(void* data, const char* scratch,
+                                      size_t begin, size_t count, size_t stride,
+                                      DataType type) const {
+  const int me = rank();
   const int world = size();
-  if (count == 0 || world == 1) {
-    absl::MutexLock lock(&mu_);
-    return aborted_ ? absl::AbortedError("the communicator was aborted")
-                    : absl::OkStatus();
+  for (size_t i = 0; i < count; ++i) {
+    float sum = 0;
+    for (int r = 0; r < world; ++r) {
+      const char* base =
+          r == me ? static_cast<const char*>(data) + begin * ElementSize(type)
+                  : scratch + (r < me ? r : r - 1) * stride * ElementSize(type);
+      float value;
+      switch (type) {
+        case DataType::kFloat32:
+          std::memcpy(&value, base + i * 4, 4);
+          break;
+        case DataType::kBFloat16:
+        case DataType::kFloat16: {
+          uint16_t bits;
+          std::memcpy(&bits, base + i * 2, 2);
+          value = type == DataType::kBFloat16 ? BFloat16ToFloat(bits)
+                                              : HalfToFloat(bits);
+          break;
+        }
+      }
+      sum = r == 0 ? value : sum + value;
+    }
+    char* target = static_cast<char*>(data) + (begin + i) * ElementSize(type);
+    if (type == DataType::kFloat32) {
+      std::memcpy(target, &sum, 4);
+    } else {
+      uint16_t bits =
+          type == DataType::kBFloat16 ? FloatToBFloat16(sum) : FloatToHalf(sum);
+      std::memcpy(target, &bits, 2);
+    }
   }
-  auto buffer = context_->createUnboundBuffer(data, count * sizeof(float));
+}
+
+absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
+  const int world = size();
+  if (bytes == 0 || world == 1) return Guarded("broadcast", {}, [] {});
+  auto buffer = context_->createUnboundBuffer(data, bytes);
   const uint64_t slot = NextSlot();
   return Guarded("broadcast", {buffer.get()}, [&] {
     if (rank() == root) {
       for (int peer = 0; peer < world; ++peer) {
-        if (peer != root) buffer->send(peer, slot, 0, count * sizeof(float));
+        if (peer == root) continue;
+        buffer->send(peer, slot, 0, bytes);
+        ++expected_[peer];
       }
-      for (int peer = 1; peer < world; ++peer) WaitSend(*buffer);
+      WaitSend(*buffer, world - 1);
     } else {
-      buffer->recv(root, slot, 0, count * sizeof(float));
+      buffer->recv(root, slot, 0, bytes);
+      ++expected_[root];
       WaitRecv(*buffer);
     }
   });
+}
+
+absl::Status GlooCommunicator::AllGather(const void* in, size_t bytes,
+                                         void* out) {
+  const int world = size();
+  const int me = rank();
+  if (bytes > 0) {
+    std::memmove(static_cast<char*>(out) + me * bytes, in, bytes);
+  }
+  if (bytes == 0 || world == 1) return Guarded("all-gather", {}, [] {});
+  auto buffer = context_->createUnboundBuffer(out, world * bytes);
+  const uint64_t slot = NextSlot();
+  return Guarded("all-gather", {buffer.get()}, [&] {
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == me) continue;
+      buffer->send(peer, slot, me * bytes, bytes);
+      buffer->recv(peer, slot, peer * bytes, bytes);
+      expected_[peer] += 2;
+    }
+    WaitRecv(*buffer, world - 1);
+    WaitSend(*buffer, world - 1);
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  char token = 1;
+  std::vector<char> tokens(size());
+  return AllGather(&token, 1, tokens.data());
 }
 
 }  // namespace lockstep::worker

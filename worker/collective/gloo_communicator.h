@@ -1,8 +1,9 @@
 // Communicator over Gloo's TCP transport. The full mesh is bootstrapped
 // through the coordinator's key-value store (KvStore). The collectives are
-// lockstep's own ring algorithms over Gloo's unbound buffers, because their
-// waits can be aborted from another thread: Gloo's built-in algorithms can
-// only time out, and a hung peer keeps its sockets open.
+// lockstep's own algorithms over Gloo's unbound buffers, because their waits
+// can be aborted from another thread (Gloo's built-in algorithms can only
+// time out, and a hung peer keeps its sockets open), and because the
+// all-reduce must sum each element in rank order whatever the buffer split.
 //
 // Thread-compatible: one thread issues the collectives; Abort() may be called
 // from any thread.
@@ -48,8 +49,12 @@ class GlooCommunicator : public Communicator {
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
-  absl::Status AllReduceSum(float* data, size_t count) override;
-  absl::Status Broadcast(float* data, size_t count, int root) override;
+  using Communicator::AllReduceSum;
+  using Communicator::Broadcast;
+  absl::Status AllReduceSum(void* data, size_t count, DataType type) override;
+  absl::Status Broadcast(void* data, size_t bytes, int root) override;
+  absl::Status AllGather(const void* in, size_t bytes, void* out) override;
+  absl::Status Barrier() override;
   void Abort() override;
 
  private:
@@ -62,14 +67,23 @@ class GlooCommunicator : public Communicator {
       absl::string_view what,
       const std::vector<gloo::transport::UnboundBuffer*>& buffers,
       const std::function<void()>& body);
-  // Waits for a pending send/recv; throws on abort so `body` unwinds.
-  void WaitSend(gloo::transport::UnboundBuffer& buffer);
-  void WaitRecv(gloo::transport::UnboundBuffer& buffer);
+  // Waits for `n` pending sends/recvs; throws on abort so `body` unwinds.
+  void WaitSend(gloo::transport::UnboundBuffer& buffer, int n = 1);
+  void WaitRecv(gloo::transport::UnboundBuffer& buffer, int n = 1);
+  // Sums the owned chunk [begin, begin + count) of `data` with the peers'
+  // copies in `scratch` (one `stride`-element block per peer), in rank order.
+  void SumInRankOrder(void* data, const char* scratch, size_t begin,
+                      size_t count, size_t stride, DataType type) const;
+  // The peers whose sends/receives of the current call did not complete.
+  std::string UnfinishedPeers() const;
   uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 8); }
 
   const Options options_;
   std::shared_ptr<gloo::Context> context_;
   uint64_t next_call_ = 0;
+  // Per peer: sends and receives posted and completed in the current call.
+  std::vector<int> expected_;
+  std::vector<int> completed_;
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
