@@ -127,6 +127,10 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!opt->has_momentum()) opt->set_momentum(opt->type() == "sgd" ? 0.9 : 0);
   if (spec->base_lr() == 0)
     spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
+  v1::CommunicationSpec* comm = spec->mutable_communication();
+  if (comm->backend().empty()) comm->set_backend("auto");
+  if (comm->bucket_mb() == 0) comm->set_bucket_mb(25);
+  if (!comm->has_overlap()) comm->set_overlap(true);
 }
 
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
@@ -163,6 +167,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
       CheckChoice("lr_scaling", spec.lr_scaling(), {"none", "linear", "sqrt"}));
   RETURN_IF_ERROR(
       CheckChoice("optimizer.type", spec.optimizer().type(), {"sgd", "adam"}));
+  RETURN_IF_ERROR(CheckChoice("communication.backend",
+                              spec.communication().backend(),
+                              {"auto", "gloo", "nccl"}));
+  if (!(spec.communication().bucket_mb() > 0)) {
+    return Invalid(
+        absl::StrCat("communication.bucket_mb must be positive, got ",
+                     spec.communication().bucket_mb()));
+  }
   if (spec.has_global_batch_size() == spec.has_per_replica_batch_size()) {
     return Invalid(
         "set exactly one of global_batch_size and per_replica_batch_size "

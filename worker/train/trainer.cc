@@ -19,6 +19,7 @@
 #include "worker/collective/gloo_communicator.h"
 #include "worker/data/idx.h"
 #include "worker/data/sampler.h"
+#include "worker/train/gradient_reducer.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/model.h"
 
@@ -131,6 +132,9 @@ class Generation {
   absl::StatusOr<double> Evaluate(double* loss);
   void Report(bool force, std::optional<double> accuracy,
               std::optional<double> test_loss);
+  // Gathers and normalizes this rank's samples into the reused batch
+  // tensors: no allocation and one pass over the bytes per step.
+  void FillBatch(const std::vector<int64_t>& indices);
   absl::Status AllReduce(float* data, size_t count) {
     ++task_.collective_seq;
     return comm_->AllReduceSum(data, count);
@@ -155,7 +159,9 @@ class Generation {
   std::unique_ptr<GlobalSampler> sampler_;
   int64_t total_steps_ = 0;
   // Gradients of every parameter, then this rank's loss and stop vote.
-  std::vector<float> flat_;
+  std::unique_ptr<GradientReducer> reducer_;
+  torch::Tensor batch_images_;  // [B, 1, H, W] float, reused every step
+  torch::Tensor batch_labels_;  // [B] int64
   int64_t grad_elements_ = 0;
 
   // Progress reporting (chief).
@@ -172,6 +178,11 @@ class Generation {
 absl::Status Generation::Setup() {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
+  if (spec_.communication().backend() == "nccl") {
+    return absl::FailedPreconditionError(
+        "the job asks for communication.backend \"nccl\", but this worker "
+        "trains on the CPU; use \"gloo\" or \"auto\"");
+  }
   // A replacement worker loads its data while the ranks rendezvous: both
   // are on the critical path back to training.
   auto load = [dir = spec_.data().dir()](bool train) {
@@ -217,8 +228,12 @@ absl::Status Generation::Setup() {
   params_ = replica_.model->parameters();
   grad_elements_ = 0;
   for (const torch::Tensor& p : params_) grad_elements_ += p.numel();
-  flat_.assign(static_cast<size_t>(grad_elements_) + 2, 0.0f);
   ASSIGN_OR_RETURN(source_rank_, AdoptMostAdvancedState());
+  GradientReducer::Options reducer;
+  reducer.bucket_bytes =
+      static_cast<size_t>(spec_.communication().bucket_mb() * (1 << 20));
+  reducer.overlap = spec_.communication().overlap();
+  reducer_ = std::make_unique<GradientReducer>(params_, comm_.get(), reducer);
   LogInfo(
       "generation ", task_.assignment.generation(), " set up in ",
       absl::FormatDuration(
@@ -341,42 +356,46 @@ absl::Status Generation::CheckIdenticalInit() {
   return absl::OkStatus();
 }
 
+void Generation::FillBatch(const std::vector<int64_t>& indices) {
+  const int64_t pixels = train_.rows * train_.cols;
+  const int64_t n = static_cast<int64_t>(indices.size());
+  if (!batch_images_.defined() || batch_images_.size(0) != n) {
+    batch_images_ = torch::empty({n, 1, train_.rows, train_.cols});
+    batch_labels_ = torch::empty({n}, torch::kInt64);
+  }
+  const uint8_t* images = train_.images.data_ptr<uint8_t>();
+  const int64_t* labels = train_.labels.data_ptr<int64_t>();
+  float* x = batch_images_.data_ptr<float>();
+  int64_t* y = batch_labels_.data_ptr<int64_t>();
+  const float scale = 1.0f / (255.0f * kPixelStd);
+  const float shift = kPixelMean / kPixelStd;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = images + indices[i] * pixels;
+    float* dst = x + i * pixels;
+    for (int64_t j = 0; j < pixels; ++j) dst[j] = src[j] * scale - shift;
+    y[i] = labels[indices[i]];
+  }
+}
+
 absl::Status Generation::Step(bool* stop) {
-  const std::vector<int64_t>& batch = sampler_->RankBatch(replica_.step);
-  torch::Tensor index =
-      torch::from_blob(const_cast<int64_t*>(batch.data()),
-                       {static_cast<int64_t>(batch.size())}, torch::kInt64);
-  torch::Tensor x = Normalize(train_.images.index_select(0, index));
-  torch::Tensor y = train_.labels.index_select(0, index);
+  FillBatch(sampler_->RankBatch(replica_.step));
+  const torch::Tensor& x = batch_images_;
+  const torch::Tensor& y = batch_labels_;
 
   torch::optim::Optimizer& optimizer = *replica_.optimizer;
   optimizer.zero_grad();
   torch::Tensor loss =
       torch::nn::functional::cross_entropy(replica_.model->forward(x), y);
-  loss.backward();
-
-  float* out = flat_.data();
-  for (const torch::Tensor& p : params_) {
-    torch::Tensor g = p.grad();
-    std::memcpy(out, g.data_ptr<float>(), g.numel() * sizeof(float));
-    out += g.numel();
-  }
-  out[0] = loss.item<float>();
-  out[1] = task_.stop_requested ? 1.0f : 0.0f;
-  // Nothing of this step is applied unless the all-reduce completes, so a
+  // Gradients are reduced bucket by bucket while backward runs. Nothing of
+  // this step is applied unless every bucket's all-reduce completes, so a
   // failed step leaves the replica at the previous one.
-  RETURN_IF_ERROR(AllReduce(flat_.data(), flat_.size()));
-
-  const float inv_world = 1.0f / static_cast<float>(world_);
-  const float* in = flat_.data();
-  for (const torch::Tensor& p : params_) {
-    torch::Tensor g = p.grad();
-    float* dst = g.data_ptr<float>();
-    for (int64_t i = 0; i < g.numel(); ++i) dst[i] = in[i] * inv_world;
-    in += g.numel();
-  }
-  replica_.last_loss = in[0] * inv_world;
-  *stop = in[1] > 0;
+  ++task_.collective_seq;
+  reducer_->Prepare(loss.item<float>(), task_.stop_requested ? 1.0f : 0.0f);
+  loss.backward();
+  float loss_sum = 0, stop_votes = 0;
+  RETURN_IF_ERROR(reducer_->Finish(&loss_sum, &stop_votes));
+  replica_.last_loss = loss_sum / world_;
+  *stop = stop_votes > 0;
   SetLearningRate(optimizer, lr_->At(replica_.step));
   optimizer.step();
   ++replica_.step;

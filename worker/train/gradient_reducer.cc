@@ -1,0 +1,156 @@
+#include "worker/train/gradient_reducer.h"
+
+#include <cstring>
+
+namespace lockstep::worker {
+
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
+                                 Communicator* comm, Options options)
+    : params_(std::move(params)), comm_(comm), options_(options) {
+  slots_.resize(params_.size());
+  size_t cap = options_.first_bucket_bytes;
+  size_t bytes = 0;
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+    size_t size = params_[i].numel() * sizeof(float);
+    if (members_.empty() || (bytes > 0 && bytes + size > cap)) {
+      if (!members_.empty()) cap = options_.bucket_bytes;
+      members_.emplace_back();
+      buffers_.emplace_back();
+      bytes = 0;
+    }
+    slots_[i] = {static_cast<int>(members_.size()) - 1, buffers_.back().size()};
+    members_.back().push_back(i);
+    buffers_.back().resize(buffers_.back().size() + params_[i].numel());
+    bytes += size;
+  }
+  if (buffers_.empty()) buffers_.emplace_back();
+  buffers_.back().resize(buffers_.back().size() + 2);  // loss, stop vote
+  pending_.assign(buffers_.size(), 0);
+  bucket_ready_.assign(buffers_.size(), false);
+  arrived_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor param = params_[i];
+    hooks_.push_back(param.register_hook([this, i](torch::Tensor grad) {
+      OnGradient(static_cast<int>(i), grad);
+      return torch::Tensor();
+    }));
+  }
+  if (options_.overlap) thread_ = std::thread([this] { CommunicationLoop(); });
+}
+
+GradientReducer::~GradientReducer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor param = params_[i];
+    param.remove_hook(hooks_[i]);
+  }
+}
+
+void GradientReducer::Prepare(float loss, float stop_vote) {
+  std::vector<float>& last = buffers_.back();
+  last[last.size() - 2] = loss;
+  last[last.size() - 1] = stop_vote;
+  std::fill(arrived_.begin(), arrived_.end(), false);
+  for (size_t b = 0; b < members_.size(); ++b) {
+    pending_[b] = static_cast<int>(members_[b].size());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  reduced_ = 0;
+  status_ = absl::OkStatus();
+  ++step_;
+  // A bucket with no parameters (a model without any) is ready at once.
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    bucket_ready_[b] = b >= members_.size() || members_[b].empty();
+  }
+}
+
+void GradientReducer::OnGradient(int param, const torch::Tensor& grad) {
+  if (arrived_[param]) return;  // a parameter used twice: take the first
+  arrived_[param] = true;
+  const Slot& slot = slots_[param];
+  torch::Tensor dense = grad.contiguous();
+  std::memcpy(buffers_[slot.bucket].data() + slot.offset,
+              dense.data_ptr<float>(), dense.numel() * sizeof(float));
+  if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
+}
+
+void GradientReducer::MarkReady(int bucket) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bucket_ready_[bucket] = true;
+  }
+  changed_.notify_all();
+}
+
+void GradientReducer::CommunicationLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    // The next bucket in order, once it is ready.
+    changed_.wait(lock, [&] {
+      return stopping_ || (thread_step_ < step_ &&
+                           reduced_ < static_cast<int>(buffers_.size()) &&
+                           bucket_ready_[reduced_]);
+    });
+    if (stopping_) return;
+    const int bucket = reduced_;
+    const bool failed = !status_.ok();  // later buckets are skipped
+    lock.unlock();
+    absl::Status status = failed ? absl::OkStatus()
+                                 : comm_->AllReduceSum(buffers_[bucket].data(),
+                                                       buffers_[bucket].size());
+    lock.lock();
+    if (!status.ok() && status_.ok()) status_ = status;
+    ++reduced_;
+    if (reduced_ == static_cast<int>(buffers_.size())) thread_step_ = step_;
+    changed_.notify_all();
+  }
+}
+
+absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
+  // Parameters that took no part in this backward pass contribute zeros.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (arrived_[i]) continue;
+    arrived_[i] = true;
+    const Slot& slot = slots_[i];
+    std::fill_n(buffers_[slot.bucket].begin() + slot.offset, params_[i].numel(),
+                0.0f);
+    if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
+  }
+  absl::Status status;
+  if (options_.overlap) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(
+        lock, [&] { return reduced_ == static_cast<int>(buffers_.size()); });
+    status = status_;
+  } else {
+    for (std::vector<float>& buffer : buffers_) {
+      status = comm_->AllReduceSum(buffer.data(), buffer.size());
+      if (!status.ok()) break;
+    }
+  }
+  if (!status.ok()) return status;
+
+  const float inv_world = 1.0f / static_cast<float>(comm_->size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor grad = params_[i].mutable_grad();
+    if (!grad.defined()) {
+      grad = torch::zeros_like(params_[i]);
+      params_[i].mutable_grad() = grad;
+    }
+    const Slot& slot = slots_[i];
+    const float* in = buffers_[slot.bucket].data() + slot.offset;
+    float* out = grad.data_ptr<float>();
+    for (int64_t j = 0; j < grad.numel(); ++j) out[j] = in[j] * inv_world;
+  }
+  const std::vector<float>& last = buffers_.back();
+  *loss_sum = last[last.size() - 2];
+  *stop_sum = last[last.size() - 1];
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep::worker

@@ -1,0 +1,91 @@
+// Gradient averaging that overlaps the backward pass (DESIGN §5).
+//
+// Parameters are packed into buckets in reverse registration order (the
+// order autograd produces their gradients): a small first bucket so
+// communication starts early, then buckets of about `bucket_bytes`. An
+// autograd hook copies each gradient into its bucket as soon as it is
+// computed; when a bucket is complete, a communication thread all-reduces it
+// while backward goes on with earlier layers. Buckets are always reduced in
+// index order, the same on every rank. Finish() waits for the last bucket
+// and writes the averaged gradients (sum / world size) into each `.grad`.
+// The step's loss and stop vote ride in the last bucket.
+//
+// Lifecycle per step: Prepare() before backward, Finish() after it.
+// Thread-safety: Prepare/Finish on the training thread; hooks run there too
+// (LibTorch's CPU autograd runs backward on the calling thread).
+#ifndef LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
+#define LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/collective/communicator.h"
+
+namespace lockstep::worker {
+
+class GradientReducer {
+ public:
+  struct Options {
+    size_t bucket_bytes = 25 << 20;
+    size_t first_bucket_bytes = 1 << 20;
+    // False: reduce every bucket after backward (for measuring the overlap).
+    bool overlap = true;
+  };
+
+  // `params` in registration order; `comm` must outlive the reducer.
+  GradientReducer(std::vector<torch::Tensor> params, Communicator* comm,
+                  Options options);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Arms the hooks for one backward pass; `extras` (this rank's loss and
+  // stop vote) are summed along with the gradients.
+  void Prepare(float loss, float stop_vote);
+  // Waits for every bucket; then each parameter's .grad holds the average
+  // over ranks and `*loss_sum`, `*stop_sum` the sums of the extras.
+  absl::Status Finish(float* loss_sum, float* stop_sum);
+
+  // Parameter indices of each bucket, in reduction order.
+  const std::vector<std::vector<int>>& buckets() const { return members_; }
+
+ private:
+  struct Slot {
+    int bucket;
+    size_t offset;  // in floats, within the bucket
+  };
+
+  void OnGradient(int param, const torch::Tensor& grad);
+  void MarkReady(int bucket);
+  void CommunicationLoop();
+
+  const std::vector<torch::Tensor> params_;
+  Communicator* const comm_;
+  const Options options_;
+  std::vector<Slot> slots_;                // per parameter
+  std::vector<std::vector<int>> members_;  // per bucket
+  std::vector<std::vector<float>>
+      buffers_;                // per bucket (+2 extras in the last)
+  std::vector<int> pending_;   // gradients still missing, per bucket
+  std::vector<bool> arrived_;  // per parameter, this step
+  std::vector<unsigned> hooks_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<bool> bucket_ready_;  // per bucket, this step
+  int reduced_ = 0;                 // buckets all-reduced this step, in order
+  int step_ = 0;                    // bumped by Prepare; the thread follows it
+  int thread_step_ = 0;
+  bool stopping_ = false;
+  absl::Status status_;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
