@@ -24,7 +24,8 @@ demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
 bench: build
-	@cmake --build $(BUILD_DIR) --target recovery_bench -j $(JOBS)
+	@cmake --build $(BUILD_DIR) --target recovery_bench allreduce_bench -j $(JOBS)
+	@$(BUILD_DIR)/bin/allreduce_bench 256
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 

@@ -146,7 +146,11 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
   const size_t largest = Chunk(count, world, 0).second;
   auto [mine_begin, mine_end] = Chunk(count, world, me);
   const size_t mine = mine_end - mine_begin;
-  std::vector<char> scratch((world - 1) * largest * esize);
+  // Reused across calls: fresh pages for every call cost more than the sum.
+  std::vector<char>& scratch = scratch_;
+  if (scratch.size() < (world - 1) * largest * esize) {
+    scratch.resize((world - 1) * largest * esize);
+  }
   auto out = context_->createUnboundBuffer(data, count * esize);
   std::unique_ptr<UnboundBuffer> in;
   if (!scratch.empty()) {
@@ -160,14 +164,14 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
       if (peer == me) continue;
       auto [begin, end] = Chunk(count, world, peer);
       if (end > begin) {
+        ++expected_[peer];  // before posting: a post can throw
         out->send(peer, slot, begin * esize, (end - begin) * esize);
         ++sends;
-        ++expected_[peer];
       }
       if (mine > 0) {
+        ++expected_[peer];  // before posting: a post can throw
         in->recv(peer, slot, slot_of(peer) * largest * esize, mine * esize);
         ++recvs;
-        ++expected_[peer];
       }
     }
     WaitRecv(*in, recvs);
@@ -179,14 +183,14 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
       if (peer == me) continue;
       auto [begin, end] = Chunk(count, world, peer);
       if (mine > 0) {
+        ++expected_[peer];  // before posting: a post can throw
         out->send(peer, slot + 1, mine_begin * esize, mine * esize);
         ++sends;
-        ++expected_[peer];
       }
       if (end > begin) {
+        ++expected_[peer];  // before posting: a post can throw
         out->recv(peer, slot + 1, begin * esize, (end - begin) * esize);
         ++recvs;
-        ++expected_[peer];
       }
     }
     WaitRecv(*out, recvs);
@@ -194,40 +198,62 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
   });
 }
 
+namespace {
+
+// Adds (or, with `first`, copies) `count` elements of `type` into `sum`.
+void Accumulate(const char* in, size_t count, DataType type, bool first,
+                float* sum) {
+  switch (type) {
+    case DataType::kFloat32: {
+      const float* x = reinterpret_cast<const float*>(in);
+      if (first) {
+        std::memcpy(sum, x, count * sizeof(float));
+      } else {
+        for (size_t i = 0; i < count; ++i) sum[i] += x[i];
+      }
+      break;
+    }
+    case DataType::kBFloat16:
+    case DataType::kFloat16: {
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(in);
+      auto to_float =
+          type == DataType::kBFloat16 ? BFloat16ToFloat : HalfToFloat;
+      for (size_t i = 0; i < count; ++i) {
+        float value = to_float(x[i]);
+        sum[i] = first ? value : sum[i] + value;
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 void GlooCommunicator::SumInRankOrder(void* data, const char* scratch,
                                       size_t begin, size_t count, size_t stride,
-                                      DataType type) const {
+                                      DataType type) {
   const int me = rank();
-  const int world = size();
-  for (size_t i = 0; i < count; ++i) {
-    float sum = 0;
-    for (int r = 0; r < world; ++r) {
-      const char* base =
-          r == me ? static_cast<const char*>(data) + begin * ElementSize(type)
-                  : scratch + (r < me ? r : r - 1) * stride * ElementSize(type);
-      float value;
-      switch (type) {
-        case DataType::kFloat32:
-          std::memcpy(&value, base + i * 4, 4);
-          break;
-        case DataType::kBFloat16:
-        case DataType::kFloat16: {
-          uint16_t bits;
-          std::memcpy(&bits, base + i * 2, 2);
-          value = type == DataType::kBFloat16 ? BFloat16ToFloat(bits)
-                                              : HalfToFloat(bits);
-          break;
-        }
-      }
-      sum = r == 0 ? value : sum + value;
-    }
-    char* target = static_cast<char*>(data) + (begin + i) * ElementSize(type);
-    if (type == DataType::kFloat32) {
-      std::memcpy(target, &sum, 4);
-    } else {
-      uint16_t bits =
-          type == DataType::kBFloat16 ? FloatToBFloat16(sum) : FloatToHalf(sum);
-      std::memcpy(target, &bits, 2);
+  const size_t esize = ElementSize(type);
+  if (accumulator_.size() < count) accumulator_.resize(count);
+  float* sum = accumulator_.data();
+  char* mine = static_cast<char*>(data) + begin * esize;
+  // Rank by rank, so each element's sum is x0 + x1 + ... in that order.
+  for (int r = 0; r < size(); ++r) {
+    const char* in =
+        r == me ? mine : scratch + (r < me ? r : r - 1) * stride * esize;
+    Accumulate(in, count, type, r == 0, sum);
+  }
+  switch (type) {
+    case DataType::kFloat32:
+      std::memcpy(mine, sum, count * sizeof(float));
+      break;
+    case DataType::kBFloat16:
+    case DataType::kFloat16: {
+      uint16_t* out = reinterpret_cast<uint16_t*>(mine);
+      auto to_half =
+          type == DataType::kBFloat16 ? FloatToBFloat16 : FloatToHalf;
+      for (size_t i = 0; i < count; ++i) out[i] = to_half(sum[i]);
+      break;
     }
   }
 }
@@ -241,13 +267,14 @@ absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
     if (rank() == root) {
       for (int peer = 0; peer < world; ++peer) {
         if (peer == root) continue;
+        ++expected_[peer];  // before posting: a post can throw
         buffer->send(peer, slot, 0, bytes);
-        ++expected_[peer];
       }
       WaitSend(*buffer, world - 1);
     } else {
+      ++expected_[root];  // before posting: a post can throw
       buffer->recv(root, slot, 0, bytes);
-      ++expected_[root];
+
       WaitRecv(*buffer);
     }
   });
@@ -266,9 +293,9 @@ absl::Status GlooCommunicator::AllGather(const void* in, size_t bytes,
   return Guarded("all-gather", {buffer.get()}, [&] {
     for (int peer = 0; peer < world; ++peer) {
       if (peer == me) continue;
+      expected_[peer] += 2;  // before posting: a post can throw
       buffer->send(peer, slot, me * bytes, bytes);
       buffer->recv(peer, slot, peer * bytes, bytes);
-      expected_[peer] += 2;
     }
     WaitRecv(*buffer, world - 1);
     WaitSend(*buffer, world - 1);

@@ -73,7 +73,7 @@ class GlooCommunicator : public Communicator {
   // Sums the owned chunk [begin, begin + count) of `data` with the peers'
   // copies in `scratch` (one `stride`-element block per peer), in rank order.
   void SumInRankOrder(void* data, const char* scratch, size_t begin,
-                      size_t count, size_t stride, DataType type) const;
+                      size_t count, size_t stride, DataType type);
   // The peers whose sends/receives of the current call did not complete.
   std::string UnfinishedPeers() const;
   uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 8); }
@@ -84,6 +84,9 @@ class GlooCommunicator : public Communicator {
   // Per peer: sends and receives posted and completed in the current call.
   std::vector<int> expected_;
   std::vector<int> completed_;
+  // Receive space and the fp32 sums, reused by every all-reduce.
+  std::vector<char> scratch_;
+  std::vector<float> accumulator_;
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,144 @@
+// All-reduce throughput on loopback: lockstep's GlooCommunicator against a
+// plain gloo::allreduce (ring) loop, both in this run, ranks as threads over
+// Gloo's TCP transport. Reports per size the median time, algorithm
+// bandwidth (bytes / time) and bus bandwidth (algbw * 2(W-1)/W, as
+// nccl-tests define it), and lockstep's time relative to plain Gloo.
+//
+//   allreduce_bench [MAX_MIB]
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "worker/collective/gloo_communicator.h"
+
+namespace lockstep {
+namespace {
+
+class MemoryKv : public worker::KeyValueClient {
+ public:
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    absl::MutexLock lock(&mu_);
+    values_[key] = value;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return values_.count(key) > 0;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
+      return absl::DeadlineExceededError("key " + key + " never set");
+    }
+    return values_[key];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `op(rank)` `iterations` times on every rank; returns the median
+// seconds per iteration seen by rank 0.
+double Time(int world, int iterations, const std::function<void(int)>& op) {
+  std::vector<double> samples;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      op(rank);  // warm-up
+      for (int i = 0; i < iterations; ++i) {
+        auto start = Clock::now();
+        op(rank);
+        if (rank == 0) {
+          samples.push_back(
+              std::chrono::duration<double>(Clock::now() - start).count());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+void Run(int world, size_t max_bytes) {
+  // Connect both implementations once.
+  MemoryKv kv;
+  std::vector<std::unique_ptr<worker::GlooCommunicator>> ours(world);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::shared_ptr<gloo::Context>> plain(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      worker::GlooCommunicator::Options options;
+      options.rank = rank;
+      options.size = world;
+      ours[rank] = *worker::GlooCommunicator::Connect(&kv, options);
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+      context->connectFullMesh(store, device);
+      plain[rank] = context;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  std::printf("\nW = %d\n%10s %12s %10s %10s %12s %10s %10s %8s\n", world,
+              "bytes", "lockstep us", "algbw GB/s", "busbw GB/s", "gloo us",
+              "algbw GB/s", "busbw GB/s", "ratio");
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<std::vector<float>> data(world,
+                                         std::vector<float>(count, 1.0f));
+    const int iterations = bytes >= (64u << 20)  ? 3
+                           : bytes >= (4u << 20) ? 10
+                                                 : 50;
+    double t_ours = Time(world, iterations, [&](int rank) {
+      (void)ours[rank]->AllReduceSum(data[rank].data(), count);
+    });
+    std::vector<uint32_t> tags(world, 0);
+    double t_plain = Time(world, iterations, [&](int rank) {
+      gloo::AllreduceOptions opts(plain[rank]);
+      opts.setOutput(data[rank].data(), count);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(
+              &gloo::sum<float>));
+      opts.setTag(tags[rank]++);
+      gloo::allreduce(opts);
+    });
+    auto algbw = [&](double t) { return bytes / t / 1e9; };
+    double bus = 2.0 * (world - 1) / world;
+    std::printf("%10zu %12.1f %10.3f %10.3f %12.1f %10.3f %10.3f %8.2f\n",
+                bytes, t_ours * 1e6, algbw(t_ours), algbw(t_ours) * bus,
+                t_plain * 1e6, algbw(t_plain), algbw(t_plain) * bus,
+                t_ours / t_plain);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
+  std::printf(
+      "all-reduce (sum, fp32) on loopback; ratio = lockstep time / "
+      "plain Gloo time (lower is better)\n");
+  for (int world : {2, 4}) lockstep::Run(world, max_mib << 20);
+  return 0;
+}
