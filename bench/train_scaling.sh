@@ -11,9 +11,9 @@ steps=${2:-400}
 repeats=${3:-3}
 job=examples/fashion_mnist_mlp.json
 
-run() {  # workers per_replica_batch -> samples/s
+run() {  # workers per_replica_batch [extra --set] -> samples/s
   "$build/bin/lockstep" local --workers "$1" --json \
-      --set per_replica_batch_size="$2" --set max_steps="$steps" "$job" 2>/dev/null |
+      --set per_replica_batch_size="$2" --set max_steps="$steps" ${3:+--set "$3"} "$job" 2>/dev/null |
     tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["samples_per_second"])'
 }
 
@@ -26,3 +26,6 @@ printf "%-34s %12.0f %8.2f\n" "1 worker  x 128 (reference)" "$ref" 1
 two=$(for _ in $(seq "$repeats"); do run 2 64; done | median)
 printf "%-34s %12.0f %8.2f\n" "2 workers x 64 (same global batch)" "$two" \
     "$(python3 -c "print($two / $ref)")"
+serial=$(for _ in $(seq "$repeats"); do run 2 64 communication.overlap=false; done | median)
+printf "%-34s %12.0f %8.2f\n" "2 workers x 64, no overlap" "$serial" \
+    "$(python3 -c "print($serial / $ref)")"
