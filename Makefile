@@ -4,7 +4,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench clean format
+.PHONY: all deps configure build test demo bench clean format thread-safety
 
 all: build
 
@@ -17,8 +17,16 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+test: build thread-safety
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Clang's thread-safety analysis over the code that shares state between
+# threads (everything but the LibTorch trainer, which Clang need not build).
+thread-safety: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-tsa -DCMAKE_BUILD_TYPE=Release \
+	    -DLOCKSTEP_THREAD_SAFETY=ON >/dev/null
+	@cmake --build build-tsa -j $(JOBS) --target lockstep_coordinator_lib \
+	    lockstep_worker_core lockstep_process
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
@@ -33,4 +41,4 @@ format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	@rm -rf $(BUILD_DIR)
+	@rm -rf $(BUILD_DIR) build-tsa

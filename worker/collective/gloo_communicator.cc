@@ -144,7 +144,10 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
   const int me = rank();
   const size_t esize = ElementSize(type);
   const size_t largest = Chunk(count, world, 0).second;
-  auto [mine_begin, mine_end] = Chunk(count, world, me);
+  // Plain variables, not a structured binding: lambdas capture them below.
+  const std::pair<size_t, size_t> owned = Chunk(count, world, me);
+  const size_t mine_begin = owned.first;
+  const size_t mine_end = owned.second;
   const size_t mine = mine_end - mine_begin;
   // Reused across calls: fresh pages for every call cost more than the sum.
   std::vector<char>& scratch = scratch_;
