@@ -22,33 +22,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/in_memory_kv.h"
 
 namespace lockstep {
 namespace {
-
-class MemoryKv : public worker::KeyValueClient {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    values_[key] = value;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    absl::MutexLock lock(&mu_);
-    auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
-      return absl::DeadlineExceededError("key " + key + " never set");
-    }
-    return values_[key];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
 
 using Clock = std::chrono::steady_clock;
 
@@ -77,7 +54,7 @@ double Time(int world, int iterations, const std::function<void(int)>& op) {
 
 void Run(int world, size_t max_bytes) {
   // Connect both implementations once.
-  MemoryKv kv;
+  worker::InMemoryKeyValue kv;
   std::vector<std::unique_ptr<worker::GlooCommunicator>> ours(world);
   gloo::rendezvous::HashStore store;
   std::vector<std::shared_ptr<gloo::Context>> plain(world);

@@ -15,33 +15,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "worker/collective/half.h"
+#include "worker/collective/in_memory_kv.h"
 
 namespace lockstep::worker {
 namespace {
-
-class MemoryKv : public KeyValueClient {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    values_[key] = value;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    absl::MutexLock lock(&mu_);
-    auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
-      return absl::DeadlineExceededError("key " + key + " never set");
-    }
-    return values_[key];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
 
 struct Case {
   int world;
@@ -52,7 +29,7 @@ class GlooAllReduceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
   const auto [world, count] = GetParam();
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   std::vector<absl::Status> errors(world);
   std::vector<std::vector<float>> sums(world), broadcasts(world);
@@ -101,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooAllReduceTest,
 
 // Only rank 0 of 2 shows up, so the rendezvous timeout is certain.
 TEST(GlooCommunicatorTest, MissingPeerIsAnErrorWithinTheTimeout) {
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   GlooCommunicator::Options options;
   options.rank = 0;
   options.size = 2;
@@ -121,7 +98,7 @@ namespace {
 // another thread must release rank 0. The collective timeout is an hour, so
 // an Abort that does not work hangs the test into ctest's timeout.
 TEST(GlooCommunicatorTest, AbortUnblocksAPendingAllReduce) {
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   std::unique_ptr<GlooCommunicator> comms[2];
   std::thread peer([&] {
     GlooCommunicator::Options options;
@@ -162,7 +139,7 @@ namespace {
 // Runs `body(rank, comm)` on `world` ranks connected over loopback.
 void OnRanks(int world, absl::Duration timeout,
              const std::function<void(int, Communicator&)>& body) {
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {

@@ -9,33 +9,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/in_memory_kv.h"
 
 namespace lockstep::worker {
 namespace {
-
-class MemoryKv : public KeyValueClient {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    values_[key] = value;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    absl::MutexLock lock(&mu_);
-    auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
-      return absl::DeadlineExceededError("key " + key + " never set");
-    }
-    return values_[key];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
 
 // Ranks are threads sharing LibTorch's global generator: seed and build
 // under a lock so every rank gets the same initial weights.
@@ -63,7 +40,7 @@ class GradientReducerTest
 
 TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
   const auto [world, overlap] = GetParam();
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   std::vector<std::vector<std::vector<int>>> orders(world);
   for (int rank = 0; rank < world; ++rank) {

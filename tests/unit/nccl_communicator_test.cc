@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "worker/collective/in_memory_kv.h"
 #include "worker/collective/nccl_communicator.h"
 #endif
 
@@ -23,36 +24,12 @@ TEST(NcclCommunicatorTest, SkippedWithoutNccl) {
 
 #else
 
-class MemoryKv : public KeyValueClient {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    values_[key] = value;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    absl::MutexLock lock(&mu_);
-    auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
-      return absl::DeadlineExceededError("key " + key + " never set");
-    }
-    return values_[key];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
-
 // One rank per visible GPU (NCCL allows one rank per device), ranks as
 // threads.
 TEST(NcclCommunicatorTest, CollectivesOnEveryGpu) {
   const int world = NcclCommunicator::DeviceCount();
   if (world == 0) GTEST_SKIP() << "no GPU visible";
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
@@ -85,7 +62,7 @@ TEST(NcclCommunicatorTest, CollectivesOnEveryGpu) {
 
 TEST(NcclCommunicatorTest, MissingPeerTimesOut) {
   if (NcclCommunicator::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
-  MemoryKv kv;
+  InMemoryKeyValue kv;
   NcclCommunicator::Options options;
   options.rank = 1;  // rank 0 never publishes the unique id
   options.size = 2;
