@@ -219,6 +219,16 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   for (const v1::RankResult& rank : status.ranks()) {
     digests->add_values()->set_string_value(rank.model_digest());
   }
+  if (status.has_breakdown()) {
+    const v1::StepBreakdown& b = status.breakdown();
+    auto& split =
+        *f["step_breakdown_ms"].mutable_struct_value()->mutable_fields();
+    split["data"].set_number_value(b.data_ms());
+    split["forward"].set_number_value(b.forward_ms());
+    split["backward"].set_number_value(b.backward_ms());
+    split["exposed_comm"].set_number_value(b.exposed_comm_ms());
+    split["optimizer"].set_number_value(b.optimizer_ms());
+  }
   if (!status.error().empty()) f["error"].set_string_value(status.error());
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(out, &json);

@@ -630,6 +630,7 @@ void Coordinator::HandleResultLocked(Worker& worker,
     status.set_loss(result.final_loss());
     status.set_test_accuracy(result.test_accuracy());
     status.set_samples_per_second(result.samples_per_second());
+    *status.mutable_breakdown() = result.breakdown();
   }
   worker.job_id.clear();
   worker.rank = -1;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <cstring>
 #include <future>
 #include <map>
@@ -107,6 +108,25 @@ struct TrainingRunner::Replica {
 
 namespace {
 
+// Where a training step's time goes.
+enum Phase { kData, kForward, kBackward, kExposedComm, kOptimizer, kPhases };
+
+// Adds the time since the previous lap to a phase.
+class Timer {
+ public:
+  explicit Timer(std::array<absl::Duration, kPhases>* phases)
+      : phases_(phases), last_(absl::Now()) {}
+  void Lap(Phase phase) {
+    absl::Time now = absl::Now();
+    (*phases_)[phase] += now - last_;
+    last_ = now;
+  }
+
+ private:
+  std::array<absl::Duration, kPhases>* phases_;
+  absl::Time last_;
+};
+
 // One generation of one job on this rank.
 class Generation {
  public:
@@ -173,6 +193,8 @@ class Generation {
   absl::Time last_report_ = absl::InfinitePast();
   absl::Time train_start_;
   absl::Duration eval_time_;
+  std::array<absl::Duration, kPhases> phases_{};
+  int64_t timed_steps_ = 0;
 };
 
 absl::Status Generation::Setup() {
@@ -232,6 +254,8 @@ absl::Status Generation::Setup() {
   GradientReducer::Options reducer;
   reducer.bucket_bytes =
       static_cast<size_t>(spec_.communication().bucket_mb() * (1 << 20));
+  reducer.first_bucket_bytes =
+      std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
   reducer.overlap = spec_.communication().overlap();
   reducer_ = std::make_unique<GradientReducer>(params_, comm_.get(), reducer);
   LogInfo(
@@ -378,7 +402,9 @@ void Generation::FillBatch(const std::vector<int64_t>& indices) {
 }
 
 absl::Status Generation::Step(bool* stop) {
+  Timer timer(&phases_);
   FillBatch(sampler_->RankBatch(replica_.step));
+  timer.Lap(kData);
   const torch::Tensor& x = batch_images_;
   const torch::Tensor& y = batch_labels_;
 
@@ -386,19 +412,25 @@ absl::Status Generation::Step(bool* stop) {
   optimizer.zero_grad();
   torch::Tensor loss =
       torch::nn::functional::cross_entropy(replica_.model->forward(x), y);
+  const float local_loss = loss.item<float>();
+  timer.Lap(kForward);
   // Gradients are reduced bucket by bucket while backward runs. Nothing of
   // this step is applied unless every bucket's all-reduce completes, so a
   // failed step leaves the replica at the previous one.
   ++task_.collective_seq;
-  reducer_->Prepare(loss.item<float>(), task_.stop_requested ? 1.0f : 0.0f);
+  reducer_->Prepare(local_loss, task_.stop_requested ? 1.0f : 0.0f);
   loss.backward();
+  timer.Lap(kBackward);
   float loss_sum = 0, stop_votes = 0;
   RETURN_IF_ERROR(reducer_->Finish(&loss_sum, &stop_votes));
+  timer.Lap(kExposedComm);
   replica_.last_loss = loss_sum / world_;
   *stop = stop_votes > 0;
   SetLearningRate(optimizer, lr_->At(replica_.step));
   optimizer.step();
+  timer.Lap(kOptimizer);
   ++replica_.step;
+  ++timed_steps_;
   return absl::OkStatus();
 }
 
@@ -506,6 +538,17 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
   result.set_samples_per_second(seconds > 0 ? trained * plan_.global / seconds
                                             : 0);
   result.set_model_digest(ModelDigest(*replica_.model));
+  if (timed_steps_ > 0) {
+    auto mean_ms = [&](Phase phase) {
+      return absl::ToDoubleMilliseconds(phases_[phase]) / timed_steps_;
+    };
+    v1::StepBreakdown* breakdown = result.mutable_breakdown();
+    breakdown->set_data_ms(mean_ms(kData));
+    breakdown->set_forward_ms(mean_ms(kForward));
+    breakdown->set_backward_ms(mean_ms(kBackward));
+    breakdown->set_exposed_comm_ms(mean_ms(kExposedComm));
+    breakdown->set_optimizer_ms(mean_ms(kOptimizer));
+  }
   return result;
 }
 
