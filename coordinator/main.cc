@@ -58,6 +58,7 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
   auto args = Args::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
       {"listen", "state-dir", "cluster", "heartbeat-timeout"}, {"help"});

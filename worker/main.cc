@@ -105,6 +105,10 @@ int Run(int argc, char** argv) {
   action.sa_handler = OnTerminate;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that closed its
+  // end (an aborted generation) must be an error on this rank, not SIGPIPE
+  // silently killing the process.
+  signal(SIGPIPE, SIG_IGN);
   auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                           {"coordinator", "task-type", "task-index", "host",
                            "threads", "connect-timeout", "health-listen"},
