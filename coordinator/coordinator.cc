@@ -860,11 +860,6 @@ absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
   }
 }
 
-bool Coordinator::IsShutdown() const {
-  absl::MutexLock lock(&mu_);
-  return shutdown_;
-}
-
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;

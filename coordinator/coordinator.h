@@ -126,7 +126,6 @@ class Coordinator {
 
   // Wakes every blocked call; they return Cancelled.
   void Shutdown();
-  bool IsShutdown() const;
 
  private:
   struct Worker {
