@@ -102,22 +102,13 @@ absl::Status GlooCommunicator::Guarded(
   return status;
 }
 
-void GlooCommunicator::WaitSend(UnboundBuffer& buffer, int n) {
+void GlooCommunicator::Wait(UnboundBuffer& buffer, int n, bool sends) {
+  const auto timeout = absl::ToChronoMilliseconds(options_.timeout);
   for (int i = 0; i < n; ++i) {
     int peer = -1;
-    if (!buffer.waitSend(&peer, absl::ToChronoMilliseconds(options_.timeout))) {
-      throw AbortedWait();
-    }
-    if (peer >= 0) ++completed_[peer];
-  }
-}
-
-void GlooCommunicator::WaitRecv(UnboundBuffer& buffer, int n) {
-  for (int i = 0; i < n; ++i) {
-    int peer = -1;
-    if (!buffer.waitRecv(&peer, absl::ToChronoMilliseconds(options_.timeout))) {
-      throw AbortedWait();
-    }
+    bool done = sends ? buffer.waitSend(&peer, timeout)
+                      : buffer.waitRecv(&peer, timeout);
+    if (!done) throw AbortedWait();
     if (peer >= 0) ++completed_[peer];
   }
 }
@@ -177,8 +168,8 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
         ++recvs;
       }
     }
-    WaitRecv(*in, recvs);
-    WaitSend(*out, sends);
+    Wait(*in, recvs, /*sends=*/false);
+    Wait(*out, sends, /*sends=*/true);
     SumInRankOrder(data, scratch.data(), mine_begin, mine, largest, type);
 
     sends = recvs = 0;
@@ -196,8 +187,8 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
         ++recvs;
       }
     }
-    WaitRecv(*out, recvs);
-    WaitSend(*out, sends);
+    Wait(*out, recvs, /*sends=*/false);
+    Wait(*out, sends, /*sends=*/true);
   });
 }
 
@@ -273,12 +264,12 @@ absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
         ++expected_[peer];  // before posting: a post can throw
         buffer->send(peer, slot, 0, bytes);
       }
-      WaitSend(*buffer, world - 1);
+      Wait(*buffer, world - 1, /*sends=*/true);
     } else {
       ++expected_[root];  // before posting: a post can throw
       buffer->recv(root, slot, 0, bytes);
 
-      WaitRecv(*buffer);
+      Wait(*buffer, 1, /*sends=*/false);
     }
   });
 }
@@ -300,8 +291,8 @@ absl::Status GlooCommunicator::AllGather(const void* in, size_t bytes,
       buffer->send(peer, slot, me * bytes, bytes);
       buffer->recv(peer, slot, peer * bytes, bytes);
     }
-    WaitRecv(*buffer, world - 1);
-    WaitSend(*buffer, world - 1);
+    Wait(*buffer, world - 1, /*sends=*/false);
+    Wait(*buffer, world - 1, /*sends=*/true);
   });
 }
 

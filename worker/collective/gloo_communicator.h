@@ -67,9 +67,9 @@ class GlooCommunicator : public Communicator {
       absl::string_view what,
       const std::vector<gloo::transport::UnboundBuffer*>& buffers,
       const std::function<void()>& body);
-  // Waits for `n` pending sends/recvs; throws on abort so `body` unwinds.
-  void WaitSend(gloo::transport::UnboundBuffer& buffer, int n = 1);
-  void WaitRecv(gloo::transport::UnboundBuffer& buffer, int n = 1);
+  // Waits for `n` pending sends (or receives) of `buffer`, counting each
+  // peer's completions; throws on abort so `body` unwinds.
+  void Wait(gloo::transport::UnboundBuffer& buffer, int n, bool sends);
   // Sums the owned chunk [begin, begin + count) of `data` with the peers'
   // copies in `scratch` (one `stride`-element block per peer), in rank order.
   void SumInRankOrder(void* data, const char* scratch, size_t begin,
