@@ -47,32 +47,44 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return contents.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::string_view contents) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", path);
   const char* data = contents.data();
   size_t left = contents.size();
   while (left > 0) {
     ssize_t n = write(fd, data, left);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      absl::Status status = ErrnoError("cannot write", tmp);
+      absl::Status status = ErrnoError("cannot write", path);
       close(fd);
-      unlink(tmp.c_str());
       return status;
     }
     data += n;
     left -= static_cast<size_t>(n);
   }
   if (fsync(fd) != 0) {
-    absl::Status status = ErrnoError("cannot fsync", tmp);
+    absl::Status status = ErrnoError("cannot fsync", path);
     close(fd);
-    unlink(tmp.c_str());
     return status;
   }
-  close(fd);
+  if (close(fd) != 0) return ErrnoError("cannot close", path);
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDirectory(const std::string& path) {
+  return FsyncPath(path, O_RDONLY | O_DIRECTORY);
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  absl::Status written = WriteFileDurably(tmp, contents);
+  if (!written.ok()) {
+    unlink(tmp.c_str());
+    return written;
+  }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     absl::Status status = ErrnoError("cannot rename into", path);
     unlink(tmp.c_str());

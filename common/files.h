@@ -19,6 +19,16 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents);
 
+// Writes `contents` to `path` (created or truncated) and fsyncs the file, not
+// the directory: for files inside a folder that is fsynced and renamed into
+// place as a whole.
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::string_view contents);
+
+// fsync of a directory, so the entries created or renamed in it survive a
+// crash.
+absl::Status FsyncDirectory(const std::string& path);
+
 // mkdir -p.
 absl::Status MakeDirectories(const std::string& path);
 

@@ -1,0 +1,54 @@
+#include "common/failpoint.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "common/log.h"
+
+namespace lockstep {
+namespace {
+
+struct Armed {
+  std::string name;  // empty: no failure point armed
+  int64_t on_hit = 1;
+  std::atomic<int64_t> hits{0};
+};
+
+Armed& GetArmed() {
+  static Armed* armed = [] {
+    auto* a = new Armed;
+    const char* env = std::getenv("LOCKSTEP_FAILPOINT");
+    if (env == nullptr || *env == '\0') return a;
+    std::string spec = env;
+    size_t colon = spec.find(':');
+    a->name = spec.substr(0, colon);
+    if (colon != std::string::npos &&
+        (!absl::SimpleAtoi(spec.substr(colon + 1), &a->on_hit) ||
+         a->on_hit < 1)) {
+      LogWarning("ignoring LOCKSTEP_FAILPOINT=", spec,
+                 ": the count after ':' must be a positive integer");
+      a->name.clear();
+    }
+    return a;
+  }();
+  return *armed;
+}
+
+}  // namespace
+
+void FailPoint(absl::string_view name) {
+  Armed& armed = GetArmed();
+  if (armed.name.empty() || armed.name != name) return;
+  if (armed.hits.fetch_add(1) + 1 != armed.on_hit) return;
+  LogError("failure point ", name, " reached (LOCKSTEP_FAILPOINT): dying");
+  kill(getpid(), SIGKILL);
+  _exit(137);  // not reached
+}
+
+}  // namespace lockstep

@@ -1,0 +1,21 @@
+// Named failure points for crash tests: a test sets LOCKSTEP_FAILPOINT in a
+// process's environment and the process kills itself (SIGKILL, like a lost
+// node) when it reaches that point.
+//
+//   LOCKSTEP_FAILPOINT=checkpoint_before_latest     the first time it is
+//   reached LOCKSTEP_FAILPOINT=checkpoint_before_latest:3   the third time
+//
+// Compiled into every build: without the variable a failure point costs one
+// load and a branch.
+#ifndef LOCKSTEP_COMMON_FAILPOINT_H_
+#define LOCKSTEP_COMMON_FAILPOINT_H_
+
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+void FailPoint(absl::string_view name);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_FAILPOINT_H_
