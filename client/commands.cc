@@ -1,9 +1,12 @@
 #include "client/commands.h"
 
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -13,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint/store.h"
 
 namespace lockstep::client {
 namespace {
@@ -48,9 +52,25 @@ failed (task, host, rank, cause), training resumed after a failure.
   lockstep events fashion-mnist-mlp-1
 )";
 
+constexpr char kCheckpointsUsage[] =
+    R"(Usage: lockstep checkpoints JOB [--json]
+
+Lists the job's committed checkpoints, oldest first: step, epoch, commit
+time, size, and whether it verifies. Verifying reads checkpoint.backup_dir
+from this machine (every file against the SHA-256 in its MANIFEST.json);
+where that folder is not reachable, the coordinator's record is shown with
+"not checked". A checkpoint pruned by checkpoint.keep or removed after the
+job succeeded shows as "removed".
+
+  lockstep checkpoints job-3
+  lockstep checkpoints job-3 --json
+)";
+
 constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB
 
 Stops a job: a queued job at once, a running job at a step all ranks agree on.
+With checkpoint.backup_dir set, that step is saved first, so submitting the
+same job again resumes exactly there.
 )";
 
 absl::Status RpcError(const grpc::Status& status, const std::string& address) {
@@ -158,6 +178,16 @@ absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
   for (const std::string& set : sets)
     RETURN_IF_ERROR(ApplyOverride(set, &spec));
   ApplyDefaults(&spec);
+  // Paths are the CLI user's: make them absolute before a daemon sees them.
+  auto absolute = [](const std::string& path) {
+    if (path.empty() || path[0] == '/') return path;
+    std::error_code error;
+    std::filesystem::path full = std::filesystem::absolute(path, error);
+    return error ? path : full.lexically_normal().string();
+  };
+  spec.mutable_checkpoint()->set_backup_dir(
+      absolute(spec.checkpoint().backup_dir()));
+  spec.set_export_path(absolute(spec.export_path()));
   return spec;
 }
 
@@ -373,6 +403,94 @@ int RunStop(const std::vector<std::string>& argv) {
   grpc::Status rpc = call->stub->StopJob(&context, request, &response);
   if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
   std::cout << "stopping " << request.job_id() << std::endl;
+  return kExitOk;
+}
+
+int RunCheckpoints(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kCheckpointsUsage, 1, 1, &exit);
+  if (!call) return exit;
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::GetJobStatusRequest request;
+  request.set_job_id(call->args.positional()[0]);
+  v1::GetJobStatusResponse response;
+  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  const v1::JobStatus& job = response.jobs(0);
+  const std::string& dir = job.spec().checkpoint().backup_dir();
+  if (dir.empty()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.job_id(),
+        " has no checkpoint.backup_dir, so it saves no checkpoints")));
+  }
+
+  struct Row {
+    v1::CheckpointInfo info;
+    std::string verified;  // "yes", "NO: why", "removed", "not checked"
+    bool ok = false;
+  };
+  std::map<int64_t, Row> rows;
+  for (const v1::CheckpointInfo& info : job.checkpoints()) {
+    rows[info.step()].info = info;
+  }
+  auto on_disk = checkpoint::List(dir);
+  for (auto& [step, row] : rows) {
+    row.verified = on_disk.ok() ? "removed" : "not checked";
+  }
+  if (on_disk.ok()) {
+    for (const checkpoint::Listed& listed : *on_disk) {
+      Row& row = rows[listed.step];
+      row.info.set_name(listed.name);
+      row.info.set_step(listed.step);
+      row.info.set_bytes(listed.bytes);
+      if (listed.verified.ok()) {
+        row.info.set_epoch(listed.manifest.epoch());
+        row.info.set_generation(listed.manifest.generation());
+        row.info.set_time(listed.manifest.time());
+        row.verified = "yes";
+        row.ok = true;
+      } else {
+        row.verified = absl::StrCat("NO: ", listed.verified.message());
+      }
+    }
+  }
+  if (call->args.Has("json")) {
+    google::protobuf::ListValue list;
+    for (const auto& [step, row] : rows) {
+      auto& f = *list.add_values()->mutable_struct_value()->mutable_fields();
+      f["name"].set_string_value(row.info.name());
+      f["step"].set_number_value(static_cast<double>(row.info.step()));
+      f["epoch"].set_number_value(row.info.epoch() + 1);
+      f["generation"].set_number_value(
+          static_cast<double>(row.info.generation()));
+      f["time"].set_number_value(row.info.time());
+      f["bytes"].set_number_value(static_cast<double>(row.info.bytes()));
+      f["verified"].set_bool_value(row.ok);
+      f["check"].set_string_value(row.verified);
+    }
+    std::cout << ToJson(list) << std::endl;
+    return kExitOk;
+  }
+  if (rows.empty()) {
+    std::cout << "no checkpoints for " << job.job_id() << " in " << dir
+              << (on_disk.ok() ? "" : " (not readable from here)") << "\n";
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat("%-16s %10s %6s %-19s %10s  %s\n", "NAME",
+                               "STEP", "EPOCH", "COMMITTED", "SIZE",
+                               "VERIFIED");
+  for (const auto& [step, row] : rows) {
+    absl::Time time = absl::UnixEpoch() + absl::Seconds(row.info.time());
+    std::cout << absl::StrFormat(
+        "%-16s %10d %6d %-19s %10s  %s\n", row.info.name(), row.info.step(),
+        row.info.epoch() + 1,
+        row.info.time() > 0
+            ? absl::FormatTime("%Y-%m-%d %H:%M:%S", time, absl::LocalTimeZone())
+            : "-",
+        absl::StrFormat("%.1f MB", row.info.bytes() / 1e6), row.verified);
+  }
+  std::cout << "in " << dir << "\n";
   return kExitOk;
 }
 

@@ -53,6 +53,7 @@ int RunStatus(const std::vector<std::string>& argv);
 int RunStop(const std::vector<std::string>& argv);
 int RunWorkers(const std::vector<std::string>& argv);
 int RunEvents(const std::vector<std::string>& argv);
+int RunCheckpoints(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
 
 }  // namespace lockstep::client

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,9 @@ constexpr char kLocalUsage[] =
 
 Runs JOB.json on an embedded coordinator and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
+A worker process that dies (kill -9, a crash) is restarted, as Kubernetes
+would restart its pod, up to 5 times; the job recovers its state from the
+surviving workers or, with checkpoint.backup_dir, from the last checkpoint.
 
 Flags:
   --workers N          worker processes (replicas); default 2
@@ -79,6 +84,9 @@ std::string DescribeExit(int status) {
   return "ended";
 }
 
+// A worker that keeps dying is a bug to show, not to hide.
+constexpr int kMaxWorkerRestarts = 5;
+
 class LocalRun {
  public:
   LocalRun(const Args& args, std::string bin_dir)
@@ -88,6 +96,10 @@ class LocalRun {
  private:
   absl::Status Prepare();
   absl::Status StartProcesses();
+  absl::Status SpawnWorker(int index);
+  // Called for every child that exits before the run ends: a worker is
+  // restarted (as Kubernetes would), up to kMaxWorkerRestarts times.
+  void OnChildExit(const std::string& name, int status);
   int Finish(const absl::StatusOr<v1::JobStatus>& final_status);
   void PrintJson(const v1::JobStatus& status, double wall_seconds);
   std::ostream& progress() { return json_ ? std::cerr : std::cout; }
@@ -106,6 +118,7 @@ class LocalRun {
   std::atomic<bool> finishing_{false};
   absl::Mutex mu_;
   std::string child_failure_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int> worker_restarts_ ABSL_GUARDED_BY(mu_);
   absl::Time start_;
 };
 
@@ -162,39 +175,63 @@ absl::Status LocalRun::StartProcesses() {
                      TailOfFile(run_dir_ + "/coordinator.log", 20)));
   }
   address_ = *address;
-  std::string threads = absl::StrCat(threads_);
-  for (int i = 0; i < workers_; ++i) {
-    RETURN_IF_ERROR(
-        processes_
-            .Spawn(
-                absl::StrCat("worker ", i),
-                {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
-                 "--host", "127.0.0.1", "--threads", threads},
-                // Keep OpenMP and OpenBLAS from spinning on the cores the
-                // other workers need.
-                {"OMP_NUM_THREADS=" + threads,
-                 "OPENBLAS_NUM_THREADS=" + threads, "OMP_WAIT_POLICY=PASSIVE"},
-                absl::StrCat(run_dir_, "/worker-", i, ".log"))
-            .status());
-  }
+  for (int i = 0; i < workers_; ++i) RETURN_IF_ERROR(SpawnWorker(i));
   processes_.StartReaper([this](const std::string& name, int status) {
-    if (finishing_) return;
-    std::string log =
-        name == "coordinator"
-            ? run_dir_ + "/coordinator.log"
-            : absl::StrCat(run_dir_, "/worker-",
-                           name.substr(name.find(' ') + 1), ".log");
-    {
-      absl::MutexLock lock(&mu_);
-      if (!child_failure_.empty()) return;
-      child_failure_ = absl::StrCat(name, " ", DescribeExit(status),
-                                    "; the end of its log (", log, "):\n",
-                                    TailOfFile(log, 15));
-    }
-    watch_context_.TryCancel();
+    OnChildExit(name, status);
   });
   stub_ = Connect(address_);
   return absl::OkStatus();
+}
+
+absl::Status LocalRun::SpawnWorker(int index) {
+  std::string threads = absl::StrCat(threads_);
+  return processes_
+      .Spawn(absl::StrCat("worker ", index),
+             {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
+              "--host", "127.0.0.1", "--threads", threads},
+             // Keep OpenMP and OpenBLAS from spinning on the cores the other
+             // workers need.
+             {"OMP_NUM_THREADS=" + threads, "OPENBLAS_NUM_THREADS=" + threads,
+              "OMP_WAIT_POLICY=PASSIVE"},
+             absl::StrCat(run_dir_, "/worker-", index, ".log"))
+      .status();
+}
+
+void LocalRun::OnChildExit(const std::string& name, int status) {
+  if (finishing_) return;
+  const bool worker = name != "coordinator";
+  const std::string log =
+      worker ? absl::StrCat(run_dir_, "/worker-",
+                            name.substr(name.find(' ') + 1), ".log")
+             : run_dir_ + "/coordinator.log";
+  if (worker) {
+    int index = std::stoi(name.substr(name.find(' ') + 1));
+    bool restart;
+    {
+      absl::MutexLock lock(&mu_);
+      restart = ++worker_restarts_[index] <= kMaxWorkerRestarts;
+    }
+    if (restart) {
+      progress() << "lockstep local: " << name << " " << DescribeExit(status)
+                 << "; restarting it" << std::endl;
+      absl::Status spawned = SpawnWorker(index);
+      if (spawned.ok()) return;
+      absl::MutexLock lock(&mu_);
+      if (child_failure_.empty()) {
+        child_failure_ =
+            absl::StrCat("cannot restart ", name, ": ", spawned.message());
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!child_failure_.empty()) return;
+    child_failure_ = absl::StrCat(
+        name, " ", DescribeExit(status),
+        worker ? absl::StrCat(" after ", kMaxWorkerRestarts, " restarts") : "",
+        "; the end of its log (", log, "):\n", TailOfFile(log, 15));
+  }
+  watch_context_.TryCancel();
 }
 
 void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {

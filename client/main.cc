@@ -18,6 +18,7 @@ Usage:
   lockstep stop JOB
   lockstep workers [--json]
   lockstep events JOB [--json]
+  lockstep checkpoints JOB [--json]
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   if (command == "stop") return RunStop(rest);
   if (command == "workers") return RunWorkers(rest);
   if (command == "events") return RunEvents(rest);
+  if (command == "checkpoints") return RunCheckpoints(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

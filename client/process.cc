@@ -24,7 +24,7 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(const std::string& name,
                                           const std::string& log_path,
                                           int* stdout_pipe) {
   int log_fd =
-      open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot create log file ", log_path, ": ", strerror(errno)));

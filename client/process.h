@@ -28,16 +28,18 @@ class ProcessGroup {
   ~ProcessGroup();  // TerminateAll(1s)
 
   // Starts `argv` with `env` added to this process's environment; stderr (and
-  // stdout unless `stdout_pipe`) go to `log_path`. With `stdout_pipe`, the
-  // read end of the child's stdout is stored there. Call from the main
-  // thread: PR_SET_PDEATHSIG follows the thread that forked.
+  // stdout unless `stdout_pipe`) are appended to `log_path`. With
+  // `stdout_pipe`, the read end of the child's stdout is stored there. Call
+  // from the main thread, or from the exit callback to restart a child:
+  // PR_SET_PDEATHSIG follows the thread that forked, and both live as long
+  // as the group's children.
   absl::StatusOr<pid_t> Spawn(const std::string& name,
                               const std::vector<std::string>& argv,
                               const std::vector<std::string>& env,
                               const std::string& log_path,
                               int* stdout_pipe = nullptr);
 
-  // Starts reaping; `on_exit` runs for each exit. Spawn no more after this.
+  // Starts reaping; `on_exit` runs for each exit.
   void StartReaper(ExitCallback on_exit);
 
   // SIGTERM to every child still running, SIGKILL to those alive after

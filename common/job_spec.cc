@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "common/status_macros.h"
@@ -131,6 +132,12 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (comm->backend().empty()) comm->set_backend("auto");
   if (comm->bucket_mb() == 0) comm->set_bucket_mb(25);
   if (!comm->has_overlap()) comm->set_overlap(true);
+  v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
+  if (!ckpt->has_keep()) ckpt->set_keep(3);
+  // Like Keras' BackupAndRestore: a backup_dir alone saves every epoch.
+  if (!ckpt->backup_dir().empty() && ckpt->save_every_steps() == 0) {
+    ckpt->set_save_every_epoch(true);
+  }
 }
 
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
@@ -158,6 +165,24 @@ absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
   }
   plan.per_replica = plan.global / replicas;
   return plan;
+}
+
+absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
+                                      absl::string_view origin) {
+  if (replicas > 0 && global > 0 && global % replicas == 0) {
+    return BatchPlan{replicas, global / replicas, global};
+  }
+  // The world sizes near `replicas` the global batch divides by.
+  std::vector<std::string> fits;
+  for (int w = 1; w <= global && fits.size() < 4; ++w) {
+    if (global % w == 0 && w > replicas / 2) fits.push_back(absl::StrCat(w));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      origin, " was trained with global batch ", global,
+      ", which does not divide by ", replicas,
+      " replicas; the resumed job keeps the global batch, so run it on a "
+      "number of workers it divides by (e.g. ",
+      absl::StrJoin(fits, ", "), ")"));
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
@@ -214,6 +239,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   if (opt.weight_decay() < 0) {
     return Invalid(absl::StrCat("optimizer.weight_decay must be >= 0, got ",
                                 opt.weight_decay()));
+  }
+  const v1::CheckpointSpec& ckpt = spec.checkpoint();
+  if (ckpt.save_every_steps() < 0 || ckpt.keep() < 1) {
+    return Invalid(absl::StrCat(
+        "checkpoint.save_every_steps must be >= 0 and checkpoint.keep >= 1, "
+        "got ",
+        ckpt.save_every_steps(), " and ", ckpt.keep()));
+  }
+  if (ckpt.backup_dir().empty() &&
+      (ckpt.save_every_steps() > 0 || ckpt.save_every_epoch())) {
+    return Invalid(
+        "checkpoint.save_every_steps/save_every_epoch need "
+        "checkpoint.backup_dir: a shared folder every worker can write");
   }
   if (replicas > 0) RETURN_IF_ERROR(ResolveBatch(spec, replicas).status());
   return absl::OkStatus();

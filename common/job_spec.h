@@ -39,6 +39,12 @@ struct BatchPlan {
 // `replicas`; the message names both numbers and suggests sizes.
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas);
 
+// The split of a resumed job: the global batch it was trained with, over
+// `replicas`. Errors: FailedPrecondition when it does not divide, naming
+// `origin` (a checkpoint) and the world sizes that would work.
+absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
+                                      absl::string_view origin);
+
 // Checks every rule of a spec with defaults applied. `replicas` > 0 also
 // checks the batch split for that many replicas.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas = 0);

@@ -156,6 +156,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     worker.id = id;
     worker.order = next_worker_order_++;
   } else if (worker.incarnation != request.incarnation()) {
+    worker.leaving = false;
     WorkerFailedLocked(
         worker, "worker_restarted",
         absl::StrCat("worker ", DescribeWorkerLocked(worker),
@@ -265,6 +266,15 @@ absl::Status Coordinator::HandleWorkerMessage(
       break;
     case v1::WorkerMessage::kResult:
       HandleResultLocked(worker, message.result());
+      break;
+    case v1::WorkerMessage::kPrepared:
+      HandlePreparedLocked(worker, message.prepared());
+      break;
+    case v1::WorkerMessage::kCommitted:
+      HandleCommittedLocked(worker, message.committed());
+      break;
+    case v1::WorkerMessage::kPreempt:
+      HandlePreemptLocked(worker, message.preempt());
       break;
     default:
       break;
@@ -379,7 +389,7 @@ std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
     for (const v1::TaskId& task : TrainingTasks(*cluster_)) {
       auto it = workers_.find(TaskName(task));
       if (it == workers_.end() || it->second.sink == nullptr ||
-          !it->second.job_id.empty()) {
+          !it->second.job_id.empty() || it->second.leaving) {
         return {};
       }
       picked.push_back(&it->second);
@@ -387,7 +397,7 @@ std::vector<Coordinator::Worker*> Coordinator::PickWorkersLocked(
     return picked;
   }
   for (auto& [id, worker] : workers_) {
-    if (worker.sink != nullptr && worker.job_id.empty()) {
+    if (worker.sink != nullptr && worker.job_id.empty() && !worker.leaving) {
       picked.push_back(&worker);
     }
   }
@@ -460,6 +470,9 @@ void Coordinator::StartGenerationLocked(Job& job,
   job.results_ok = 0;
   job.suspect.clear();
   job.suspect_deadline = absl::InfiniteFuture();
+  job.preempting = false;
+  job.prepares.clear();
+  job.abandoned_steps.clear();
   kv_.clear();
   barriers_.clear();
 
@@ -520,7 +533,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
   v1::JobStatus& status = job.status;
-  int restarts_used = status.generations() - 1;
+  int restarts_used = status.generations() - 1 - status.preemptions();
   ReleaseGenerationLocked(job, /*abort=*/true, cause);
   if (restarts_used >= MaxRestarts(status.spec())) {
     EndJobLocked(job, v1::JOB_STATE_FAILED,
@@ -579,6 +592,9 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
             report.state_source_rank() >= 0
                 ? absl::StrCat(" with rank ", report.state_source_rank(),
                                "'s live state")
+            : !report.restored_checkpoint().empty()
+                ? absl::StrCat(" from checkpoint ",
+                               report.restored_checkpoint())
                 : " from the initial state",
             "; ", repeated, " steps repeated"));
   }
@@ -636,11 +652,144 @@ void Coordinator::HandleResultLocked(Worker& worker,
   worker.rank = -1;
   ++job.results_ok;
   ChangedLocked(job);
+  if (result.preempted()) job.preempting = true;
   if (job.results_ok == status.world_size()) {
+    if (job.preempting && !job.stop_requested) {
+      // Every rank stopped at the same saved step; the job goes on when its
+      // group is whole again (the preempted worker restarted).
+      status.set_preemptions(status.preemptions() + 1);
+      ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
+      status.set_state(v1::JOB_STATE_RECOVERING);
+      std::string message = absl::StrCat(
+          "generation ", status.generation(), " stopped after step ",
+          status.step(), " for a preemption (", job.preempt_reason,
+          status.spec().checkpoint().backup_dir().empty()
+              ? "); no checkpoints are configured"
+              : "); it was saved",
+          "; waiting for the group to be whole");
+      status.set_error(message);
+      AddEventLocked(job, "preempted", nullptr, message);
+      LogInfo("job ", status.job_id(), ": ", message);
+      ChangedLocked(job);
+      PersistLocked(job);
+      MaybeStartJobLocked();
+      return;
+    }
     bool stopped = result.stopped() || job.stop_requested;
     EndJobLocked(job, stopped ? v1::JOB_STATE_STOPPED : v1::JOB_STATE_SUCCEEDED,
                  stopped ? "stopped on request" : "");
   }
+}
+
+Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
+                                                  const std::string& job_id,
+                                                  int64_t generation) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || worker.job_id != job_id) return nullptr;
+  Job& job = it->second;
+  if (job.status.state() != v1::JOB_STATE_RUNNING ||
+      job.status.generation() != generation || worker.rank < 0) {
+    return nullptr;
+  }
+  return &job;
+}
+
+void Coordinator::HandlePreparedLocked(Worker& worker,
+                                       const v1::CheckpointPrepared& p) {
+  Job* job = GenerationOfLocked(worker, p.job_id(), p.generation());
+  if (job == nullptr || p.rank() != worker.rank ||
+      job->abandoned_steps.count(p.step()) > 0) {
+    return;
+  }
+  Worker* chief = nullptr;
+  if (!job->rank_workers.empty()) {
+    auto it = workers_.find(job->rank_workers[0]);
+    if (it != workers_.end() && it->second.sink != nullptr) {
+      chief = &it->second;
+    }
+  }
+  v1::CoordinatorCommand command;
+  v1::CommitCheckpoint* commit = command.mutable_commit();
+  commit->set_job_id(p.job_id());
+  commit->set_generation(p.generation());
+  commit->set_step(p.step());
+  if (!p.ok()) {
+    AddEventLocked(*job, "checkpoint_failed", &worker,
+                   absl::StrCat("step ", p.step(), ": ", p.error()));
+    job->abandoned_steps.insert(p.step());
+    job->prepares.erase(p.step());
+    commit->set_abandoned(p.error());
+    if (chief != nullptr) chief->sink->Send(command);
+    ChangedLocked(*job);
+    return;
+  }
+  auto& ranks = job->prepares[p.step()];
+  ranks[p.rank()] = p;
+  if (static_cast<int>(ranks.size()) < job->status.world_size()) return;
+  for (auto& [rank, prepared] : ranks) *commit->add_ranks() = prepared;
+  job->prepares.erase(job->prepares.begin(),
+                      job->prepares.upper_bound(p.step()));
+  if (chief != nullptr) chief->sink->Send(command);
+}
+
+void Coordinator::HandleCommittedLocked(
+    Worker& worker, const v1::CheckpointCommitted& committed) {
+  Job* job =
+      GenerationOfLocked(worker, committed.job_id(), committed.generation());
+  if (job == nullptr || worker.rank != 0) return;
+  v1::JobStatus& status = job->status;
+  if (!committed.ok()) {
+    AddEventLocked(*job, "checkpoint_failed", &worker,
+                   absl::StrCat("commit of step ", committed.step(), ": ",
+                                committed.error()));
+    ChangedLocked(*job);
+    return;
+  }
+  v1::CheckpointInfo* info = status.add_checkpoints();
+  info->set_name(committed.name());
+  info->set_step(committed.step());
+  info->set_epoch(committed.epoch());
+  info->set_generation(committed.generation());
+  info->set_time(NowSeconds());
+  info->set_bytes(committed.bytes());
+  constexpr int kKeptInStatus = 100;
+  if (status.checkpoints_size() > kKeptInStatus) {
+    status.mutable_checkpoints()->DeleteSubrange(
+        0, status.checkpoints_size() - kKeptInStatus);
+  }
+  AddEventLocked(
+      *job, "checkpoint_committed", &worker,
+      absl::StrCat(committed.name(), ": step ", committed.step(), ", epoch ",
+                   committed.epoch() + 1, ", ", committed.bytes(), " bytes"));
+  ChangedLocked(*job);
+  PersistLocked(*job);
+}
+
+void Coordinator::HandlePreemptLocked(Worker& worker,
+                                      const v1::PreemptRequest& request) {
+  worker.leaving = true;
+  Job* job = RunningJobLocked();
+  if (job == nullptr || job->status.job_id() != request.job_id() ||
+      job->status.state() != v1::JOB_STATE_RUNNING || job->preempting ||
+      worker.job_id != request.job_id()) {
+    return;
+  }
+  job->preempting = true;
+  job->preempt_reason = request.reason();
+  AddEventLocked(*job, "preempt_requested", &worker, request.reason());
+  for (const std::string& worker_id : job->rank_workers) {
+    Worker& rank_worker = workers_[worker_id];
+    if (rank_worker.job_id != request.job_id() || rank_worker.sink == nullptr) {
+      continue;
+    }
+    v1::CoordinatorCommand command;
+    v1::Stop* stop = command.mutable_stop();
+    stop->set_job_id(request.job_id());
+    stop->set_reason(request.reason());
+    stop->set_preempt(true);
+    rank_worker.sink->Send(command);
+  }
+  ChangedLocked(*job);
 }
 
 std::string Coordinator::StallLocked(const Job& job) const {

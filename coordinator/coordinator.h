@@ -143,6 +143,9 @@ class Coordinator {
     // changed: a rank whose count stays below the others' is a straggler.
     int64_t collective_seq = 0;
     absl::Time seq_changed;
+    // Asked to be preempted (SIGTERM): not picked for a generation until it
+    // registers again as a new process.
+    bool leaving = false;
   };
   struct Job {
     v1::JobStatus status;
@@ -154,6 +157,13 @@ class Coordinator {
     std::string suspect;
     absl::Time suspect_deadline = absl::InfiniteFuture();
     absl::Time last_persisted = absl::InfinitePast();
+    // A worker asked for a preemption: the generation stops at an agreed,
+    // saved step and the job then waits for its group (RECOVERING).
+    bool preempting = false;
+    std::string preempt_reason;
+    // Checkpoint prepares of the running generation: step -> rank -> files.
+    std::map<int64_t, std::map<int, v1::CheckpointPrepared>> prepares;
+    std::set<int64_t> abandoned_steps;
   };
 
   explicit Coordinator(Options options);
@@ -193,6 +203,20 @@ class Coordinator {
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleProgressLocked(const v1::ProgressReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The two-phase checkpoint commit: once every rank prepared a step, the
+  // chief is told to commit it; a failed prepare abandons the step.
+  void HandlePreparedLocked(Worker& worker, const v1::CheckpointPrepared& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleCommittedLocked(Worker& worker,
+                             const v1::CheckpointCommitted& committed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker got SIGTERM: every rank stops at an agreed step and saves it.
+  void HandlePreemptLocked(Worker& worker, const v1::PreemptRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's running generation, if `worker` holds a rank in it.
+  Job* GenerationOfLocked(const Worker& worker, const std::string& job_id,
+                          int64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks that (job, generation) is the running generation.
   absl::Status CheckGenerationLocked(const std::string& job_id,

@@ -26,6 +26,54 @@ void TaskContext::SetCommunicator(Communicator* comm) {
   if (aborted_ && comm_ != nullptr) comm_->Abort();
 }
 
+void TaskContext::DeliverCommit(const v1::CommitCheckpoint& commit) {
+  absl::MutexLock lock(&mu_);
+  commits_.push_back(commit);
+}
+
+absl::StatusOr<v1::CommitCheckpoint> TaskContext::WaitForCommit(
+    int64_t step, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto arrived = [&] {
+    mu_.AssertHeld();
+    if (aborted_ || commits_cancelled_) return true;
+    for (const auto& commit : commits_) {
+      if (commit.step() == step) return true;
+    }
+    return false;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the coordinator did not confirm that every rank prepared step ", step,
+        " within ", absl::FormatDuration(timeout)));
+  }
+  for (const auto& commit : commits_) {
+    if (commit.step() == step) return commit;
+  }
+  if (commits_cancelled_) {
+    return absl::CancelledError(
+        absl::StrCat("this rank's part of the job ended before step ", step,
+                     " was committed"));
+  }
+  return absl::AbortedError(absl::StrCat(
+      "the generation ended before every rank prepared step ", step));
+}
+
+void TaskContext::CancelCommitWaits() {
+  absl::MutexLock lock(&mu_);
+  commits_cancelled_ = true;
+}
+
+void TaskContext::MarkDone() {
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+}
+
+bool TaskContext::WaitUntilDone(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> Agent::RegisterWithRetry() {
   absl::Time deadline = absl::Now() + options_.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(50);
@@ -66,7 +114,20 @@ absl::Status Agent::Run() {
     absl::Duration interval =
         absl::Milliseconds(registered->heartbeat_interval_ms());
     if (interval <= absl::ZeroDuration()) interval = absl::Seconds(5);
-    Serve(std::shared_ptr<Session>(std::move(*session)), interval);
+    std::shared_ptr<Session> shared(std::move(*session));
+    {
+      absl::MutexLock lock(&mu_);
+      session_ = shared;
+    }
+    Serve(shared, interval);
+    {
+      absl::MutexLock lock(&mu_);
+      session_.reset();
+      if (preempted_) {
+        // Preempt() closed the session on purpose; the process is exiting.
+        return absl::CancelledError("preempted");
+      }
+    }
     // The coordinator went away or declared this worker failed. Whatever
     // generation was running is over; the training state stays in this
     // process for the next one.
@@ -103,8 +164,19 @@ void Agent::Serve(std::shared_ptr<Session> session,
       case v1::CoordinatorCommand::kStop: {
         absl::MutexLock lock(&mu_);
         if (task_ && task_->assignment.job_id() == command.stop().job_id()) {
-          LogInfo("stop requested: ", command.stop().reason());
+          LogInfo(command.stop().preempt() ? "preemption" : "stop",
+                  " requested: ", command.stop().reason());
+          if (command.stop().preempt()) task_->preempt_requested = true;
           task_->stop_requested = true;
+        }
+        break;
+      }
+      case v1::CoordinatorCommand::kCommit: {
+        absl::MutexLock lock(&mu_);
+        const v1::CommitCheckpoint& commit = command.commit();
+        if (task_ && task_->assignment.job_id() == commit.job_id() &&
+            task_->assignment.generation() == commit.generation()) {
+          task_->DeliverCommit(commit);
         }
         break;
       }
@@ -149,6 +221,9 @@ void Agent::StartTask(const v1::Assignment& assignment,
     *message.mutable_progress() = report;
     session->Send(message);
   };
+  task->send = [session](const v1::WorkerMessage& message) {
+    session->Send(message);
+  };
   {
     absl::MutexLock lock(&mu_);
     task_ = task;
@@ -158,7 +233,42 @@ void Agent::StartTask(const v1::Assignment& assignment,
     v1::WorkerMessage message;
     *message.mutable_result() = std::move(result);
     session->Send(message);
+    task->MarkDone();
   });
+}
+
+void Agent::Preempt(absl::Duration grace) {
+  std::shared_ptr<TaskContext> task;
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (preempted_) return;
+    preempted_ = true;
+    task = task_;
+    session = session_;
+  }
+  const bool running = task != nullptr && !task->aborted() &&
+                       !task->WaitUntilDone(absl::ZeroDuration());
+  if (running && session != nullptr) {
+    LogInfo("SIGTERM: asking the coordinator to stop job ",
+            task->assignment.job_id(), " at an agreed step",
+            task->assignment.spec().checkpoint().backup_dir().empty()
+                ? ""
+                : " and save it");
+    task->preempt_requested = true;
+    task->stop_requested = true;
+    v1::WorkerMessage message;
+    message.mutable_preempt()->set_job_id(task->assignment.job_id());
+    message.mutable_preempt()->set_reason(
+        absl::StrCat("worker ", task->host, " (rank ", task->assignment.rank(),
+                     ") received SIGTERM"));
+    session->Send(message);
+    if (!task->WaitUntilDone(grace)) {
+      LogWarning("the job did not reach a saved step within ",
+                 absl::FormatDuration(grace), "; exiting anyway");
+    }
+  }
+  if (session != nullptr) session->CloseWrites();
 }
 
 void Agent::AbortTask(const std::string& why) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -36,10 +37,28 @@ class TaskContext {
   std::unique_ptr<KeyValueClient> kv;  // scoped to (job, generation)
   std::string host;                    // data-plane address of this worker
   std::atomic<bool> stop_requested{false};
+  // This worker is being preempted (SIGTERM): the ranks stop at an agreed
+  // step and save it; the job re-forms when the worker is back.
+  std::atomic<bool> preempt_requested{false};
   // Collectives entered in this generation; sent with each heartbeat.
   std::atomic<int64_t> collective_seq{0};
   // Sends a progress report up the session. Thread-safe.
   std::function<void(const v1::ProgressReport&)> report;
+  // Sends any message up the session (checkpoint prepares and commits).
+  std::function<void(const v1::WorkerMessage&)> send;
+
+  // The coordinator's go-ahead to commit a checkpoint (chief only).
+  void DeliverCommit(const v1::CommitCheckpoint& commit);
+  // Waits for the commit of `step`. Errors: Aborted when the generation
+  // ends first, DeadlineExceeded after `timeout`.
+  absl::StatusOr<v1::CommitCheckpoint> WaitForCommit(int64_t step,
+                                                     absl::Duration timeout);
+  // Releases WaitForCommit (Cancelled): the generation is ending on this
+  // rank and no one will wait for its checkpoint.
+  void CancelCommitWaits();
+  // Set by the agent when the task's runner returned and its result was sent.
+  void MarkDone();
+  bool WaitUntilDone(absl::Duration timeout);
 
   // Ends the generation: a collective pending on the task thread fails.
   void Abort();
@@ -51,7 +70,10 @@ class TaskContext {
  private:
   mutable absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool commits_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<v1::CommitCheckpoint> commits_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs one assignment to its end and says how it went.
@@ -76,6 +98,12 @@ class Agent {
   // coordinator's reason).
   absl::Status Run();
 
+  // SIGTERM: asks the coordinator to stop the running job at a step all
+  // ranks agree on (saving it when checkpoints are configured), waits up to
+  // `grace` for this worker's part to end, and closes the session cleanly.
+  // Returns at once when no task runs. Called from any thread, once.
+  void Preempt(absl::Duration grace);
+
  private:
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWithRetry();
   // Serves one session until it ends.
@@ -91,6 +119,8 @@ class Agent {
 
   absl::Mutex mu_;
   std::shared_ptr<TaskContext> task_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  bool preempted_ ABSL_GUARDED_BY(mu_) = false;
   std::thread task_thread_;  // touched by the Run() thread only
 };
 

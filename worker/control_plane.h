@@ -37,6 +37,9 @@ class Session {
   virtual bool Receive(v1::CoordinatorCommand* command) = 0;
   // Why the session ended (after Receive returned false).
   virtual absl::Status Finish() = 0;
+  // Half-closes the upward stream once what was sent is on its way: the
+  // coordinator sees the worker leave cleanly. Nothing may be sent after.
+  virtual void CloseWrites() {}
 };
 
 class ControlPlane {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <iostream>
@@ -46,16 +47,28 @@ Flags:
                            (the address is printed on stdout)
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
+  --preempt-grace SECS     on SIGTERM, how long to wait for the job to stop at
+                           an agreed step and save it before exiting (25; keep
+                           it below Kubernetes' terminationGracePeriodSeconds)
 
 Example:
   TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
       lockstep-worker --coordinator coord:7070
 )";
 
+// SIGTERM/SIGINT wake the preemption thread through this pipe; a second
+// signal exits at once.
+int g_terminate_pipe[2] = {-1, -1};
+
 void OnTerminate(int) {
-  static const char kMessage[] = "lockstep-worker: terminated; exiting\n";
-  (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
-  _exit(0);
+  static volatile sig_atomic_t signals = 0;
+  if (++signals > 1 || g_terminate_pipe[1] < 0) {
+    static const char kMessage[] = "lockstep-worker: terminated; exiting\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    _exit(0);
+  }
+  char byte = 1;
+  (void)!write(g_terminate_pipe[1], &byte, 1);
 }
 
 int Fail(const absl::Status& status, int code) {
@@ -98,9 +111,13 @@ void ConfigureThreads(int threads) {
 }
 
 int Run(int argc, char** argv) {
-  // SIGTERM (Kubernetes, lockstep local) ends the worker at once with exit 0;
-  // the coordinator sees its session close and re-forms the job. A handler,
-  // not sigwait: LibTorch starts threads before main that do not block it.
+  // SIGTERM (Kubernetes eviction, preemption, lockstep local) stops the job
+  // at a step every rank agrees on, saves it when checkpoints are
+  // configured, and exits 0 (Agent::Preempt). A handler and a pipe, not
+  // sigwait: LibTorch starts threads before main that do not block signals.
+  if (pipe(g_terminate_pipe) != 0) {
+    g_terminate_pipe[0] = g_terminate_pipe[1] = -1;
+  }
   struct sigaction action = {};
   action.sa_handler = OnTerminate;
   sigaction(SIGTERM, &action, nullptr);
@@ -109,10 +126,11 @@ int Run(int argc, char** argv) {
   // end (an aborted generation) must be an error on this rank, not SIGPIPE
   // silently killing the process.
   signal(SIGPIPE, SIG_IGN);
-  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                          {"coordinator", "task-type", "task-index", "host",
-                           "threads", "connect-timeout", "health-listen"},
-                          {"help"});
+  auto args =
+      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                  {"coordinator", "task-type", "task-index", "host", "threads",
+                   "connect-timeout", "health-listen", "preempt-grace"},
+                  {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -169,6 +187,8 @@ int Run(int argc, char** argv) {
   }
   auto connect_timeout = args->GetDouble("connect-timeout", 60);
   if (!connect_timeout.ok()) return Fail(connect_timeout.status(), 2);
+  auto preempt_grace = args->GetDouble("preempt-grace", 25);
+  if (!preempt_grace.ok()) return Fail(preempt_grace.status(), 2);
   ConfigureThreads(*threads);
 
   HealthService health_service;
@@ -200,7 +220,22 @@ int Run(int argc, char** argv) {
   Agent agent(
       &control, [&runner](TaskContext& task) { return runner.Run(task); },
       options);
+  if (g_terminate_pipe[0] >= 0) {
+    std::thread([&agent, grace = absl::Seconds(*preempt_grace)] {
+      char byte;
+      while (read(g_terminate_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      agent.Preempt(grace);
+      LogInfo("terminated; exiting");
+      std::cerr.flush();
+      _exit(0);
+    }).detach();
+  }
   absl::Status status = agent.Run();
+  if (absl::IsCancelled(status)) {
+    // Preempt() ended the session; its thread exits the process.
+    while (true) pause();
+  }
   std::cerr << "lockstep-worker: " << status.message() << "\n";
   std::cerr.flush();
   // A task thread may still be blocked in a collective; do not wait for it.

@@ -13,11 +13,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -109,13 +113,17 @@ std::vector<double> ReadLosses(const std::string& csv_path) {
 // pid.
 class ClusterTest : public ::testing::Test {
  protected:
+  // `worker_env` adds variables to the first process of some workers.
   void StartCluster(int workers,
-                    std::vector<std::string> coordinator_flags = {}) {
+                    std::vector<std::string> coordinator_flags = {},
+                    std::map<int, std::vector<std::string>> worker_env = {}) {
     dir_ = TempDir("cluster");
     workers_ = workers;
     coordinator_flags_ = std::move(coordinator_flags);
     StartCoordinator("127.0.0.1:0");
-    for (int i = 0; i < workers; ++i) worker_pids_.push_back(StartWorker(i));
+    for (int i = 0; i < workers; ++i) {
+      worker_pids_.push_back(StartWorker(i, worker_env[i]));
+    }
   }
 
   void StartCoordinator(const std::string& listen) {
@@ -150,7 +158,7 @@ class ClusterTest : public ::testing::Test {
                         absl::StrJoin(addresses, ", "), "]}}");
   }
 
-  pid_t StartWorker(int index) {
+  pid_t StartWorker(int index, std::vector<std::string> env = {}) {
     std::string tf_config = absl::StrCat(
         R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
         R"(, "task": {"type": "worker", "index": )", index, "}}");
@@ -158,8 +166,11 @@ class ClusterTest : public ::testing::Test {
         absl::StrCat("worker ", index, " #", ++spawned_),
         {kBin + "/lockstep-worker", "--coordinator", address_, "--threads",
          "1"},
-        {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
-         "OPENBLAS_NUM_THREADS=1"},
+        [&] {
+          env.insert(env.end(), {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
+                                 "OPENBLAS_NUM_THREADS=1"});
+          return env;
+        }(),
         absl::StrCat(dir_, "/worker-", index, "-", spawned_, ".log"));
     EXPECT_TRUE(pid.ok()) << pid.status();
     return pid.value_or(-1);
@@ -240,10 +251,11 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
+  // The last event of `kind`, or null.
   static const v1::JobEvent* FindEvent(const v1::JobStatus& status,
                                        const std::string& kind) {
-    for (const v1::JobEvent& event : status.events()) {
-      if (event.kind() == kind) return &event;
+    for (int i = status.events_size() - 1; i >= 0; --i) {
+      if (status.events(i).kind() == kind) return &status.events(i);
     }
     return nullptr;
   }
@@ -547,6 +559,297 @@ TEST(BadInputTest, MissingDataFailsTheJobWithTheFileName) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err,
               AllOf(HasSubstr("/nonexistent/fmnist"), HasSubstr("rank")));
+}
+
+// ---- BackupAndRestore (DESIGN §6) ------------------------------------------
+
+// What `lockstep checkpoints JOB --json` says, by checkpoint name.
+std::map<std::string, google::protobuf::Struct> ListCheckpoints(
+    const std::string& address, const std::string& job) {
+  Result r = RunCommand({kBin + "/lockstep", "checkpoints", job, "--json",
+                         "--coordinator", address});
+  EXPECT_EQ(r.code, 0) << r.err;
+  google::protobuf::ListValue list;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &list).ok())
+      << r.out;
+  std::map<std::string, google::protobuf::Struct> out;
+  for (const auto& value : list.values()) {
+    out[value.struct_value().fields().at("name").string_value()] =
+        value.struct_value();
+  }
+  return out;
+}
+
+class CheckpointTest : public ClusterTest {
+ protected:
+  void SetUp() override { backup_ = TempDir("backup") + "/ckpt"; }
+
+  // The job's settings with checkpoints every `every` steps, kept after
+  // success so the test can inspect them.
+  std::vector<std::string> WithCheckpoints(std::vector<std::string> sets,
+                                           int every) {
+    sets.push_back("checkpoint.backup_dir=" + backup_);
+    sets.push_back(absl::StrCat("checkpoint.save_every_steps=", every));
+    sets.push_back("checkpoint.keep_backups=true");
+    return sets;
+  }
+
+  // LATEST names a checkpoint that `lockstep checkpoints` verifies.
+  void ExpectLatestVerifies(const std::string& job) {
+    auto latest = ReadFileToString(backup_ + "/LATEST");
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    std::string name(absl::StripAsciiWhitespace(*latest));
+    auto listed = ListCheckpoints(address_, job);
+    ASSERT_TRUE(listed.count(name)) << name;
+    EXPECT_TRUE(listed[name].fields().at("verified").bool_value())
+        << listed[name].fields().at("check").string_value();
+  }
+
+  static bool HasCheckpointAtLeast(const v1::JobStatus& s, int64_t step) {
+    return s.checkpoints_size() > 0 &&
+           s.checkpoints(s.checkpoints_size() - 1).step() >= step;
+  }
+
+  std::string backup_;
+};
+
+const std::vector<std::string> kCheckpointJob = {
+    "max_steps=60", "global_batch_size=64", "log_every_steps=1"};
+
+// A process dying at each point of the save and commit path leaves LATEST
+// naming a complete checkpoint, and the job still ends with the model of a
+// run that never failed.
+class FailurePointTest
+    : public CheckpointTest,
+      public ::testing::WithParamInterface<std::pair<const char*, int>> {};
+
+TEST_P(FailurePointTest, DyingInTheSavePathLosesNothing) {
+  const auto [point, victim] = GetParam();
+  // The failure point fires at the second save, after the first committed.
+  // The reference run saves nothing, so it never reaches the point.
+  StartCluster(2, {},
+               {{victim, {absl::StrCat("LOCKSTEP_FAILPOINT=", point, ":2")}}});
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
+  int status = 0;
+  ASSERT_EQ(waitpid(worker_pids_[victim], &status, 0), worker_pids_[victim]);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "the failure point " << point << " was not reached";
+  StartWorker(victim);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_GE(done.generations(), 2);
+  ExpectAllRanks(done, reference);
+  ExpectLatestVerifies(job);
+  // Every save after the failure committed again.
+  ASSERT_GT(done.checkpoints_size(), 0);
+  EXPECT_EQ(done.checkpoints(done.checkpoints_size() - 1).step(), 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Points, FailurePointTest,
+    ::testing::Values(std::pair{"checkpoint_before_prepare", 1},
+                      std::pair{"checkpoint_after_first_file", 0},
+                      std::pair{"checkpoint_before_commit", 0},
+                      std::pair{"checkpoint_during_rename", 0},
+                      std::pair{"checkpoint_before_latest", 0}),
+    [](const auto& info) { return std::string(info.param.first); });
+
+// With every worker lost there is no live state: the next generation restores
+// the newest checkpoint and continues at exactly the next sample.
+TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
+  StartCluster(2);
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
+  WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 20) || Ended(s);
+  });
+  for (pid_t pid : worker_pids_) ASSERT_EQ(kill(pid, SIGKILL), 0);
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(), HasSubstr("from checkpoint ckpt-0000000"));
+  ExpectLatestVerifies(job);
+}
+
+// SIGKILL of the chief and then of the other worker at random steps.
+TEST_F(CheckpointTest, ChiefAndWorkerKilledAtRandomStepsLoseNothing) {
+  StartCluster(2);
+  std::mt19937 random(::testing::UnitTest::GetInstance()->random_seed());
+  const int64_t first = 5 + random() % 20, second = 35 + random() % 15;
+  SCOPED_TRACE(absl::StrCat("kills after steps ", first, " and ", second));
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  std::string job =
+      SubmitAndTrainTo(WithCheckpoints(kCheckpointJob, 10), first);
+  ASSERT_FALSE(job.empty());
+  ASSERT_EQ(kill(worker_pids_[0], SIGKILL), 0);
+  worker_pids_[0] = StartWorker(0);
+  WatchUntil(job, [&](const v1::JobStatus& s) {
+    return (s.generation() >= 2 && s.state() == v1::JOB_STATE_RUNNING &&
+            s.step() >= second) ||
+           Ended(s);
+  });
+  ASSERT_EQ(kill(worker_pids_[1], SIGKILL), 0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  ExpectLatestVerifies(job);
+}
+
+// SIGTERM to every worker: they agree on one step, save it, exit 0, and the
+// restarted job resumes at that step with nothing repeated.
+TEST_F(CheckpointTest, SigtermSavesAnAgreedStepAndExitsZero) {
+  StartCluster(2);
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  // Saves only on preemption.
+  std::string job = SubmitAndTrainTo(WithCheckpoints(kCheckpointJob, 1000), 15);
+  ASSERT_FALSE(job.empty());
+  for (pid_t pid : worker_pids_) ASSERT_EQ(kill(pid, SIGTERM), 0);
+  for (pid_t pid : worker_pids_) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  v1::JobStatus preempted = WatchUntil(job, [](const v1::JobStatus& s) {
+    return s.state() != v1::JOB_STATE_RUNNING;
+  });
+  EXPECT_EQ(preempted.state(), v1::JOB_STATE_RECOVERING) << preempted.error();
+  EXPECT_EQ(preempted.preemptions(), 1);
+  ASSERT_EQ(preempted.checkpoints_size(), 1);
+  const int64_t saved = preempted.checkpoints(0).step();
+  EXPECT_EQ(saved, preempted.step());
+  EXPECT_NE(FindEvent(preempted, "preempted"), nullptr);
+
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(
+      resumed->message(),
+      AllOf(HasSubstr(absl::StrCat("after step ", saved)),
+            HasSubstr("from checkpoint"), HasSubstr("0 steps repeated")));
+}
+
+// A job checkpointed on 4 workers resumes on 2 with the same global batch,
+// however the new job states its batch.
+TEST_F(CheckpointTest, ResumeOnTwoWorkersOfAJobCheckpointedOnFour) {
+  StartCluster(4);
+  const std::vector<std::string> sets = {"epochs=1", "global_batch_size=64",
+                                         "log_every_steps=1"};
+  std::string first = SubmitAndTrainTo(WithCheckpoints(sets, 1000), 20);
+  ASSERT_FALSE(first.empty());
+  Result stop = RunCommand(
+      {kBin + "/lockstep", "stop", first, "--coordinator", address_});
+  ASSERT_EQ(stop.code, 0) << stop.err;
+  v1::JobStatus stopped = WatchUntil(first, Ended);
+  ASSERT_EQ(stopped.state(), v1::JOB_STATE_STOPPED);
+  ASSERT_EQ(stopped.checkpoints_size(), 1);
+  const int64_t saved = stopped.checkpoints(0).step();
+  processes_.TerminateAll(absl::Seconds(5));
+  worker_pids_.clear();
+
+  StartCluster(2);
+  // per_replica_batch_size 16 would make a fresh job's global batch 32.
+  std::vector<std::string> again = WithCheckpoints(sets, 1000);
+  again.push_back("per_replica_batch_size=16");
+  v1::JobStatus done = WatchUntil(Submit(again), Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.world_size(), 2);
+  EXPECT_EQ(done.total_steps(), 60000 / 64);  // the global batch stayed 64
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(), HasSubstr(absl::StrCat("after step ", saved,
+                                                         " from checkpoint")));
+}
+
+// The first child of `parent` whose command name is `comm`, or -1.
+pid_t FindChild(pid_t parent, const std::string& comm) {
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    std::string stat =
+        ReadFileToString(entry.path().string() + "/stat").value_or("");
+    size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::vector<std::string> rest = absl::StrSplit(stat.substr(close + 2), ' ');
+    int ppid = 0, pid = 0;
+    if (rest.size() > 1 && absl::SimpleAtoi(rest[1], &ppid) && ppid == parent &&
+        stat.substr(open + 1, close - open - 1) == comm &&
+        absl::SimpleAtoi(stat.substr(0, open - 1), &pid)) {
+      return pid;
+    }
+  }
+  return -1;
+}
+
+// `lockstep local` restarts a worker process that dies, as Kubernetes would.
+TEST(LocalTest, SurvivesKillOfAWorker) {
+  const std::vector<std::string> run = {kBin + "/lockstep",
+                                        "local",
+                                        "--workers",
+                                        "2",
+                                        "--json",
+                                        "--set",
+                                        "max_steps=200",
+                                        "--set",
+                                        "global_batch_size=64",
+                                        "--set",
+                                        "log_every_steps=1",
+                                        kMlp};
+  Result reference = RunCommand(run);
+  ASSERT_EQ(reference.code, 0) << reference.err;
+
+  // With --json, progress goes to stderr: read it through a pipe.
+  std::string dir = TempDir("local_kill");
+  int err_pipe[2];
+  ASSERT_EQ(pipe(err_pipe), 0);
+  pid_t local = fork();
+  if (local == 0) {
+    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    std::vector<char*> argv;
+    for (const std::string& arg : run)
+      argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  std::string err;
+  char buffer[4096];
+  ssize_t n;
+  pid_t victim = -1;
+  while ((n = read(err_pipe[0], buffer, sizeof(buffer))) > 0) {
+    err.append(buffer, static_cast<size_t>(n));
+    if (victim < 0 && err.find("step 2") != std::string::npos) {
+      victim = FindChild(local, "lockstep-worker");
+      ASSERT_GT(victim, 0) << err;
+      ASSERT_EQ(kill(victim, SIGKILL), 0);
+    }
+  }
+  close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(local, &status, 0), local);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+  ASSERT_GT(victim, 0) << "training never started: " << err;
+  EXPECT_THAT(err, HasSubstr("restarting it"));
+  const auto summary =
+      LastJsonLine(ReadFileToString(dir + "/out").value_or("")).fields();
+  EXPECT_EQ(summary.at("state").string_value(), "succeeded");
+  EXPECT_GE(summary.at("generations").number_value(), 2);
+  EXPECT_EQ(
+      summary.at("model_digest").string_value(),
+      LastJsonLine(reference.out).fields().at("model_digest").string_value());
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ class GrpcSession : public Session {
 
   bool Send(const v1::WorkerMessage& message) override {
     absl::MutexLock lock(&write_mu_);
-    return stream_->Write(message);
+    return !writes_done_ && stream_->Write(message);
   }
 
   bool Receive(v1::CoordinatorCommand* command) override {
@@ -36,16 +36,21 @@ class GrpcSession : public Session {
   }
 
   absl::Status Finish() override {
-    {
-      absl::MutexLock lock(&write_mu_);
-      stream_->WritesDone();
-    }
+    CloseWrites();
     return FromGrpcStatus(stream_->Finish());
+  }
+
+  void CloseWrites() override {
+    absl::MutexLock lock(&write_mu_);
+    if (writes_done_) return;
+    writes_done_ = true;
+    stream_->WritesDone();
   }
 
  private:
   std::unique_ptr<grpc::ClientContext> context_;
   absl::Mutex write_mu_;
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorCommand>>
       stream_;

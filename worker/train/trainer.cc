@@ -14,9 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint/checkpointer.h"
+#include "worker/checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/data/idx.h"
 #include "worker/data/sampler.h"
@@ -33,6 +36,16 @@ constexpr float kPixelStd = 0.3530f;
 constexpr int64_t kEvalBatch = 1000;
 // Steps travel through float all-reduces as two exact 20-bit halves.
 constexpr int64_t kHalf = int64_t{1} << 20;
+// A preempting rank's stop vote: any sum this large means "save, then stop".
+constexpr float kPreemptVote = 1000.0f;
+
+std::string SerializeModule(const torch::nn::Module& module) {
+  torch::serialize::OutputArchive archive;
+  module.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
 
 // A split as tensors: raw uint8 images [N, 1, H, W] (normalized per batch,
 // which is cheaper than converting the whole set up front) and int64 labels.
@@ -102,6 +115,9 @@ struct TrainingRunner::Replica {
   torch::nn::Sequential model{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   int64_t step = 0;  // optimizer steps applied
+  // The global batch the replica trains with, fixed once it has trained:
+  // a generation on another world size re-slices it.
+  int global_batch = 0;
   double last_loss = 0;
   double last_accuracy = 0;
 };
@@ -147,6 +163,12 @@ class Generation {
   absl::StatusOr<int> AdoptMostAdvancedState();
   absl::Status BroadcastState(int source);
   absl::Status CheckIdenticalInit();
+  // Loads a verified checkpoint into the replica (rank 0 only).
+  absl::Status LoadCheckpoint(const checkpoint::Found& found);
+  // The state at this step boundary, serialized to host memory.
+  Snapshot MakeSnapshot() const;
+  // The chief's work after the last step: export, then drop the backups.
+  absl::Status Finalize();
   // One optimizer step; sets *stop when any rank asked to stop.
   absl::Status Step(bool* stop);
   absl::StatusOr<double> Evaluate(double* loss);
@@ -174,6 +196,9 @@ class Generation {
   TensorDataset train_;
   TensorDataset test_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // null without backup_dir
+  std::string restored_from_;  // the checkpoint this generation restored
+  bool preempted_ = false;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<GlobalSampler> sampler_;
@@ -199,7 +224,6 @@ class Generation {
 
 absl::Status Generation::Setup() {
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
   if (spec_.communication().backend() == "nccl") {
     return absl::FailedPreconditionError(
         "the job asks for communication.backend \"nccl\", but this worker "
@@ -232,11 +256,6 @@ absl::Status Generation::Setup() {
   RETURN_IF_ERROR(connected);
   train_ = *std::move(train);
   test_ = *std::move(test);
-  if (train_.size() < plan_.global) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training set has ", train_.size(),
-        " samples, fewer than one global batch of ", plan_.global));
-  }
   task_.SetCommunicator(comm_.get());
   const absl::Time loaded = absl::Now();
 
@@ -250,7 +269,28 @@ absl::Status Generation::Setup() {
   params_ = replica_.model->parameters();
   grad_elements_ = 0;
   for (const torch::Tensor& p : params_) grad_elements_ += p.numel();
+  const v1::CheckpointSpec& ckpt = spec_.checkpoint();
+  if (!ckpt.backup_dir().empty()) {
+    checkpointer_ =
+        std::make_unique<Checkpointer>(task_, ckpt.backup_dir(), ckpt.keep());
+  }
   ASSIGN_OR_RETURN(source_rank_, AdoptMostAdvancedState());
+  if (replica_.global_batch > 0) {
+    // A resumed job keeps its global batch on any world size.
+    ASSIGN_OR_RETURN(
+        plan_, ResumeBatch(replica_.global_batch, world_,
+                           restored_from_.empty()
+                               ? std::string("the job")
+                               : absl::StrCat("checkpoint ", restored_from_)));
+  } else {
+    ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
+  }
+  replica_.global_batch = plan_.global;
+  if (train_.size() < plan_.global) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training set has ", train_.size(),
+        " samples, fewer than one global batch of ", plan_.global));
+  }
   GradientReducer::Options reducer;
   reducer.bucket_bytes =
       static_cast<size_t>(spec_.communication().bucket_mb() * (1 << 20));
@@ -280,28 +320,51 @@ absl::Status Generation::Setup() {
   pending_first_step_ = replica_.step;
   generation_first_step_ = replica_.step;
   if (rank_ == 0) {
-    LogInfo("job ", task_.assignment.job_id(), " generation ",
-            task_.assignment.generation(), ": ", world_,
-            " replicas x per-replica batch ", plan_.per_replica,
-            " = global batch ", plan_.global, "; ", sampler_->steps_per_epoch(),
-            " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
-            " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(),
-            " over ", spec_.warmup_steps(),
-            " warmup steps; starting after step ", replica_.step,
-            source_rank_ >= 0
-                ? absl::StrCat(" with rank ", source_rank_, "'s state")
-                : "");
+    LogInfo(
+        "job ", task_.assignment.job_id(), " generation ",
+        task_.assignment.generation(), ": ", world_,
+        " replicas x per-replica batch ", plan_.per_replica, " = global batch ",
+        plan_.global, "; ", sampler_->steps_per_epoch(), " steps/epoch, ",
+        total_steps_, " steps; lr ", lr_->base_lr(), " scaled (",
+        spec_.lr_scaling(), ") to ", lr_->scaled_lr(), " over ",
+        spec_.warmup_steps(), " warmup steps; starting after step ",
+        replica_.step,
+        source_rank_ >= 0
+            ? absl::StrCat(" with rank ", source_rank_, "'s state")
+            : "",
+        restored_from_.empty() ? "" : absl::StrCat(" from ", restored_from_));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> Generation::AdoptMostAdvancedState() {
+  // Rank 0 offers the newest committed checkpoint that verifies.
+  std::optional<checkpoint::Found> found;
+  if (rank_ == 0 && checkpointer_ != nullptr) {
+    auto newest = checkpoint::FindNewest(
+        checkpointer_->backup_dir(),
+        [](const std::string& name, const absl::Status& why) {
+          LogWarning("skipping checkpoint ", name, ": ", why.message());
+        });
+    if (newest.ok()) {
+      found = *std::move(newest);
+    } else if (!absl::IsNotFound(newest.status())) {
+      LogWarning("cannot look for checkpoints: ", newest.status().message());
+    }
+  }
   // Every rank says which step it applied last. A step some rank applied had
   // a complete all-reduce, so the most advanced state is legitimate.
-  std::vector<float> steps(2 * static_cast<size_t>(world_), 0.0f);
+  std::vector<float> steps(2 * static_cast<size_t>(world_) + 2, 0.0f);
   steps[2 * rank_] = static_cast<float>(replica_.step / kHalf);
   steps[2 * rank_ + 1] = static_cast<float>(replica_.step % kHalf);
+  if (found.has_value()) {
+    steps[2 * world_] = static_cast<float>(found->manifest.step() / kHalf);
+    steps[2 * world_ + 1] = static_cast<float>(found->manifest.step() % kHalf);
+  }
   RETURN_IF_ERROR(AllReduce(steps.data(), steps.size()));
+  const int64_t checkpoint_step =
+      static_cast<int64_t>(steps[2 * world_]) * kHalf +
+      static_cast<int64_t>(steps[2 * world_ + 1]);
   int source = 0;
   int64_t best = -1;
   for (int r = 0; r < world_; ++r) {
@@ -312,10 +375,17 @@ absl::StatusOr<int> Generation::AdoptMostAdvancedState() {
       source = r;
     }
   }
+  if (checkpoint_step > best) {
+    // No rank holds state as recent as the newest checkpoint (every worker
+    // was lost, or the job was submitted again): restore it.
+    if (rank_ == 0) RETURN_IF_ERROR(LoadCheckpoint(*found));
+    RETURN_IF_ERROR(BroadcastState(0));
+    replica_.step = checkpoint_step;
+    restored_from_ = checkpoint::CheckpointName(checkpoint_step);
+    return -1;
+  }
   if (best == 0) {
-    // Nobody trained yet: every rank holds the seeded initial state. (This is
-    // where a generation with no live state restores the last committed
-    // checkpoint once BackupAndRestore exists.)
+    // Nobody trained yet: every rank holds the seeded initial state.
     RETURN_IF_ERROR(CheckIdenticalInit());
     return -1;
   }
@@ -336,11 +406,13 @@ absl::Status Generation::BroadcastState(int source) {
     archive.save_to(out);
     bytes = out.str();
   }
-  float size[2] = {static_cast<float>(bytes.size() / kHalf),
-                   static_cast<float>(bytes.size() % kHalf)};
-  RETURN_IF_ERROR(Broadcast(size, 2, source));
+  float header[3] = {static_cast<float>(bytes.size() / kHalf),
+                     static_cast<float>(bytes.size() % kHalf),
+                     static_cast<float>(replica_.global_batch)};
+  RETURN_IF_ERROR(Broadcast(header, 3, source));
   size_t length =
-      static_cast<size_t>(size[0]) * kHalf + static_cast<size_t>(size[1]);
+      static_cast<size_t>(header[0]) * kHalf + static_cast<size_t>(header[1]);
+  replica_.global_batch = static_cast<int>(header[2]);
   std::vector<float> buffer((length + sizeof(float) - 1) / sizeof(float));
   if (rank_ == source) std::memcpy(buffer.data(), bytes.data(), length);
   RETURN_IF_ERROR(Broadcast(buffer.data(), buffer.size(), source));
@@ -354,6 +426,129 @@ absl::Status Generation::BroadcastState(int source) {
   archive.read("optimizer", optimizer);
   replica_.optimizer->load(optimizer);
   params_ = replica_.model->parameters();
+  return absl::OkStatus();
+}
+
+absl::Status Generation::LoadCheckpoint(const checkpoint::Found& found) {
+  const v1::Manifest& manifest = found.manifest;
+  const std::string name = checkpoint::CheckpointName(manifest.step());
+  auto read = [&](const std::string& file) {
+    return ReadFileToString(absl::StrCat(found.dir, "/", file));
+  };
+  ASSIGN_OR_RETURN(std::string trainer_json, read("trainer.state"));
+  v1::TrainerState state;
+  RETURN_IF_ERROR(checkpoint::FromJson(
+      trainer_json, absl::StrCat(found.dir, "/trainer.state"), &state));
+  if (state.model() != spec_.model() || state.seed() != spec_.seed()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", found.dir, " holds model \"", state.model(),
+        "\" trained with seed ", state.seed(), ", but the job trains \"",
+        spec_.model(), "\" with seed ", spec_.seed(),
+        "; give the job its own checkpoint.backup_dir, or resume it with "
+        "the same model and seed"));
+  }
+  ASSIGN_OR_RETURN(std::string model_bytes, read("model.pt"));
+  ASSIGN_OR_RETURN(std::string optimizer_bytes, read("optimizer.pt"));
+  try {
+    torch::serialize::InputArchive model;
+    std::istringstream model_in(model_bytes);
+    model.load_from(model_in);
+    replica_.model->load(model);
+    torch::serialize::InputArchive optimizer;
+    std::istringstream optimizer_in(optimizer_bytes);
+    optimizer.load_from(optimizer_in);
+    replica_.optimizer->load(optimizer);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", found.dir, " verifies but does not load into model \"",
+        spec_.model(), "\" with optimizer \"", spec_.optimizer().type(),
+        "\": ", e.what()));
+  }
+  params_ = replica_.model->parameters();
+  replica_.step = manifest.step();
+  replica_.global_batch = state.global_batch_size();
+  LogInfo("restored ", name, " (step ", manifest.step(), ", generation ",
+          manifest.generation(), ", ", manifest.world_size(),
+          " workers, global batch ", state.global_batch_size(), ")");
+  return absl::OkStatus();
+}
+
+Snapshot Generation::MakeSnapshot() const {
+  Snapshot snapshot;
+  const int64_t step = replica_.step;
+  const int64_t per_epoch = sampler_->steps_per_epoch();
+  snapshot.step = step;
+  snapshot.epoch = static_cast<int32_t>(step / per_epoch);
+  v1::RankState rank;
+  rank.set_rank(rank_);
+  rank.set_world_size(world_);
+  rank.set_step(step);
+  rank.set_epoch(snapshot.epoch);
+  rank.set_epoch_position((step % per_epoch) * plan_.global +
+                          int64_t{rank_} * plan_.per_replica);
+  rank.set_per_replica_batch_size(plan_.per_replica);
+  rank.set_generator_seed(spec_.seed());
+  if (rank_ == 0) {
+    v1::TrainerState state;
+    state.set_step(step);
+    state.set_epoch(snapshot.epoch);
+    state.set_global_batch_size(plan_.global);
+    state.set_samples_seen(step * plan_.global);
+    state.set_next_lr(lr_->At(step));
+    state.set_loss_scale(1.0);
+    state.set_model(spec_.model());
+    state.set_seed(spec_.seed());
+    torch::serialize::OutputArchive optimizer;
+    replica_.optimizer->save(optimizer);
+    std::ostringstream optimizer_out;
+    optimizer.save_to(optimizer_out);
+    snapshot.files.emplace_back("model.pt", SerializeModule(*replica_.model));
+    snapshot.files.emplace_back("optimizer.pt", optimizer_out.str());
+    snapshot.files.emplace_back("trainer.state", checkpoint::ToJson(state));
+    v1::Manifest& manifest = snapshot.manifest;
+    manifest.set_job_id(task_.assignment.job_id());
+    manifest.set_job_name(spec_.name());
+    manifest.set_step(step);
+    manifest.set_epoch(snapshot.epoch);
+    manifest.set_generation(task_.assignment.generation());
+    manifest.set_world_size(world_);
+    manifest.set_global_batch_size(plan_.global);
+    manifest.set_model(spec_.model());
+    manifest.set_seed(spec_.seed());
+  }
+  snapshot.files.emplace_back(checkpoint::RankStateName(rank_),
+                              checkpoint::ToJson(rank));
+  return snapshot;
+}
+
+absl::Status Generation::Finalize() {
+  if (checkpointer_ != nullptr) (void)checkpointer_->Wait();
+  if (rank_ != 0) return absl::OkStatus();
+  const std::string& path = spec_.export_path();
+  if (!path.empty()) {
+    size_t slash = path.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) {
+      RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash)));
+    }
+    absl::Status exported =
+        WriteFileAtomically(path, SerializeModule(*replica_.model));
+    if (!exported.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job trained to the end but the final model could not be "
+          "exported: ",
+          exported.message(),
+          checkpointer_ ? "; the checkpoints in checkpoint.backup_dir are kept"
+                        : ""));
+    }
+    LogInfo("exported the final model to ", path);
+  }
+  if (checkpointer_ != nullptr && !spec_.checkpoint().keep_backups()) {
+    absl::Status removed = checkpoint::RemoveAll(checkpointer_->backup_dir());
+    if (!removed.ok()) {
+      LogWarning("could not remove the checkpoints after success: ",
+                 removed.message());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -418,7 +613,9 @@ absl::Status Generation::Step(bool* stop) {
   // this step is applied unless every bucket's all-reduce completes, so a
   // failed step leaves the replica at the previous one.
   ++task_.collective_seq;
-  reducer_->Prepare(local_loss, task_.stop_requested ? 1.0f : 0.0f);
+  reducer_->Prepare(local_loss, task_.preempt_requested ? kPreemptVote
+                                : task_.stop_requested  ? 1.0f
+                                                        : 0.0f);
   loss.backward();
   timer.Lap(kBackward);
   float loss_sum = 0, stop_votes = 0;
@@ -426,6 +623,7 @@ absl::Status Generation::Step(bool* stop) {
   timer.Lap(kExposedComm);
   replica_.last_loss = loss_sum / world_;
   *stop = stop_votes > 0;
+  preempted_ = stop_votes >= kPreemptVote;
   SetLearningRate(optimizer, lr_->At(replica_.step));
   optimizer.step();
   timer.Lap(kOptimizer);
@@ -488,6 +686,7 @@ void Generation::Report(bool force, std::optional<double> accuracy,
   if (resumed_at_.has_value()) {
     report.set_resumed_at_step(*resumed_at_);
     report.set_state_source_rank(source_rank_);
+    report.set_restored_checkpoint(restored_from_);
     resumed_at_.reset();
   }
   task_.report(report);
@@ -525,12 +724,26 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
       }
     }
     Report(epoch_end || last, eval_accuracy, eval_loss);
+    if (checkpointer_ == nullptr || step == total_steps_) continue;
+    const v1::CheckpointSpec& ckpt = spec_.checkpoint();
+    if (stop) {
+      // Stopped or preempted: save this step before leaving, so the job
+      // resumes exactly here.
+      checkpointer_->SaveAsync(MakeSnapshot());
+      (void)checkpointer_->Wait();
+    } else if ((ckpt.save_every_steps() > 0 &&
+                step % ckpt.save_every_steps() == 0) ||
+               (ckpt.save_every_epoch() && epoch_end)) {
+      checkpointer_->SaveAsync(MakeSnapshot());
+    }
   }
+  if (!stop) RETURN_IF_ERROR(Finalize());
   double seconds =
       absl::ToDoubleSeconds(absl::Now() - train_start_ - eval_time_);
   v1::TaskResult result;
   result.set_ok(true);
   result.set_stopped(stop);
+  result.set_preempted(preempted_);
   result.set_steps(replica_.step);
   result.set_final_loss(replica_.last_loss);
   result.set_test_accuracy(replica_.last_accuracy);
