@@ -134,6 +134,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!comm->has_overlap()) comm->set_overlap(true);
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
   if (!ckpt->has_keep()) ckpt->set_keep(3);
+  if (!ckpt->has_async()) ckpt->set_async(true);
   // Like Keras' BackupAndRestore: a backup_dir alone saves every epoch.
   if (!ckpt->backup_dir().empty() && ckpt->save_every_steps() == 0) {
     ckpt->set_save_every_epoch(true);

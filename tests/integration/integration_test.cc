@@ -676,6 +676,77 @@ TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
   ExpectLatestVerifies(job);
 }
 
+// A corrupt newest checkpoint is reported and skipped for the one before it.
+TEST_F(CheckpointTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
+  StartCluster(2);
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
+  WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 20) || Ended(s);
+  });
+  for (pid_t pid : worker_pids_) ASSERT_EQ(kill(pid, SIGKILL), 0);
+  for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);
+  auto latest = ReadFileToString(backup_ + "/LATEST");
+  ASSERT_TRUE(latest.ok());
+  std::string newest(absl::StripAsciiWhitespace(*latest));
+  std::string model = backup_ + "/" + newest + "/model.pt";
+  auto bytes = ReadFileToString(model);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[bytes->size() / 2] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomically(model, *bytes).ok());
+  auto listed = ListCheckpoints(address_, job);
+  EXPECT_FALSE(listed[newest].fields().at("verified").bool_value());
+  EXPECT_THAT(listed[newest].fields().at("check").string_value(),
+              HasSubstr("SHA-256"));
+
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(), HasSubstr("from checkpoint ckpt-"));
+  EXPECT_THAT(resumed->message(), ::testing::Not(HasSubstr(newest)));
+}
+
+// A save that cannot be written is an event; training goes on.
+TEST_F(CheckpointTest, FailedSaveIsAnEventAndTrainingGoesOn) {
+  StartCluster(2);
+  std::string reference = UninterruptedDigest(kCheckpointJob);
+  // The temporary folder cannot be created: a file is in its way.
+  ASSERT_TRUE(MakeDirectories(backup_).ok());
+  ASSERT_TRUE(WriteFileAtomically(backup_ + "/.tmp", "in the way").ok());
+  v1::JobStatus done =
+      WatchUntil(Submit(WithCheckpoints(kCheckpointJob, 10)), Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  EXPECT_EQ(done.checkpoints_size(), 0);
+  const v1::JobEvent* failed = FindEvent(done, "checkpoint_failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_THAT(failed->message(),
+              AllOf(HasSubstr("could not write its part"), HasSubstr(".tmp")));
+}
+
+// After success the final model is exported and the backups are removed.
+TEST_F(CheckpointTest, SuccessExportsTheModelAndRemovesTheBackups) {
+  StartCluster(2);
+  std::string exported = TempDir("export") + "/models/final.pt";
+  std::vector<std::string> sets = kCheckpointJob;
+  sets.push_back("checkpoint.backup_dir=" + backup_);
+  sets.push_back("checkpoint.save_every_steps=10");
+  sets.push_back("export=" + exported);
+  v1::JobStatus done = WatchUntil(Submit(sets), Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.checkpoints_size(), 5);
+  auto model = ReadFileToString(exported);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->substr(0, 2), "PK");  // a LibTorch (zip) archive
+  EXPECT_FALSE(PathExists(backup_ + "/LATEST"));
+  EXPECT_FALSE(PathExists(backup_ + "/ckpt-000000050"));
+  EXPECT_FALSE(PathExists(backup_ + "/.tmp"));
+}
+
 // SIGKILL of the chief and then of the other worker at random steps.
 TEST_F(CheckpointTest, ChiefAndWorkerKilledAtRandomStepsLoseNothing) {
   StartCluster(2);

@@ -122,7 +122,41 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{R"({"global_batch_size": 8, "optimizer": {"momentum": 1.5}})",
                 "momentum"},
         BadSpec{R"({"global_batch_size": 8, "data": {"format": "csv"}})",
-                "data.format"}));
+                "data.format"},
+        BadSpec{R"({"global_batch_size": 8,
+                    "checkpoint": {"save_every_steps": 10}})",
+                "checkpoint.backup_dir"},
+        BadSpec{R"({"global_batch_size": 8,
+                    "checkpoint": {"backup_dir": "/b", "keep": 0}})",
+                "checkpoint.keep"},
+        BadSpec{R"({"global_batch_size": 8,
+                    "checkpoint": {"backup_dir": "/b", "save_every_steps": -1}})",
+                "checkpoint.save_every_steps"}));
+
+TEST(JobSpecTest, BackupDirAloneSavesEveryEpochKeepingThree) {
+  v1::JobSpec spec = Parse(
+      R"({"global_batch_size": 8, "checkpoint": {"backup_dir": "/b"},
+          "export": "/out/model.pt"})");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_TRUE(spec.checkpoint().save_every_epoch());
+  EXPECT_EQ(spec.checkpoint().keep(), 3);
+  EXPECT_TRUE(spec.checkpoint().async());
+  EXPECT_FALSE(spec.checkpoint().keep_backups());
+  EXPECT_EQ(spec.export_path(), "/out/model.pt");
+}
+
+TEST(JobSpecTest, ResumeKeepsTheGlobalBatchOrSaysWhichWorldSizesFit) {
+  auto plan = ResumeBatch(64, 2, "checkpoint ckpt-000000040");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->global, 64);
+  EXPECT_EQ(plan->per_replica, 32);
+  auto odd = ResumeBatch(64, 3, "checkpoint ckpt-000000040");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(odd.status().message(),
+              AllOf(HasSubstr("ckpt-000000040"), HasSubstr("global batch 64"),
+                    HasSubstr("3 replicas"), HasSubstr("2, 4")));
+}
 
 TEST(JobSpecTest, OverridesSetAnyField) {
   v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");

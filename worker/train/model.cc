@@ -1,5 +1,7 @@
 #include "worker/train/model.h"
 
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "common/sha256.h"
 
@@ -32,6 +34,14 @@ std::string ModelDigest(const torch::nn::Module& model) {
     hash.Update(data.data_ptr(), data.numel() * sizeof(float));
   }
   return hash.HexDigest();
+}
+
+std::string SerializeModel(const torch::nn::Module& model) {
+  torch::serialize::OutputArchive archive;
+  model.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
 }
 
 }  // namespace lockstep::worker

@@ -20,6 +20,11 @@ absl::StatusOr<torch::nn::Sequential> BuildModel(const std::string& name,
 // SHA-256 (hex) of the fp32 parameters in registration order.
 std::string ModelDigest(const torch::nn::Module& model);
 
+// A module's parameters and buffers as a LibTorch archive: the bytes
+// torch::save(module, path) writes, so torch::load(module, path) reads them
+// back into the same architecture.
+std::string SerializeModel(const torch::nn::Module& model);
+
 }  // namespace lockstep::worker
 
 #endif  // LOCKSTEP_WORKER_TRAIN_MODEL_H_

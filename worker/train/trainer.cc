@@ -39,14 +39,6 @@ constexpr int64_t kHalf = int64_t{1} << 20;
 // A preempting rank's stop vote: any sum this large means "save, then stop".
 constexpr float kPreemptVote = 1000.0f;
 
-std::string SerializeModule(const torch::nn::Module& module) {
-  torch::serialize::OutputArchive archive;
-  module.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
 // A split as tensors: raw uint8 images [N, 1, H, W] (normalized per batch,
 // which is cheaper than converting the whole set up front) and int64 labels.
 struct TensorDataset {
@@ -502,7 +494,7 @@ Snapshot Generation::MakeSnapshot() const {
     replica_.optimizer->save(optimizer);
     std::ostringstream optimizer_out;
     optimizer.save_to(optimizer_out);
-    snapshot.files.emplace_back("model.pt", SerializeModule(*replica_.model));
+    snapshot.files.emplace_back("model.pt", SerializeModel(*replica_.model));
     snapshot.files.emplace_back("optimizer.pt", optimizer_out.str());
     snapshot.files.emplace_back("trainer.state", checkpoint::ToJson(state));
     v1::Manifest& manifest = snapshot.manifest;
@@ -531,7 +523,7 @@ absl::Status Generation::Finalize() {
       RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash)));
     }
     absl::Status exported =
-        WriteFileAtomically(path, SerializeModule(*replica_.model));
+        WriteFileAtomically(path, SerializeModel(*replica_.model));
     if (!exported.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the job trained to the end but the final model could not be "
@@ -735,6 +727,7 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
                 step % ckpt.save_every_steps() == 0) ||
                (ckpt.save_every_epoch() && epoch_end)) {
       checkpointer_->SaveAsync(MakeSnapshot());
+      if (!ckpt.async()) (void)checkpointer_->Wait();
     }
   }
   if (!stop) RETURN_IF_ERROR(Finalize());
