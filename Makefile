@@ -32,10 +32,14 @@ demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
 bench: build
-	@cmake --build $(BUILD_DIR) --target recovery_bench allreduce_bench -j $(JOBS)
+	@cmake --build $(BUILD_DIR) --target recovery_bench allreduce_bench \
+	    checkpoint_io_bench -j $(JOBS)
 	@$(BUILD_DIR)/bin/allreduce_bench 256
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
+	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
+	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
+	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')

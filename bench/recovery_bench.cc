@@ -8,7 +8,11 @@
 //             transfer included)
 //   repeated - steps trained twice
 //
-//   recovery_bench BIN_DIR [TRIALS]
+// With --restore, every worker is killed (no live state survives), both are
+// restarted at once, and the job restores its newest checkpoint (saved every
+// 20 steps): resume is then SIGKILL to the first step after the restore.
+//
+//   recovery_bench BIN_DIR [TRIALS] [--restore]
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -80,7 +84,7 @@ class Bench {
     return pid.value_or(-1);
   }
 
-  std::string Submit() {
+  std::string Submit(const std::string& backup_dir) {
     v1::SubmitJobRequest request;
     v1::JobSpec* spec = request.mutable_spec();
     spec->set_name("recovery");
@@ -90,6 +94,10 @@ class Bench {
     spec->set_log_every_steps(1);
     spec->mutable_optimizer()->set_type("adam");
     spec->set_max_restarts(1000);
+    if (!backup_dir.empty()) {
+      spec->mutable_checkpoint()->set_backup_dir(backup_dir);
+      spec->mutable_checkpoint()->set_save_every_steps(20);
+    }
     grpc::ClientContext context;
     v1::SubmitJobResponse response;
     if (!stub_->SubmitJob(&context, request, &response).ok()) return "";
@@ -114,18 +122,26 @@ class Bench {
     return status;
   }
 
-  Trial RunTrial(std::mt19937& random) {
+  Trial RunTrial(std::mt19937& random, bool restore) {
     Trial trial;
-    std::string job = Submit();
-    v1::JobStatus warm =
-        WatchUntil(job, [](const v1::JobStatus& s) { return s.step() >= 30; });
+    std::string job =
+        Submit(restore ? absl::StrCat(dir_, "/backup-", ++jobs_) : "");
+    v1::JobStatus warm = WatchUntil(job, [&](const v1::JobStatus& s) {
+      return s.step() >= 30 && (!restore || s.checkpoints_size() > 0);
+    });
     // Spread the kill over a step: wait a random fraction of one.
     double step_s =
         warm.samples_per_second() > 0 ? 64 / warm.samples_per_second() : 0.005;
     absl::SleepFor(
         absl::Seconds(std::uniform_real_distribution<>(0, step_s)(random)));
     double killed = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    kill(workers_[1], SIGKILL);
+    if (restore) {
+      kill(workers_[0], SIGKILL);
+      kill(workers_[1], SIGKILL);
+      workers_[0] = StartWorker(0);
+    } else {
+      kill(workers_[1], SIGKILL);
+    }
     workers_[1] = StartWorker(1);
     auto later = [](const v1::JobEvent& e) { return e.generation() > 1; };
     v1::JobStatus resumed = WatchUntil(job, [&](const v1::JobStatus& s) {
@@ -170,6 +186,7 @@ class Bench {
   std::string dir_;
   std::string address_;
   int spawned_ = 0;
+  int jobs_ = 0;
   client::ProcessGroup processes_;
   std::vector<pid_t> workers_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
@@ -185,10 +202,11 @@ double Median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: recovery_bench BIN_DIR [TRIALS]\n";
+    std::cerr << "usage: recovery_bench BIN_DIR [TRIALS] [--restore]\n";
     return 2;
   }
   int trials = argc > 2 ? atoi(argv[2]) : 7;
+  bool restore = argc > 3 && std::string(argv[3]) == "--restore";
   lockstep::Bench bench(argv[1]);
   if (!bench.Start()) {
     std::cerr << "cannot start the cluster\n";
@@ -196,10 +214,13 @@ int main(int argc, char** argv) {
   }
   std::mt19937 random(42);
   std::vector<double> detect, resume, repeated;
+  std::printf("%s\n", restore ? "every worker killed; restore from the newest "
+                               "checkpoint (saved every 20 steps)"
+                             : "one worker killed; live recovery");
   std::printf("%-6s %10s %10s %9s\n", "trial", "detect s", "resume s",
               "repeated");
   for (int i = 0; i < trials; ++i) {
-    lockstep::Trial t = bench.RunTrial(random);
+    lockstep::Trial t = bench.RunTrial(random, restore);
     std::printf("%-6d %10.3f %10.3f %9lld\n", i + 1, t.detect_s, t.resume_s,
                 static_cast<long long>(t.repeated));
     detect.push_back(t.detect_s);

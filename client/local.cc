@@ -265,6 +265,8 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
     split["backward"].set_number_value(b.backward_ms());
     split["exposed_comm"].set_number_value(b.exposed_comm_ms());
     split["optimizer"].set_number_value(b.optimizer_ms());
+    split["saves"].set_number_value(b.saves());
+    split["save_stall"].set_number_value(b.save_stall_ms());
   }
   if (!status.error().empty()) f["error"].set_string_value(status.error());
   std::string json;

@@ -212,6 +212,8 @@ class Generation {
   absl::Duration eval_time_;
   std::array<absl::Duration, kPhases> phases_{};
   int64_t timed_steps_ = 0;
+  int saves_ = 0;
+  absl::Duration save_stall_;
 };
 
 absl::Status Generation::Setup() {
@@ -718,17 +720,18 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
     Report(epoch_end || last, eval_accuracy, eval_loss);
     if (checkpointer_ == nullptr || step == total_steps_) continue;
     const v1::CheckpointSpec& ckpt = spec_.checkpoint();
-    if (stop) {
-      // Stopped or preempted: save this step before leaving, so the job
-      // resumes exactly here.
-      checkpointer_->SaveAsync(MakeSnapshot());
-      (void)checkpointer_->Wait();
-    } else if ((ckpt.save_every_steps() > 0 &&
-                step % ckpt.save_every_steps() == 0) ||
-               (ckpt.save_every_epoch() && epoch_end)) {
-      checkpointer_->SaveAsync(MakeSnapshot());
-      if (!ckpt.async()) (void)checkpointer_->Wait();
-    }
+    // Stopped or preempted: save this step before leaving, so the job
+    // resumes exactly here.
+    const bool save = stop ||
+                      (ckpt.save_every_steps() > 0 &&
+                       step % ckpt.save_every_steps() == 0) ||
+                      (ckpt.save_every_epoch() && epoch_end);
+    if (!save) continue;
+    const absl::Time save_start = absl::Now();
+    checkpointer_->SaveAsync(MakeSnapshot());
+    if (stop || !ckpt.async()) (void)checkpointer_->Wait();
+    save_stall_ += absl::Now() - save_start;
+    ++saves_;
   }
   if (!stop) RETURN_IF_ERROR(Finalize());
   double seconds =
@@ -754,6 +757,11 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
     breakdown->set_backward_ms(mean_ms(kBackward));
     breakdown->set_exposed_comm_ms(mean_ms(kExposedComm));
     breakdown->set_optimizer_ms(mean_ms(kOptimizer));
+    breakdown->set_saves(saves_);
+    if (saves_ > 0) {
+      breakdown->set_save_stall_ms(absl::ToDoubleMilliseconds(save_stall_) /
+                                   saves_);
+    }
   }
   return result;
 }
