@@ -359,6 +359,25 @@ TEST_F(CheckpointStoreTest, FindNewestReportsADanglingLatest) {
               AllOf(HasSubstr("ckpt-000000099"), HasSubstr("does not exist")));
 }
 
+// A generation start with live state at step 20 looks only at newer
+// checkpoints: older ones are not read at all.
+TEST_F(CheckpointStoreTest, FindNewestAboveAStepVerifiesOnlyNewerOnes) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  ASSERT_TRUE(Save(30).ok());
+  AppendByte(CheckpointDir(10) + "/model.pt");
+  EXPECT_EQ(NewestStep(dir_), 30);
+  EXPECT_EQ(NewestStep(dir_ + "/absent"), 0);
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback(), 20);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->manifest.step(), 30);
+  auto none = FindNewest(dir_, skipped.Callback(), 30);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("newer than step 30"));
+  EXPECT_THAT(skipped.entries, IsEmpty());
+}
+
 TEST_F(CheckpointStoreTest, FindNewestWithNothingIsNotFound) {
   Skipped skipped;
   EXPECT_EQ(FindNewest(dir_, skipped.Callback()).status().code(),

@@ -277,7 +277,11 @@ absl::StatusOr<v1::Manifest> Verify(const std::string& checkpoint_dir) {
   return manifest;
 }
 
-absl::StatusOr<std::vector<Listed>> List(const std::string& backup_dir) {
+namespace {
+
+// The ckpt-* folders of backup_dir as (step, name), newest first.
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> CheckpointFolders(
+    const std::string& backup_dir) {
   std::error_code error;
   fs::directory_iterator entries(backup_dir, error);
   if (error) {
@@ -285,23 +289,38 @@ absl::StatusOr<std::vector<Listed>> List(const std::string& backup_dir) {
         absl::StrCat("cannot read the checkpoint folder ", backup_dir, ": ",
                      error.message()));
   }
-  std::vector<Listed> out;
+  std::vector<std::pair<int64_t, std::string>> out;
   for (const auto& entry : entries) {
     std::string name = entry.path().filename().string();
     int64_t step = StepOfName(name);
     std::error_code type_error;
-    if (step < 0 || !entry.is_directory(type_error)) continue;
+    if (step >= 0 && entry.is_directory(type_error))
+      out.emplace_back(step, name);
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Listed>> List(const std::string& backup_dir) {
+  ASSIGN_OR_RETURN(auto folders, CheckpointFolders(backup_dir));
+  std::vector<Listed> out;
+  for (const auto& [step, name] : folders) {
     Listed& listed = out.emplace_back();
     listed.name = name;
     listed.step = step;
-    listed.bytes = SizeOfTree(entry.path().string());
-    auto manifest = Verify(entry.path().string());
+    listed.bytes = SizeOfTree(Join(backup_dir, name));
+    auto manifest = Verify(Join(backup_dir, name));
     listed.verified = manifest.status();
     if (manifest.ok()) listed.manifest = *std::move(manifest);
   }
-  std::sort(out.begin(), out.end(),
-            [](const Listed& a, const Listed& b) { return a.step > b.step; });
   return out;
+}
+
+int64_t NewestStep(const std::string& backup_dir) {
+  auto folders = CheckpointFolders(backup_dir);
+  return folders.ok() && !folders->empty() ? folders->front().first : 0;
 }
 
 absl::StatusOr<std::string> ReadLatest(const std::string& backup_dir) {
@@ -312,36 +331,38 @@ absl::StatusOr<std::string> ReadLatest(const std::string& backup_dir) {
 
 absl::StatusOr<Found> FindNewest(
     const std::string& backup_dir,
-    const std::function<void(const std::string&, const absl::Status&)>&
-        skipped) {
+    const std::function<void(const std::string&, const absl::Status&)>& skipped,
+    int64_t above_step) {
   if (!PathExists(backup_dir)) {
     return absl::NotFoundError(absl::StrCat(backup_dir, " does not exist"));
   }
-  ASSIGN_OR_RETURN(std::vector<Listed> listed, List(backup_dir));
+  ASSIGN_OR_RETURN(auto folders, CheckpointFolders(backup_dir));
   auto latest = ReadLatest(backup_dir);
-  if (latest.ok()) {
-    auto named =
-        std::find_if(listed.begin(), listed.end(),
-                     [&](const Listed& l) { return l.name == *latest; });
-    if (named == listed.end()) {
+  if (latest.ok() &&
+      std::none_of(folders.begin(), folders.end(),
+                   [&](const auto& f) { return f.second == *latest; })) {
+    skipped(kLatestName,
+            absl::DataLossError(absl::StrCat("LATEST names ", *latest,
+                                             ", which does not exist")));
+  }
+  // Newest first, verifying only as far as needed.
+  for (const auto& [step, name] : folders) {
+    if (step <= above_step) break;
+    auto manifest = Verify(Join(backup_dir, name));
+    if (manifest.ok()) {
+      return Found{Join(backup_dir, name), *std::move(manifest)};
+    }
+    if (latest.ok() && *latest == name) {
       skipped(kLatestName,
-              absl::DataLossError(absl::StrCat("LATEST names ", *latest,
-                                               ", which does not exist")));
-    } else if (!named->verified.ok()) {
-      skipped(kLatestName,
-              absl::DataLossError(absl::StrCat("LATEST names ", *latest,
+              absl::DataLossError(absl::StrCat("LATEST names ", name,
                                                ", which does not verify")));
     }
+    skipped(name, manifest.status());
   }
-  for (Listed& checkpoint : listed) {
-    if (checkpoint.verified.ok()) {
-      return Found{Join(backup_dir, checkpoint.name),
-                   std::move(checkpoint.manifest)};
-    }
-    skipped(checkpoint.name, checkpoint.verified);
-  }
-  return absl::NotFoundError(
-      absl::StrCat("no checkpoint in ", backup_dir, " verifies"));
+  return absl::NotFoundError(absl::StrCat(
+      "no checkpoint in ", backup_dir,
+      above_step > 0 ? absl::StrCat(" newer than step ", above_step) : "",
+      " verifies"));
 }
 
 absl::Status Prune(const std::string& backup_dir, int keep,

@@ -89,17 +89,22 @@ absl::StatusOr<std::vector<Listed>> List(const std::string& backup_dir);
 // The name LATEST holds; NotFound without one.
 absl::StatusOr<std::string> ReadLatest(const std::string& backup_dir);
 
+// The highest step of a ckpt-* folder, unverified (0: none): cheap enough
+// for every generation start.
+int64_t NewestStep(const std::string& backup_dir);
+
 struct Found {
   std::string dir;  // full path of the checkpoint folder
   v1::Manifest manifest;
 };
-// The newest checkpoint whose manifest verifies. Each newer one that does
-// not is passed to `skipped` (name, why), as is a LATEST that names a missing
-// or corrupt checkpoint. NotFound when there is none.
+// The newest checkpoint after `above_step` whose manifest verifies, checking
+// newest first and only as far as needed. Each newer one that does not
+// verify is passed to `skipped` (name, why), as is a LATEST that names a
+// missing or corrupt checkpoint. NotFound when there is none.
 absl::StatusOr<Found> FindNewest(
     const std::string& backup_dir,
-    const std::function<void(const std::string&, const absl::Status&)>&
-        skipped);
+    const std::function<void(const std::string&, const absl::Status&)>& skipped,
+    int64_t above_step = 0);
 
 // After the commit of `committed_step`: keeps that checkpoint and the
 // `keep` - 1 before it and removes older ones, and removes temporary folders

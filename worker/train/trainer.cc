@@ -332,51 +332,59 @@ absl::Status Generation::Setup() {
 }
 
 absl::StatusOr<int> Generation::AdoptMostAdvancedState() {
-  // Rank 0 offers the newest committed checkpoint that verifies.
-  std::optional<checkpoint::Found> found;
-  if (rank_ == 0 && checkpointer_ != nullptr) {
-    auto newest = checkpoint::FindNewest(
-        checkpointer_->backup_dir(),
-        [](const std::string& name, const absl::Status& why) {
-          LogWarning("skipping checkpoint ", name, ": ", why.message());
-        });
-    if (newest.ok()) {
-      found = *std::move(newest);
-    } else if (!absl::IsNotFound(newest.status())) {
-      LogWarning("cannot look for checkpoints: ", newest.status().message());
-    }
-  }
   // Every rank says which step it applied last. A step some rank applied had
-  // a complete all-reduce, so the most advanced state is legitimate.
+  // a complete all-reduce, so the most advanced state is legitimate. Rank 0
+  // adds the step of the newest checkpoint folder (not yet verified).
   std::vector<float> steps(2 * static_cast<size_t>(world_) + 2, 0.0f);
   steps[2 * rank_] = static_cast<float>(replica_.step / kHalf);
   steps[2 * rank_ + 1] = static_cast<float>(replica_.step % kHalf);
-  if (found.has_value()) {
-    steps[2 * world_] = static_cast<float>(found->manifest.step() / kHalf);
-    steps[2 * world_ + 1] = static_cast<float>(found->manifest.step() % kHalf);
+  if (rank_ == 0 && checkpointer_ != nullptr) {
+    const int64_t newest = checkpoint::NewestStep(checkpointer_->backup_dir());
+    steps[2 * world_] = static_cast<float>(newest / kHalf);
+    steps[2 * world_ + 1] = static_cast<float>(newest % kHalf);
   }
   RETURN_IF_ERROR(AllReduce(steps.data(), steps.size()));
-  const int64_t checkpoint_step =
-      static_cast<int64_t>(steps[2 * world_]) * kHalf +
-      static_cast<int64_t>(steps[2 * world_ + 1]);
+  auto step_at = [&](int slot) {
+    return static_cast<int64_t>(steps[2 * slot]) * kHalf +
+           static_cast<int64_t>(steps[2 * slot + 1]);
+  };
   int source = 0;
   int64_t best = -1;
   for (int r = 0; r < world_; ++r) {
-    int64_t step = static_cast<int64_t>(steps[2 * r]) * kHalf +
-                   static_cast<int64_t>(steps[2 * r + 1]);
-    if (step > best) {
-      best = step;
+    if (step_at(r) > best) {
+      best = step_at(r);
       source = r;
     }
   }
-  if (checkpoint_step > best) {
-    // No rank holds state as recent as the newest checkpoint (every worker
-    // was lost, or the job was submitted again): restore it.
-    if (rank_ == 0) RETURN_IF_ERROR(LoadCheckpoint(*found));
-    RETURN_IF_ERROR(BroadcastState(0));
-    replica_.step = checkpoint_step;
-    restored_from_ = checkpoint::CheckpointName(checkpoint_step);
-    return -1;
+  if (step_at(world_) > best) {
+    // Maybe no rank holds state as recent as the newest checkpoint (every
+    // worker was lost, or the job was submitted again). Rank 0 verifies the
+    // newer checkpoints, newest first, and says which one it restored.
+    float restored[2] = {0, 0};
+    if (rank_ == 0) {
+      auto found = checkpoint::FindNewest(
+          checkpointer_->backup_dir(),
+          [](const std::string& name, const absl::Status& why) {
+            LogWarning("skipping checkpoint ", name, ": ", why.message());
+          },
+          best);
+      if (found.ok()) {
+        RETURN_IF_ERROR(LoadCheckpoint(*found));
+        restored[0] = static_cast<float>(found->manifest.step() / kHalf);
+        restored[1] = static_cast<float>(found->manifest.step() % kHalf);
+      } else if (!absl::IsNotFound(found.status())) {
+        LogWarning("cannot restore a checkpoint: ", found.status().message());
+      }
+    }
+    RETURN_IF_ERROR(Broadcast(restored, 2, 0));
+    const int64_t restored_step = static_cast<int64_t>(restored[0]) * kHalf +
+                                  static_cast<int64_t>(restored[1]);
+    if (restored_step > 0) {
+      RETURN_IF_ERROR(BroadcastState(0));
+      replica_.step = restored_step;
+      restored_from_ = checkpoint::CheckpointName(restored_step);
+      return -1;
+    }
   }
   if (best == 0) {
     // Nobody trained yet: every rank holds the seeded initial state.
@@ -722,10 +730,10 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
     const v1::CheckpointSpec& ckpt = spec_.checkpoint();
     // Stopped or preempted: save this step before leaving, so the job
     // resumes exactly here.
-    const bool save = stop ||
-                      (ckpt.save_every_steps() > 0 &&
-                       step % ckpt.save_every_steps() == 0) ||
-                      (ckpt.save_every_epoch() && epoch_end);
+    const bool save =
+        stop ||
+        (ckpt.save_every_steps() > 0 && step % ckpt.save_every_steps() == 0) ||
+        (ckpt.save_every_epoch() && epoch_end);
     if (!save) continue;
     const absl::Time save_start = absl::Now();
     checkpointer_->SaveAsync(MakeSnapshot());
