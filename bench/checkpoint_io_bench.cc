@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
     uint64_t v = random();
     blob.replace(i, 8, reinterpret_cast<const char*>(&v), 8);
   }
+  // The contents a rank hands to the prepare, built once.
+  const std::vector<ckpt::NamedFile> contents = {{"model.pt", blob}};
   std::vector<double> dd, plain, hash, prepare, commit, verify;
   for (int t = 0; t < trials; ++t) {
     const std::string backup = absl::StrCat(dir, "/bench-", t);
@@ -70,7 +72,6 @@ int main(int argc, char** argv) {
     const std::string digest = lockstep::Sha256Hex(blob);
     hash.push_back(Seconds(start));
 
-    const std::vector<ckpt::NamedFile> contents = {{"model.pt", blob}};
     start = absl::Now();
     auto files = ckpt::Prepare(backup, 0, 100, contents);
     prepare.push_back(Seconds(start));
