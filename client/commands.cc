@@ -2,6 +2,7 @@
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/views.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -22,18 +24,29 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kSubmitUsage[] =
-    R"(Usage: lockstep submit JOB.json [--set field=value ...] [--watch]
+    R"(Usage: lockstep submit JOB.json [--set field=value ...] [--watch] [--json]
 
-Queues a job on the coordinator and prints its id. With --watch, follows it
-to the end and exits 0 if it succeeded, 1 if it failed or was stopped.
+Validates JOB.json (with the overrides), queues it on the coordinator and
+prints its id. With --watch, follows it as `lockstep watch` does and exits 0
+if it succeeded, 1 if it failed or was stopped.
 
+Flags:
+  --set field=value   override a job-spec field; repeatable; dotted for
+                      nested fields (optimizer.type=adam)
+  --watch             follow the job to its end
+  --json              print {"job_id": ...} (without --watch)
+
+Examples:
   lockstep submit examples/fashion_mnist_mlp.json --set epochs=3 --watch
+  lockstep submit job.json --set checkpoint.backup_dir=/backup/run1 --json
 )";
 
 constexpr char kStatusUsage[] = R"(Usage: lockstep status [JOB] [--json]
 
-Shows one job, or every job (newest first).
+Shows one job, or every job (newest first): state, step, workers, loss,
+test accuracy, samples/s, and why a job failed. --json gives the full status.
 
+Examples:
   lockstep status
   lockstep status fashion-mnist-mlp-1 --json
 )";
@@ -42,13 +55,19 @@ constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
 
 Lists every worker the coordinator knows: id (task type:index), state, job,
 rank, generation, host, incarnation and how long ago it was last heard from.
+
+Examples:
+  lockstep workers
+  LOCKSTEP_COORDINATOR=coord:7070 lockstep workers --json
 )";
 
 constexpr char kEventsUsage[] = R"(Usage: lockstep events JOB [--json]
 
 Lists what happened to a job: generations started and ended, workers that
-failed (task, host, rank, cause), training resumed after a failure.
+failed (task, host, rank, cause), training resumed after a failure (from
+which rank's state or checkpoint), checkpoints committed, preemptions.
 
+Examples:
   lockstep events fashion-mnist-mlp-1
 )";
 
@@ -62,16 +81,22 @@ where that folder is not reachable, the coordinator's record is shown with
 "not checked". A checkpoint pruned by checkpoint.keep or removed after the
 job succeeded shows as "removed".
 
+Examples:
   lockstep checkpoints job-3
   lockstep checkpoints job-3 --json
 )";
 
-constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB
+constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB [--json]
 
 Stops a job: a queued job at once, a running job at a step all ranks agree on.
 With checkpoint.backup_dir set, that step is saved first, so submitting the
-same job again resumes exactly there.
+same job again resumes exactly there. Follow it with `lockstep watch JOB`.
+
+Example:
+  lockstep stop fashion-mnist-cnn-3
 )";
+
+}  // namespace
 
 absl::Status RpcError(const grpc::Status& status, const std::string& address) {
   absl::Status result = FromGrpcStatus(status);
@@ -98,17 +123,6 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
-// A command that talks to the coordinator, parsed and connected.
-struct Invocation {
-  Args args;
-  std::string address;
-  std::unique_ptr<v1::Coordinator::Stub> stub;
-};
-
-// Parses `argv` (with --coordinator and --help added to the flags), checks
-// the number of positional arguments, and connects. Returns nothing when the
-// command is already over: --help was printed, or a usage error was; `*exit`
-// then holds the exit code.
 std::optional<Invocation> Begin(const std::vector<std::string>& argv,
                                 std::set<std::string> value_flags,
                                 std::set<std::string> bool_flags,
@@ -141,7 +155,21 @@ std::optional<Invocation> Begin(const std::vector<std::string>& argv,
   return invocation;
 }
 
-}  // namespace
+absl::StatusOr<v1::JobStatus> GetJob(Invocation& call, const std::string& job,
+                                     bool history) {
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job);
+  request.set_include_history(history);
+  v1::GetJobStatusResponse response;
+  grpc::Status rpc = call.stub->GetJobStatus(&context, request, &response);
+  if (!rpc.ok()) return RpcError(rpc, call.address);
+  if (response.jobs_size() != 1) {
+    return absl::NotFoundError(absl::StrCat("no job ", job));
+  }
+  return response.jobs(0);
+}
 
 int Fail(const absl::Status& status) {
   std::cerr << "lockstep: " << status.message() << "\n";
@@ -251,7 +279,8 @@ absl::StatusOr<v1::JobStatus> WatchJob(
 
 int RunSubmit(const std::vector<std::string>& argv) {
   int exit = kExitOk;
-  auto call = Begin(argv, {"set"}, {"watch"}, kSubmitUsage, 1, 1, &exit);
+  auto call =
+      Begin(argv, {"set"}, {"watch", "json"}, kSubmitUsage, 1, 1, &exit);
   if (!call) return exit;
   const Args& args = call->args;
   const std::string& address = call->address;
@@ -268,18 +297,20 @@ int RunSubmit(const std::vector<std::string>& argv) {
   v1::SubmitJobResponse response;
   grpc::Status rpc = stub->SubmitJob(&context, request, &response);
   if (!rpc.ok()) return Fail(RpcError(rpc, address));
+  if (args.Has("json") && !args.Has("watch")) {
+    std::cout << "{\"job_id\":\"" << response.job_id() << "\"}" << std::endl;
+    return kExitOk;
+  }
   std::cout << response.job_id() << std::endl;
   if (!args.Has("watch")) return kExitOk;
 
   grpc::ClientContext watch_context;
-  auto final_status = WatchJob(
-      stub, response.job_id(), &watch_context, [](const v1::JobStatus& status) {
-        std::cout << FormatProgress(status) << std::endl;
-      });
+  ProgressView view(std::cout, isatty(STDOUT_FILENO));
+  auto final_status =
+      WatchJob(stub, response.job_id(), &watch_context,
+               [&view](const v1::JobStatus& status) { view.Update(status); });
   if (!final_status.ok()) return Fail(final_status.status());
-  std::cout << response.job_id() << " " << StateName(final_status->state())
-            << (final_status->error().empty() ? "" : ": ")
-            << final_status->error() << std::endl;
+  view.Finish(*final_status);
   return final_status->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk
                                                           : kExitJobFailed;
 }
@@ -393,7 +424,7 @@ int RunEvents(const std::vector<std::string>& argv) {
 
 int RunStop(const std::vector<std::string>& argv) {
   int exit = kExitOk;
-  auto call = Begin(argv, {}, {}, kStopUsage, 1, 1, &exit);
+  auto call = Begin(argv, {}, {"json"}, kStopUsage, 1, 1, &exit);
   if (!call) return exit;
   grpc::ClientContext context;
   SetDeadline(&context, 10);
@@ -402,7 +433,12 @@ int RunStop(const std::vector<std::string>& argv) {
   v1::StopJobResponse response;
   grpc::Status rpc = call->stub->StopJob(&context, request, &response);
   if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
-  std::cout << "stopping " << request.job_id() << std::endl;
+  if (call->args.Has("json")) {
+    std::cout << "{\"job_id\":\"" << request.job_id() << "\",\"stopping\":true}"
+              << std::endl;
+  } else {
+    std::cout << "stopping " << request.job_id() << std::endl;
+  }
   return kExitOk;
 }
 

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,34 @@ std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address);
 absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
                                      const std::vector<std::string>& sets);
 
+// A coordinator error as the CLI reports it: unreachable (Unavailable,
+// naming `address` and what to do) or the coordinator's own status.
+absl::Status RpcError(const grpc::Status& status, const std::string& address);
+void SetDeadline(grpc::ClientContext* context, int seconds);
+// JSON with the proto field names.
+std::string ToJson(const google::protobuf::Message& message);
+
+// A parsed command line with its coordinator connection.
+struct Invocation {
+  Args args;
+  std::string address;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+};
+
+// Parses `argv` (with --coordinator and --help added to the flags), checks
+// the number of positional arguments, and connects. Returns nothing when the
+// command is already over: --help was printed, or a usage error was; `*exit`
+// then holds the exit code.
+std::optional<Invocation> Begin(const std::vector<std::string>& argv,
+                                std::set<std::string> value_flags,
+                                std::set<std::string> bool_flags,
+                                const char* usage, size_t min_positional,
+                                size_t max_positional, int* exit);
+
+// One job's status (with the per-step loss history when `history`).
+absl::StatusOr<v1::JobStatus> GetJob(Invocation& call, const std::string& job,
+                                     bool history);
+
 // One line of progress: "step 120/936  epoch 1  loss 0.5234 ...".
 std::string FormatProgress(const v1::JobStatus& status);
 
@@ -54,6 +84,9 @@ int RunStop(const std::vector<std::string>& argv);
 int RunWorkers(const std::vector<std::string>& argv);
 int RunEvents(const std::vector<std::string>& argv);
 int RunCheckpoints(const std::vector<std::string>& argv);
+int RunWatch(const std::vector<std::string>& argv);
+int RunMetrics(const std::vector<std::string>& argv);
+int RunCompare(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
 
 }  // namespace lockstep::client

@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/commands.h"
 #include "client/process.h"
+#include "client/views.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 
@@ -376,25 +377,11 @@ int LocalRun::Run() {
     return Fail(absl::Status(static_cast<absl::StatusCode>(rpc.error_code()),
                              rpc.error_message()));
   }
-  bool tty = !json_ && isatty(STDOUT_FILENO);
-  int64_t last_epoch_printed = -1;
-  std::string last_line;
+  ProgressView view(progress(), !json_ && isatty(STDOUT_FILENO));
   auto final_status =
       WatchJob(stub_.get(), response.job_id(), &watch_context_,
-               [&](const v1::JobStatus& status) {
-                 std::string line = FormatProgress(status);
-                 if (line == last_line) return;
-                 last_line = line;
-                 bool new_epoch = status.has_test_accuracy() &&
-                                  status.epoch() != last_epoch_printed;
-                 if (tty && !new_epoch) {
-                   progress() << "\r\033[K" << line << std::flush;
-                 } else {
-                   progress() << (tty ? "\r\033[K" : "") << line << std::endl;
-                 }
-                 if (new_epoch) last_epoch_printed = status.epoch();
-               });
-  if (tty) progress() << "\n";
+               [&view](const v1::JobStatus& status) { view.Update(status); });
+  if (final_status.ok()) view.Update(*final_status);
   return Finish(final_status);
 }
 

@@ -13,12 +13,15 @@ constexpr char kUsage[] = R"(lockstep: synchronous data-parallel training
 
 Usage:
   lockstep local --workers N [--json] [--set field=value ...] JOB.json
-  lockstep submit JOB.json [--set field=value ...] [--watch]
+  lockstep submit JOB.json [--set field=value ...] [--watch] [--json]
   lockstep status [JOB] [--json]
-  lockstep stop JOB
+  lockstep watch JOB [--json]
+  lockstep stop JOB [--json]
   lockstep workers [--json]
   lockstep events JOB [--json]
   lockstep checkpoints JOB [--json]
+  lockstep metrics JOB [--csv | --json]
+  lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -56,6 +59,9 @@ int main(int argc, char** argv) {
   if (command == "workers") return RunWorkers(rest);
   if (command == "events") return RunEvents(rest);
   if (command == "checkpoints") return RunCheckpoints(rest);
+  if (command == "watch") return RunWatch(rest);
+  if (command == "metrics") return RunMetrics(rest);
+  if (command == "compare") return RunCompare(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

@@ -611,6 +611,15 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
   if (report.has_test_accuracy())
     status.set_test_accuracy(report.test_accuracy());
   if (report.has_test_loss()) status.set_test_loss(report.test_loss());
+  if (report.has_plan()) *status.mutable_plan() = report.plan();
+  if (report.has_test_accuracy()) {
+    v1::EvalPoint* eval = status.add_evals();
+    eval->set_step(report.step());
+    eval->set_epoch(report.epoch());
+    eval->set_test_accuracy(report.test_accuracy());
+    eval->set_test_loss(report.test_loss());
+    eval->set_time(NowSeconds());
+  }
   ChangedLocked(job);
 }
 

@@ -689,6 +689,17 @@ void Generation::Report(bool force, std::optional<double> accuracy,
     report.set_resumed_at_step(*resumed_at_);
     report.set_state_source_rank(source_rank_);
     report.set_restored_checkpoint(restored_from_);
+    v1::TrainingPlan* plan = report.mutable_plan();
+    plan->set_replicas(world_);
+    plan->set_per_replica_batch_size(plan_.per_replica);
+    plan->set_global_batch_size(plan_.global);
+    plan->set_steps_per_epoch(
+        static_cast<int32_t>(sampler_->steps_per_epoch()));
+    plan->set_total_steps(total_steps_);
+    plan->set_base_lr(lr_->base_lr());
+    plan->set_scaled_lr(lr_->scaled_lr());
+    plan->set_lr_scaling(spec_.lr_scaling());
+    plan->set_warmup_steps(spec_.warmup_steps());
     resumed_at_.reset();
   }
   task_.report(report);

@@ -1,0 +1,60 @@
+// What the CLI shows of a running or finished job: the live progress view of
+// `watch` and `submit --watch`, and the loss-curve plot of `compare`.
+#ifndef LOCKSTEP_CLIENT_VIEWS_H_
+#define LOCKSTEP_CLIENT_VIEWS_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "lockstep/v1/coordinator.pb.h"
+
+namespace lockstep::client {
+
+// Follows a job's status updates. On a terminal, one progress bar line is
+// redrawn in place:
+//   epoch 1/2 [########------------] 375/937  loss 0.5123  acc 84.02%
+//   2310 samples/s  ETA 0:09  gen 1
+// and every evaluation and job event is printed as a line of its own.
+// Elsewhere (a pipe, a log file) it prints plain lines: events, evaluations,
+// and progress at most every `plain_every`.
+class ProgressView {
+ public:
+  ProgressView(std::ostream& out, bool tty,
+               absl::Duration plain_every = absl::Seconds(2));
+  void Update(const v1::JobStatus& status);
+  // Ends the bar and prints one summary line.
+  void Finish(const v1::JobStatus& status);
+
+ private:
+  void Print(const std::string& line);
+
+  std::ostream& out_;
+  const bool tty_;
+  const absl::Duration plain_every_;
+  bool bar_shown_ = false;
+  int events_seen_ = 0;
+  int evals_seen_ = 0;
+  absl::Time last_plain_ = absl::InfinitePast();
+};
+
+// The progress bar line alone.
+std::string ProgressBar(const v1::JobStatus& status);
+
+// One loss curve of `compare`.
+struct Curve {
+  std::string label;
+  std::vector<double> x;
+  std::vector<double> y;
+};
+// An SVG document with one panel per entry of `panels` (a title, an x-axis
+// label and its curves), side by side, and a legend of the curves' labels.
+std::string PlotSvg(
+    const std::vector<std::pair<std::string, std::string>>& titles,
+    const std::vector<std::vector<Curve>>& panels);
+
+}  // namespace lockstep::client
+
+#endif  // LOCKSTEP_CLIENT_VIEWS_H_
