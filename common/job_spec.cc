@@ -3,6 +3,7 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +124,8 @@ void ApplyDefaults(v1::JobSpec* spec) {
     spec->mutable_data()->set_dir(kDefaultDataDir);
   if (spec->epochs() == 0) spec->set_epochs(1);
   if (spec->lr_scaling().empty()) spec->set_lr_scaling("none");
+  if (spec->lr_decay().empty()) spec->set_lr_decay("constant");
+  if (!spec->has_lr_decay_rate()) spec->set_lr_decay_rate(0.1);
   v1::OptimizerSpec* opt = spec->mutable_optimizer();
   if (opt->type().empty()) opt->set_type("sgd");
   if (!opt->has_momentum()) opt->set_momentum(opt->type() == "sgd" ? 0.9 : 0);
@@ -148,40 +151,54 @@ absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
   }
   BatchPlan plan;
   plan.replicas = replicas;
+  plan.accumulation = std::max(1, spec.accumulation_steps());
   if (spec.has_per_replica_batch_size()) {
     plan.per_replica = spec.per_replica_batch_size();
-    plan.global = plan.per_replica * replicas;
+    plan.global = plan.per_replica * replicas * plan.accumulation;
     return plan;
   }
   plan.global = spec.global_batch_size();
-  if (plan.global % replicas != 0) {
-    int lower = plan.global / replicas * replicas;
-    int upper = lower + replicas;
+  const int parts = replicas * plan.accumulation;
+  if (plan.global % parts != 0) {
+    int lower = plan.global / parts * parts;
+    int upper = lower + parts;
     std::string suggestion =
         lower > 0 ? absl::StrCat(lower, " or ", upper) : absl::StrCat(upper);
     return Invalid(absl::StrCat(
         "global_batch_size ", plan.global, " does not divide by ", replicas,
-        " replicas; use a multiple of ", replicas, " (e.g. ", suggestion,
+        " replicas",
+        plan.accumulation > 1
+            ? absl::StrCat(" x ", plan.accumulation, " accumulation steps")
+            : "",
+        "; use a multiple of ", parts, " (e.g. ", suggestion,
         "), or set per_replica_batch_size instead"));
   }
-  plan.per_replica = plan.global / replicas;
+  plan.per_replica = plan.global / parts;
   return plan;
 }
 
 absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
+                                      int accumulation,
                                       absl::string_view origin) {
-  if (replicas > 0 && global > 0 && global % replicas == 0) {
-    return BatchPlan{replicas, global / replicas, global};
+  accumulation = std::max(1, accumulation);
+  if (replicas > 0 && global > 0 && global % (replicas * accumulation) == 0) {
+    return BatchPlan{replicas, global / (replicas * accumulation), global,
+                     accumulation};
   }
   // The world sizes near `replicas` the global batch divides by.
   std::vector<std::string> fits;
   for (int w = 1; w <= global && fits.size() < 4; ++w) {
-    if (global % w == 0 && w > replicas / 2) fits.push_back(absl::StrCat(w));
+    if (global % (w * accumulation) == 0 && w > replicas / 2) {
+      fits.push_back(absl::StrCat(w));
+    }
   }
   return absl::FailedPreconditionError(absl::StrCat(
       origin, " was trained with global batch ", global,
-      ", which does not divide by ", replicas,
-      " replicas; the resumed job keeps the global batch, so run it on a "
+      ", which does not divide by ", replicas, " replicas",
+      accumulation > 1
+          ? absl::StrCat(" x ", accumulation, " accumulation steps")
+          : "",
+      "; the resumed job keeps the global batch, so run it on a "
       "number of workers it divides by (e.g. ",
       absl::StrJoin(fits, ", "), ")"));
 }
@@ -225,6 +242,25 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   if (!(spec.base_lr() > 0)) {
     return Invalid(
         absl::StrCat("base_lr must be positive, got ", spec.base_lr()));
+  }
+  RETURN_IF_ERROR(
+      CheckChoice("lr_decay", spec.lr_decay(), {"constant", "cosine", "step"}));
+  if (spec.lr_decay() == "step" && spec.lr_decay_steps() <= 0) {
+    return Invalid(
+        "lr_decay \"step\" needs lr_decay_steps > 0 (optimizer steps between "
+        "decays)");
+  }
+  if (!(spec.lr_decay_rate() > 0 && spec.lr_decay_rate() <= 1)) {
+    return Invalid(absl::StrCat("lr_decay_rate must be in (0, 1], got ",
+                                spec.lr_decay_rate()));
+  }
+  if (spec.min_lr() < 0 || spec.clip_grad_norm() < 0 ||
+      spec.lr_decay_steps() < 0) {
+    return Invalid("min_lr, lr_decay_steps and clip_grad_norm must be >= 0");
+  }
+  if (spec.accumulation_steps() < 0) {
+    return Invalid(absl::StrCat("accumulation_steps must be >= 0, got ",
+                                spec.accumulation_steps()));
   }
   if (spec.reference_batch_size() < 0 || spec.warmup_steps() < 0 ||
       spec.max_steps() < 0 || spec.log_every_steps() < 0) {

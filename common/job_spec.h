@@ -31,8 +31,11 @@ void ApplyDefaults(v1::JobSpec* spec);
 // How a job's batch splits over replicas.
 struct BatchPlan {
   int replicas = 0;
-  int per_replica = 0;
-  int global = 0;
+  int per_replica = 0;   // one micro-batch of one replica
+  int global = 0;        // per_replica x replicas x accumulation
+  int accumulation = 1;  // micro-batches per optimizer step
+  // The samples one replica trains on per optimizer step.
+  int rank_batch() const { return per_replica * accumulation; }
 };
 
 // Errors: InvalidArgument when the global batch does not divide by
@@ -43,6 +46,7 @@ absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas);
 // `replicas`. Errors: FailedPrecondition when it does not divide, naming
 // `origin` (a checkpoint) and the world sizes that would work.
 absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
+                                      int accumulation,
                                       absl::string_view origin);
 
 // Checks every rule of a spec with defaults applied. `replicas` > 0 also

@@ -614,40 +614,61 @@ TEST(BadInputTest, CorruptStateDirIsAClearError) {
               AllOf(HasSubstr(dir + "/coordinator.db"), HasSubstr("corrupt")));
 }
 
-TEST(LocalTest, OneWorkerAndTwoWorkersGiveTheSameLosses) {
+// DESIGN §4: the global batch is the unit. The same job as 1x64, 2x32, 4x16
+// and 2x16 with 2 accumulation steps follows the same loss curve and ends
+// at the same accuracy.
+TEST(LocalTest, OneTwoAndFourWorkersAndAccumulationGiveTheSameLosses) {
   std::string dir = TempDir("local");
-  Result one =
-      RunCommand({kBin + "/lockstep", "local", "--workers", "1", "--json",
-                  "--set", "per_replica_batch_size=64", "--set", "max_steps=40",
-                  "--metrics-out", dir + "/one.csv", kMlp});
-  ASSERT_EQ(one.code, 0) << one.err;
-  Result two =
-      RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--json",
-                  "--set", "per_replica_batch_size=32", "--set", "max_steps=40",
-                  "--metrics-out", dir + "/two.csv", kMlp});
-  ASSERT_EQ(two.code, 0) << two.err;
-
-  google::protobuf::Struct summary = LastJsonLine(two.out);
-  const auto& f = summary.fields();
-  EXPECT_EQ(f.at("state").string_value(), "succeeded");
-  EXPECT_EQ(f.at("workers").number_value(), 2);
-  EXPECT_EQ(f.at("steps").number_value(), 40);
-  EXPECT_EQ(f.at("generations").number_value(), 1);
-  EXPECT_EQ(f.at("model_digest").string_value().size(), 64u);
-  for (const char* key :
-       {"epochs", "final_loss", "test_accuracy", "samples_per_second"}) {
-    EXPECT_TRUE(f.count(key)) << key;
+  struct Config {
+    const char* name;
+    int workers;
+    int per_replica;
+    int accumulation;
+  };
+  const std::vector<Config> configs = {{"1x64", 1, 64, 1},
+                                       {"2x32", 2, 32, 1},
+                                       {"4x16", 4, 16, 1},
+                                       {"2x16x2", 2, 16, 2}};
+  std::map<std::string, std::vector<double>> losses;
+  std::map<std::string, double> accuracy;
+  for (const Config& c : configs) {
+    Result r = RunCommand(
+        {kBin + "/lockstep", "local", "--workers", absl::StrCat(c.workers),
+         "--threads", "1", "--json", "--set",
+         absl::StrCat("per_replica_batch_size=", c.per_replica), "--set",
+         absl::StrCat("accumulation_steps=", c.accumulation), "--set",
+         "max_steps=100", "--metrics-out", dir + "/" + c.name + ".csv", kMlp});
+    ASSERT_EQ(r.code, 0) << c.name << ": " << r.err;
+    google::protobuf::Struct summary = LastJsonLine(r.out);
+    const auto& f = summary.fields();
+    EXPECT_EQ(f.at("state").string_value(), "succeeded");
+    EXPECT_EQ(f.at("workers").number_value(), c.workers);
+    EXPECT_EQ(f.at("steps").number_value(), 100);
+    EXPECT_EQ(f.at("generations").number_value(), 1);
+    EXPECT_EQ(f.at("model_digest").string_value().size(), 64u);
+    for (const char* key :
+         {"epochs", "final_loss", "test_accuracy", "samples_per_second"}) {
+      EXPECT_TRUE(f.count(key)) << key;
+    }
+    accuracy[c.name] = f.at("test_accuracy").number_value();
+    losses[c.name] = ReadLosses(dir + "/" + c.name + ".csv");
+    ASSERT_EQ(losses[c.name].size(), 100u) << c.name;
   }
-  EXPECT_GT(f.at("test_accuracy").number_value(), 0.5);
-
-  std::vector<double> a = ReadLosses(dir + "/one.csv");
-  std::vector<double> b = ReadLosses(dir + "/two.csv");
-  ASSERT_EQ(a.size(), 40u);
-  ASSERT_EQ(b.size(), 40u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], b[i], 1e-4 * std::abs(a[i])) << "step " << i + 1;
+  EXPECT_GT(accuracy["1x64"], 0.5);
+  const std::vector<double>& reference = losses["1x64"];
+  for (const auto& [name, curve] : losses) {
+    for (size_t i = 0; i < curve.size(); ++i) {
+      EXPECT_NEAR(curve[i], reference[i], 1e-4 * std::abs(reference[i]))
+          << name << " step " << i + 1;
+    }
+    EXPECT_NEAR(accuracy[name], accuracy["1x64"], 0.002) << name;
   }
-  EXPECT_LT(a.back(), a.front());
+  for (size_t i = 0; i < 100; ++i) {
+    EXPECT_NEAR(losses["2x16x2"][i], losses["4x16"][i],
+                1e-4 * std::abs(losses["4x16"][i]))
+        << "step " << i + 1;
+  }
+  EXPECT_LT(reference.back(), reference.front());
 }
 
 TEST(BadInputTest, MalformedTfConfigIsAClearError) {

@@ -123,6 +123,16 @@ INSTANTIATE_TEST_SUITE_P(
                 "momentum"},
         BadSpec{R"({"global_batch_size": 8, "data": {"format": "csv"}})",
                 "data.format"},
+        BadSpec{R"({"global_batch_size": 8, "lr_decay": "linear"})",
+                "lr_decay"},
+        BadSpec{R"({"global_batch_size": 8, "lr_decay": "step"})",
+                "lr_decay_steps"},
+        BadSpec{R"({"global_batch_size": 8, "lr_decay_rate": 1.5})",
+                "lr_decay_rate"},
+        BadSpec{R"({"global_batch_size": 8, "clip_grad_norm": -1})",
+                "clip_grad_norm"},
+        BadSpec{R"({"global_batch_size": 8, "accumulation_steps": -2})",
+                "accumulation_steps"},
         BadSpec{R"({"global_batch_size": 8,
                     "checkpoint": {"save_every_steps": 10}})",
                 "checkpoint.backup_dir"},
@@ -132,6 +142,24 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{R"({"global_batch_size": 8,
                     "checkpoint": {"backup_dir": "/b", "save_every_steps": -1}})",
                 "checkpoint.save_every_steps"}));
+
+TEST(JobSpecTest, AccumulationIsPartOfTheGlobalBatch) {
+  v1::JobSpec spec =
+      Parse(R"({"global_batch_size": 64, "accumulation_steps": 2})");
+  auto plan = ResolveBatch(spec, 2);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->per_replica, 16);
+  EXPECT_EQ(plan->accumulation, 2);
+  EXPECT_EQ(plan->rank_batch(), 32);
+  auto odd = ResolveBatch(spec, 3);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(odd.status().message(),
+              AllOf(HasSubstr("3 replicas x 2 accumulation steps"),
+                    HasSubstr("multiple of 6")));
+  v1::JobSpec per_replica =
+      Parse(R"({"per_replica_batch_size": 16, "accumulation_steps": 2})");
+  EXPECT_EQ(ResolveBatch(per_replica, 2)->global, 64);
+}
 
 TEST(JobSpecTest, BackupDirAloneSavesEveryEpochKeepingThree) {
   v1::JobSpec spec = Parse(
@@ -146,11 +174,11 @@ TEST(JobSpecTest, BackupDirAloneSavesEveryEpochKeepingThree) {
 }
 
 TEST(JobSpecTest, ResumeKeepsTheGlobalBatchOrSaysWhichWorldSizesFit) {
-  auto plan = ResumeBatch(64, 2, "checkpoint ckpt-000000040");
+  auto plan = ResumeBatch(64, 2, 1, "checkpoint ckpt-000000040");
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->global, 64);
   EXPECT_EQ(plan->per_replica, 32);
-  auto odd = ResumeBatch(64, 3, "checkpoint ckpt-000000040");
+  auto odd = ResumeBatch(64, 3, 1, "checkpoint ckpt-000000040");
   ASSERT_FALSE(odd.ok());
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(odd.status().message(),

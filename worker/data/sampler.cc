@@ -54,9 +54,10 @@ const std::vector<int64_t>& GlobalSampler::RankBatch(int64_t step) {
     permutation_ = EpochPermutation(seed_, epoch, dataset_size_);
     cached_epoch_ = epoch;
   }
-  int64_t begin = within * plan_.global + int64_t{rank_} * plan_.per_replica;
+  const int64_t size = plan_.rank_batch();
+  int64_t begin = within * plan_.global + int64_t{rank_} * size;
   batch_.assign(permutation_.begin() + begin,
-                permutation_.begin() + begin + plan_.per_replica);
+                permutation_.begin() + begin + size);
   return batch_;
 }
 

@@ -1,9 +1,10 @@
 // The global sampler of DESIGN §4: sample order depends only on (seed,
 // epoch). Each epoch is a seeded permutation of the data set; global step k
 // of an epoch consumes positions [k*G, (k+1)*G) and rank r of W takes the
-// r-th slice of B = G/W of them. The same job on 1, 2 or 4 workers therefore
-// sees the same samples at the same step. The tail that does not fill a
-// global batch is dropped each epoch (it is a different tail every epoch).
+// r-th slice of B = G/W of them (with gradient accumulation, B is split into
+// consecutive micro-batches by the trainer). The same job on 1, 2 or 4 workers
+// therefore sees the same samples at the same step. The tail that does not fill
+// a global batch is dropped each epoch (it is a different tail every epoch).
 //
 // Thread-compatible.
 #ifndef LOCKSTEP_WORKER_DATA_SAMPLER_H_

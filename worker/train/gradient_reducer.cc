@@ -56,6 +56,7 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
   last[last.size() - 2] = loss;
   last[last.size() - 1] = stop_vote;
   std::fill(arrived_.begin(), arrived_.end(), false);
+  armed_ = true;
   for (size_t b = 0; b < members_.size(); ++b) {
     pending_[b] = static_cast<int>(members_[b].size());
   }
@@ -70,12 +71,21 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
 }
 
 void GradientReducer::OnGradient(int param, const torch::Tensor& grad) {
-  if (arrived_[param]) return;  // a parameter used twice: take the first
+  // Idle during the micro-batches before the last; a parameter used twice
+  // in one pass contributes its first gradient.
+  if (!armed_ || arrived_[param]) return;
   arrived_[param] = true;
   const Slot& slot = slots_[param];
   torch::Tensor dense = grad.contiguous();
-  std::memcpy(buffers_[slot.bucket].data() + slot.offset,
-              dense.data_ptr<float>(), dense.numel() * sizeof(float));
+  float* out = buffers_[slot.bucket].data() + slot.offset;
+  std::memcpy(out, dense.data_ptr<float>(), dense.numel() * sizeof(float));
+  if (options_.accumulate) {
+    const torch::Tensor& earlier = params_[param].grad();
+    if (earlier.defined()) {
+      const float* in = earlier.data_ptr<float>();
+      for (int64_t j = 0; j < dense.numel(); ++j) out[j] += in[j];
+    }
+  }
   if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
 }
 
@@ -112,13 +122,21 @@ void GradientReducer::CommunicationLoop() {
 }
 
 absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
-  // Parameters that took no part in this backward pass contribute zeros.
+  // Parameters that took no part in this backward pass contribute zeros
+  // (or what earlier micro-batches left in .grad).
+  armed_ = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (arrived_[i]) continue;
     arrived_[i] = true;
     const Slot& slot = slots_[i];
-    std::fill_n(buffers_[slot.bucket].begin() + slot.offset, params_[i].numel(),
-                0.0f);
+    const torch::Tensor& earlier = params_[i].grad();
+    if (options_.accumulate && earlier.defined()) {
+      std::memcpy(buffers_[slot.bucket].data() + slot.offset,
+                  earlier.data_ptr<float>(), earlier.numel() * sizeof(float));
+    } else {
+      std::fill_n(buffers_[slot.bucket].begin() + slot.offset,
+                  params_[i].numel(), 0.0f);
+    }
     if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
   }
   absl::Status status;

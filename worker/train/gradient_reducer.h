@@ -10,7 +10,11 @@
 // and writes the averaged gradients (sum / world size) into each `.grad`.
 // The step's loss and stop vote ride in the last bucket.
 //
-// Lifecycle per step: Prepare() before backward, Finish() after it.
+// Lifecycle per step: Prepare() before backward, Finish() after it. With
+// gradient accumulation, the micro-batches before the last run backward
+// without Prepare(): the hooks are idle and gradients add up in `.grad`;
+// Prepare() arms them for the last one, which reduces `.grad` plus its own
+// gradient.
 // Thread-safety: Prepare/Finish on the training thread; hooks run there too
 // (LibTorch's CPU autograd runs backward on the calling thread).
 #ifndef LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
@@ -35,6 +39,8 @@ class GradientReducer {
     size_t first_bucket_bytes = 1 << 20;
     // False: reduce every bucket after backward (for measuring the overlap).
     bool overlap = true;
+    // Gradients of earlier micro-batches wait in `.grad`: add them in.
+    bool accumulate = false;
   };
 
   // `params` in registration order; `comm` must outlive the reducer.
@@ -80,6 +86,7 @@ class GradientReducer {
   std::vector<bool> bucket_ready_;  // per bucket, this step
   int reduced_ = 0;                 // buckets all-reduced this step, in order
   int step_ = 0;                    // bumped by Prepare; the thread follows it
+  bool armed_ = false;  // between Prepare and Finish (training thread only)
   int thread_step_ = 0;
   bool stopping_ = false;
   absl::Status status_;

@@ -1,11 +1,15 @@
 // The learning-rate rule of DESIGN §4: base_lr, tuned for
 // reference_batch_size, is scaled to the job's global batch by `none`,
 // `linear` (x G/ref) or `sqrt` (x sqrt(G/ref)), reached through a linear
-// warmup from base_lr over warmup_steps optimizer steps, then held.
+// warmup from base_lr over warmup_steps optimizer steps, then held
+// (`constant`), annealed to min_lr by a half cosine over the remaining steps
+// (`cosine`), or multiplied by lr_decay_rate every lr_decay_steps (`step`).
+// Steps are optimizer steps, not micro-batches.
 #ifndef LOCKSTEP_WORKER_TRAIN_LR_SCHEDULE_H_
 #define LOCKSTEP_WORKER_TRAIN_LR_SCHEDULE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "lockstep/v1/job.pb.h"
 
@@ -13,8 +17,9 @@ namespace lockstep::worker {
 
 class LrSchedule {
  public:
-  // `spec` must be validated, `global_batch` > 0.
-  LrSchedule(const v1::JobSpec& spec, int global_batch);
+  // `spec` must be validated, `global_batch` > 0; `total_steps` is where a
+  // cosine decay ends.
+  LrSchedule(const v1::JobSpec& spec, int global_batch, int64_t total_steps);
 
   double base_lr() const { return base_lr_; }
   double scaled_lr() const { return scaled_lr_; }
@@ -25,6 +30,11 @@ class LrSchedule {
   double base_lr_;
   double scaled_lr_;
   int64_t warmup_steps_;
+  int64_t total_steps_;
+  std::string decay_;
+  int64_t decay_steps_;
+  double decay_rate_;
+  double min_lr_;
 };
 
 }  // namespace lockstep::worker

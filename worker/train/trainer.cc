@@ -168,7 +168,7 @@ class Generation {
               std::optional<double> test_loss);
   // Gathers and normalizes this rank's samples into the reused batch
   // tensors: no allocation and one pass over the bytes per step.
-  void FillBatch(const std::vector<int64_t>& indices);
+  void FillBatch(const int64_t* indices, int64_t n);
   absl::Status AllReduce(float* data, size_t count) {
     ++task_.collective_seq;
     return comm_->AllReduceSum(data, count);
@@ -272,10 +272,11 @@ absl::Status Generation::Setup() {
   if (replica_.global_batch > 0) {
     // A resumed job keeps its global batch on any world size.
     ASSIGN_OR_RETURN(
-        plan_, ResumeBatch(replica_.global_batch, world_,
-                           restored_from_.empty()
-                               ? std::string("the job")
-                               : absl::StrCat("checkpoint ", restored_from_)));
+        plan_,
+        ResumeBatch(replica_.global_batch, world_, spec_.accumulation_steps(),
+                    restored_from_.empty()
+                        ? std::string("the job")
+                        : absl::StrCat("checkpoint ", restored_from_)));
   } else {
     ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
   }
@@ -291,6 +292,7 @@ absl::Status Generation::Setup() {
   reducer.first_bucket_bytes =
       std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
   reducer.overlap = spec_.communication().overlap();
+  reducer.accumulate = plan_.accumulation > 1;
   reducer_ = std::make_unique<GradientReducer>(params_, comm_.get(), reducer);
   LogInfo(
       "generation ", task_.assignment.generation(), " set up in ",
@@ -303,13 +305,13 @@ absl::Status Generation::Setup() {
       absl::FormatDuration(absl::Trunc(loaded - start, absl::Milliseconds(1))),
       ")");
 
-  lr_ = std::make_unique<LrSchedule>(spec_, plan_.global);
   sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
                                              rank_);
   total_steps_ = sampler_->steps_per_epoch() * spec_.epochs();
   if (spec_.max_steps() > 0) {
     total_steps_ = std::min(total_steps_, spec_.max_steps());
   }
+  lr_ = std::make_unique<LrSchedule>(spec_, plan_.global, total_steps_);
   resumed_at_ = replica_.step;
   pending_first_step_ = replica_.step;
   generation_first_step_ = replica_.step;
@@ -317,12 +319,15 @@ absl::Status Generation::Setup() {
     LogInfo(
         "job ", task_.assignment.job_id(), " generation ",
         task_.assignment.generation(), ": ", world_,
-        " replicas x per-replica batch ", plan_.per_replica, " = global batch ",
-        plan_.global, "; ", sampler_->steps_per_epoch(), " steps/epoch, ",
-        total_steps_, " steps; lr ", lr_->base_lr(), " scaled (",
-        spec_.lr_scaling(), ") to ", lr_->scaled_lr(), " over ",
-        spec_.warmup_steps(), " warmup steps; starting after step ",
-        replica_.step,
+        " replicas x per-replica batch ", plan_.per_replica,
+        plan_.accumulation > 1
+            ? absl::StrCat(" x ", plan_.accumulation, " accumulation steps")
+            : "",
+        " = global batch ", plan_.global, "; ", sampler_->steps_per_epoch(),
+        " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
+        " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(), " over ",
+        spec_.warmup_steps(), " warmup steps, then ", spec_.lr_decay(),
+        "; starting after step ", replica_.step,
         source_rank_ >= 0
             ? absl::StrCat(" with rank ", source_rank_, "'s state")
             : "",
@@ -577,9 +582,8 @@ absl::Status Generation::CheckIdenticalInit() {
   return absl::OkStatus();
 }
 
-void Generation::FillBatch(const std::vector<int64_t>& indices) {
+void Generation::FillBatch(const int64_t* indices, int64_t n) {
   const int64_t pixels = train_.rows * train_.cols;
-  const int64_t n = static_cast<int64_t>(indices.size());
   if (!batch_images_.defined() || batch_images_.size(0) != n) {
     batch_images_ = torch::empty({n, 1, train_.rows, train_.cols});
     batch_labels_ = torch::empty({n}, torch::kInt64);
@@ -600,32 +604,45 @@ void Generation::FillBatch(const std::vector<int64_t>& indices) {
 
 absl::Status Generation::Step(bool* stop) {
   Timer timer(&phases_);
-  FillBatch(sampler_->RankBatch(replica_.step));
-  timer.Lap(kData);
-  const torch::Tensor& x = batch_images_;
-  const torch::Tensor& y = batch_labels_;
-
+  const std::vector<int64_t>& batch = sampler_->RankBatch(replica_.step);
+  const int accumulation = plan_.accumulation;
   torch::optim::Optimizer& optimizer = *replica_.optimizer;
   optimizer.zero_grad();
-  torch::Tensor loss =
-      torch::nn::functional::cross_entropy(replica_.model->forward(x), y);
-  const float local_loss = loss.item<float>();
-  timer.Lap(kForward);
-  // Gradients are reduced bucket by bucket while backward runs. Nothing of
-  // this step is applied unless every bucket's all-reduce completes, so a
-  // failed step leaves the replica at the previous one.
-  ++task_.collective_seq;
-  reducer_->Prepare(local_loss, task_.preempt_requested ? kPreemptVote
-                                : task_.stop_requested  ? 1.0f
-                                                        : 0.0f);
-  loss.backward();
-  timer.Lap(kBackward);
+  // Micro-batches: their gradients add up in .grad (each loss divided by
+  // their number, so the sum is the mean over this rank's samples), and only
+  // the last one's backward communicates.
+  float local_loss = 0;
+  for (int micro = 0; micro < accumulation; ++micro) {
+    FillBatch(batch.data() + int64_t{micro} * plan_.per_replica,
+              plan_.per_replica);
+    timer.Lap(kData);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(
+        replica_.model->forward(batch_images_), batch_labels_);
+    if (accumulation > 1) loss = loss / accumulation;
+    local_loss += loss.item<float>();
+    timer.Lap(kForward);
+    if (micro == accumulation - 1) {
+      // Gradients are reduced bucket by bucket while backward runs. Nothing
+      // of this step is applied unless every bucket's all-reduce completes,
+      // so a failed step leaves the replica at the previous one.
+      ++task_.collective_seq;
+      reducer_->Prepare(local_loss, task_.preempt_requested ? kPreemptVote
+                                    : task_.stop_requested  ? 1.0f
+                                                            : 0.0f);
+    }
+    loss.backward();
+    timer.Lap(kBackward);
+  }
   float loss_sum = 0, stop_votes = 0;
   RETURN_IF_ERROR(reducer_->Finish(&loss_sum, &stop_votes));
   timer.Lap(kExposedComm);
   replica_.last_loss = loss_sum / world_;
   *stop = stop_votes > 0;
   preempted_ = stop_votes >= kPreemptVote;
+  if (spec_.clip_grad_norm() > 0) {
+    // The averaged gradients are the same on every rank, so is the clip.
+    torch::nn::utils::clip_grad_norm_(params_, spec_.clip_grad_norm());
+  }
   SetLearningRate(optimizer, lr_->At(replica_.step));
   optimizer.step();
   timer.Lap(kOptimizer);
