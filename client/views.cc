@@ -190,10 +190,15 @@ void ProgressView::Update(const v1::JobStatus& status) {
     bar_shown_ = true;
     return;
   }
+  // A new phase (queued, loading, training, recovering; a new generation)
+  // is shown at once, progress within a phase at most every plain_every_.
+  const std::string phase = absl::StrCat(
+      status.state(), "/", status.generation(), "/", status.total_steps() > 0);
   absl::Time now = absl::Now();
-  if (now - last_plain_ >= plain_every_) {
+  if (phase != last_phase_ || now - last_plain_ >= plain_every_) {
     out_ << ProgressBar(status) << std::endl;
     last_plain_ = now;
+    last_phase_ = phase;
   }
 }
 

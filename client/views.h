@@ -19,7 +19,8 @@ namespace lockstep::client {
 //   2310 samples/s  ETA 0:09  gen 1
 // and every evaluation and job event is printed as a line of its own.
 // Elsewhere (a pipe, a log file) it prints plain lines: events, evaluations,
-// and progress at most every `plain_every`.
+// each change of phase (queued, loading, training, recovering) at once, and
+// progress at most every `plain_every`.
 class ProgressView {
  public:
   ProgressView(std::ostream& out, bool tty,
@@ -38,6 +39,7 @@ class ProgressView {
   int events_seen_ = 0;
   int evals_seen_ = 0;
   absl::Time last_plain_ = absl::InfinitePast();
+  std::string last_phase_;
 };
 
 // The progress bar line alone.
