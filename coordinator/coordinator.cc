@@ -581,7 +581,9 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
       report.generation() != status.generation()) {
     return;
   }
-  if (report.has_resumed_at_step()) {
+  // A first generation that starts from scratch did not resume anything.
+  if (report.has_resumed_at_step() &&
+      (report.resumed_at_step() > 0 || status.generation() > 1)) {
     int64_t known = status.step_losses_size();
     int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
     AddEventLocked(
