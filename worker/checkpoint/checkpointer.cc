@@ -106,8 +106,10 @@ absl::Status Checkpointer::CommitOnChief(const Snapshot& snapshot) {
       }
     }
   }
-  // A generation that ended has no one to report to.
-  if (!go.ok() && !absl::IsDeadlineExceeded(go.status())) {
+  // A generation that ended has no one to report to, and an abandoned step
+  // was reported by the rank that could not prepare it.
+  if ((!go.ok() && !absl::IsDeadlineExceeded(go.status())) ||
+      (go.ok() && !go->abandoned().empty())) {
     return bytes.status();
   }
   v1::WorkerMessage message;
