@@ -205,7 +205,8 @@ absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   RETURN_IF_ERROR(CheckChoice("model", spec.model(), {"mlp", "cnn"}));
-  RETURN_IF_ERROR(CheckChoice("data.format", spec.data().format(), {"idx"}));
+  RETURN_IF_ERROR(
+      CheckChoice("data.format", spec.data().format(), {"idx", "npy"}));
   RETURN_IF_ERROR(
       CheckChoice("lr_scaling", spec.lr_scaling(), {"none", "linear", "sqrt"}));
   RETURN_IF_ERROR(

@@ -30,6 +30,7 @@
 #include "common/files.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
+#include "worker/data/idx.h"
 
 namespace lockstep {
 namespace {
@@ -669,6 +670,79 @@ TEST(LocalTest, OneTwoAndFourWorkersAndAccumulationGiveTheSameLosses) {
         << "step " << i + 1;
   }
   EXPECT_LT(reference.back(), reference.front());
+}
+
+// A .npy file as numpy.save writes it (format 1.0).
+std::string NpyFile(const std::string& descr, const std::string& shape,
+                    const void* data, size_t bytes) {
+  std::string header =
+      absl::StrCat("{'descr': '", descr,
+                   "', 'fortran_order': False, 'shape': ", shape, ", }");
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY\x01";
+  out += '\0';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + std::string(static_cast<const char*>(data), bytes);
+}
+
+// Part of Fashion-MNIST converted to the npy layout: what a user who brings
+// their own data writes with numpy.save.
+std::string WriteNpyDataSet(int train_count, int test_count) {
+  std::string dir = TempDir("npy");
+  for (bool train : {true, false}) {
+    auto split =
+        worker::LoadFashionMnist("/usr/share/datasets/fashion-mnist", train);
+    EXPECT_TRUE(split.ok()) << split.status();
+    if (!split.ok()) return dir;
+    const int64_t n = train ? train_count : test_count;
+    const int64_t pixels = split->rows * split->cols;
+    std::vector<int64_t> labels(split->labels.begin(),
+                                split->labels.begin() + n);
+    const std::string name = train ? "/train" : "/test";
+    EXPECT_TRUE(
+        WriteFileAtomically(dir + name + "_images.npy",
+                            NpyFile("|u1", absl::StrCat("(", n, ", 28, 28)"),
+                                    split->pixels.data(), n * pixels))
+            .ok());
+    EXPECT_TRUE(WriteFileAtomically(
+                    dir + name + "_labels.npy",
+                    NpyFile("<i8", absl::StrCat("(", n, ",)"), labels.data(),
+                            labels.size() * sizeof(int64_t)))
+                    .ok());
+  }
+  return dir;
+}
+
+TEST(LocalTest, TrainsOnNumpyArrays) {
+  std::string dir = WriteNpyDataSet(12800, 2000);
+  Result r =
+      RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--json",
+                  "--set", "data.format=npy", "--set", "data.dir=" + dir,
+                  "--set", "max_steps=150", "--set", "global_batch_size=64",
+                  "--metrics-out", dir + "/losses.csv", kMlp});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto summary = LastJsonLine(r.out).fields();
+  EXPECT_EQ(summary.at("state").string_value(), "succeeded");
+  EXPECT_GT(summary.at("test_accuracy").number_value(), 0.6);
+  std::vector<double> losses = ReadLosses(dir + "/losses.csv");
+  ASSERT_EQ(losses.size(), 150u);
+  EXPECT_LT(losses.back(), losses.front() / 2);
+}
+
+TEST(BadInputTest, TruncatedNumpyFileFailsTheJobWithItsName) {
+  std::string dir = WriteNpyDataSet(640, 100);
+  auto labels = ReadFileToString(dir + "/test_labels.npy");
+  ASSERT_TRUE(labels.ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/test_labels.npy",
+                                  labels->substr(0, labels->size() - 9))
+                  .ok());
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--set",
+                         "data.format=npy", "--set", "data.dir=" + dir, kMlp});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr(dir + "/test_labels.npy"),
+                           HasSubstr("truncated")));
 }
 
 TEST(BadInputTest, MalformedTfConfigIsAClearError) {

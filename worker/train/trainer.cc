@@ -3,12 +3,14 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "worker/checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/data/idx.h"
+#include "worker/data/npy.h"
 #include "worker/data/sampler.h"
 #include "worker/train/gradient_reducer.h"
 #include "worker/train/lr_schedule.h"
@@ -31,6 +34,7 @@ namespace lockstep::worker {
 namespace {
 
 // Fashion-MNIST's pixel mean and standard deviation over the training set.
+// Other data sets (npy) are normalized by their own training set's.
 constexpr float kPixelMean = 0.2860f;
 constexpr float kPixelStd = 0.3530f;
 constexpr int64_t kEvalBatch = 1000;
@@ -46,23 +50,41 @@ struct TensorDataset {
   torch::Tensor labels;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Pixel statistics (of [0, 1] values) the inputs are normalized with.
+  float mean = kPixelMean;
+  float std = kPixelStd;
   int64_t size() const { return labels.size(0); }
 };
 
-absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
+absl::StatusOr<TensorDataset> LoadSplit(const v1::DataSpec& spec, bool train) {
   // Decoding takes a second or two; a worker keeps it across generations.
   static absl::Mutex mu(absl::kConstInit);
   static auto* cache =
-      new std::map<std::pair<std::string, bool>, TensorDataset>;
+      new std::map<std::tuple<std::string, std::string, bool>, TensorDataset>;
+  const auto key = std::make_tuple(spec.format(), spec.dir(), train);
   {
     absl::MutexLock lock(&mu);
-    auto it = cache->find({dir, train});
+    auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
-  ASSIGN_OR_RETURN(ImageDataset raw, LoadFashionMnist(dir, train));
+  const bool npy = spec.format() == "npy";
+  ASSIGN_OR_RETURN(ImageDataset raw, npy ? LoadNpyDataset(spec.dir(), train)
+                                         : LoadFashionMnist(spec.dir(), train));
   TensorDataset data;
   data.rows = raw.rows;
   data.cols = raw.cols;
+  if (npy && !raw.pixels.empty()) {
+    double sum = 0, sum_squares = 0;
+    for (uint8_t p : raw.pixels) {
+      sum += p;
+      sum_squares += static_cast<double>(p) * p;
+    }
+    const double n = static_cast<double>(raw.pixels.size());
+    const double mean = sum / n / 255.0;
+    const double var = sum_squares / n / (255.0 * 255.0) - mean * mean;
+    data.mean = static_cast<float>(mean);
+    data.std = static_cast<float>(std::sqrt(std::max(var, 1e-12)));
+  }
   // The tensor takes over the decoded bytes: no copy of the whole set.
   auto* pixels = new std::vector<uint8_t>(std::move(raw.pixels));
   data.images = torch::from_blob(
@@ -71,15 +93,15 @@ absl::StatusOr<TensorDataset> LoadSplit(const std::string& dir, bool train) {
   data.labels = torch::from_blob(raw.labels.data(), {raw.count}, torch::kUInt8)
                     .to(torch::kInt64);
   absl::MutexLock lock(&mu);
-  (*cache)[{dir, train}] = data;
+  (*cache)[key] = data;
   return data;
 }
 
 // uint8 pixels to the normalized float inputs the models take.
-torch::Tensor Normalize(const torch::Tensor& pixels) {
+torch::Tensor Normalize(const torch::Tensor& pixels, float mean, float std) {
   return pixels.to(torch::kFloat32)
-      .mul_(1.0f / (255.0f * kPixelStd))
-      .sub_(kPixelMean / kPixelStd);
+      .mul_(1.0f / (255.0f * std))
+      .sub_(mean / std);
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
@@ -225,8 +247,8 @@ absl::Status Generation::Setup() {
   }
   // A replacement worker loads its data while the ranks rendezvous: both
   // are on the critical path back to training.
-  auto load = [dir = spec_.data().dir()](bool train) {
-    return LoadSplit(dir, train);
+  auto load = [data = spec_.data()](bool train) {
+    return LoadSplit(data, train);
   };
   auto loading_train = std::async(std::launch::async, load, true);
   auto loading_test = std::async(std::launch::async, load, false);
@@ -250,6 +272,15 @@ absl::Status Generation::Setup() {
   RETURN_IF_ERROR(connected);
   train_ = *std::move(train);
   test_ = *std::move(test);
+  if (test_.rows != train_.rows || test_.cols != train_.cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the test images in ", spec_.data().dir(), " are ", test_.rows, "x",
+        test_.cols, " but the training images are ", train_.rows, "x",
+        train_.cols));
+  }
+  // The test set is normalized with the training set's statistics.
+  test_.mean = train_.mean;
+  test_.std = train_.std;
   task_.SetCommunicator(comm_.get());
   const absl::Time loaded = absl::Now();
 
@@ -592,8 +623,8 @@ void Generation::FillBatch(const int64_t* indices, int64_t n) {
   const int64_t* labels = train_.labels.data_ptr<int64_t>();
   float* x = batch_images_.data_ptr<float>();
   int64_t* y = batch_labels_.data_ptr<int64_t>();
-  const float scale = 1.0f / (255.0f * kPixelStd);
-  const float shift = kPixelMean / kPixelStd;
+  const float scale = 1.0f / (255.0f * train_.std);
+  const float shift = train_.mean / train_.std;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* src = images + indices[i] * pixels;
     float* dst = x + i * pixels;
@@ -660,8 +691,8 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
   double loss_sum = 0;
   for (int64_t i = begin; i < end; i += kEvalBatch) {
     int64_t stop = std::min(end, i + kEvalBatch);
-    torch::Tensor logits =
-        replica_.model->forward(Normalize(test_.images.slice(0, i, stop)));
+    torch::Tensor logits = replica_.model->forward(
+        Normalize(test_.images.slice(0, i, stop), test_.mean, test_.std));
     torch::Tensor labels = test_.labels.slice(0, i, stop);
     correct += logits.argmax(1).eq(labels).sum().item<double>();
     loss_sum += torch::nn::functional::cross_entropy(

@@ -1,0 +1,159 @@
+// NumPy .npy reading: what numpy.save writes, and every malformed file
+// rejected with its name.
+#include "worker/data/npy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+
+namespace lockstep::worker {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The bytes numpy.save would write for `descr`, `shape` and `data`
+// (version 1.0, or 2.0 with a 4-byte header length).
+std::string Npy(const std::string& descr, const std::string& shape,
+                const std::string& data, bool fortran = false,
+                int version = 1) {
+  std::string header = absl::StrCat(
+      "{'descr': '", descr, "', 'fortran_order': ", fortran ? "True" : "False",
+      ", 'shape': ", shape, ", }");
+  const size_t prefix = version == 1 ? 10 : 12;
+  while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(version);
+  out += '\0';
+  const uint32_t length = static_cast<uint32_t>(header.size());
+  out.append(reinterpret_cast<const char*>(&length), version == 1 ? 2 : 4);
+  return out + header + data;
+}
+
+std::string Int64s(std::initializer_list<int64_t> values) {
+  std::string out;
+  for (int64_t v : values) out.append(reinterpret_cast<const char*>(&v), 8);
+  return out;
+}
+
+class NpyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "npy_XXXXXX";
+    dir_ = mkdtemp(tmpl.data());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void Write(const std::string& name, const std::string& bytes) {
+    ASSERT_TRUE(WriteFileAtomically(dir_ + "/" + name, bytes).ok());
+  }
+  // A valid data set of 3 training and 2 test images of 2x2 pixels.
+  void WriteValid() {
+    Write("train_images.npy", Npy("|u1", "(3, 2, 2)", std::string(12, '\x7f')));
+    Write("train_labels.npy", Npy("<i8", "(3,)", Int64s({0, 9, 4})));
+    Write("test_images.npy",
+          Npy("|u1", "(2, 1, 2, 2)", std::string(8, '\x01')));
+    Write("test_labels.npy", Npy("|u1", "(2,)", std::string("\x02\x03", 2)));
+  }
+
+  std::string dir_;
+};
+
+TEST_F(NpyTest, ReadsWhatNumpySaveWrites) {
+  WriteValid();
+  auto train = LoadNpyDataset(dir_, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->count, 3);
+  EXPECT_EQ(train->rows, 2);
+  EXPECT_EQ(train->cols, 2);
+  EXPECT_EQ(train->pixels.size(), 12u);
+  EXPECT_EQ(train->labels, (std::vector<uint8_t>{0, 9, 4}));
+  auto test = LoadNpyDataset(dir_, false);  // (N, 1, H, W) and uint8 labels
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->count, 2);
+  EXPECT_EQ(test->labels, (std::vector<uint8_t>{2, 3}));
+}
+
+TEST_F(NpyTest, ReadsFormatVersionTwo) {
+  auto array =
+      ParseNpy(Npy("<i4", "(2,)", std::string(8, '\0'), false, 2), "x.npy");
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->dtype, "i4");
+  EXPECT_EQ(array->shape, (std::vector<int64_t>{2}));
+}
+
+struct Broken {
+  const char* name;
+  std::string bytes;
+  const char* message;
+};
+
+TEST_F(NpyTest, EveryMalformedFileIsNamed) {
+  const std::vector<Broken> cases = {
+      {"magic", "PK\x03\x04 not numpy at all", "magic"},
+      {"truncated", Npy("|u1", "(3, 2, 2)", std::string(5, '\0')), "truncated"},
+      {"header", Npy("|u1", "(3, 2, 2)", "").substr(0, 20), "cut short"},
+      {"fortran", Npy("|u1", "(3, 2, 2)", std::string(12, '\0'), true),
+       "Fortran order"},
+      {"big-endian", Npy(">i8", "(3,)", Int64s({0, 1, 2})), "little-endian"},
+      {"shape", Npy("|u1", "(3, x)", std::string(12, '\0')), "does not parse"},
+  };
+  for (const Broken& c : cases) {
+    const std::string path = dir_ + "/" + c.name + ".npy";
+    Write(std::string(c.name) + ".npy", c.bytes);
+    auto array = ReadNpy(path);
+    ASSERT_FALSE(array.ok()) << c.name;
+    EXPECT_THAT(array.status().message(),
+                AllOf(HasSubstr(path), HasSubstr(c.message)))
+        << c.name;
+  }
+}
+
+TEST_F(NpyTest, MismatchedSplitsAreNamed) {
+  WriteValid();
+  Write("train_labels.npy", Npy("<i8", "(2,)", Int64s({0, 1})));
+  auto count = LoadNpyDataset(dir_, true);
+  ASSERT_FALSE(count.ok());
+  EXPECT_THAT(count.status().message(),
+              AllOf(HasSubstr("train_labels.npy"), HasSubstr("2 labels"),
+                    HasSubstr("3 images")));
+
+  Write("train_labels.npy", Npy("<i8", "(3,)", Int64s({0, 10, 1})));
+  auto range = LoadNpyDataset(dir_, true);
+  ASSERT_FALSE(range.ok());
+  EXPECT_THAT(range.status().message(),
+              AllOf(HasSubstr("train_labels.npy"), HasSubstr("label 10"),
+                    HasSubstr("index 1"), HasSubstr("out of range")));
+
+  Write("train_labels.npy", Npy("<i8", "(3,)", Int64s({0, -1, 1})));
+  EXPECT_FALSE(LoadNpyDataset(dir_, true).ok());
+
+  Write("train_images.npy", Npy("<f4", "(3, 2, 2)", std::string(48, '\0')));
+  auto floats = LoadNpyDataset(dir_, true);
+  ASSERT_FALSE(floats.ok());
+  EXPECT_THAT(floats.status().message(),
+              AllOf(HasSubstr("train_images.npy"), HasSubstr("uint8")));
+
+  Write("train_images.npy", Npy("|u1", "(12,)", std::string(12, '\0')));
+  auto flat = LoadNpyDataset(dir_, true);
+  ASSERT_FALSE(flat.ok());
+  EXPECT_THAT(flat.status().message(), HasSubstr("(N, H, W)"));
+}
+
+TEST_F(NpyTest, MissingFileSaysWhichFilesAreNeeded) {
+  auto missing = LoadNpyDataset(dir_, true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              AllOf(HasSubstr(dir_ + "/train_images.npy"),
+                    HasSubstr("test_labels.npy")));
+}
+
+}  // namespace
+}  // namespace lockstep::worker

@@ -1,0 +1,249 @@
+#include "worker/data/npy.h"
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+
+namespace lockstep::worker {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+
+absl::Status Bad(const std::string& origin, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(origin, " is not a usable .npy file: ", what));
+}
+
+// The value of `key` in the header dict, e.g. 'descr': '<u1' -> "'<u1'".
+absl::StatusOr<std::string> HeaderValue(absl::string_view header,
+                                        absl::string_view key,
+                                        const std::string& origin) {
+  std::string quoted = absl::StrCat("'", key, "'");
+  size_t at = header.find(quoted);
+  if (at == absl::string_view::npos) {
+    return Bad(origin, absl::StrCat("its header has no ", quoted));
+  }
+  size_t colon = header.find(':', at + quoted.size());
+  if (colon == absl::string_view::npos) {
+    return Bad(origin, absl::StrCat("its header's ", quoted, " has no value"));
+  }
+  absl::string_view rest = header.substr(colon + 1);
+  rest = absl::StripLeadingAsciiWhitespace(rest);
+  size_t end;
+  if (!rest.empty() && rest[0] == '(') {
+    end = rest.find(')');
+    if (end != absl::string_view::npos) ++end;
+  } else if (!rest.empty() && rest[0] == '\'') {
+    end = rest.find('\'', 1);
+    if (end != absl::string_view::npos) ++end;
+  } else {
+    end = rest.find_first_of(",}");
+  }
+  if (end == absl::string_view::npos) {
+    return Bad(origin, absl::StrCat("its header's ", quoted, " is cut short"));
+  }
+  return std::string(absl::StripAsciiWhitespace(rest.substr(0, end)));
+}
+
+int ElementSize(const std::string& dtype) {
+  if (dtype.size() < 2) return 0;
+  int size = 0;
+  return absl::SimpleAtoi(dtype.substr(1), &size) ? size : 0;
+}
+
+// The split's two files, checked against each other.
+absl::StatusOr<ImageDataset> ToDataset(const NpyArray& images,
+                                       const std::string& images_path,
+                                       const NpyArray& labels,
+                                       const std::string& labels_path) {
+  if (images.dtype != "u1") {
+    return Bad(
+        images_path,
+        absl::StrCat("the images are dtype ", images.dtype,
+                     "; lockstep reads uint8 images (u1) — convert "
+                     "with numpy.clip(x * 255, 0, 255).astype('uint8')"));
+  }
+  std::vector<int64_t> shape = images.shape;
+  if (shape.size() == 4 && shape[1] == 1) shape.erase(shape.begin() + 1);
+  if (shape.size() != 3) {
+    return Bad(images_path,
+               absl::StrCat("the images have shape (",
+                            absl::StrJoin(images.shape, ", "),
+                            "); expected (N, H, W) or (N, 1, H, W)"));
+  }
+  if (labels.shape.size() != 1) {
+    return Bad(labels_path, absl::StrCat("the labels have shape (",
+                                         absl::StrJoin(labels.shape, ", "),
+                                         "); expected (N,)"));
+  }
+  if (labels.shape[0] != shape[0]) {
+    return Bad(labels_path,
+               absl::StrCat("it has ", labels.shape[0], " labels but ",
+                            images_path, " has ", shape[0], " images"));
+  }
+  const std::string& t = labels.dtype;
+  if (t != "u1" && t != "i1" && t != "u2" && t != "i2" && t != "u4" &&
+      t != "i4" && t != "u8" && t != "i8") {
+    return Bad(labels_path, absl::StrCat("the labels are dtype ", t,
+                                         "; use an integer dtype"));
+  }
+  ImageDataset out;
+  out.count = shape[0];
+  out.rows = shape[1];
+  out.cols = shape[2];
+  out.pixels.assign(images.data.begin(), images.data.end());
+  out.labels.resize(static_cast<size_t>(out.count));
+  const int size = ElementSize(t);
+  const bool is_signed = t[0] == 'i';
+  for (int64_t i = 0; i < out.count; ++i) {
+    const char* p = labels.data.data() + i * size;
+    int64_t value = 0;
+    if (is_signed) {
+      switch (size) {
+        case 1:
+          value = static_cast<int8_t>(*p);
+          break;
+        case 2: {
+          int16_t v;
+          std::memcpy(&v, p, 2);
+          value = v;
+          break;
+        }
+        case 4: {
+          int32_t v;
+          std::memcpy(&v, p, 4);
+          value = v;
+          break;
+        }
+        default:
+          std::memcpy(&value, p, 8);
+      }
+    } else {
+      uint64_t v = 0;
+      std::memcpy(&v, p, static_cast<size_t>(size));  // little-endian
+      if (v >= static_cast<uint64_t>(kNumClasses)) {
+        return Bad(
+            labels_path,
+            absl::StrCat("label ", v, " at index ", i,
+                         " is out of range; the built-in models have ",
+                         kNumClasses, " classes (0..", kNumClasses - 1, ")"));
+      }
+      value = static_cast<int64_t>(v);
+    }
+    if (value < 0 || value >= kNumClasses) {
+      return Bad(
+          labels_path,
+          absl::StrCat("label ", value, " at index ", i,
+                       " is out of range; the built-in models have ",
+                       kNumClasses, " classes (0..", kNumClasses - 1, ")"));
+    }
+    out.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(value);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
+                                  const std::string& origin) {
+  if (bytes.size() < 10 || bytes.substr(0, 6) != absl::string_view(kMagic, 6)) {
+    return Bad(origin, "it does not start with the NumPy magic \\x93NUMPY");
+  }
+  const int major = static_cast<uint8_t>(bytes[6]);
+  size_t header_length = 0;
+  size_t header_start = 0;
+  if (major == 1) {
+    header_length = static_cast<uint8_t>(bytes[8]) |
+                    (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return Bad(origin, "its header is cut short");
+    for (int i = 0; i < 4; ++i) {
+      header_length |= static_cast<size_t>(static_cast<uint8_t>(bytes[8 + i]))
+                       << (8 * i);
+    }
+    header_start = 12;
+  } else {
+    return Bad(origin, absl::StrCat("format version ", major,
+                                    ".x is not one lockstep reads (1-3)"));
+  }
+  if (bytes.size() < header_start + header_length) {
+    return Bad(origin, "its header is cut short (truncated file?)");
+  }
+  absl::string_view header = bytes.substr(header_start, header_length);
+  ASSIGN_OR_RETURN(std::string descr, HeaderValue(header, "descr", origin));
+  ASSIGN_OR_RETURN(std::string fortran,
+                   HeaderValue(header, "fortran_order", origin));
+  ASSIGN_OR_RETURN(std::string shape_text,
+                   HeaderValue(header, "shape", origin));
+  if (fortran != "False") {
+    return Bad(origin,
+               "it is in Fortran order; save a C-ordered array "
+               "(numpy.ascontiguousarray)");
+  }
+  NpyArray out;
+  absl::string_view d = absl::StripPrefix(absl::StripSuffix(descr, "'"), "'");
+  if (d.size() < 3 || (d[0] != '<' && d[0] != '|')) {
+    return Bad(origin, absl::StrCat("dtype ", descr,
+                                    " is not little-endian or not a plain "
+                                    "number type"));
+  }
+  out.dtype = std::string(d.substr(1));
+  const int element = ElementSize(out.dtype);
+  if (element <= 0 ||
+      std::string("uif").find(out.dtype[0]) == std::string::npos) {
+    return Bad(origin, absl::StrCat("dtype ", descr, " is not supported"));
+  }
+  absl::string_view inside =
+      absl::StripSuffix(absl::StripPrefix(shape_text, "("), ")");
+  int64_t elements = 1;
+  for (absl::string_view part :
+       absl::StrSplit(inside, ',', absl::SkipWhitespace())) {
+    int64_t dim = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
+      return Bad(origin,
+                 absl::StrCat("its shape ", shape_text, " does not parse"));
+    }
+    out.shape.push_back(dim);
+    elements *= dim;
+  }
+  const size_t expected = static_cast<size_t>(elements) * element;
+  const size_t available = bytes.size() - header_start - header_length;
+  if (available < expected) {
+    return absl::DataLossError(
+        absl::StrCat(origin, " is truncated: its shape ", shape_text, " needs ",
+                     expected, " bytes of data, the file has ", available));
+  }
+  out.data = std::string(bytes.substr(header_start + header_length, expected));
+  return out;
+}
+
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
+  auto bytes = ReadFileToString(path);
+  if (!bytes.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot read ", path, ": ", bytes.status().message(),
+        "; data.format \"npy\" needs train_images.npy, train_labels.npy, "
+        "test_images.npy and test_labels.npy in data.dir"));
+  }
+  return ParseNpy(*bytes, path);
+}
+
+absl::StatusOr<ImageDataset> LoadNpyDataset(const std::string& dir,
+                                            bool train) {
+  const std::string prefix = absl::StrCat(dir, train ? "/train" : "/test");
+  const std::string images_path = prefix + "_images.npy";
+  const std::string labels_path = prefix + "_labels.npy";
+  ASSIGN_OR_RETURN(NpyArray images, ReadNpy(images_path));
+  ASSIGN_OR_RETURN(NpyArray labels, ReadNpy(labels_path));
+  return ToDataset(images, images_path, labels, labels_path);
+}
+
+}  // namespace lockstep::worker
