@@ -40,6 +40,7 @@ bench: build
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
+	@bash bench/ddp_compare.sh $(BUILD_DIR)
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')

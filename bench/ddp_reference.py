@@ -1,0 +1,112 @@
+"""PyTorch DDP (gloo) training the same models as lockstep, for
+bench/ddp_compare.sh: same architecture, optimizer (Adam, lr 1e-3), global
+batch, per-replica split, threads per process and system BLAS, the same
+Fashion-MNIST files and normalization. Prints one line of JSON from rank 0:
+{"samples_per_second": ..., "first_step_seconds": ...}; samples/s is
+measured after WARMUP steps, like lockstep's training time.
+
+  python3 bench/ddp_reference.py --workers 2 --model mlp --global-batch 128 --steps 400
+"""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530
+WARMUP = 10
+
+
+def read_idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load_train():
+    def find(name):
+        for candidate in (f"{DATA}/{name}.gz", f"{DATA}/{name}"):
+            if os.path.exists(candidate):
+                return candidate
+        raise FileNotFoundError(name)
+    images = read_idx(find("train-images-idx3-ubyte"))
+    labels = read_idx(find("train-labels-idx1-ubyte"))
+    return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+
+
+def build(model):
+    if model == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                             nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                         nn.Linear(128, 10))
+
+
+def run(rank, args, start):
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=args.workers)
+    images, labels = load_train()
+    torch.manual_seed(args.seed)
+    model = build(args.model)
+    ddp = nn.parallel.DistributedDataParallel(model) if args.workers > 1 else model
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    per_replica = args.global_batch // args.workers
+    generator = torch.Generator().manual_seed(args.seed)
+    order = torch.randperm(images.shape[0], generator=generator)
+    per_epoch = images.shape[0] // args.global_batch
+    first_step = None
+    for step in range(args.steps):
+        if step == WARMUP:
+            timed_from = time.perf_counter()
+        k = step % per_epoch
+        index = order[k * args.global_batch + rank * per_replica:
+                      k * args.global_batch + (rank + 1) * per_replica]
+        x = images[index].unsqueeze(1).float().div_(255 * STD).sub_(MEAN / STD)
+        y = labels[index]
+        optimizer.zero_grad()
+        loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+        if first_step is None:
+            first_step = time.time() - start
+    elapsed = time.perf_counter() - timed_from
+    if rank == 0:
+        print(json.dumps({
+            "samples_per_second": (args.steps - WARMUP) * args.global_batch / elapsed,
+            "first_step_seconds": first_step,
+            "final_loss": float(loss),
+        }), flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--port", type=int, default=29531)
+    args = parser.parse_args()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(args.port)
+    start = time.time()
+    mp.spawn(run, args=(args, start), nprocs=args.workers, join=True)
+
+
+if __name__ == "__main__":
+    main()
