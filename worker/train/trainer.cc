@@ -4,12 +4,15 @@
 
 #include <array>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -123,6 +126,112 @@ void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
 
 }  // namespace
 
+// Prepares the batches of the next steps on a background thread while the
+// current step computes (DESIGN §4 order: the sampler's slice of each global
+// batch for this rank, gathered and normalized). A bounded ring of `kDepth`
+// reused tensors: no allocation per step, and the thread never runs more
+// than kDepth steps ahead. Thread-safe between the training thread (Take,
+// Release) and its own thread.
+class Prefetcher {
+ public:
+  static constexpr int kDepth = 2;
+
+  Prefetcher(const TensorDataset& data, uint64_t seed, const BatchPlan& plan,
+             int rank, int64_t first_step, int64_t end_step)
+      : data_(data),
+        sampler_(seed, data.size(), plan, rank),
+        next_(first_step),
+        end_(end_step) {
+    for (Slot& slot : slots_) {
+      slot.images = torch::empty({plan.rank_batch(), 1, data.rows, data.cols});
+      slot.labels = torch::empty({plan.rank_batch()}, torch::kInt64);
+    }
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Prefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  // The batch of `step` (the next one not yet taken), once it is ready.
+  // Valid until Release(step).
+  std::pair<torch::Tensor, torch::Tensor> Take(int64_t step) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Slot& slot = slots_[step % kDepth];
+    changed_.wait(lock, [&] { return slot.ready && slot.step == step; });
+    return {slot.images, slot.labels};
+  }
+  void Release(int64_t step) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slots_[step % kDepth].ready = false;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  struct Slot {
+    int64_t step = -1;
+    bool ready = false;
+    torch::Tensor images;  // [rank batch, 1, H, W] float
+    torch::Tensor labels;  // [rank batch] int64
+  };
+
+  void Loop() {
+    while (true) {
+      int64_t step;
+      Slot* slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        changed_.wait(lock, [&] {
+          return stopping_ || (next_ < end_ && !slots_[next_ % kDepth].ready);
+        });
+        if (stopping_) return;
+        step = next_++;
+        slot = &slots_[step % kDepth];
+      }
+      Fill(sampler_.RankBatch(step), *slot);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        slot->step = step;
+        slot->ready = true;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  // Gathers and normalizes the samples: one pass over the bytes.
+  void Fill(const std::vector<int64_t>& indices, Slot& slot) {
+    const int64_t pixels = data_.rows * data_.cols;
+    const uint8_t* images = data_.images.data_ptr<uint8_t>();
+    const int64_t* labels = data_.labels.data_ptr<int64_t>();
+    float* x = slot.images.data_ptr<float>();
+    int64_t* y = slot.labels.data_ptr<int64_t>();
+    const float scale = 1.0f / (255.0f * data_.std);
+    const float shift = data_.mean / data_.std;
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const uint8_t* src = images + indices[i] * pixels;
+      float* dst = x + static_cast<int64_t>(i) * pixels;
+      for (int64_t j = 0; j < pixels; ++j) dst[j] = src[j] * scale - shift;
+      y[i] = labels[indices[i]];
+    }
+  }
+
+  const TensorDataset& data_;
+  GlobalSampler sampler_;  // used by the thread only
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::array<Slot, kDepth> slots_;
+  int64_t next_;
+  const int64_t end_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // The training state that survives generations.
 struct TrainingRunner::Replica {
   std::string job_id;
@@ -188,9 +297,7 @@ class Generation {
   absl::StatusOr<double> Evaluate(double* loss);
   void Report(bool force, std::optional<double> accuracy,
               std::optional<double> test_loss);
-  // Gathers and normalizes this rank's samples into the reused batch
-  // tensors: no allocation and one pass over the bytes per step.
-  void FillBatch(const int64_t* indices, int64_t n);
+
   absl::Status AllReduce(float* data, size_t count) {
     ++task_.collective_seq;
     return comm_->AllReduceSum(data, count);
@@ -219,8 +326,7 @@ class Generation {
   int64_t total_steps_ = 0;
   // Gradients of every parameter, then this rank's loss and stop vote.
   std::unique_ptr<GradientReducer> reducer_;
-  torch::Tensor batch_images_;  // [B, 1, H, W] float, reused every step
-  torch::Tensor batch_labels_;  // [B] int64
+  std::unique_ptr<Prefetcher> prefetcher_;
   int64_t grad_elements_ = 0;
 
   // Progress reporting (chief).
@@ -343,6 +449,8 @@ absl::Status Generation::Setup() {
     total_steps_ = std::min(total_steps_, spec_.max_steps());
   }
   lr_ = std::make_unique<LrSchedule>(spec_, plan_.global, total_steps_);
+  prefetcher_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
+                                             replica_.step, total_steps_);
   resumed_at_ = replica_.step;
   pending_first_step_ = replica_.step;
   generation_first_step_ = replica_.step;
@@ -613,29 +721,11 @@ absl::Status Generation::CheckIdenticalInit() {
   return absl::OkStatus();
 }
 
-void Generation::FillBatch(const int64_t* indices, int64_t n) {
-  const int64_t pixels = train_.rows * train_.cols;
-  if (!batch_images_.defined() || batch_images_.size(0) != n) {
-    batch_images_ = torch::empty({n, 1, train_.rows, train_.cols});
-    batch_labels_ = torch::empty({n}, torch::kInt64);
-  }
-  const uint8_t* images = train_.images.data_ptr<uint8_t>();
-  const int64_t* labels = train_.labels.data_ptr<int64_t>();
-  float* x = batch_images_.data_ptr<float>();
-  int64_t* y = batch_labels_.data_ptr<int64_t>();
-  const float scale = 1.0f / (255.0f * train_.std);
-  const float shift = train_.mean / train_.std;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* src = images + indices[i] * pixels;
-    float* dst = x + i * pixels;
-    for (int64_t j = 0; j < pixels; ++j) dst[j] = src[j] * scale - shift;
-    y[i] = labels[indices[i]];
-  }
-}
-
 absl::Status Generation::Step(bool* stop) {
   Timer timer(&phases_);
-  const std::vector<int64_t>& batch = sampler_->RankBatch(replica_.step);
+  const int64_t step = replica_.step;
+  auto [images, labels] = prefetcher_->Take(step);
+  timer.Lap(kData);
   const int accumulation = plan_.accumulation;
   torch::optim::Optimizer& optimizer = *replica_.optimizer;
   optimizer.zero_grad();
@@ -644,11 +734,10 @@ absl::Status Generation::Step(bool* stop) {
   // the last one's backward communicates.
   float local_loss = 0;
   for (int micro = 0; micro < accumulation; ++micro) {
-    FillBatch(batch.data() + int64_t{micro} * plan_.per_replica,
-              plan_.per_replica);
-    timer.Lap(kData);
+    const int64_t begin = int64_t{micro} * plan_.per_replica;
     torch::Tensor loss = torch::nn::functional::cross_entropy(
-        replica_.model->forward(batch_images_), batch_labels_);
+        replica_.model->forward(images.narrow(0, begin, plan_.per_replica)),
+        labels.narrow(0, begin, plan_.per_replica));
     if (accumulation > 1) loss = loss / accumulation;
     local_loss += loss.item<float>();
     timer.Lap(kForward);
@@ -664,6 +753,7 @@ absl::Status Generation::Step(bool* stop) {
     loss.backward();
     timer.Lap(kBackward);
   }
+  prefetcher_->Release(step);
   float loss_sum = 0, stop_votes = 0;
   RETURN_IF_ERROR(reducer_->Finish(&loss_sum, &stop_votes));
   timer.Lap(kExposedComm);
