@@ -395,14 +395,9 @@ int RunEvents(const std::vector<std::string>& argv) {
   int exit = kExitOk;
   auto call = Begin(argv, {}, {"json"}, kEventsUsage, 1, 1, &exit);
   if (!call) return exit;
-  grpc::ClientContext context;
-  SetDeadline(&context, 10);
-  v1::GetJobStatusRequest request;
-  request.set_job_id(call->args.positional()[0]);
-  v1::GetJobStatusResponse response;
-  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
-  const v1::JobStatus& job = response.jobs(0);
+  auto status = GetJob(*call, call->args.positional()[0], /*history=*/false);
+  if (!status.ok()) return Fail(status.status());
+  const v1::JobStatus& job = *status;
   if (call->args.Has("json")) {
     std::cout << "[";
     for (int i = 0; i < job.events_size(); ++i) {
@@ -446,14 +441,9 @@ int RunCheckpoints(const std::vector<std::string>& argv) {
   int exit = kExitOk;
   auto call = Begin(argv, {}, {"json"}, kCheckpointsUsage, 1, 1, &exit);
   if (!call) return exit;
-  grpc::ClientContext context;
-  SetDeadline(&context, 10);
-  v1::GetJobStatusRequest request;
-  request.set_job_id(call->args.positional()[0]);
-  v1::GetJobStatusResponse response;
-  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
-  const v1::JobStatus& job = response.jobs(0);
+  auto status = GetJob(*call, call->args.positional()[0], /*history=*/false);
+  if (!status.ok()) return Fail(status.status());
+  const v1::JobStatus& job = *status;
   const std::string& dir = job.spec().checkpoint().backup_dir();
   if (dir.empty()) {
     return Fail(absl::FailedPreconditionError(absl::StrCat(

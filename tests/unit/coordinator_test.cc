@@ -67,6 +67,17 @@ class CoordinatorTest : public ::testing::Test {
     return registered->worker_id();
   }
 
+  // Registers worker:`index` of a static cluster and opens its session.
+  void ConnectTask(int index, uint64_t incarnation, FakeSink* sink) {
+    v1::RegisterWorkerRequest request = Free(incarnation);
+    request.mutable_task()->set_type("worker");
+    request.mutable_task()->set_index(index);
+    auto id = coordinator_->RegisterWorker(request);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ASSERT_TRUE(
+        coordinator_->OpenSession(id->worker_id(), incarnation, sink).ok());
+  }
+
   v1::JobStatus Status(const std::string& job) {
     return (*coordinator_->GetJobStatus(job, true))[0];
   }
@@ -189,15 +200,8 @@ TEST_F(CoordinatorTest, ReRegistrationWithNewIncarnationIsARestart) {
   auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
   Make(config->cluster);
   FakeSink a, b;
-  for (auto [index, sink] : {std::pair{0, &a}, std::pair{1, &b}}) {
-    v1::RegisterWorkerRequest request = Free(10 + index);
-    request.mutable_task()->set_type("worker");
-    request.mutable_task()->set_index(index);
-    auto id = coordinator_->RegisterWorker(request);
-    ASSERT_TRUE(id.ok()) << id.status();
-    ASSERT_TRUE(
-        coordinator_->OpenSession(id->worker_id(), 10 + index, sink).ok());
-  }
+  ConnectTask(0, 10, &a);
+  ConnectTask(1, 11, &b);
   std::string job = *coordinator_->SubmitJob(Spec(0));
   EXPECT_EQ(Status(job).generation(), 1);
 
@@ -819,16 +823,8 @@ TEST_F(CoordinatorTest, PreemptedStaticWorkerRejoinsAsANewProcess) {
   auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
   Make(config->cluster);
   FakeSink a, b;
-  for (auto [index, sink] : {std::pair{0, &a}, std::pair{1, &b}}) {
-    v1::RegisterWorkerRequest request = Free(10 + index);
-    request.mutable_task()->set_type("worker");
-    request.mutable_task()->set_index(index);
-    ASSERT_TRUE(coordinator_->RegisterWorker(request).ok());
-    ASSERT_TRUE(
-        coordinator_
-            ->OpenSession(absl::StrCat("worker:", index), 10 + index, sink)
-            .ok());
-  }
+  ConnectTask(0, 10, &a);
+  ConnectTask(1, 11, &b);
   std::string job = *coordinator_->SubmitJob(Spec(0));
   ASSERT_TRUE(
       coordinator_->HandleWorkerMessage("worker:1", Preempt(job, "eviction"))
