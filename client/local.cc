@@ -121,6 +121,8 @@ class LocalRun {
   std::string child_failure_ ABSL_GUARDED_BY(mu_);
   std::map<int, int> worker_restarts_ ABSL_GUARDED_BY(mu_);
   absl::Time start_;
+  // From submitting the job to the chief's report of its first step.
+  double first_step_seconds_ = -1;
 };
 
 absl::Status LocalRun::Prepare() {
@@ -250,6 +252,7 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   f["samples_per_second"].set_number_value(status.samples_per_second());
   f["generations"].set_number_value(status.generations());
   f["wall_seconds"].set_number_value(wall_seconds);
+  f["first_step_seconds"].set_number_value(first_step_seconds_);
   std::string digest =
       status.ranks_size() ? status.ranks(0).model_digest() : "";
   f["model_digest"].set_string_value(digest);
@@ -378,9 +381,15 @@ int LocalRun::Run() {
                              rpc.error_message()));
   }
   ProgressView view(progress(), !json_ && isatty(STDOUT_FILENO));
-  auto final_status =
-      WatchJob(stub_.get(), response.job_id(), &watch_context_,
-               [&view](const v1::JobStatus& status) { view.Update(status); });
+  const absl::Time submitted = absl::Now();
+  auto final_status = WatchJob(
+      stub_.get(), response.job_id(), &watch_context_,
+      [&](const v1::JobStatus& status) {
+        if (first_step_seconds_ < 0 && status.step() >= 1) {
+          first_step_seconds_ = absl::ToDoubleSeconds(absl::Now() - submitted);
+        }
+        view.Update(status);
+      });
   if (final_status.ok()) view.Update(*final_status);
   return Finish(final_status);
 }

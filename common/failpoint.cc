@@ -42,10 +42,14 @@ Armed& GetArmed() {
 
 }  // namespace
 
-void FailPoint(absl::string_view name) {
+bool FailPointHit(absl::string_view name) {
   Armed& armed = GetArmed();
-  if (armed.name.empty() || armed.name != name) return;
-  if (armed.hits.fetch_add(1) + 1 != armed.on_hit) return;
+  if (armed.name.empty() || armed.name != name) return false;
+  return armed.hits.fetch_add(1) + 1 == armed.on_hit;
+}
+
+void FailPoint(absl::string_view name) {
+  if (!FailPointHit(name)) return;
   LogError("failure point ", name, " reached (LOCKSTEP_FAILPOINT): dying");
   kill(getpid(), SIGKILL);
   _exit(137);  // not reached

@@ -1,6 +1,6 @@
 // Named failure points for crash tests: a test sets LOCKSTEP_FAILPOINT in a
 // process's environment and the process kills itself (SIGKILL, like a lost
-// node) when it reaches that point.
+// node) when it reaches that point, or (FailPointHit) misbehaves there.
 //
 //   LOCKSTEP_FAILPOINT=checkpoint_before_latest     the first time it is
 //   reached LOCKSTEP_FAILPOINT=checkpoint_before_latest:3   the third time
@@ -15,6 +15,10 @@
 namespace lockstep {
 
 void FailPoint(absl::string_view name);
+
+// For points where a test changes what the process does instead of killing
+// it (the same variable and counting): true the Nth time it is reached.
+bool FailPointHit(absl::string_view name);
 
 }  // namespace lockstep
 

@@ -584,6 +584,20 @@ TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
   EXPECT_EQ(parsed.fields().at("warnings").list_value().values_size(), 1);
 }
 
+// DESIGN §4: initial parameters are checked bit for bit across ranks; a rank
+// that built different ones fails the job with a message, instead of
+// training a silently diverging model.
+TEST_F(ClusterTest, DifferentInitialParametersOnARankFailTheJob) {
+  StartCluster(2, {}, {{1, {"LOCKSTEP_FAILPOINT=perturb_initial_parameters"}}});
+  v1::JobStatus done = WatchUntil(Submit({"max_steps=20"}), Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(done.error(),
+              AllOf(HasSubstr("rank 1"),
+                    HasSubstr("initial parameters differ from rank 0's"),
+                    HasSubstr("same lockstep-worker build and job spec")));
+  EXPECT_EQ(done.generations(), 1);  // not retried: retrying cannot fix it
+}
+
 TEST_F(ClusterTest, UnknownTaskAndConflictingTfConfigAreRefused) {
   StartCluster(2);
   // worker:5 is not in the coordinator's 2-worker cluster.

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/failpoint.h"
 #include "common/files.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -394,6 +395,11 @@ absl::Status Generation::Setup() {
     torch::manual_seed(spec_.seed());
     ASSIGN_OR_RETURN(replica_.model,
                      BuildModel(spec_.model(), train_.rows, train_.cols));
+    if (FailPointHit("perturb_initial_parameters")) {
+      // Tests: a rank that built its model differently.
+      torch::NoGradGuard no_grad;
+      replica_.model->parameters()[0].add_(1e-3);
+    }
     replica_.optimizer =
         MakeOptimizer(spec_.optimizer(), replica_.model->parameters());
   }
