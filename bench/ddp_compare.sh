@@ -30,7 +30,7 @@ lockstep() {  # workers model steps -> samples/s
 }
 ddp() {  # workers model steps -> samples/s
   local threads=$(( cores / $1 > 0 ? cores / $1 : 1 ))
-  OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE "$python" bench/ddp_reference.py \
+  OMP_NUM_THREADS=$threads "$python" bench/ddp_reference.py \
       --workers "$1" --model "$2" --steps "$3" --global-batch 128 --threads "$threads" |
     tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"])'
 }
