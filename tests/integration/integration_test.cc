@@ -868,11 +868,25 @@ class CheckpointTest : public ClusterTest {
            s.checkpoints(s.checkpoints_size() - 1).step() >= step;
   }
 
+  // Submits kCheckpointJob saving every 10 steps, waits for the checkpoint of
+  // step 20, and SIGKILLs every worker (reaped): no live state survives.
+  std::string TrainThenKillEveryWorker();
+
   std::string backup_;
 };
 
 const std::vector<std::string> kCheckpointJob = {
     "max_steps=60", "global_batch_size=64", "log_every_steps=1"};
+
+std::string CheckpointTest::TrainThenKillEveryWorker() {
+  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
+  WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 20) || Ended(s);
+  });
+  for (pid_t pid : worker_pids_) EXPECT_EQ(kill(pid, SIGKILL), 0);
+  for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);
+  return job;
+}
 
 // A process dying at each point of the save and commit path leaves LATEST
 // naming a complete checkpoint, and the job still ends with the model of a
@@ -918,11 +932,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
   StartCluster(2);
   std::string reference = UninterruptedDigest(kCheckpointJob);
-  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
-  WatchUntil(job, [](const v1::JobStatus& s) {
-    return HasCheckpointAtLeast(s, 20) || Ended(s);
-  });
-  for (pid_t pid : worker_pids_) ASSERT_EQ(kill(pid, SIGKILL), 0);
+  std::string job = TrainThenKillEveryWorker();
   StartWorker(0);
   StartWorker(1);
   v1::JobStatus done = WatchUntil(job, Ended);
@@ -938,12 +948,7 @@ TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
 TEST_F(CheckpointTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
   StartCluster(2);
   std::string reference = UninterruptedDigest(kCheckpointJob);
-  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
-  WatchUntil(job, [](const v1::JobStatus& s) {
-    return HasCheckpointAtLeast(s, 20) || Ended(s);
-  });
-  for (pid_t pid : worker_pids_) ASSERT_EQ(kill(pid, SIGKILL), 0);
-  for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);
+  std::string job = TrainThenKillEveryWorker();
   auto latest = ReadFileToString(backup_ + "/LATEST");
   ASSERT_TRUE(latest.ok());
   std::string newest(absl::StripAsciiWhitespace(*latest));
