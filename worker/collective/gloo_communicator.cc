@@ -5,8 +5,10 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <csignal>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
@@ -30,10 +32,26 @@ std::pair<size_t, size_t> Chunk(size_t count, int parts, int i) {
   return {begin, begin + base + (static_cast<size_t>(i) < extra ? 1 : 0)};
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that dies
+// mid-collective would kill this process with SIGPIPE instead of failing
+// the call with EPIPE. A process that left SIGPIPE at its default gets it
+// ignored; one that installed its own handler keeps it.
+void IgnoreSigpipeUnlessHandled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     KeyValueClient* kv, const Options& options) {
+  IgnoreSigpipeUnlessHandled();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;

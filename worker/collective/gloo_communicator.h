@@ -43,6 +43,8 @@ class GlooCommunicator : public Communicator {
 
   // Connects the full mesh. Errors: DeadlineExceeded/Aborted from the key-
   // value store when a peer does not show up, Unavailable on socket errors.
+  // Sets SIGPIPE to ignored if the process left it at its default, so that a
+  // dead peer fails the collective instead of killing the process.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       KeyValueClient* kv, const Options& options);
   ~GlooCommunicator() override;
