@@ -1,8 +1,9 @@
-// All-reduce throughput on loopback: lockstep's GlooCommunicator against a
-// plain gloo::allreduce (ring) loop, both in this run, ranks as threads over
-// Gloo's TCP transport. Reports per size the median time, algorithm
-// bandwidth (bytes / time) and bus bandwidth (algbw * 2(W-1)/W, as
-// nccl-tests define it), and lockstep's time relative to plain Gloo.
+// All-reduce throughput on loopback: lockstep's GlooCommunicator (its direct
+// and ring algorithms) against a plain gloo::allreduce (ring) loop, all in
+// this run, ranks as threads over Gloo's TCP transport. Reports per size the
+// median time, algorithm bandwidth (bytes / time) and bus bandwidth
+// (algbw * 2(W-1)/W, as nccl-tests define it), and lockstep's time relative
+// to plain Gloo.
 //
 //   allreduce_bench [MAX_MIB]
 #include <gloo/allreduce.h>
@@ -55,7 +56,9 @@ double Time(int world, int iterations, const std::function<void(int)>& op) {
 void Run(int world, size_t max_bytes) {
   // Connect both implementations once.
   worker::InMemoryKeyValue kv;
+  worker::InMemoryKeyValue ring_kv;
   std::vector<std::unique_ptr<worker::GlooCommunicator>> ours(world);
+  std::vector<std::unique_ptr<worker::GlooCommunicator>> ring(world);
   gloo::rendezvous::HashStore store;
   std::vector<std::shared_ptr<gloo::Context>> plain(world);
   std::vector<std::thread> threads;
@@ -65,6 +68,8 @@ void Run(int world, size_t max_bytes) {
       options.rank = rank;
       options.size = world;
       ours[rank] = *worker::GlooCommunicator::Connect(&kv, options);
+      options.algorithm = worker::GlooCommunicator::Algorithm::kRing;
+      ring[rank] = *worker::GlooCommunicator::Connect(&ring_kv, options);
       gloo::transport::tcp::attr attr;
       attr.hostname = "127.0.0.1";
       auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -75,9 +80,9 @@ void Run(int world, size_t max_bytes) {
   }
   for (std::thread& t : threads) t.join();
 
-  std::printf("\nW = %d\n%10s %12s %10s %10s %12s %10s %10s %8s\n", world,
-              "bytes", "lockstep us", "algbw GB/s", "busbw GB/s", "gloo us",
-              "algbw GB/s", "busbw GB/s", "ratio");
+  std::printf("\nW = %d\n%10s %10s %8s %8s %10s %8s %8s %10s %8s %8s\n", world,
+              "bytes", "direct us", "busbw", "ratio", "ring us", "busbw",
+              "ratio", "gloo us", "algbw", "busbw");
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const size_t count = bytes / sizeof(float);
     std::vector<std::vector<float>> data(world,
@@ -87,6 +92,9 @@ void Run(int world, size_t max_bytes) {
                                                  : 50;
     double t_ours = Time(world, iterations, [&](int rank) {
       (void)ours[rank]->AllReduceSum(data[rank].data(), count);
+    });
+    double t_ring = Time(world, iterations, [&](int rank) {
+      (void)ring[rank]->AllReduceSum(data[rank].data(), count);
     });
     std::vector<uint32_t> tags(world, 0);
     double t_plain = Time(world, iterations, [&](int rank) {
@@ -101,10 +109,11 @@ void Run(int world, size_t max_bytes) {
     });
     auto algbw = [&](double t) { return bytes / t / 1e9; };
     double bus = 2.0 * (world - 1) / world;
-    std::printf("%10zu %12.1f %10.3f %10.3f %12.1f %10.3f %10.3f %8.2f\n",
-                bytes, t_ours * 1e6, algbw(t_ours), algbw(t_ours) * bus,
-                t_plain * 1e6, algbw(t_plain), algbw(t_plain) * bus,
-                t_ours / t_plain);
+    std::printf(
+        "%10zu %10.1f %8.3f %8.2f %10.1f %8.3f %8.2f %10.1f %8.3f %8.3f\n",
+        bytes, t_ours * 1e6, algbw(t_ours) * bus, t_ours / t_plain,
+        t_ring * 1e6, algbw(t_ring) * bus, t_ring / t_plain, t_plain * 1e6,
+        algbw(t_plain), algbw(t_plain) * bus);
   }
 }
 
@@ -114,7 +123,7 @@ void Run(int world, size_t max_bytes) {
 int main(int argc, char** argv) {
   size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
   std::printf(
-      "all-reduce (sum, fp32) on loopback; ratio = lockstep time / "
+      "all-reduce (sum, fp32) on loopback; GB/s; ratio = lockstep time / "
       "plain Gloo time (lower is better)\n");
   for (int world : {2, 4}) lockstep::Run(world, max_mib << 20);
   return 0;

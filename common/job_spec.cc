@@ -133,6 +133,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
     spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
   v1::CommunicationSpec* comm = spec->mutable_communication();
   if (comm->backend().empty()) comm->set_backend("auto");
+  if (comm->algorithm().empty()) comm->set_algorithm("direct");
   if (comm->bucket_mb() == 0) comm->set_bucket_mb(25);
   if (!comm->has_overlap()) comm->set_overlap(true);
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
@@ -214,6 +215,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   RETURN_IF_ERROR(CheckChoice("communication.backend",
                               spec.communication().backend(),
                               {"auto", "gloo", "nccl"}));
+  RETURN_IF_ERROR(CheckChoice("communication.algorithm",
+                              spec.communication().algorithm(),
+                              {"direct", "ring"}));
   if (!(spec.communication().bucket_mb() > 0)) {
     return Invalid(
         absl::StrCat("communication.bucket_mb must be positive, got ",

@@ -632,17 +632,19 @@ TEST(BadInputTest, CorruptStateDirIsAClearError) {
 // DESIGN §4: the global batch is the unit. The same job as 1x64, 2x32, 4x16
 // and 2x16 with 2 accumulation steps follows the same loss curve and ends
 // at the same accuracy.
-TEST(LocalTest, OneTwoAndFourWorkersAndAccumulationGiveTheSameLosses) {
+TEST(LocalTest, OneTwoAndFourWorkersAccumulationAndRingGiveTheSameLosses) {
   std::string dir = TempDir("local");
   struct Config {
     const char* name;
     int workers;
     int per_replica;
     int accumulation;
+    const char* algorithm = "direct";
   };
   const std::vector<Config> configs = {{"1x64", 1, 64, 1},
                                        {"2x32", 2, 32, 1},
                                        {"4x16", 4, 16, 1},
+                                       {"4x16-ring", 4, 16, 1, "ring"},
                                        {"2x16x2", 2, 16, 2}};
   std::map<std::string, std::vector<double>> losses;
   std::map<std::string, double> accuracy;
@@ -652,6 +654,7 @@ TEST(LocalTest, OneTwoAndFourWorkersAndAccumulationGiveTheSameLosses) {
          "--threads", "1", "--json", "--set",
          absl::StrCat("per_replica_batch_size=", c.per_replica), "--set",
          absl::StrCat("accumulation_steps=", c.accumulation), "--set",
+         absl::StrCat("communication.algorithm=", c.algorithm), "--set",
          "max_steps=100", "--metrics-out", dir + "/" + c.name + ".csv", kMlp});
     ASSERT_EQ(r.code, 0) << c.name << ": " << r.err;
     google::protobuf::Struct summary = LastJsonLine(r.out);

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -20,15 +21,22 @@
 namespace lockstep::worker {
 namespace {
 
+using Algorithm = GlooCommunicator::Algorithm;
+
+std::string AlgorithmName(Algorithm algorithm) {
+  return algorithm == Algorithm::kRing ? "Ring" : "Direct";
+}
+
 struct Case {
   int world;
   size_t count;
+  Algorithm algorithm = Algorithm::kDirect;
 };
 
 class GlooAllReduceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
-  const auto [world, count] = GetParam();
+  const auto [world, count, algorithm] = GetParam();
   InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   std::vector<absl::Status> errors(world);
@@ -39,6 +47,7 @@ TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
       options.rank = rank;
       options.size = world;
       options.timeout = absl::Seconds(30);
+      options.algorithm = algorithm;
       auto comm = GlooCommunicator::Connect(&kv, options);
       if (!comm.ok()) {
         errors[rank] = comm.status();
@@ -70,10 +79,16 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooAllReduceTest,
                          ::testing::Values(Case{1, 5}, Case{2, 0}, Case{2, 1},
                                            Case{2, 1001}, Case{3, 7},
                                            Case{3, 1 << 20}, Case{4, 3},
-                                           Case{4, 262147}),
+                                           Case{4, 262147},
+                                           Case{2, 1, Algorithm::kRing},
+                                           Case{3, 2, Algorithm::kRing},
+                                           Case{3, 1 << 20, Algorithm::kRing},
+                                           Case{4, 3, Algorithm::kRing},
+                                           Case{4, 262147, Algorithm::kRing}),
                          [](const auto& info) {
-                           return "W" + std::to_string(info.param.world) +
-                                  "_N" + std::to_string(info.param.count);
+                           return AlgorithmName(info.param.algorithm) + "_W" +
+                                  std::to_string(info.param.world) + "_N" +
+                                  std::to_string(info.param.count);
                          });
 
 // Only rank 0 of 2 shows up, so the rendezvous timeout is certain.
@@ -138,7 +153,8 @@ namespace {
 
 // Runs `body(rank, comm)` on `world` ranks connected over loopback.
 void OnRanks(int world, absl::Duration timeout,
-             const std::function<void(int, Communicator&)>& body) {
+             const std::function<void(int, Communicator&)>& body,
+             Algorithm algorithm = Algorithm::kDirect) {
   InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
@@ -147,6 +163,7 @@ void OnRanks(int world, absl::Duration timeout,
       options.rank = rank;
       options.size = world;
       options.timeout = timeout;
+      options.algorithm = algorithm;
       auto comm = GlooCommunicator::Connect(&kv, options);
       ASSERT_TRUE(comm.ok()) << comm.status();
       body(rank, **comm);
@@ -155,67 +172,110 @@ void OnRanks(int world, absl::Duration timeout,
   for (std::thread& t : threads) t.join();
 }
 
-class GlooWorldTest : public ::testing::TestWithParam<int> {};
+class GlooWorldTest
+    : public ::testing::TestWithParam<std::tuple<int, Algorithm>> {};
 
 TEST_P(GlooWorldTest, AllGatherAndBarrier) {
-  const int world = GetParam();
+  const auto [world, algorithm] = GetParam();
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{13}, size_t{100000}}) {
-    OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
-      std::vector<char> in(bytes, static_cast<char>('a' + rank));
-      std::vector<char> out(world * bytes, 0);
-      ASSERT_TRUE(comm.AllGather(in.data(), bytes, out.data()).ok());
-      for (int r = 0; r < world; ++r) {
-        for (size_t i = 0; i < bytes; ++i) {
-          ASSERT_EQ(out[r * bytes + i], 'a' + r);
-        }
-      }
-      ASSERT_TRUE(comm.Barrier().ok());
-    });
+    OnRanks(
+        world, absl::Seconds(30),
+        [&](int rank, Communicator& comm) {
+          std::vector<char> in(bytes, static_cast<char>('a' + rank));
+          std::vector<char> out(world * bytes, 0);
+          ASSERT_TRUE(comm.AllGather(in.data(), bytes, out.data()).ok());
+          for (int r = 0; r < world; ++r) {
+            for (size_t i = 0; i < bytes; ++i) {
+              ASSERT_EQ(out[r * bytes + i], 'a' + r);
+            }
+          }
+          ASSERT_TRUE(comm.Barrier().ok());
+        },
+        algorithm);
   }
 }
 
-// Each element is summed in rank order whatever the split, so reducing a
-// buffer in pieces (as gradient buckets do) is bitwise the flat result.
+// With the direct algorithm each element is summed in rank order whatever
+// the split, so reducing a buffer in pieces (as gradient buckets do) is
+// bitwise the flat result. The ring's order depends on the chunk, so there
+// the pieces agree with the flat sum only to rounding, and every rank must
+// still hold the same bits.
 TEST_P(GlooWorldTest, SplitReductionIsBitwiseTheFlatOne) {
-  const int world = GetParam();
+  const auto [world, algorithm] = GetParam();
   const size_t n = 10007;
-  OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
-    std::mt19937 random(rank + 1);
-    std::normal_distribution<float> normal(0, 1e3);
-    std::vector<float> flat(n);
-    for (float& x : flat) x = normal(random);
-    std::vector<float> pieces = flat;
-    ASSERT_TRUE(comm.AllReduceSum(flat.data(), n).ok());
-    ASSERT_TRUE(comm.AllReduceSum(pieces.data(), 77).ok());
-    ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 77, 5000).ok());
-    ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 5077, n - 5077).ok());
-    ASSERT_EQ(std::memcmp(flat.data(), pieces.data(), n * sizeof(float)), 0);
-  });
+  std::vector<std::vector<float>> results(world);
+  OnRanks(
+      world, absl::Seconds(30),
+      [&](int rank, Communicator& comm) {
+        std::mt19937 random(rank + 1);
+        std::normal_distribution<float> normal(0, 1e3);
+        std::vector<float> flat(n);
+        for (float& x : flat) x = normal(random);
+        std::vector<float> pieces = flat;
+        ASSERT_TRUE(comm.AllReduceSum(flat.data(), n).ok());
+        ASSERT_TRUE(comm.AllReduceSum(pieces.data(), 77).ok());
+        ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 77, 5000).ok());
+        ASSERT_TRUE(comm.AllReduceSum(pieces.data() + 5077, n - 5077).ok());
+        if (algorithm == Algorithm::kDirect) {
+          ASSERT_EQ(std::memcmp(flat.data(), pieces.data(), n * sizeof(float)),
+                    0);
+        } else {
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(flat[i], pieces[i],
+                        1e-3f * (std::fabs(flat[i]) + 1e3f));
+          }
+        }
+        results[rank] = std::move(pieces);
+      },
+      algorithm);
+  for (int rank = 1; rank < world; ++rank) {
+    ASSERT_EQ(
+        std::memcmp(results[0].data(), results[rank].data(), n * sizeof(float)),
+        0)
+        << "rank " << rank;
+  }
 }
 
 TEST_P(GlooWorldTest, HalfPrecisionSumsAreWithinTheirPrecision) {
-  const int world = GetParam();
+  const auto [world, algorithm] = GetParam();
+  // The direct algorithm rounds once; the ring at each of its W-1 hops.
+  const int roundings =
+      algorithm == Algorithm::kRing ? std::max(1, world - 1) : 1;
   const size_t n = 1001;
   for (DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
-    OnRanks(world, absl::Seconds(30), [&](int rank, Communicator& comm) {
-      auto to = type == DataType::kBFloat16 ? FloatToBFloat16 : FloatToHalf;
-      auto from = type == DataType::kBFloat16 ? BFloat16ToFloat : HalfToFloat;
-      std::vector<uint16_t> data(n);
-      for (size_t i = 0; i < n; ++i) data[i] = to(0.01f * i * (rank + 1));
-      ASSERT_TRUE(comm.AllReduceSum(data.data(), n, type).ok());
-      const float relative =
-          type == DataType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
-      for (size_t i = 0; i < n; ++i) {
-        float exact = 0;
-        for (int r = 0; r < world; ++r) exact += from(to(0.01f * i * (r + 1)));
-        ASSERT_NEAR(from(data[i]), exact, relative * std::fabs(exact) + 1e-6)
-            << "element " << i;
-      }
-    });
+    OnRanks(
+        world, absl::Seconds(30),
+        [&](int rank, Communicator& comm) {
+          auto to = type == DataType::kBFloat16 ? FloatToBFloat16 : FloatToHalf;
+          auto from =
+              type == DataType::kBFloat16 ? BFloat16ToFloat : HalfToFloat;
+          std::vector<uint16_t> data(n);
+          for (size_t i = 0; i < n; ++i) data[i] = to(0.01f * i * (rank + 1));
+          ASSERT_TRUE(comm.AllReduceSum(data.data(), n, type).ok());
+          const float relative =
+              roundings *
+              (type == DataType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024);
+          for (size_t i = 0; i < n; ++i) {
+            float exact = 0;
+            for (int r = 0; r < world; ++r)
+              exact += from(to(0.01f * i * (r + 1)));
+            ASSERT_NEAR(from(data[i]), exact,
+                        relative * std::fabs(exact) + 1e-6)
+                << "element " << i;
+          }
+        },
+        algorithm);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, GlooWorldTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                       ::testing::Values(Algorithm::kDirect, Algorithm::kRing)),
+    [](const auto& info) {
+      return AlgorithmName(std::get<1>(info.param)) + "_W" +
+             std::to_string(std::get<0>(info.param));
+    });
 
 // Rank 2 of 3 connects, then never joins the all-reduce and disappears: the
 // others fail within their timeout and name it.

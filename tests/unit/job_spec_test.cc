@@ -111,6 +111,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "model is \"resnet\""},
         BadSpec{R"({"global_batch_size": 8, "lr_scaling": "cubic"})",
                 "lr_scaling"},
+        BadSpec{R"({"global_batch_size": 8,
+                    "communication": {"algorithm": "tree"}})",
+                "communication.algorithm is \"tree\"; choose one of direct, "
+                "ring"},
         BadSpec{R"({"global_batch_size": 8, "optimizer": {"type": "lion"}})",
                 "optimizer.type"},
         BadSpec{R"({"global_batch_size": -8})", "must be positive"},

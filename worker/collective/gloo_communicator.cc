@@ -25,6 +25,31 @@ struct AbortedWait : std::runtime_error {
   AbortedWait() : std::runtime_error("aborted") {}
 };
 
+// dst[i] += src[i] for `count` elements of `type` (16-bit ones added in
+// fp32 and rounded back).
+void AddInto(char* dst, const char* src, size_t count, DataType type) {
+  switch (type) {
+    case DataType::kFloat32: {
+      float* out = reinterpret_cast<float*>(dst);
+      const float* in = reinterpret_cast<const float*>(src);
+      for (size_t i = 0; i < count; ++i) out[i] += in[i];
+      break;
+    }
+    case DataType::kBFloat16:
+    case DataType::kFloat16: {
+      uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+      const uint16_t* in = reinterpret_cast<const uint16_t*>(src);
+      const bool bf16 = type == DataType::kBFloat16;
+      for (size_t i = 0; i < count; ++i) {
+        out[i] = bf16 ? FloatToBFloat16(BFloat16ToFloat(out[i]) +
+                                        BFloat16ToFloat(in[i]))
+                      : FloatToHalf(HalfToFloat(out[i]) + HalfToFloat(in[i]));
+      }
+      break;
+    }
+  }
+}
+
 // Chunk `i` of `count` elements split `parts` ways: [begin, end).
 std::pair<size_t, size_t> Chunk(size_t count, int parts, int i) {
   size_t base = count / parts, extra = count % parts;
@@ -148,8 +173,19 @@ std::string GlooCommunicator::UnfinishedPeers() const {
 // is x0 + x1 + ... + x(W-1) whatever chunk it falls in.
 absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
                                             DataType type) {
+  if (count == 0 || size() == 1) return Guarded("all-reduce", {}, [] {});
+  switch (options_.algorithm) {
+    case Algorithm::kRing:
+      return RingAllReduceSum(data, count, type);
+    case Algorithm::kDirect:
+      break;
+  }
+  return DirectAllReduceSum(data, count, type);
+}
+
+absl::Status GlooCommunicator::DirectAllReduceSum(void* data, size_t count,
+                                                  DataType type) {
   const int world = size();
-  if (count == 0 || world == 1) return Guarded("all-reduce", {}, [] {});
   const int me = rank();
   const size_t esize = ElementSize(type);
   const size_t largest = Chunk(count, world, 0).second;
@@ -207,6 +243,59 @@ absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
     }
     Wait(*out, recvs, /*sends=*/false);
     Wait(*out, sends, /*sends=*/true);
+  });
+}
+
+// Round s of the reduce-scatter: send chunk (me - s) to the right, receive
+// chunk (me - s - 1) from the left and add it in; after W-1 rounds rank r
+// holds the sum of chunk r + 1. Round s of the all-gather: pass on chunk
+// (me + 1 - s), receive chunk (me - s) in place.
+absl::Status GlooCommunicator::RingAllReduceSum(void* data, size_t count,
+                                                DataType type) {
+  const int world = size();
+  const int me = rank();
+  const size_t esize = ElementSize(type);
+  const size_t largest = Chunk(count, world, 0).second;
+  if (scratch_.size() < largest * esize) scratch_.resize(largest * esize);
+  const int right = (me + 1) % world;
+  const int left = (me + world - 1) % world;
+  auto chunk = [&](int c) { return Chunk(count, world, (c + world) % world); };
+  char* bytes = static_cast<char*>(data);
+  auto out = context_->createUnboundBuffer(data, count * esize);
+  auto in = context_->createUnboundBuffer(scratch_.data(), scratch_.size());
+  const uint64_t slot = NextSlot();
+  return Guarded("all-reduce", {out.get(), in.get()}, [&] {
+    // One round: send [send) right, receive [recv) from the left into `to`
+    // at `to_offset` elements.
+    auto round = [&](uint64_t tag, std::pair<size_t, size_t> send,
+                     std::pair<size_t, size_t> recv, UnboundBuffer& to,
+                     size_t to_offset) {
+      int sends = 0, recvs = 0;
+      if (send.second > send.first) {
+        ++expected_[right];  // before posting: a post can throw
+        out->send(right, tag, send.first * esize,
+                  (send.second - send.first) * esize);
+        ++sends;
+      }
+      if (recv.second > recv.first) {
+        ++expected_[left];  // before posting: a post can throw
+        to.recv(left, tag, to_offset * esize,
+                (recv.second - recv.first) * esize);
+        ++recvs;
+      }
+      Wait(to, recvs, /*sends=*/false);
+      Wait(*out, sends, /*sends=*/true);
+    };
+    for (int s = 0; s < world - 1; ++s) {
+      const auto recv = chunk(me - s - 1);
+      round(slot + s, chunk(me - s), recv, *in, 0);
+      AddInto(bytes + recv.first * esize, scratch_.data(),
+              recv.second - recv.first, type);
+    }
+    for (int s = 0; s < world - 1; ++s) {
+      const auto recv = chunk(me - s);
+      round(slot + world + s, chunk(me + 1 - s), recv, *out, recv.first);
+    }
   });
 }
 

@@ -2,8 +2,8 @@
 // through the coordinator's key-value store (KvStore). The collectives are
 // lockstep's own algorithms over Gloo's unbound buffers, because their waits
 // can be aborted from another thread (Gloo's built-in algorithms can only
-// time out, and a hung peer keeps its sockets open), and because the
-// all-reduce must sum each element in rank order whatever the buffer split.
+// time out, and a hung peer keeps its sockets open), and because the direct
+// all-reduce sums each element in rank order whatever the buffer split.
 //
 // Thread-compatible: one thread issues the collectives; Abort() may be called
 // from any thread.
@@ -32,6 +32,21 @@ namespace lockstep::worker {
 
 class GlooCommunicator : public Communicator {
  public:
+  // How AllReduceSum moves the data. Both send 2(W-1)/W of the buffer per
+  // rank; they differ in who talks to whom.
+  enum class Algorithm {
+    // Reduce-scatter by direct exchange with every peer, then all-gather:
+    // two rounds whatever W, so the fewest latencies; each element is summed
+    // as x0 + x1 + ... in rank order (bf16/fp16 in fp32, rounded once).
+    kDirect,
+    // Reduce-scatter then all-gather around the ring of ranks: 2(W-1)
+    // rounds, each rank talks only to its two neighbours, which suits
+    // networks where the mesh's concurrent flows contend. Each chunk is
+    // summed in a different rank order; bf16/fp16 partial sums are rounded
+    // at every hop.
+    kRing,
+  };
+
   struct Options {
     int rank = 0;
     int size = 1;
@@ -39,6 +54,7 @@ class GlooCommunicator : public Communicator {
     std::string host = "127.0.0.1";
     // Bounds rendezvous and every collective.
     absl::Duration timeout = absl::Seconds(60);
+    Algorithm algorithm = Algorithm::kDirect;
   };
 
   // Connects the full mesh. Errors: DeadlineExceeded/Aborted from the key-
@@ -72,13 +88,16 @@ class GlooCommunicator : public Communicator {
   // Waits for `n` pending sends (or receives) of `buffer`, counting each
   // peer's completions; throws on abort so `body` unwinds.
   void Wait(gloo::transport::UnboundBuffer& buffer, int n, bool sends);
+  absl::Status DirectAllReduceSum(void* data, size_t count, DataType type);
+  absl::Status RingAllReduceSum(void* data, size_t count, DataType type);
   // Sums the owned chunk [begin, begin + count) of `data` with the peers'
   // copies in `scratch` (one `stride`-element block per peer), in rank order.
   void SumInRankOrder(void* data, const char* scratch, size_t begin,
                       size_t count, size_t stride, DataType type);
   // The peers whose sends/receives of the current call did not complete.
   std::string UnfinishedPeers() const;
-  uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 8); }
+  // Each call's tags: room for the ring's 2(W-1) rounds.
+  uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 20); }
 
   const Options options_;
   std::shared_ptr<gloo::Context> context_;

@@ -367,6 +367,9 @@ absl::Status Generation::Setup() {
     options.rank = rank_;
     options.size = world_;
     options.host = task_.host;
+    options.algorithm = spec_.communication().algorithm() == "ring"
+                            ? GlooCommunicator::Algorithm::kRing
+                            : GlooCommunicator::Algorithm::kDirect;
     auto comm = GlooCommunicator::Connect(task_.kv.get(), options);
     if (comm.ok()) comm_ = *std::move(comm);
     connected = comm.status();
