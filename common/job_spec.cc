@@ -41,6 +41,20 @@ absl::Status CheckChoice(absl::string_view field, const std::string& value,
       absl::StrCat(field, " is \"", value, "\"; choose one of ", choices));
 }
 
+// "model": "cnn" is short for "model": {"name": "cnn"}. Returns whether
+// anything was expanded.
+bool ExpandShorthands(Struct* root) {
+  auto it = root->mutable_fields()->find("model");
+  if (it == root->mutable_fields()->end() ||
+      it->second.kind_case() != Value::kStringValue) {
+    return false;
+  }
+  const std::string name = it->second.string_value();
+  (*it->second.mutable_struct_value()->mutable_fields())["name"]
+      .set_string_value(name);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
@@ -48,7 +62,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
   v1::JobSpec spec;
   pbutil::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = pbutil::JsonStringToMessage(std::string(json), &spec, options);
+  std::string text(json);
+  Struct root;
+  if (pbutil::JsonStringToMessage(text, &root).ok() &&
+      ExpandShorthands(&root)) {
+    text.clear();  // MessageToJsonString appends
+    (void)pbutil::MessageToJsonString(root, &text);
+  }
+  auto status = pbutil::JsonStringToMessage(text, &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         origin, ": ",
@@ -95,6 +116,12 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
     node = child.mutable_struct_value();
   }
   (*node->mutable_fields())[path.back()] = value;
+  ExpandShorthands(&root);
+  // A built-in model and a TorchScript file exclude each other too.
+  if (field == "model.name" || field == "model.torchscript") {
+    node->mutable_fields()->erase(field == "model.name" ? "torchscript"
+                                                        : "name");
+  }
   // The two batch sizes exclude each other: setting one replaces the other.
   if (path.size() == 1 &&
       (field == "global_batch_size" || field == "per_replica_batch_size")) {
@@ -118,7 +145,15 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
 
 void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->name().empty()) spec->set_name("job");
-  if (spec->model().empty()) spec->set_model("mlp");
+  v1::ModelSpec* model = spec->mutable_model();
+  if (model->name().empty() && model->torchscript().empty()) {
+    model->set_name("mlp");
+  }
+  if (spec->precision().empty()) spec->set_precision("fp32");
+  if (!spec->has_loss_scale()) spec->set_loss_scale(65536);
+  if (!spec->has_loss_scale_growth_interval()) {
+    spec->set_loss_scale_growth_interval(2000);
+  }
   if (spec->data().format().empty()) spec->mutable_data()->set_format("idx");
   if (spec->data().dir().empty())
     spec->mutable_data()->set_dir(kDefaultDataDir);
@@ -205,7 +240,26 @@ absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
-  RETURN_IF_ERROR(CheckChoice("model", spec.model(), {"mlp", "cnn"}));
+  const v1::ModelSpec& model = spec.model();
+  if (model.torchscript().empty()) {
+    RETURN_IF_ERROR(
+        CheckChoice("model.name", model.name(), {"mlp", "cnn", "resnet"}));
+  } else if (!model.name().empty()) {
+    return Invalid(absl::StrCat(
+        "model.name \"", model.name(), "\" and model.torchscript \"",
+        model.torchscript(), "\" are both set; give one of them"));
+  }
+  if (!(model.dropout() >= 0 && model.dropout() < 1)) {
+    return Invalid(
+        absl::StrCat("model.dropout must be in [0, 1), got ", model.dropout()));
+  }
+  RETURN_IF_ERROR(
+      CheckChoice("precision", spec.precision(), {"fp32", "bf16", "fp16"}));
+  if (!(spec.loss_scale() >= 1) || spec.loss_scale_growth_interval() < 1) {
+    return Invalid(absl::StrCat(
+        "loss_scale must be >= 1 and loss_scale_growth_interval >= 1, got ",
+        spec.loss_scale(), " and ", spec.loss_scale_growth_interval()));
+  }
   RETURN_IF_ERROR(
       CheckChoice("data.format", spec.data().format(), {"idx", "npy"}));
   RETURN_IF_ERROR(

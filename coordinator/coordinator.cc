@@ -600,6 +600,9 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
                 : " from the initial state",
             "; ", repeated, " steps repeated"));
   }
+  for (const std::string& warning : report.warnings()) {
+    AddEventLocked(job, "warning", nullptr, warning);
+  }
   status.set_step(report.step());
   status.set_epoch(report.epoch());
   status.set_total_steps(report.total_steps());

@@ -748,6 +748,64 @@ TEST(LocalTest, TrainsOnNumpyArrays) {
   EXPECT_LT(losses.back(), losses.front() / 2);
 }
 
+// A user model exported as TorchScript trains as is, and the final model
+// comes back as TorchScript (a zip archive with the module's code).
+TEST(LocalTest, TorchScriptModelTrainsAndIsExportedAsTorchScript) {
+  const std::string dir = TempDir("torchscript");
+  const std::string model = dir + "/net.pt";
+  Result made =
+      RunCommand({kBin + "/lockstep-example-torchscript", model, "3"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  Result r = RunCommand(
+      {kBin + "/lockstep", "local", "--workers", "2", "--json", "--set",
+       "model.torchscript=" + model, "--set", "max_steps=120", "--set",
+       "global_batch_size=64", "--set", "export=" + dir + "/trained.pt",
+       "--metrics-out", dir + "/losses.csv", kMlp});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto summary = LastJsonLine(r.out).fields();
+  EXPECT_EQ(summary.at("state").string_value(), "succeeded");
+  EXPECT_GT(summary.at("test_accuracy").number_value(), 0.6);
+  std::vector<double> losses = ReadLosses(dir + "/losses.csv");
+  ASSERT_EQ(losses.size(), 120u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += losses[i];
+    last += losses[losses.size() - 1 - i];
+  }
+  EXPECT_LT(last, first / 2);
+  auto exported = ReadFileToString(dir + "/trained.pt");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->substr(0, 2), "PK");
+  EXPECT_NE(exported->find("code/"), std::string::npos);
+}
+
+// bf16 trains the CNN to the accuracy of fp32 after one epoch (of a
+// 12,800-sample part of Fashion-MNIST); fp16 needs a GPU, and a CPU-only
+// worker says so and suggests bf16.
+TEST(LocalTest, EachPrecisionTrainsTheCnnAsWellAsFp32) {
+  const std::string dir = WriteNpyDataSet(12800, 2000);
+  std::map<std::string, double> accuracy;
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    Result r = RunCommand(
+        {kBin + "/lockstep", "local", "--workers", "2", "--json", "--set",
+         "model=cnn", "--set", "data.format=npy", "--set", "data.dir=" + dir,
+         "--set", "epochs=1", "--set", "global_batch_size=64", "--set",
+         absl::StrCat("precision=", precision), kMlp});
+    if (std::string(precision) == "fp16") {
+      EXPECT_EQ(r.code, 1) << r.out << r.err;
+      EXPECT_THAT(r.out + r.err, AllOf(HasSubstr("fp16"), HasSubstr("GPU"),
+                                       HasSubstr("bf16")));
+      continue;
+    }
+    ASSERT_EQ(r.code, 0) << precision << ": " << r.err;
+    const auto summary = LastJsonLine(r.out).fields();
+    EXPECT_EQ(summary.at("steps").number_value(), 200) << precision;
+    accuracy[precision] = summary.at("test_accuracy").number_value();
+  }
+  EXPECT_GT(accuracy["fp32"], 0.75);
+  EXPECT_NEAR(accuracy["bf16"], accuracy["fp32"], 0.01);
+}
+
 TEST(BadInputTest, TruncatedNumpyFileFailsTheJobWithItsName) {
   std::string dir = WriteNpyDataSet(640, 100);
   auto labels = ReadFileToString(dir + "/test_labels.npy");
@@ -871,8 +929,10 @@ class CheckpointTest : public ClusterTest {
            s.checkpoints(s.checkpoints_size() - 1).step() >= step;
   }
 
-  // Submits kCheckpointJob saving every 10 steps, waits for the checkpoint of
-  // step 20, and SIGKILLs every worker (reaped): no live state survives.
+  // Submits `sets` (kCheckpointJob by default) saving every 10 steps, waits
+  // for the checkpoint of step 20, and SIGKILLs every worker (reaped): no
+  // live state survives.
+  std::string TrainThenKillEveryWorker(const std::vector<std::string>& sets);
   std::string TrainThenKillEveryWorker();
 
   std::string backup_;
@@ -882,7 +942,12 @@ const std::vector<std::string> kCheckpointJob = {
     "max_steps=60", "global_batch_size=64", "log_every_steps=1"};
 
 std::string CheckpointTest::TrainThenKillEveryWorker() {
-  std::string job = Submit(WithCheckpoints(kCheckpointJob, 10));
+  return TrainThenKillEveryWorker(kCheckpointJob);
+}
+
+std::string CheckpointTest::TrainThenKillEveryWorker(
+    const std::vector<std::string>& sets) {
+  std::string job = Submit(WithCheckpoints(sets, 10));
   WatchUntil(job, [](const v1::JobStatus& s) {
     return HasCheckpointAtLeast(s, 20) || Ended(s);
   });
@@ -944,6 +1009,27 @@ TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
   const v1::JobEvent* resumed = FindEvent(done, "resumed");
   ASSERT_NE(resumed, nullptr);
   EXPECT_THAT(resumed->message(), HasSubstr("from checkpoint ckpt-0000000"));
+  ExpectLatestVerifies(job);
+}
+
+// Dropout masks are a function of (seed, rank, step), batch norm's running
+// statistics travel in the checkpoint, and bf16 autocast is deterministic:
+// the restored run still ends with the uninterrupted run's model.
+TEST_F(CheckpointTest, ResnetWithDropoutInBf16ResumesBitForBit) {
+  StartCluster(2);
+  std::vector<std::string> sets = kCheckpointJob;
+  for (const char* set : {"model.name=resnet", "model.dropout=0.2",
+                          "precision=bf16", "max_steps=40"}) {
+    sets.push_back(set);
+  }
+  std::string reference = UninterruptedDigest(sets);
+  std::string job = TrainThenKillEveryWorker(sets);
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  ASSERT_NE(FindEvent(done, "resumed"), nullptr);
   ExpectLatestVerifies(job);
 }
 

@@ -102,7 +102,7 @@ TEST_F(CoordinatorTest, JobStartsWhenEnoughWorkersAndAssignsRanksInOrder) {
   EXPECT_EQ(b.commands[0].assignment().rank(), 1);
   EXPECT_EQ(a.commands[0].assignment().world_size(), 2);
   EXPECT_EQ(a.commands[0].assignment().generation(), 1);
-  EXPECT_EQ(a.commands[0].assignment().spec().model(),
+  EXPECT_EQ(a.commands[0].assignment().spec().model().name(),
             "mlp");  // defaults applied
 }
 

@@ -25,7 +25,8 @@ v1::JobSpec Parse(const char* json) {
 
 TEST(JobSpecTest, DefaultsAreApplied) {
   v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
-  EXPECT_EQ(spec.model(), "mlp");
+  EXPECT_EQ(spec.model().name(), "mlp");
+  EXPECT_EQ(spec.precision(), "fp32");
   EXPECT_EQ(spec.epochs(), 1);
   EXPECT_EQ(spec.optimizer().type(), "sgd");
   EXPECT_DOUBLE_EQ(spec.optimizer().momentum(), 0.9);
@@ -33,6 +34,22 @@ TEST(JobSpecTest, DefaultsAreApplied) {
   EXPECT_EQ(spec.lr_scaling(), "none");
   EXPECT_EQ(spec.data().dir(), kDefaultDataDir);
   EXPECT_TRUE(ValidateJobSpec(spec, 2).ok());
+}
+
+TEST(JobSpecTest, ModelIsANameOrAnObject) {
+  EXPECT_EQ(Parse(R"({"global_batch_size": 8, "model": "cnn"})").model().name(),
+            "cnn");
+  v1::JobSpec spec = Parse(
+      R"({"global_batch_size": 8, "precision": "bf16",
+          "model": {"name": "resnet", "dropout": 0.25}})");
+  EXPECT_EQ(spec.model().name(), "resnet");
+  EXPECT_DOUBLE_EQ(spec.model().dropout(), 0.25);
+  EXPECT_EQ(spec.precision(), "bf16");
+  spec = Parse(R"({"global_batch_size": 8,
+                   "model": {"torchscript": "/models/net.pt"}})");
+  EXPECT_EQ(spec.model().name(), "");
+  EXPECT_EQ(spec.model().torchscript(), "/models/net.pt");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
 TEST(JobSpecTest, AdamDefaultsToItsOwnLearningRate) {
@@ -107,8 +124,17 @@ TEST_P(JobSpecInvalidTest, IsRejected) {
 INSTANTIATE_TEST_SUITE_P(
     Rules, JobSpecInvalidTest,
     ::testing::Values(
-        BadSpec{R"({"global_batch_size": 8, "model": "resnet"})",
-                "model is \"resnet\""},
+        BadSpec{R"({"global_batch_size": 8, "model": "resnet9"})",
+                "model.name is \"resnet9\"; choose one of mlp, cnn, resnet"},
+        BadSpec{R"({"global_batch_size": 8,
+                    "model": {"name": "cnn", "torchscript": "/m.pt"}})",
+                "both set"},
+        BadSpec{R"({"global_batch_size": 8, "model": {"dropout": 1}})",
+                "model.dropout must be in [0, 1)"},
+        BadSpec{R"({"global_batch_size": 8, "precision": "fp8"})",
+                "precision is \"fp8\"; choose one of fp32, bf16, fp16"},
+        BadSpec{R"({"global_batch_size": 8, "loss_scale": 0.5})",
+                "loss_scale must be >= 1"},
         BadSpec{R"({"global_batch_size": 8, "lr_scaling": "cubic"})",
                 "lr_scaling"},
         BadSpec{R"({"global_batch_size": 8,
@@ -199,7 +225,10 @@ TEST(JobSpecTest, OverridesSetAnyField) {
   ASSERT_OK_OVERRIDE("seed=42", spec);
   ASSERT_OK_OVERRIDE("max_steps=50", spec);
   EXPECT_EQ(spec.epochs(), 3);
-  EXPECT_EQ(spec.model(), "cnn");
+  EXPECT_EQ(spec.model().name(), "cnn");
+  ASSERT_OK_OVERRIDE("model.torchscript=/models/net.pt", spec);
+  EXPECT_EQ(spec.model().name(), "");
+  EXPECT_EQ(spec.model().torchscript(), "/models/net.pt");
   EXPECT_EQ(spec.optimizer().type(), "adam");
   EXPECT_DOUBLE_EQ(spec.base_lr(), 0.05);
   EXPECT_EQ(spec.seed(), 42u);

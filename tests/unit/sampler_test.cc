@@ -60,5 +60,17 @@ TEST(SamplerTest, AnEpochVisitsEachSampleAtMostOnce) {
   EXPECT_EQ(seen.size(), 90u);  // the 5 left over are dropped this epoch
 }
 
+TEST(SamplerTest, StepSeedsArePureAndDistinct) {
+  std::set<uint64_t> seeds;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int64_t step = 0; step < 100; ++step) {
+      EXPECT_EQ(StepSeed(7, rank, step), StepSeed(7, rank, step));
+      seeds.insert(StepSeed(7, rank, step));
+    }
+  }
+  EXPECT_EQ(seeds.size(), 400u);
+  EXPECT_NE(StepSeed(7, 0, 0), StepSeed(8, 0, 0));
+}
+
 }  // namespace
 }  // namespace lockstep::worker

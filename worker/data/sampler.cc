@@ -25,6 +25,15 @@ uint64_t UniformBelow(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
+uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
+  uint64_t state = seed;
+  uint64_t mixed = SplitMix64(state);
+  state = mixed ^ static_cast<uint64_t>(rank);
+  mixed = SplitMix64(state);
+  state = mixed ^ static_cast<uint64_t>(step);
+  return SplitMix64(state);
+}
+
 GlobalSampler::GlobalSampler(uint64_t seed, int64_t dataset_size,
                              const BatchPlan& plan, int rank)
     : seed_(seed),

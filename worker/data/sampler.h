@@ -17,6 +17,12 @@
 
 namespace lockstep::worker {
 
+// The seed of rank `rank`'s random generators (LibTorch's CPU and CUDA
+// ones: dropout) for optimizer step `step`: a pure function, so a
+// replacement worker needs no generator state and a resumed run draws the
+// same masks as an uninterrupted one.
+uint64_t StepSeed(uint64_t seed, int rank, int64_t step);
+
 class GlobalSampler {
  public:
   GlobalSampler(uint64_t seed, int64_t dataset_size, const BatchPlan& plan,

@@ -1,30 +1,281 @@
 #include "worker/train/model.h"
 
+#include <torch/script.h>
+
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/sha256.h"
 
 namespace lockstep::worker {
+namespace {
 
-absl::StatusOr<torch::nn::Sequential> BuildModel(const std::string& name,
-                                                 int64_t rows, int64_t cols) {
-  namespace nn = torch::nn;
-  if (name == "mlp") {
-    return nn::Sequential(nn::Flatten(), nn::Linear(rows * cols, 256),
-                          nn::ReLU(), nn::Linear(256, 128), nn::ReLU(),
-                          nn::Linear(128, 10));
+namespace nn = torch::nn;
+
+// A stack of layers and a linear output layer.
+class SequentialNetwork : public Network {
+ public:
+  SequentialNetwork(nn::Sequential body, nn::Linear head)
+      : body_(register_module("body", std::move(body))),
+        head_(register_module("head", std::move(head))) {}
+
+  torch::Tensor Features(const torch::Tensor& images) override {
+    return body_->forward(images);
   }
-  if (name == "cnn") {
-    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)),
-                          nn::ReLU(), nn::MaxPool2d(2),
-                          nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)),
-                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-                          nn::Linear(64 * (rows / 4) * (cols / 4), 128),
-                          nn::ReLU(), nn::Linear(128, 10));
+  torch::Tensor Logits(const torch::Tensor& features) override {
+    return head_->forward(features.to(torch::kFloat32));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model \"", name, "\"; choose mlp or cnn"));
+
+ private:
+  nn::Sequential body_;
+  nn::Linear head_;
+};
+
+// Two 3x3 convolutions with batch norm, added to the input (through a 1x1
+// convolution where the shape changes).
+class ResidualBlockImpl : public nn::Module {
+ public:
+  ResidualBlockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1_(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3)
+                                                       .stride(stride)
+                                                       .padding(1)
+                                                       .bias(false)))),
+        bn1_(register_module("bn1", nn::BatchNorm2d(out))),
+        conv2_(register_module(
+            "conv2",
+            nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+        bn2_(register_module("bn2", nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      shortcut_ = register_module(
+          "shortcut",
+          nn::Sequential(
+              nn::Conv2d(
+                  nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+              nn::BatchNorm2d(out)));
+    }
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    return torch::relu(y + (shortcut_ ? shortcut_->forward(x) : x));
+  }
+
+ private:
+  nn::Conv2d conv1_;
+  nn::BatchNorm2d bn1_;
+  nn::Conv2d conv2_;
+  nn::BatchNorm2d bn2_;
+  nn::Sequential shortcut_{nullptr};
+};
+TORCH_MODULE(ResidualBlock);
+
+class ResNet : public Network {
+ public:
+  ResNet(int64_t channels, int64_t classes, double dropout)
+      : stem_(register_module(
+            "stem",
+            nn::Sequential(
+                nn::Conv2d(
+                    nn::Conv2dOptions(channels, 16, 3).padding(1).bias(false)),
+                nn::BatchNorm2d(16), nn::ReLU()))),
+        blocks_(register_module(
+            "blocks",
+            nn::Sequential(ResidualBlock(16, 16, 1), ResidualBlock(16, 32, 2),
+                           ResidualBlock(32, 64, 2)))),
+        dropout_(register_module("dropout", nn::Dropout(dropout))),
+        head_(register_module("head", nn::Linear(64, classes))) {}
+
+  torch::Tensor Features(const torch::Tensor& images) override {
+    torch::Tensor x = blocks_->forward(stem_->forward(images));
+    return dropout_->forward(x.mean({2, 3}));
+  }
+  torch::Tensor Logits(const torch::Tensor& features) override {
+    return head_->forward(features.to(torch::kFloat32));
+  }
+  bool has_batch_norm() const override { return true; }
+
+ private:
+  nn::Sequential stem_;
+  nn::Sequential blocks_;
+  nn::Dropout dropout_;
+  nn::Linear head_;
+};
+
+// A TorchScript module trained as is. Its parameters and buffers are
+// registered here under flattened names ("layer.weight" -> "layer_weight"):
+// the same tensors, so the optimizer, the gradient hooks, checkpoints and
+// the digest see the scripted module's own storage.
+class ScriptedNetwork : public Network {
+ public:
+  static absl::StatusOr<std::shared_ptr<ScriptedNetwork>> Load(
+      const std::string& path) {
+    torch::jit::Module module;
+    try {
+      module = torch::jit::load(path);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.torchscript ", path,
+          " is not a TorchScript module LibTorch can load (save it with "
+          "torch.jit.save(torch.jit.script(model), path); see "
+          "docs/MODELS.md): ",
+          what.substr(0, what.find('\n'))));
+    }
+    auto network = std::shared_ptr<ScriptedNetwork>(new ScriptedNetwork(path));
+    network->module_ = std::move(module);
+    std::set<std::string> names;
+    auto flat = [&](const std::string& name) -> absl::StatusOr<std::string> {
+      std::string out = absl::StrReplaceAll(name, {{".", "_"}});
+      if (!names.insert(out).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.torchscript ", path, ": two tensors flatten to the name ",
+            out, "; rename one of them"));
+      }
+      return out;
+    };
+    for (const auto& param : network->module_.named_parameters(true)) {
+      auto name = flat(param.name);
+      if (!name.ok()) return name.status();
+      network->register_parameter(*name, param.value, true);
+    }
+    for (const auto& buffer : network->module_.named_buffers(true)) {
+      auto name = flat(buffer.name);
+      if (!name.ok()) return name.status();
+      network->register_buffer(*name, buffer.value);
+    }
+    for (const auto& param : network->module_.parameters(true)) {
+      if (param.scalar_type() != torch::kFloat32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.torchscript ", path, " has ", param.scalar_type(),
+            " parameters; export it in float32 (model.float()) and choose "
+            "the training precision with the job's \"precision\""));
+      }
+    }
+    for (const auto& module : network->module_.modules()) {
+      if (module.type()->name() && module.type()->name()->name().find(
+                                       "BatchNorm") != std::string::npos) {
+        network->batch_norm_ = true;
+      }
+    }
+    return network;
+  }
+
+  torch::Tensor Features(const torch::Tensor& images) override {
+    return module_.forward({images}).toTensor();
+  }
+  torch::Tensor Logits(const torch::Tensor& features) override {
+    return features.to(torch::kFloat32);
+  }
+  void train(bool on) override {
+    Network::train(on);
+    module_.train(on);
+  }
+  bool has_batch_norm() const override { return batch_norm_; }
+  absl::StatusOr<std::string> Export() const override {
+    std::ostringstream out;
+    try {
+      module_.save(out);
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("cannot serialize TorchScript module: ", e.what()));
+    }
+    return out.str();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ScriptedNetwork(std::string path) : path_(std::move(path)) {}
+
+  std::string path_;
+  torch::jit::Module module_;
+  bool batch_norm_ = false;
+};
+
+// Runs one small batch through `network` to check it returns logits of the
+// right shape; errors name the file.
+absl::Status CheckScriptedOutput(ScriptedNetwork& network,
+                                 const ModelOptions& options) {
+  const std::vector<int64_t> shape = {2, options.channels, options.rows,
+                                      options.cols};
+  torch::Tensor logits;
+  try {
+    torch::NoGradGuard no_grad;
+    network.train(false);  // batch norm statistics stay untouched
+    logits = network.forward(torch::zeros(shape));
+    network.train(true);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.torchscript ", network.path(), " fails on images of shape [",
+        absl::StrJoin(shape, ", "), "]: ", what.substr(0, what.find('\n'))));
+  }
+  if (logits.dim() != 2 || logits.size(0) != 2 ||
+      logits.size(1) != options.classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript ", network.path(), " returns shape [",
+                     absl::StrJoin(logits.sizes(), ", "),
+                     "] for images of shape [", absl::StrJoin(shape, ", "),
+                     "]; it must return [N, ", options.classes, "] logits"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Network::Export() const {
+  return SerializeModel(*this);
+}
+
+absl::StatusOr<std::shared_ptr<Network>> BuildModel(
+    const ModelOptions& options) {
+  if (!options.torchscript.empty()) {
+    auto network = ScriptedNetwork::Load(options.torchscript);
+    if (!network.ok()) return network.status();
+    absl::Status checked = CheckScriptedOutput(**network, options);
+    if (!checked.ok()) return checked;
+    return std::shared_ptr<Network>(*std::move(network));
+  }
+  const int64_t pixels = options.rows * options.cols;
+  const double p = options.dropout;
+  // Dropout after each hidden layer, when asked for.
+  auto hidden = [p](nn::Sequential& body, int64_t in, int64_t out) {
+    body->push_back(nn::Linear(in, out));
+    body->push_back(nn::ReLU());
+    if (p > 0) body->push_back(nn::Dropout(p));
+  };
+  if (options.name == "mlp") {
+    nn::Sequential body{nn::Flatten()};
+    hidden(body, options.channels * pixels, 256);
+    hidden(body, 256, 128);
+    return std::make_shared<SequentialNetwork>(
+        body, nn::Linear(128, options.classes));
+  }
+  if (options.name == "cnn") {
+    nn::Sequential body(
+        nn::Conv2d(nn::Conv2dOptions(options.channels, 32, 3).padding(1)),
+        nn::ReLU(), nn::MaxPool2d(2),
+        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(),
+        nn::MaxPool2d(2), nn::Flatten());
+    hidden(body, 64 * (options.rows / 4) * (options.cols / 4), 128);
+    return std::make_shared<SequentialNetwork>(
+        body, nn::Linear(128, options.classes));
+  }
+  if (options.name == "resnet") {
+    return std::make_shared<ResNet>(options.channels, options.classes, p);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown model \"", options.name, "\"; choose mlp, cnn or resnet"));
+}
+
+std::string ModelLabel(const ModelOptions& options) {
+  return options.torchscript.empty()
+             ? options.name
+             : absl::StrCat("torchscript:", options.torchscript);
 }
 
 std::string ModelDigest(const torch::nn::Module& model) {

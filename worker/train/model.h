@@ -1,21 +1,63 @@
-// The built-in models. Parameters are created under the job's seed so every
-// rank starts from the same weights (checked by the trainer at start).
+// The models a worker trains: the built-in ones, created under the job's
+// seed so every rank starts from the same weights (checked by the trainer at
+// start), and user models exported from PyTorch as TorchScript.
 #ifndef LOCKSTEP_WORKER_TRAIN_MODEL_H_
 #define LOCKSTEP_WORKER_TRAIN_MODEL_H_
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace lockstep::worker {
 
+// A classifier split where mixed precision needs it: the trainer runs
+// Features under autocast and Logits in fp32, so the output layer and the
+// loss keep full precision.
+class Network : public torch::nn::Module {
+ public:
+  // Everything up to the output layer, for images [N, C, H, W].
+  virtual torch::Tensor Features(const torch::Tensor& images) = 0;
+  // The output layer: fp32 logits [N, classes].
+  virtual torch::Tensor Logits(const torch::Tensor& features) = 0;
+  torch::Tensor forward(const torch::Tensor& images) {
+    return Logits(Features(images));
+  }
+  // Whether the model normalizes over the batch (batch norm), which makes
+  // its statistics depend on the per-replica batch.
+  virtual bool has_batch_norm() const { return false; }
+  // The trained model as a file users load: a LibTorch archive
+  // (torch::load into the same architecture) for the built-in models, a
+  // TorchScript module (torch.jit.load) for user models.
+  virtual absl::StatusOr<std::string> Export() const;
+};
+
+struct ModelOptions {
+  // "mlp", "cnn" or "resnet"; ignored when `torchscript` is set.
+  std::string name = "mlp";
+  // Path of a TorchScript module to train instead of a built-in.
+  std::string torchscript;
+  // Dropout probability after each hidden layer of the built-in models.
+  double dropout = 0;
+  int64_t channels = 1;
+  int64_t rows = 28;
+  int64_t cols = 28;
+  int64_t classes = 10;
+};
+
 // "mlp": 784-256-128-10 with ReLU. "cnn": two 3x3 conv + max-pool blocks
-// (32, 64 channels), then 128 hidden units. Both take [N, 1, 28, 28] images
-// and return [N, 10] logits.
-absl::StatusOr<torch::nn::Sequential> BuildModel(const std::string& name,
-                                                 int64_t rows, int64_t cols);
+// (32, 64 channels), then 128 hidden units. "resnet": a 3x3 stem and three
+// residual blocks (16, 32, 64 channels, the last two at stride 2), each
+// conv followed by batch norm, then global average pooling. All take
+// [N, C, H, W] images and return [N, classes] logits. Errors name the
+// TorchScript file that cannot be loaded or does not produce logits.
+absl::StatusOr<std::shared_ptr<Network>> BuildModel(
+    const ModelOptions& options);
+
+// How checkpoints name the model, to refuse restoring another one.
+std::string ModelLabel(const ModelOptions& options);
 
 // SHA-256 (hex) of the fp32 parameters in registration order.
 std::string ModelDigest(const torch::nn::Module& model);

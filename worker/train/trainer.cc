@@ -1,5 +1,6 @@
 #include "worker/train/trainer.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <array>
@@ -31,6 +32,7 @@
 #include "worker/data/npy.h"
 #include "worker/data/sampler.h"
 #include "worker/train/gradient_reducer.h"
+#include "worker/train/loss_scaler.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/model.h"
 
@@ -46,6 +48,47 @@ constexpr int64_t kEvalBatch = 1000;
 constexpr int64_t kHalf = int64_t{1} << 20;
 // A preempting rank's stop vote: any sum this large means "save, then stop".
 constexpr float kPreemptVote = 1000.0f;
+// Below this per-replica batch, batch norm's statistics are noisy.
+constexpr int kSmallBatchNormBatch = 32;
+// fp16: this many overflowing steps in a row at the smallest loss scale
+// means training diverged.
+constexpr int kMaxConsecutiveSkips = 100;
+
+// bf16: the enclosed ops run where LibTorch's CPU autocast policy lowers
+// them (convolutions, matrix products) in bfloat16; a no-op otherwise.
+class Autocast {
+ public:
+  explicit Autocast(bool bf16) : enabled_(bf16) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_cpu_enabled();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (!enabled_) return;
+    // The cast weights are cached for one forward pass only.
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(previous_);
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  const bool enabled_;
+  bool previous_ = false;
+};
+
+ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
+                            int64_t cols) {
+  ModelOptions options;
+  options.name = spec.model().name();
+  options.torchscript = spec.model().torchscript();
+  options.dropout = spec.model().dropout();
+  options.rows = rows;
+  options.cols = cols;
+  return options;
+}
 
 // A split as tensors: raw uint8 images [N, 1, H, W] (normalized per batch,
 // which is cheaper than converting the whole set up front) and int64 labels.
@@ -236,7 +279,7 @@ class Prefetcher {
 // The training state that survives generations.
 struct TrainingRunner::Replica {
   std::string job_id;
-  torch::nn::Sequential model{nullptr};
+  std::shared_ptr<Network> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   int64_t step = 0;  // optimizer steps applied
   // The global batch the replica trains with, fixed once it has trained:
@@ -244,6 +287,7 @@ struct TrainingRunner::Replica {
   int global_batch = 0;
   double last_loss = 0;
   double last_accuracy = 0;
+  LossScaler scaler;  // fp16 only; holds the skipped-step count
 };
 
 namespace {
@@ -287,6 +331,13 @@ class Generation {
   absl::StatusOr<int> AdoptMostAdvancedState();
   absl::Status BroadcastState(int source);
   absl::Status CheckIdenticalInit();
+  // Averages the float buffers (batch norm's running statistics) over the
+  // ranks: each rank's follow its own batches. Before evaluating and saving.
+  absl::Status SyncBuffers();
+  // Optimizer steps applied: the LR schedule's position.
+  int64_t applied_steps() const {
+    return replica_.step - replica_.scaler.skipped_steps();
+  }
   // Loads a verified checkpoint into the replica (rank 0 only).
   absl::Status LoadCheckpoint(const checkpoint::Found& found);
   // The state at this step boundary, serialized to host memory.
@@ -329,10 +380,12 @@ class Generation {
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Prefetcher> prefetcher_;
   int64_t grad_elements_ = 0;
+  bool bf16_ = false;
 
   // Progress reporting (chief).
   std::optional<int64_t> resumed_at_;
   int source_rank_ = -1;
+  std::vector<std::string> warnings_;  // for the next report
   std::vector<float> pending_losses_;
   int64_t pending_first_step_ = 0;
   int64_t generation_first_step_ = 0;
@@ -352,6 +405,14 @@ absl::Status Generation::Setup() {
         "the job asks for communication.backend \"nccl\", but this worker "
         "trains on the CPU; use \"gloo\" or \"auto\"");
   }
+  if (spec_.precision() == "fp16") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for precision \"fp16\", which needs a GPU, but worker "
+        "rank ",
+        rank_, " on ", task_.host,
+        " trains on the CPU; use \"bf16\" (autocast on the CPU) or \"fp32\""));
+  }
+  bf16_ = spec_.precision() == "bf16";
   // A replacement worker loads its data while the ranks rendezvous: both
   // are on the critical path back to training.
   auto load = [data = spec_.data()](bool train) {
@@ -394,10 +455,14 @@ absl::Status Generation::Setup() {
   task_.SetCommunicator(comm_.get());
   const absl::Time loaded = absl::Now();
 
-  if (replica_.model.is_empty()) {
+  if (replica_.model == nullptr) {
     torch::manual_seed(spec_.seed());
-    ASSIGN_OR_RETURN(replica_.model,
-                     BuildModel(spec_.model(), train_.rows, train_.cols));
+    ASSIGN_OR_RETURN(replica_.model, BuildModel(ModelOptionsOf(
+                                         spec_, train_.rows, train_.cols)));
+    LossScaler::Options scaling;
+    scaling.initial_scale = spec_.loss_scale();
+    scaling.growth_interval = spec_.loss_scale_growth_interval();
+    replica_.scaler = LossScaler(spec_.precision() == "fp16", scaling);
     if (FailPointHit("perturb_initial_parameters")) {
       // Tests: a rank that built its model differently.
       torch::NoGradGuard no_grad;
@@ -406,6 +471,7 @@ absl::Status Generation::Setup() {
     replica_.optimizer =
         MakeOptimizer(spec_.optimizer(), replica_.model->parameters());
   }
+  replica_.model->train();
   params_ = replica_.model->parameters();
   grad_elements_ = 0;
   for (const torch::Tensor& p : params_) grad_elements_ += p.numel();
@@ -427,6 +493,19 @@ absl::Status Generation::Setup() {
     ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
   }
   replica_.global_batch = plan_.global;
+  if (rank_ == 0 && replica_.model->has_batch_norm() &&
+      plan_.per_replica < kSmallBatchNormBatch) {
+    warnings_.push_back(absl::StrCat(
+        "the model has batch norm and each replica normalizes over its own ",
+        plan_.per_replica, " samples per forward pass (per-replica batch",
+        plan_.accumulation > 1 ? " of one micro-batch" : "", "); below ",
+        kSmallBatchNormBatch,
+        " the batch statistics are noisy and the results differ from a run "
+        "with fewer, larger replicas at the same global batch; raise "
+        "per_replica_batch_size, use fewer workers, or a model without "
+        "batch norm"));
+    LogWarning(warnings_.back());
+  }
   if (train_.size() < plan_.global) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the training set has ", train_.size(),
@@ -475,7 +554,8 @@ absl::Status Generation::Setup() {
         " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
         " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(), " over ",
         spec_.warmup_steps(), " warmup steps, then ", spec_.lr_decay(),
-        "; starting after step ", replica_.step,
+        "; precision ", spec_.precision(), "; starting after step ",
+        replica_.step,
         source_rank_ >= 0
             ? absl::StrCat(" with rank ", source_rank_, "'s state")
             : "",
@@ -561,13 +641,20 @@ absl::Status Generation::BroadcastState(int source) {
     archive.save_to(out);
     bytes = out.str();
   }
-  float header[3] = {static_cast<float>(bytes.size() / kHalf),
-                     static_cast<float>(bytes.size() % kHalf),
-                     static_cast<float>(replica_.global_batch)};
-  RETURN_IF_ERROR(Broadcast(header, 3, source));
+  const LossScaler& scaler = replica_.scaler;
+  float header[6] = {
+      static_cast<float>(bytes.size() / kHalf),
+      static_cast<float>(bytes.size() % kHalf),
+      static_cast<float>(replica_.global_batch),
+      static_cast<float>(scaler.scale()),  // a power of two: exact
+      static_cast<float>(scaler.good_steps()),
+      static_cast<float>(scaler.skipped_steps())};
+  RETURN_IF_ERROR(Broadcast(header, 6, source));
   size_t length =
       static_cast<size_t>(header[0]) * kHalf + static_cast<size_t>(header[1]);
   replica_.global_batch = static_cast<int>(header[2]);
+  replica_.scaler.Restore(header[3], static_cast<int>(header[4]),
+                          static_cast<int64_t>(header[5]));
   std::vector<float> buffer((length + sizeof(float) - 1) / sizeof(float));
   if (rank_ == source) std::memcpy(buffer.data(), bytes.data(), length);
   RETURN_IF_ERROR(Broadcast(buffer.data(), buffer.size(), source));
@@ -594,11 +681,13 @@ absl::Status Generation::LoadCheckpoint(const checkpoint::Found& found) {
   v1::TrainerState state;
   RETURN_IF_ERROR(checkpoint::FromJson(
       trainer_json, absl::StrCat(found.dir, "/trainer.state"), &state));
-  if (state.model() != spec_.model() || state.seed() != spec_.seed()) {
+  const std::string label =
+      ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+  if (state.model() != label || state.seed() != spec_.seed()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint ", found.dir, " holds model \"", state.model(),
-        "\" trained with seed ", state.seed(), ", but the job trains \"",
-        spec_.model(), "\" with seed ", spec_.seed(),
+        "\" trained with seed ", state.seed(), ", but the job trains \"", label,
+        "\" with seed ", spec_.seed(),
         "; give the job its own checkpoint.backup_dir, or resume it with "
         "the same model and seed"));
   }
@@ -616,12 +705,14 @@ absl::Status Generation::LoadCheckpoint(const checkpoint::Found& found) {
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint ", found.dir, " verifies but does not load into model \"",
-        spec_.model(), "\" with optimizer \"", spec_.optimizer().type(),
+        label, "\" with optimizer \"", spec_.optimizer().type(),
         "\": ", e.what()));
   }
   params_ = replica_.model->parameters();
   replica_.step = manifest.step();
   replica_.global_batch = state.global_batch_size();
+  replica_.scaler.Restore(state.loss_scale(), state.loss_scale_good_steps(),
+                          state.skipped_steps());
   LogInfo("restored ", name, " (step ", manifest.step(), ", generation ",
           manifest.generation(), ", ", manifest.world_size(),
           " workers, global batch ", state.global_batch_size(), ")");
@@ -642,16 +733,20 @@ Snapshot Generation::MakeSnapshot() const {
   rank.set_epoch_position((step % per_epoch) * plan_.global +
                           int64_t{rank_} * plan_.per_replica);
   rank.set_per_replica_batch_size(plan_.per_replica);
-  rank.set_generator_seed(spec_.seed());
+  rank.set_generator_seed(StepSeed(spec_.seed(), rank_, step));
   if (rank_ == 0) {
     v1::TrainerState state;
     state.set_step(step);
     state.set_epoch(snapshot.epoch);
     state.set_global_batch_size(plan_.global);
     state.set_samples_seen(step * plan_.global);
-    state.set_next_lr(lr_->At(step));
-    state.set_loss_scale(1.0);
-    state.set_model(spec_.model());
+    const std::string label =
+        ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+    state.set_next_lr(lr_->At(applied_steps()));
+    state.set_loss_scale(replica_.scaler.scale());
+    state.set_loss_scale_good_steps(replica_.scaler.good_steps());
+    state.set_skipped_steps(replica_.scaler.skipped_steps());
+    state.set_model(label);
     state.set_seed(spec_.seed());
     torch::serialize::OutputArchive optimizer;
     replica_.optimizer->save(optimizer);
@@ -668,7 +763,7 @@ Snapshot Generation::MakeSnapshot() const {
     manifest.set_generation(task_.assignment.generation());
     manifest.set_world_size(world_);
     manifest.set_global_batch_size(plan_.global);
-    manifest.set_model(spec_.model());
+    manifest.set_model(label);
     manifest.set_seed(spec_.seed());
   }
   snapshot.files.emplace_back(checkpoint::RankStateName(rank_),
@@ -685,8 +780,9 @@ absl::Status Generation::Finalize() {
     if (slash != std::string::npos && slash > 0) {
       RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash)));
     }
+    auto bytes = replica_.model->Export();
     absl::Status exported =
-        WriteFileAtomically(path, SerializeModel(*replica_.model));
+        bytes.ok() ? WriteFileAtomically(path, *bytes) : bytes.status();
     if (!exported.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the job trained to the end but the final model could not be "
@@ -738,17 +834,27 @@ absl::Status Generation::Step(bool* stop) {
   const int accumulation = plan_.accumulation;
   torch::optim::Optimizer& optimizer = *replica_.optimizer;
   optimizer.zero_grad();
+  Network& model = *replica_.model;
+  LossScaler& scaler = replica_.scaler;
+  // Dropout masks: a function of (seed, rank, step), whoever runs the step.
+  torch::manual_seed(StepSeed(spec_.seed(), rank_, step));
   // Micro-batches: their gradients add up in .grad (each loss divided by
   // their number, so the sum is the mean over this rank's samples), and only
   // the last one's backward communicates.
   float local_loss = 0;
   for (int micro = 0; micro < accumulation; ++micro) {
     const int64_t begin = int64_t{micro} * plan_.per_replica;
+    torch::Tensor features;
+    {
+      Autocast autocast(bf16_);
+      features = model.Features(images.narrow(0, begin, plan_.per_replica));
+    }
+    // The output layer and the loss in fp32.
     torch::Tensor loss = torch::nn::functional::cross_entropy(
-        replica_.model->forward(images.narrow(0, begin, plan_.per_replica)),
-        labels.narrow(0, begin, plan_.per_replica));
+        model.Logits(features), labels.narrow(0, begin, plan_.per_replica));
     if (accumulation > 1) loss = loss / accumulation;
     local_loss += loss.item<float>();
+    if (scaler.enabled()) loss = loss * scaler.scale();
     timer.Lap(kForward);
     if (micro == accumulation - 1) {
       // Gradients are reduced bucket by bucket while backward runs. Nothing
@@ -769,20 +875,77 @@ absl::Status Generation::Step(bool* stop) {
   replica_.last_loss = loss_sum / world_;
   *stop = stop_votes > 0;
   preempted_ = stop_votes >= kPreemptVote;
-  if (spec_.clip_grad_norm() > 0) {
-    // The averaged gradients are the same on every rank, so is the clip.
-    torch::nn::utils::clip_grad_norm_(params_, spec_.clip_grad_norm());
+  bool apply = true;
+  if (scaler.enabled()) {
+    // Every rank holds the same averaged gradients: an overflow on any rank
+    // is an inf/nan here on all of them, and they all decide alike.
+    bool finite = true;
+    for (const torch::Tensor& p : params_) {
+      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
+        finite = false;
+        break;
+      }
+    }
+    if (finite) {
+      for (const torch::Tensor& p : params_) {
+        if (p.grad().defined()) p.mutable_grad().mul_(1.0 / scaler.scale());
+      }
+    }
+    apply = scaler.Update(finite);
+    if (!apply) {
+      if (rank_ == 0) {
+        LogWarning("step ", step + 1, ": fp16 gradients overflowed; skipped ",
+                   "the step, loss scale now ", scaler.scale());
+      }
+      if (scaler.consecutive_skips() >= kMaxConsecutiveSkips) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the gradients were not finite for ", kMaxConsecutiveSkips,
+            " steps in a row (loss scale ", scaler.scale(),
+            "): training diverged; lower base_lr or use precision bf16"));
+      }
+    }
   }
-  SetLearningRate(optimizer, lr_->At(replica_.step));
-  optimizer.step();
+  if (apply) {
+    if (spec_.clip_grad_norm() > 0) {
+      // The averaged gradients are the same on every rank, so is the clip.
+      torch::nn::utils::clip_grad_norm_(params_, spec_.clip_grad_norm());
+    }
+    SetLearningRate(optimizer, lr_->At(applied_steps()));
+    optimizer.step();
+  }
   timer.Lap(kOptimizer);
   ++replica_.step;
   ++timed_steps_;
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Generation::Evaluate(double* loss) {
+absl::Status Generation::SyncBuffers() {
+  if (world_ == 1) return absl::OkStatus();
+  std::vector<torch::Tensor> buffers;
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& buffer : replica_.model->buffers()) {
+    if (buffer.scalar_type() != torch::kFloat32) continue;
+    buffers.push_back(buffer);
+    flat.push_back(buffer.reshape({-1}));
+  }
+  if (buffers.empty()) return absl::OkStatus();
   torch::NoGradGuard no_grad;
+  torch::Tensor all = torch::cat(flat);
+  RETURN_IF_ERROR(AllReduce(all.data_ptr<float>(), all.numel()));
+  all.div_(world_);
+  int64_t offset = 0;
+  for (torch::Tensor& buffer : buffers) {
+    buffer.copy_(all.narrow(0, offset, buffer.numel()).view_as(buffer));
+    offset += buffer.numel();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Generation::Evaluate(double* loss) {
+  RETURN_IF_ERROR(SyncBuffers());
+  torch::NoGradGuard no_grad;
+  Network& model = *replica_.model;
+  model.eval();
   int64_t n = test_.size();
   int64_t begin = n * rank_ / world_;
   int64_t end = n * (rank_ + 1) / world_;
@@ -790,8 +953,13 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
   double loss_sum = 0;
   for (int64_t i = begin; i < end; i += kEvalBatch) {
     int64_t stop = std::min(end, i + kEvalBatch);
-    torch::Tensor logits = replica_.model->forward(
-        Normalize(test_.images.slice(0, i, stop), test_.mean, test_.std));
+    torch::Tensor features;
+    {
+      Autocast autocast(bf16_);
+      features = model.Features(
+          Normalize(test_.images.slice(0, i, stop), test_.mean, test_.std));
+    }
+    torch::Tensor logits = model.Logits(features);
     torch::Tensor labels = test_.labels.slice(0, i, stop);
     correct += logits.argmax(1).eq(labels).sum().item<double>();
     loss_sum += torch::nn::functional::cross_entropy(
@@ -800,6 +968,7 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
                         torch::kSum))
                     .item<double>();
   }
+  model.train();
   float totals[2] = {static_cast<float>(correct), static_cast<float>(loss_sum)};
   RETURN_IF_ERROR(AllReduce(totals, 2));
   *loss = totals[1] / n;
@@ -824,6 +993,10 @@ void Generation::Report(bool force, std::optional<double> accuracy,
   report.set_total_steps(total_steps_);
   report.set_first_step(pending_first_step_);
   for (float loss : pending_losses_) report.add_step_losses(loss);
+  for (std::string& warning : warnings_) {
+    report.add_warnings(std::move(warning));
+  }
+  warnings_.clear();
   double seconds = absl::ToDoubleSeconds(now - train_start_ - eval_time_);
   int64_t steps_here = step - generation_first_step_;
   if (seconds > 0) {
@@ -894,6 +1067,7 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
         (ckpt.save_every_epoch() && epoch_end);
     if (!save) continue;
     const absl::Time save_start = absl::Now();
+    RETURN_IF_ERROR(SyncBuffers());
     checkpointer_->SaveAsync(MakeSnapshot());
     if (stop || !ckpt.async()) (void)checkpointer_->Wait();
     save_stall_ += absl::Now() - save_start;

@@ -1,0 +1,65 @@
+// Writes a small convolutional TorchScript module for Fashion-MNIST-shaped
+// images, as a user's PyTorch code would with torch.jit.save (see
+// docs/MODELS.md for the Python version). lockstep trains it with
+//   "model": {"torchscript": "PATH"}
+//
+//   lockstep-example-torchscript PATH [SEED]
+#include <torch/script.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace {
+
+// He-normal weights for `fan_in` inputs.
+torch::Tensor Weights(std::vector<int64_t> shape, int64_t fan_in) {
+  return torch::randn(shape) * std::sqrt(2.0 / static_cast<double>(fan_in));
+}
+
+torch::jit::Module LinearLayer(int64_t in, int64_t out) {
+  torch::jit::Module layer("Linear");
+  layer.register_parameter("weight", Weights({out, in}, in), false);
+  layer.register_parameter("bias", torch::zeros({out}), false);
+  layer.define(R"(
+def forward(self, x):
+    return torch.matmul(x, self.weight.t()) + self.bias
+)");
+  return layer;
+}
+
+torch::jit::Module ExampleNet() {
+  torch::jit::Module net("ExampleNet");
+  // 16 5x5 filters, 2x2 max-pool: [N, 16, 14, 14] for 28x28 images.
+  net.register_parameter("conv_weight", Weights({16, 1, 5, 5}, 25), false);
+  net.register_parameter("conv_bias", torch::zeros({16}), false);
+  net.register_module("hidden", LinearLayer(16 * 14 * 14, 64));
+  net.register_module("out", LinearLayer(64, 10));
+  net.define(R"(
+def forward(self, x):
+    x = torch.conv2d(x, self.conv_weight, self.conv_bias, [1, 1], [2, 2])
+    x = torch.max_pool2d(torch.relu(x), [2, 2])
+    x = torch.relu(self.hidden.forward(x.flatten(1)))
+    return self.out.forward(x)
+)");
+  return net;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argc > 3) {
+    std::fprintf(stderr, "usage: %s PATH [SEED]\n", argv[0]);
+    return 2;
+  }
+  try {
+    torch::manual_seed(argc == 3 ? std::strtoull(argv[2], nullptr, 10) : 1);
+    ExampleNet().save(argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cannot write %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+  std::printf("wrote %s\n", argv[1]);
+  return 0;
+}
