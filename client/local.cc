@@ -44,7 +44,9 @@ Flags:
   --json               progress on stderr; the last line of stdout is one JSON
                        object: state, workers, steps, epochs, final_loss,
                        test_accuracy, samples_per_second, generations,
-                       model_digest, ...
+                       model_digest, startup_seconds (processes up and
+                       registered), first_step_seconds (from submitting the
+                       job to its first step), ...
   --metrics-out FILE   write the per-step loss history as CSV (step,loss)
   --threads N          compute threads per worker (default: cores / N)
   --keep-logs          keep the run directory (logs, state) after success
@@ -97,6 +99,9 @@ class LocalRun {
  private:
   absl::Status Prepare();
   absl::Status StartProcesses();
+  // Waits until every worker has registered with the coordinator; fails
+  // early when a process dies for good.
+  absl::Status WaitForWorkers(absl::Duration timeout);
   absl::Status SpawnWorker(int index);
   // Called for every child that exits before the run ends: a worker is
   // restarted (as Kubernetes would), up to kMaxWorkerRestarts times.
@@ -121,7 +126,11 @@ class LocalRun {
   std::string child_failure_ ABSL_GUARDED_BY(mu_);
   std::map<int, int> worker_restarts_ ABSL_GUARDED_BY(mu_);
   absl::Time start_;
-  // From submitting the job to the chief's report of its first step.
+  // From starting the processes to every worker registered (their start:
+  // mostly loading LibTorch).
+  double startup_seconds_ = -1;
+  // From submitting the job (every worker ready) to the chief's report of
+  // its first step.
   double first_step_seconds_ = -1;
 };
 
@@ -257,6 +266,7 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   f["samples_per_second"].set_number_value(status.samples_per_second());
   f["generations"].set_number_value(status.generations());
   f["wall_seconds"].set_number_value(wall_seconds);
+  f["startup_seconds"].set_number_value(startup_seconds_);
   f["first_step_seconds"].set_number_value(first_step_seconds_);
   std::string digest =
       status.ranks_size() ? status.ranks(0).model_digest() : "";
@@ -356,6 +366,35 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
   return ok ? kExitOk : kExitJobFailed;
 }
 
+absl::Status LocalRun::WaitForWorkers(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int registered = 0;
+  while (absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!child_failure_.empty()) {
+        return absl::UnavailableError(child_failure_);
+      }
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::ListWorkersResponse response;
+    if (stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response)
+            .ok()) {
+      registered = 0;
+      for (const v1::WorkerInfo& worker : response.workers()) {
+        if (worker.connected()) ++registered;
+      }
+      if (registered >= workers_) return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(10));  // a poll, not a wait for time
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "only ", registered, " of ", workers_, " workers registered within ",
+      absl::FormatDuration(timeout), "; see their logs"));
+}
+
 int LocalRun::Run() {
   absl::Status prepared = Prepare();
   if (!prepared.ok()) return Fail(prepared);
@@ -371,6 +410,17 @@ int LocalRun::Run() {
   progress() << "lockstep local: coordinator on " << address_ << ", "
              << workers_ << " workers x " << threads_ << " threads; logs in "
              << run_dir_ << std::endl;
+  // The job starts when the workers are up, as on a cluster of running
+  // daemons: its time to the first step is then the job's own.
+  absl::Status ready = WaitForWorkers(absl::Seconds(60));
+  if (!ready.ok()) {
+    finishing_ = true;
+    processes_.TerminateAll(absl::Seconds(2));
+    std::cerr << "lockstep: " << ready.message() << "\nlogs are in " << run_dir_
+              << std::endl;
+    return kExitJobFailed;
+  }
+  startup_seconds_ = absl::ToDoubleSeconds(absl::Now() - start_);
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

@@ -1,6 +1,7 @@
 // lockstep-worker: one replica, one device. See README.md.
 #include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -110,7 +111,25 @@ void ConfigureThreads(int threads) {
   }
 }
 
+// Training allocates and frees the same large activation and gradient
+// buffers every step. By default glibc serves blocks over 128 KiB with fresh
+// mmap pages and gives them back on free, so every step pays first-touch
+// page faults for all its activations: on this project's VMs the CNN's
+// forward and backward ran 4x slower for it (docs/BENCHMARKS.md). Keep such
+// blocks in the heap, as jemalloc or tcmalloc would; the worker's memory
+// stays at its peak, which every step reaches anyway. Variables the user set
+// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) win.
+void KeepLargeBlocksInTheHeap() {
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum on 64-bit
+  }
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) {
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+}
+
 int Run(int argc, char** argv) {
+  KeepLargeBlocksInTheHeap();
   // SIGTERM (Kubernetes eviction, preemption, lockstep local) stops the job
   // at a step every rank agrees on, saves it when checkpoints are
   // configured, and exits 0 (Agent::Preempt). A handler and a pipe, not
