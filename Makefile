@@ -41,6 +41,7 @@ bench: build
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 	@bash bench/ddp_compare.sh $(BUILD_DIR)
+	@bash bench/precision_compare.sh $(BUILD_DIR)
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -3,7 +3,9 @@
 // this run, ranks as threads over Gloo's TCP transport. Reports per size the
 // median time, algorithm bandwidth (bytes / time) and bus bandwidth
 // (algbw * 2(W-1)/W, as nccl-tests define it), and lockstep's time relative
-// to plain Gloo.
+// to plain Gloo. Where the NCCL backend is built and GPUs are visible, an
+// NCCL section follows: one rank per GPU (NCCL allows no more), device
+// buffers, the same columns.
 //
 //   allreduce_bench [MAX_MIB]
 #include <gloo/allreduce.h>
@@ -24,6 +26,12 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/in_memory_kv.h"
+
+#ifdef LOCKSTEP_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "worker/collective/nccl_communicator.h"
+#endif
 
 namespace lockstep {
 namespace {
@@ -117,6 +125,65 @@ void Run(int world, size_t max_bytes) {
   }
 }
 
+#ifdef LOCKSTEP_HAVE_NCCL
+void RunNccl(size_t max_bytes) {
+  const int world = worker::NcclCommunicator::DeviceCount();
+  if (world == 0) {
+    std::printf("\nNCCL: no GPU visible; skipped\n");
+    return;
+  }
+  worker::InMemoryKeyValue kv;
+  std::vector<std::unique_ptr<worker::NcclCommunicator>> comms(world);
+  std::vector<float*> buffers(world, nullptr);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      worker::NcclCommunicator::Options options;
+      options.rank = rank;
+      options.size = world;
+      options.device = rank;
+      auto comm = worker::NcclCommunicator::Connect(&kv, options);
+      if (!comm.ok()) {
+        std::fprintf(stderr, "NCCL rank %d: %s\n", rank,
+                     std::string(comm.status().message()).c_str());
+        return;
+      }
+      comms[rank] = *std::move(comm);
+      cudaSetDevice(rank);
+      if (cudaMalloc(&buffers[rank], max_bytes) != cudaSuccess) {
+        buffers[rank] = nullptr;
+      } else {
+        cudaMemset(buffers[rank], 0, max_bytes);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    if (comms[rank] == nullptr || buffers[rank] == nullptr) {
+      std::printf("\nNCCL: setup failed on rank %d; skipped\n", rank);
+      return;
+    }
+  }
+  std::printf("\nNCCL, W = %d (one rank per GPU)\n%10s %10s %8s %8s\n", world,
+              "bytes", "nccl us", "algbw", "busbw");
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    const size_t count = bytes / sizeof(float);
+    const int iterations = bytes >= (64u << 20) ? 10 : 50;
+    double t = Time(world, iterations, [&](int rank) {
+      cudaSetDevice(rank);
+      (void)comms[rank]->AllReduceSum(buffers[rank], count);
+    });
+    const double algbw = bytes / t / 1e9;
+    std::printf("%10zu %10.1f %8.3f %8.3f\n", bytes, t * 1e6, algbw,
+                algbw * 2.0 * (world - 1) / world);
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    cudaSetDevice(rank);
+    cudaFree(buffers[rank]);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace lockstep
 
@@ -126,5 +193,8 @@ int main(int argc, char** argv) {
       "all-reduce (sum, fp32) on loopback; GB/s; ratio = lockstep time / "
       "plain Gloo time (lower is better)\n");
   for (int world : {2, 4}) lockstep::Run(world, max_mib << 20);
+#ifdef LOCKSTEP_HAVE_NCCL
+  lockstep::RunNccl(max_mib << 20);
+#endif
   return 0;
 }

@@ -3,11 +3,18 @@
 # machine, in one invocation: the same models (MLP, CNN), Adam, global batch
 # 128, 1 and 2 workers, threads per worker = cores / workers, and the same
 # system BLAS (OpenBLAS, selected by scripts/install-deps). Each cell is the
-# median samples/s of REPEATS runs, the two systems interleaved; the ratio is
-# lockstep / DDP. Also reported: seconds to the first step (DDP: from
-# launching the script to the end of step 1, its processes' start included;
-# lockstep: from submitting the job to the chief's report of step 1, the
-# workers' start included, as `lockstep local` reports first_step_seconds).
+# median samples/s of REPEATS runs, the systems interleaved.
+#
+# Two DDP columns: as launched by default, and with glibc's allocator told
+# what the lockstep worker tells it (keep large blocks in the heap:
+# MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_), so the table separates
+# that setting from everything else.
+#
+# Time to the first step: lockstep's "job" is from submitting the job to
+# running workers to the chief's report of step 1 (`lockstep local` waits
+# for its workers to register first, as daemons on a cluster are); "cold"
+# adds starting the processes. DDP's is from launching the script to the
+# end of step 1, its processes' start included (cold).
 #
 #   bench/ddp_compare.sh [BUILD_DIR] [REPEATS]
 set -euo pipefail
@@ -20,40 +27,46 @@ python=/usr/bin/python3
   exit 1
 }
 
-lockstep() {  # workers model steps -> samples/s
+lockstep() {  # workers model steps -> samples/s, job first step, cold first step
   local threads=$(( cores / $1 > 0 ? cores / $1 : 1 ))
   OMP_NUM_THREADS=$threads "$build/bin/lockstep" local --workers "$1" --json \
       --threads "$threads" --set model="$2" --set max_steps="$3" \
       --set global_batch_size=128 --set optimizer.type=adam \
       examples/fashion_mnist_mlp.json 2>/dev/null |
-    tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"])'
+    tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"], d["startup_seconds"] + d["first_step_seconds"])'
 }
-ddp() {  # workers model steps -> samples/s
+ddp() {  # workers model steps [env...] -> samples/s, cold first step
   local threads=$(( cores / $1 > 0 ? cores / $1 : 1 ))
-  OMP_NUM_THREADS=$threads "$python" bench/ddp_reference.py \
+  env OMP_NUM_THREADS=$threads "${@:4}" "$python" bench/ddp_reference.py \
       --workers "$1" --model "$2" --steps "$3" --global-batch 128 --threads "$threads" |
     tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"])'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { "$python" -c "print('%.2f' % ($1 / $2))"; }
+tuned=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824)
 
 echo "global batch 128, Adam, threads per worker = $cores cores / workers; median of $repeats"
-printf "%-6s %-8s %14s %14s %8s %14s %14s\n" model workers "lockstep s/s" "DDP s/s" ratio \
-    "first step: ls" "DDP"
+printf "%-5s %-3s %9s %9s %9s %7s %7s | %-19s %9s\n" model W "lockstep" "DDP" "DDP+heap" \
+    "vs DDP" "vs +heap" "first step: job cold" "DDP cold"
 for model in mlp cnn; do
-  steps=400; [ "$model" = cnn ] && steps=80
+  steps=400; [ "$model" = cnn ] && steps=120
   for workers in 1 2; do
-    ours=() theirs=() our_first=() first=()
+    ours=() plain=() heap=() job=() cold=() theirs_cold=()
     for _ in $(seq "$repeats"); do
-      read -r sps fs < <(lockstep "$workers" "$model" "$steps")
-      ours+=("$sps"); our_first+=("$fs")
+      read -r sps js cs < <(lockstep "$workers" "$model" "$steps")
+      ours+=("$sps"); job+=("$js"); cold+=("$cs")
       read -r sps fs < <(ddp "$workers" "$model" "$steps")
-      theirs+=("$sps"); first+=("$fs")
+      plain+=("$sps"); theirs_cold+=("$fs")
+      read -r sps fs < <(ddp "$workers" "$model" "$steps" "${tuned[@]}")
+      heap+=("$sps")
     done
     a=$(printf '%s\n' "${ours[@]}" | median)
-    b=$(printf '%s\n' "${theirs[@]}" | median)
-    g=$(printf '%s\n' "${our_first[@]}" | median)
-    f=$(printf '%s\n' "${first[@]}" | median)
-    printf "%-6s %-8s %14.0f %14.0f %8.2f %14.2f %14.2f\n" "$model" "$workers" "$a" "$b" \
-        "$("$python" -c "print($a / $b)")" "$g" "$f"
+    b=$(printf '%s\n' "${plain[@]}" | median)
+    c=$(printf '%s\n' "${heap[@]}" | median)
+    j=$(printf '%s\n' "${job[@]}" | median)
+    k=$(printf '%s\n' "${cold[@]}" | median)
+    f=$(printf '%s\n' "${theirs_cold[@]}" | median)
+    printf "%-5s %-3s %9.0f %9.0f %9.0f %7s %7s | %9.2f %9.2f %9.2f\n" "$model" "$workers" \
+        "$a" "$b" "$c" "$(ratio "$a" "$b")" "$(ratio "$a" "$c")" "$j" "$k" "$f"
   done
 done
