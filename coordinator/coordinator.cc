@@ -252,10 +252,12 @@ absl::Status Coordinator::HandleWorkerMessage(
     case v1::WorkerMessage::kHeartbeat: {
       const v1::Heartbeat& beat = message.heartbeat();
       if (beat.job_id() == worker.job_id &&
-          beat.generation() == worker.generation &&
-          beat.collective_seq() != worker.collective_seq) {
-        worker.collective_seq = beat.collective_seq();
-        worker.seq_changed = clock_->Now();
+          beat.generation() == worker.generation) {
+        if (beat.collective_seq() != worker.collective_seq) {
+          worker.collective_seq = beat.collective_seq();
+          worker.seq_changed = clock_->Now();
+        }
+        worker.seq_reported = clock_->Now();
       }
       break;
     }
@@ -484,6 +486,7 @@ void Coordinator::StartGenerationLocked(Job& job,
     worker.generation = status.generation();
     worker.collective_seq = 0;
     worker.seq_changed = clock_->Now();
+    worker.seq_reported = absl::InfinitePast();
     job.rank_workers.push_back(worker.id);
     v1::RankResult* result = status.add_ranks();
     result->set_rank(worker.rank);
@@ -820,7 +823,11 @@ std::string Coordinator::StallLocked(const Job& job) const {
   absl::Time now = clock_->Now();
   for (const Worker* worker : ranks) {
     absl::Duration behind = now - worker->seq_changed;
-    if (worker->collective_seq < ahead && behind >= stall_after_) {
+    // Stalled only on the rank's own word: a heartbeat that still reports
+    // the count it had stall_after_ earlier. Between heartbeats a rank that
+    // has moved on just has not said so yet.
+    if (worker->collective_seq < ahead &&
+        worker->seq_reported - worker->seq_changed >= stall_after_) {
       return absl::StrFormat(
           "rank %d (%s on %s) stalled at all-reduce #%d for %.0f s",
           worker->rank, worker->id, worker->host, worker->collective_seq + 1,

@@ -139,10 +139,14 @@ class Coordinator {
     std::string job_id;  // the job this worker runs, if any
     int rank = -1;
     int64_t generation = 0;
-    // Collectives entered in the current generation, and when that last
-    // changed: a rank whose count stays below the others' is a straggler.
+    // Collectives entered in the current generation, when that last
+    // changed, and when a heartbeat last reported it: a rank whose count
+    // stays below the others' is a straggler. The count is only seen every
+    // heartbeat interval, so only the rank's own heartbeats can show that it
+    // did not move.
     int64_t collective_seq = 0;
     absl::Time seq_changed;
+    absl::Time seq_reported = absl::InfinitePast();
     // Asked to be preempted (SIGTERM): not picked for a generation until it
     // registers again as a new process.
     bool leaving = false;

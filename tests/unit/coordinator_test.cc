@@ -360,6 +360,31 @@ TEST_F(CoordinatorTest, StatusNamesAStraggler) {
       "rank 1 (" + id_b + " on 127.0.0.1) stalled at all-reduce #812 for 14 s");
 }
 
+// Collective counts arrive with heartbeats, every few seconds: a rank that
+// has not sent one since the others moved on is not a straggler yet.
+TEST_F(CoordinatorTest, ARankNotHeardFromYetIsNoStraggler) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  auto beat = [&](const std::string& id, int64_t seq) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_job_id(job);
+    message.mutable_heartbeat()->set_generation(1);
+    message.mutable_heartbeat()->set_collective_seq(seq);
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
+  };
+  beat(id_a, 300);
+  clock_.Advance(absl::Seconds(4));
+  beat(id_a, 700);
+  EXPECT_EQ(Status(job).stall(), "");
+  beat(id_b, 650);  // it had moved on too
+  clock_.Advance(absl::Seconds(4));
+  beat(id_a, 1100);
+  EXPECT_EQ(Status(job).stall(), "");
+}
+
 TEST_F(CoordinatorTest, FailedRankFailsTheJobWithItsError) {
   Make();
   FakeSink a;
