@@ -748,24 +748,42 @@ TEST(LocalTest, TrainsOnNumpyArrays) {
   EXPECT_LT(losses.back(), losses.front() / 2);
 }
 
-// A user model exported as TorchScript trains as is, and the final model
-// comes back as TorchScript (a zip archive with the module's code).
-TEST(LocalTest, TorchScriptModelTrainsAndIsExportedAsTorchScript) {
+// A user model exported as TorchScript trains as is, the final model comes
+// back as TorchScript (a zip archive with the module's code), and a run
+// restored from a checkpoint of it ends with the uninterrupted run's model.
+TEST(LocalTest, TorchScriptModelTrainsResumesAndIsExportedAsTorchScript) {
   const std::string dir = TempDir("torchscript");
   const std::string model = dir + "/net.pt";
   Result made =
       RunCommand({kBin + "/lockstep-example-torchscript", model, "3"});
   ASSERT_EQ(made.code, 0) << made.err;
-  Result r = RunCommand(
-      {kBin + "/lockstep", "local", "--workers", "2", "--json", "--set",
-       "model.torchscript=" + model, "--set", "max_steps=120", "--set",
-       "global_batch_size=64", "--set", "export=" + dir + "/trained.pt",
-       "--metrics-out", dir + "/losses.csv", kMlp});
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto summary = LastJsonLine(r.out).fields();
+  auto run = [&](int steps, std::vector<std::string> sets) {
+    std::vector<std::string> argv = {kBin + "/lockstep",
+                                     "local",
+                                     "--workers",
+                                     "2",
+                                     "--json",
+                                     "--set",
+                                     "model.torchscript=" + model,
+                                     "--set",
+                                     "global_batch_size=64",
+                                     "--set",
+                                     absl::StrCat("max_steps=", steps)};
+    for (const std::string& set : sets) {
+      argv.push_back("--set");
+      argv.push_back(set);
+    }
+    argv.push_back("--metrics-out");
+    argv.push_back(absl::StrCat(dir, "/losses-", steps, ".csv"));
+    argv.push_back(kMlp);
+    return RunCommand(argv);
+  };
+  Result whole = run(120, {"export=" + dir + "/trained.pt"});
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const auto summary = LastJsonLine(whole.out).fields();
   EXPECT_EQ(summary.at("state").string_value(), "succeeded");
   EXPECT_GT(summary.at("test_accuracy").number_value(), 0.6);
-  std::vector<double> losses = ReadLosses(dir + "/losses.csv");
+  std::vector<double> losses = ReadLosses(dir + "/losses-120.csv");
   ASSERT_EQ(losses.size(), 120u);
   double first = 0, last = 0;
   for (int i = 0; i < 10; ++i) {
@@ -777,6 +795,20 @@ TEST(LocalTest, TorchScriptModelTrainsAndIsExportedAsTorchScript) {
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(exported->substr(0, 2), "PK");
   EXPECT_NE(exported->find("code/"), std::string::npos);
+
+  // 80 steps saving at step 40, then the job again to 120: it restores the
+  // checkpoint into the scripted module and continues from step 40.
+  const std::vector<std::string> checkpoints = {
+      "checkpoint.backup_dir=" + dir + "/backups",
+      "checkpoint.save_every_steps=40", "checkpoint.keep_backups=true"};
+  Result part = run(80, checkpoints);
+  ASSERT_EQ(part.code, 0) << part.err;
+  Result resumed = run(120, checkpoints);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(
+      LastJsonLine(resumed.out).fields().at("model_digest").string_value(),
+      summary.at("model_digest").string_value());
+  EXPECT_THAT(resumed.out + resumed.err, HasSubstr("ckpt-000000040"));
 }
 
 // bf16 trains the CNN to the accuracy of fp32 after one epoch (of a
