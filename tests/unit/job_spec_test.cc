@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace lockstep {
 namespace {
 
@@ -50,6 +52,18 @@ TEST(JobSpecTest, ModelIsANameOrAnObject) {
   EXPECT_EQ(spec.model().name(), "");
   EXPECT_EQ(spec.model().torchscript(), "/models/net.pt");
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
+}
+
+// The examples the README points at load and validate as they are.
+TEST(JobSpecTest, EveryExampleIsValid) {
+  for (const char* name :
+       {"fashion_mnist_mlp", "fashion_mnist_cnn", "fashion_mnist_resnet"}) {
+    auto spec = LoadJobSpec(
+        absl::StrCat(LOCKSTEP_SOURCE_DIR, "/examples/", name, ".json"));
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    ApplyDefaults(&*spec);
+    EXPECT_TRUE(ValidateJobSpec(*spec, 2).ok()) << name;
+  }
 }
 
 TEST(JobSpecTest, AdamDefaultsToItsOwnLearningRate) {
