@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -55,6 +56,63 @@ bool ExpandShorthands(Struct* root) {
   return true;
 }
 
+// The same shorthand in a spec's text. Only the top-level "model" string is
+// rewritten and every other byte stays as written: a round trip through a
+// Struct would turn 64-bit integers (a seed) into doubles.
+void ExpandModelShorthand(std::string* json) {
+  const std::string& s = *json;
+  // One past the closing quote of the string that starts at `begin`.
+  auto string_end = [&](size_t begin) {
+    for (size_t j = begin + 1; j < s.size(); ++j) {
+      if (s[j] == '\\') {
+        ++j;
+      } else if (s[j] == '"') {
+        return j + 1;
+      }
+    }
+    return std::string::npos;
+  };
+  auto skip_space = [&](size_t j) {
+    while (j < s.size() && absl::ascii_isspace(s[j])) ++j;
+    return j;
+  };
+  int depth = 0;
+  bool key_next = false;  // in the top-level object, a key comes next
+  size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '"') {
+      const size_t end = string_end(i);
+      if (end == std::string::npos) return;  // the parser will say what
+      if (depth == 1 && key_next) {
+        key_next = false;
+        const size_t colon = skip_space(end);
+        const size_t value = skip_space(colon + 1);
+        if (s.compare(i, end - i, "\"model\"") == 0 && colon < s.size() &&
+            s[colon] == ':' && value < s.size() && s[value] == '"') {
+          const size_t value_end = string_end(value);
+          if (value_end == std::string::npos) return;
+          json->replace(value, value_end - value,
+                        absl::StrCat("{\"name\": ",
+                                     s.substr(value, value_end - value), "}"));
+          return;
+        }
+      }
+      i = end;
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      ++depth;
+      key_next = c == '{' && depth == 1;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == ',' && depth == 1) {
+      key_next = true;
+    }
+    ++i;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
@@ -63,12 +121,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
   pbutil::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   std::string text(json);
-  Struct root;
-  if (pbutil::JsonStringToMessage(text, &root).ok() &&
-      ExpandShorthands(&root)) {
-    text.clear();  // MessageToJsonString appends
-    (void)pbutil::MessageToJsonString(root, &text);
-  }
+  ExpandModelShorthand(&text);
   auto status = pbutil::JsonStringToMessage(text, &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(

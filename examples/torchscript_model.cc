@@ -13,15 +13,21 @@
 
 namespace {
 
-// He-normal weights for `fan_in` inputs.
+// He-normal weights for `fan_in` inputs. Trainable, as nn.Parameter's are
+// by default (lockstep refuses frozen parameters).
 torch::Tensor Weights(std::vector<int64_t> shape, int64_t fan_in) {
-  return torch::randn(shape) * std::sqrt(2.0 / static_cast<double>(fan_in));
+  return (torch::randn(shape) * std::sqrt(2.0 / static_cast<double>(fan_in)))
+      .requires_grad_(true);
+}
+
+torch::Tensor Zeros(int64_t size) {
+  return torch::zeros({size}).requires_grad_(true);
 }
 
 torch::jit::Module LinearLayer(int64_t in, int64_t out) {
   torch::jit::Module layer("Linear");
   layer.register_parameter("weight", Weights({out, in}, in), false);
-  layer.register_parameter("bias", torch::zeros({out}), false);
+  layer.register_parameter("bias", Zeros(out), false);
   layer.define(R"(
 def forward(self, x):
     return torch.matmul(x, self.weight.t()) + self.bias
@@ -33,7 +39,7 @@ torch::jit::Module ExampleNet() {
   torch::jit::Module net("ExampleNet");
   // 16 5x5 filters, 2x2 max-pool: [N, 16, 14, 14] for 28x28 images.
   net.register_parameter("conv_weight", Weights({16, 1, 5, 5}, 25), false);
-  net.register_parameter("conv_bias", torch::zeros({16}), false);
+  net.register_parameter("conv_bias", Zeros(16), false);
   net.register_module("hidden", LinearLayer(16 * 14 * 14, 64));
   net.register_module("out", LinearLayer(64, 10));
   net.define(R"(

@@ -66,6 +66,19 @@ TEST(JobSpecTest, EveryExampleIsValid) {
   }
 }
 
+// The shorthand is expanded in the text: a 64-bit seed keeps every digit,
+// and only the top-level "model" is touched.
+TEST(JobSpecTest, ModelShorthandKeepsEveryOtherValueExact) {
+  v1::JobSpec spec = Parse(
+      R"({ "seed" : 18446744073709551557, "name": "a \"model\": \"x\"",
+           "model" :"resnet", "max_steps": 9007199254740993,
+           "global_batch_size": 8})");
+  EXPECT_EQ(spec.seed(), 18446744073709551557ull);
+  EXPECT_EQ(spec.max_steps(), 9007199254740993ll);
+  EXPECT_EQ(spec.name(), "a \"model\": \"x\"");
+  EXPECT_EQ(spec.model().name(), "resnet");
+}
+
 TEST(JobSpecTest, AdamDefaultsToItsOwnLearningRate) {
   v1::JobSpec spec =
       Parse(R"({"global_batch_size": 64, "optimizer": {"type": "adam"}})");

@@ -87,8 +87,10 @@ TEST(ModelTest, ExportedModelLoadsWithTorchLoad) {
 // A scripted module with a nested submodule, as torch.jit.script writes.
 void WriteScripted(const std::string& path, int64_t outputs) {
   torch::jit::Module fc("Linear");
-  fc.register_parameter("weight", torch::randn({outputs, 784}) * 0.01, false);
-  fc.register_parameter("bias", torch::zeros({outputs}), false);
+  fc.register_parameter(
+      "weight", (torch::randn({outputs, 784}) * 0.01).requires_grad_(), false);
+  fc.register_parameter("bias", torch::zeros({outputs}).requires_grad_(),
+                        false);
   fc.define(R"(
 def forward(self, x):
     return torch.matmul(x, self.weight.t()) + self.bias
@@ -140,6 +142,55 @@ TEST(ModelTest, TorchScriptModuleTrainsThroughItsOwnParameters) {
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(
       torch::allclose(reloaded.forward({x}).toTensor(), (*model)->forward(x)));
+}
+
+// Two submodules sharing one tensor (tied weights): registered once, so it
+// is reduced and updated once per step.
+TEST(ModelTest, TiedTorchScriptWeightsAreOneParameter) {
+  torch::Tensor shared = (torch::randn({784, 784}) * 0.01).requires_grad_();
+  torch::jit::Module net("Net");
+  for (const char* name : {"a", "b"}) {
+    torch::jit::Module layer("Layer");
+    layer.register_parameter("weight", shared, false);
+    layer.define(R"(
+def forward(self, x):
+    return torch.matmul(x, self.weight)
+)");
+    net.register_module(name, layer);
+  }
+  net.register_parameter(
+      "out", (torch::randn({784, 10}) * 0.01).requires_grad_(), false);
+  net.define(R"(
+def forward(self, x):
+    return torch.matmul(self.b.forward(self.a.forward(x.flatten(1))), self.out)
+)");
+  const std::string path = TempDir() + "/tied.pt";
+  net.save(path);
+  ModelOptions options;
+  options.torchscript = path;
+  auto model = BuildModel(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->parameters().size(), 2u);
+}
+
+TEST(ModelTest, FrozenTorchScriptParametersAreRefusedByName) {
+  torch::jit::Module net("Net");
+  net.register_parameter("weight", torch::randn({784, 10}).requires_grad_(),
+                         false);
+  net.register_parameter("frozen_bias", torch::zeros({10}), false);
+  net.define(R"(
+def forward(self, x):
+    return torch.matmul(x.flatten(1), self.weight) + self.frozen_bias
+)");
+  const std::string path = TempDir() + "/frozen.pt";
+  net.save(path);
+  ModelOptions options;
+  options.torchscript = path;
+  auto model = BuildModel(options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("frozen parameters (frozen_bias)"),
+            std::string::npos)
+      << model.status();
 }
 
 TEST(ModelTest, BadTorchScriptFilesAreNamed) {

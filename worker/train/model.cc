@@ -138,12 +138,35 @@ class ScriptedNetwork : public Network {
       }
       return out;
     };
+    // A tensor shared by two submodules (tied weights) is registered once:
+    // twice would reduce and update it twice per step.
+    std::set<const void*> seen;
+    std::vector<std::string> frozen;
     for (const auto& param : network->module_.named_parameters(true)) {
+      if (!seen.insert(param.value.unsafeGetTensorImpl()).second) continue;
+      if (!param.value.requires_grad()) {
+        frozen.push_back(param.name);
+        continue;
+      }
       auto name = flat(param.name);
       if (!name.ok()) return name.status();
       network->register_parameter(*name, param.value, true);
     }
+    if (network->parameters().empty() && frozen.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.torchscript ", path,
+          " has no parameters to train (torch.jit.freeze turns them into "
+          "constants); save the scripted module without freezing it"));
+    }
+    if (!frozen.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.torchscript ", path, " has frozen parameters (",
+          absl::StrJoin(frozen, ", "),
+          "); lockstep trains every parameter of the module: unfreeze them, "
+          "or make them buffers (register_buffer) before exporting"));
+    }
     for (const auto& buffer : network->module_.named_buffers(true)) {
+      if (!seen.insert(buffer.value.unsafeGetTensorImpl()).second) continue;
       auto name = flat(buffer.name);
       if (!name.ok()) return name.status();
       network->register_buffer(*name, buffer.value);

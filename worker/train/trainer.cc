@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -61,6 +62,7 @@ class Autocast {
   explicit Autocast(bool bf16) : enabled_(bf16) {
     if (!enabled_) return;
     previous_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
     at::autocast::set_cpu_enabled(true);
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
     at::autocast::increment_nesting();
@@ -69,6 +71,7 @@ class Autocast {
     if (!enabled_) return;
     // The cast weights are cached for one forward pass only.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
     at::autocast::set_cpu_enabled(previous_);
   }
   Autocast(const Autocast&) = delete;
@@ -77,7 +80,24 @@ class Autocast {
  private:
   const bool enabled_;
   bool previous_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
 };
+
+// Batch norm's running statistics: what each rank accumulates from its own
+// batches (and what SyncBuffers averages). Other buffers (a TorchScript
+// module's constants) are the same on every rank and stay untouched.
+std::vector<torch::Tensor> RunningStatistics(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& buffer : model.named_buffers()) {
+    const std::string& name = buffer.key();
+    if (buffer.value().scalar_type() == torch::kFloat32 &&
+        (absl::EndsWith(name, "running_mean") ||
+         absl::EndsWith(name, "running_var"))) {
+      out.push_back(buffer.value());
+    }
+  }
+  return out;
+}
 
 ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
                             int64_t cols) {
@@ -331,8 +351,8 @@ class Generation {
   absl::StatusOr<int> AdoptMostAdvancedState();
   absl::Status BroadcastState(int source);
   absl::Status CheckIdenticalInit();
-  // Averages the float buffers (batch norm's running statistics) over the
-  // ranks: each rank's follow its own batches. Before evaluating and saving.
+  // Averages batch norm's running statistics over the ranks: each rank's
+  // follow its own batches. Before evaluating and saving.
   absl::Status SyncBuffers();
   // Optimizer steps applied: the LR schedule's position.
   int64_t applied_steps() const {
@@ -381,6 +401,7 @@ class Generation {
   std::unique_ptr<Prefetcher> prefetcher_;
   int64_t grad_elements_ = 0;
   bool bf16_ = false;
+  std::vector<torch::Tensor> statistics_before_;  // see Step
 
   // Progress reporting (chief).
   std::optional<int64_t> resumed_at_;
@@ -838,6 +859,18 @@ absl::Status Generation::Step(bool* stop) {
   LossScaler& scaler = replica_.scaler;
   // Dropout masks: a function of (seed, rank, step), whoever runs the step.
   torch::manual_seed(StepSeed(spec_.seed(), rank_, step));
+  // A failed step leaves the replica as it was: batch norm's running
+  // statistics, which the forward pass updates, are put back too.
+  const std::vector<torch::Tensor> statistics = RunningStatistics(model);
+  if (statistics_before_.size() != statistics.size()) {
+    statistics_before_.clear();
+    for (const torch::Tensor& t : statistics) {
+      statistics_before_.push_back(torch::empty_like(t));
+    }
+  }
+  for (size_t i = 0; i < statistics.size(); ++i) {
+    statistics_before_[i].copy_(statistics[i]);
+  }
   // Micro-batches: their gradients add up in .grad (each loss divided by
   // their number, so the sum is the mean over this rank's samples), and only
   // the last one's backward communicates.
@@ -870,7 +903,14 @@ absl::Status Generation::Step(bool* stop) {
   }
   prefetcher_->Release(step);
   float loss_sum = 0, stop_votes = 0;
-  RETURN_IF_ERROR(reducer_->Finish(&loss_sum, &stop_votes));
+  absl::Status reduced = reducer_->Finish(&loss_sum, &stop_votes);
+  if (!reduced.ok()) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < statistics.size(); ++i) {
+      statistics[i].copy_(statistics_before_[i]);
+    }
+    return reduced;
+  }
   timer.Lap(kExposedComm);
   replica_.last_loss = loss_sum / world_;
   *stop = stop_votes > 0;
@@ -921,14 +961,12 @@ absl::Status Generation::Step(bool* stop) {
 
 absl::Status Generation::SyncBuffers() {
   if (world_ == 1) return absl::OkStatus();
-  std::vector<torch::Tensor> buffers;
+  std::vector<torch::Tensor> buffers = RunningStatistics(*replica_.model);
+  if (buffers.empty()) return absl::OkStatus();
   std::vector<torch::Tensor> flat;
-  for (const torch::Tensor& buffer : replica_.model->buffers()) {
-    if (buffer.scalar_type() != torch::kFloat32) continue;
-    buffers.push_back(buffer);
+  for (const torch::Tensor& buffer : buffers) {
     flat.push_back(buffer.reshape({-1}));
   }
-  if (buffers.empty()) return absl::OkStatus();
   torch::NoGradGuard no_grad;
   torch::Tensor all = torch::cat(flat);
   RETURN_IF_ERROR(AllReduce(all.data_ptr<float>(), all.numel()));
