@@ -67,6 +67,16 @@ class CoordinatorTest : public ::testing::Test {
     return registered->worker_id();
   }
 
+  // A heartbeat from worker `id` in generation 1 of `job`, `seq`
+  // collectives in.
+  void Beat(const std::string& id, const std::string& job, int64_t seq) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_job_id(job);
+    message.mutable_heartbeat()->set_generation(1);
+    message.mutable_heartbeat()->set_collective_seq(seq);
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
+  }
+
   // Registers worker:`index` of a static cluster and opens its session.
   void ConnectTask(int index, uint64_t incarnation, FakeSink* sink) {
     v1::RegisterWorkerRequest request = Free(incarnation);
@@ -342,13 +352,7 @@ TEST_F(CoordinatorTest, StatusNamesAStraggler) {
   std::string id_a = Connect(1, &a);
   std::string id_b = Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  auto beat = [&](const std::string& id, int64_t seq) {
-    v1::WorkerMessage message;
-    message.mutable_heartbeat()->set_job_id(job);
-    message.mutable_heartbeat()->set_generation(1);
-    message.mutable_heartbeat()->set_collective_seq(seq);
-    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
-  };
+  auto beat = [&](const std::string& id, int64_t seq) { Beat(id, job, seq); };
   beat(id_a, 812);
   beat(id_b, 811);
   EXPECT_EQ(Status(job).stall(), "");
@@ -368,13 +372,7 @@ TEST_F(CoordinatorTest, ARankNotHeardFromYetIsNoStraggler) {
   std::string id_a = Connect(1, &a);
   std::string id_b = Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  auto beat = [&](const std::string& id, int64_t seq) {
-    v1::WorkerMessage message;
-    message.mutable_heartbeat()->set_job_id(job);
-    message.mutable_heartbeat()->set_generation(1);
-    message.mutable_heartbeat()->set_collective_seq(seq);
-    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
-  };
+  auto beat = [&](const std::string& id, int64_t seq) { Beat(id, job, seq); };
   beat(id_a, 300);
   clock_.Advance(absl::Seconds(4));
   beat(id_a, 700);

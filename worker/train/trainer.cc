@@ -401,7 +401,10 @@ class Generation {
   std::unique_ptr<Prefetcher> prefetcher_;
   int64_t grad_elements_ = 0;
   bool bf16_ = false;
-  std::vector<torch::Tensor> statistics_before_;  // see Step
+  // Batch norm's running statistics (the model's own buffers), and a copy
+  // from before the current step's forward pass (see Step).
+  std::vector<torch::Tensor> statistics_;
+  std::vector<torch::Tensor> statistics_before_;
 
   // Progress reporting (chief).
   std::optional<int64_t> resumed_at_;
@@ -502,6 +505,12 @@ absl::Status Generation::Setup() {
         std::make_unique<Checkpointer>(task_, ckpt.backup_dir(), ckpt.keep());
   }
   ASSIGN_OR_RETURN(source_rank_, AdoptMostAdvancedState());
+  // Loading state replaces the buffers' contents, not the buffers.
+  statistics_ = RunningStatistics(*replica_.model);
+  statistics_before_.clear();
+  for (const torch::Tensor& t : statistics_) {
+    statistics_before_.push_back(torch::empty_like(t));
+  }
   if (replica_.global_batch > 0) {
     // A resumed job keeps its global batch on any world size.
     ASSIGN_OR_RETURN(
@@ -861,15 +870,8 @@ absl::Status Generation::Step(bool* stop) {
   torch::manual_seed(StepSeed(spec_.seed(), rank_, step));
   // A failed step leaves the replica as it was: batch norm's running
   // statistics, which the forward pass updates, are put back too.
-  const std::vector<torch::Tensor> statistics = RunningStatistics(model);
-  if (statistics_before_.size() != statistics.size()) {
-    statistics_before_.clear();
-    for (const torch::Tensor& t : statistics) {
-      statistics_before_.push_back(torch::empty_like(t));
-    }
-  }
-  for (size_t i = 0; i < statistics.size(); ++i) {
-    statistics_before_[i].copy_(statistics[i]);
+  for (size_t i = 0; i < statistics_.size(); ++i) {
+    statistics_before_[i].copy_(statistics_[i]);
   }
   // Micro-batches: their gradients add up in .grad (each loss divided by
   // their number, so the sum is the mean over this rank's samples), and only
@@ -906,8 +908,8 @@ absl::Status Generation::Step(bool* stop) {
   absl::Status reduced = reducer_->Finish(&loss_sum, &stop_votes);
   if (!reduced.ok()) {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < statistics.size(); ++i) {
-      statistics[i].copy_(statistics_before_[i]);
+    for (size_t i = 0; i < statistics_.size(); ++i) {
+      statistics_[i].copy_(statistics_before_[i]);
     }
     return reduced;
   }
@@ -960,11 +962,9 @@ absl::Status Generation::Step(bool* stop) {
 }
 
 absl::Status Generation::SyncBuffers() {
-  if (world_ == 1) return absl::OkStatus();
-  std::vector<torch::Tensor> buffers = RunningStatistics(*replica_.model);
-  if (buffers.empty()) return absl::OkStatus();
+  if (world_ == 1 || statistics_.empty()) return absl::OkStatus();
   std::vector<torch::Tensor> flat;
-  for (const torch::Tensor& buffer : buffers) {
+  for (const torch::Tensor& buffer : statistics_) {
     flat.push_back(buffer.reshape({-1}));
   }
   torch::NoGradGuard no_grad;
@@ -972,7 +972,7 @@ absl::Status Generation::SyncBuffers() {
   RETURN_IF_ERROR(AllReduce(all.data_ptr<float>(), all.numel()));
   all.div_(world_);
   int64_t offset = 0;
-  for (torch::Tensor& buffer : buffers) {
+  for (torch::Tensor& buffer : statistics_) {
     buffer.copy_(all.narrow(0, offset, buffer.numel()).view_as(buffer));
     offset += buffer.numel();
   }
