@@ -42,23 +42,10 @@ absl::Status CheckChoice(absl::string_view field, const std::string& value,
       absl::StrCat(field, " is \"", value, "\"; choose one of ", choices));
 }
 
-// "model": "cnn" is short for "model": {"name": "cnn"}. Returns whether
-// anything was expanded.
-bool ExpandShorthands(Struct* root) {
-  auto it = root->mutable_fields()->find("model");
-  if (it == root->mutable_fields()->end() ||
-      it->second.kind_case() != Value::kStringValue) {
-    return false;
-  }
-  const std::string name = it->second.string_value();
-  (*it->second.mutable_struct_value()->mutable_fields())["name"]
-      .set_string_value(name);
-  return true;
-}
-
-// The same shorthand in a spec's text. Only the top-level "model" string is
-// rewritten and every other byte stays as written: a round trip through a
-// Struct would turn 64-bit integers (a seed) into doubles.
+// "model": "cnn" is short for "model": {"name": "cnn"}: expanded in the
+// spec's text. Only the top-level "model" string is rewritten and every
+// other byte stays as written: a round trip through a Struct would turn
+// 64-bit integers (a seed) into doubles.
 void ExpandModelShorthand(std::string* json) {
   const std::string& s = *json;
   // One past the closing quote of the string that starts at `begin`.
@@ -169,7 +156,6 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
     node = child.mutable_struct_value();
   }
   (*node->mutable_fields())[path.back()] = value;
-  ExpandShorthands(&root);
   // A built-in model and a TorchScript file exclude each other too.
   if (field == "model.name" || field == "model.torchscript") {
     node->mutable_fields()->erase(field == "model.name" ? "torchscript"
@@ -185,6 +171,7 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
 
   std::string updated_json;  // MessageToJsonString appends
   (void)pbutil::MessageToJsonString(root, &updated_json);
+  ExpandModelShorthand(&updated_json);  // --set model=cnn
   v1::JobSpec updated;
   auto status = pbutil::JsonStringToMessage(updated_json, &updated);
   if (!status.ok()) {
