@@ -1,24 +1,45 @@
-// The coordinator's service logic: worker registry, rank assignment, the job
-// queue, the (job, generation)-scoped key-value store and barriers. It knows
-// nothing of gRPC; coordinator/rpc/ adapts it.
+// The coordinator's service logic: the job queue and its state machine, and
+// the public entry points (worker registration and sessions, key-value store
+// and barriers, job submission, status and stop). It knows nothing of gRPC;
+// coordinator/rpc/ adapts it. The class is implemented in coordinator.cc
+// (queue, state machine, entry points), worker_reports.cc (results,
+// progress, checkpoint and preemption reports) and rendezvous.cc (key-value
+// store, barriers, the generation fence). The pieces it calls under its lock
+// live in files of their own: the worker registry (worker_registry.h), one
+// generation of a job (generation.h) with its checkpoint commit tally
+// (checkpoint_tally.h), and the job status updates (job_status.h).
 //
-// Job states:
+// Job states (v1::JobState) and transitions:
 //
-//   QUEUED ──(enough workers connected)──▶ RUNNING ──(every rank ok)──▶
-//   SUCCEEDED
-//     │                                     │  │
-//     └──(stop)──▶ STOPPED ◀──(stop, ranks agree on a step)──┘  └──(a rank
-//     fails or
-//                                                                  disconnects)──▶
-//                                                                  FAILED
+// clang-format off
+//   QUEUED ────────────────────────── stop ──────────────────────────┐
+//     │                                                              │
+//     │ its workers are connected: generation 1                      │
+//     ▼                                                              ▼
+//   RUNNING ───── stop: every rank stops at one step, saved ─────▶ STOPPED
+//    │ │  ▲                                                          ▲
+//    │ │  │ the group is whole again: the next generation            │
+//    │ ▼  │                                                          │
+//    │ RECOVERING ────────────────────── stop ───────────────────────┘
+//    │     entered when a worker fails, restarts or is preempted, when a
+//    │     rank's retryable error goes unexplained past error_grace, or
+//    │     when the coordinator restarts while the job runs
+//    │
+//    ├── every rank succeeded ───────────────────────────────────▶ SUCCEEDED
+//    └── a rank failed for good, or max_restarts are used up ────▶ FAILED
+// clang-format on
+//
+// A start (from QUEUED or RECOVERING) whose workers cannot split the batch
+// also ends in FAILED. SUCCEEDED, FAILED and STOPPED are final.
 //
 // One job runs at a time, on every worker it needs. Each start of a job is a
-// new generation; key-value entries and barriers of an older generation are
-// fenced off (Aborted).
+// new generation (a Generation object replaced whole); key-value entries,
+// barriers and reports of an older generation are fenced off (Aborted).
 //
-// Thread-safe: every public method may be called from any gRPC thread. The
-// blocking calls (KvGet, Barrier, WaitForJobChange) wait on the real time
-// deadline they are given and return early on Shutdown().
+// Thread-safe: every public method may be called from any gRPC thread. One
+// lock (mu_) guards all state. The blocking calls (KvGet, Barrier,
+// WaitForJobChange) wait on the real time deadline they are given and
+// return early on Shutdown().
 #ifndef LOCKSTEP_COORDINATOR_COORDINATOR_H_
 #define LOCKSTEP_COORDINATOR_COORDINATOR_H_
 
@@ -27,7 +48,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -35,21 +55,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/generation.h"
 #include "coordinator/job_store.h"
+#include "coordinator/session_sink.h"
+#include "coordinator/worker_registry.h"
 #include "lockstep/v1/cluster.pb.h"
 #include "lockstep/v1/coordinator.pb.h"
 
 namespace lockstep::coordinator {
-
-// Where the coordinator pushes commands for one worker session. Send must not
-// block (the rpc layer queues); it is called with the coordinator's lock held.
-class SessionSink {
- public:
-  virtual ~SessionSink() = default;
-  virtual void Send(const v1::CoordinatorCommand& command) = 0;
-  // Ends the session from the coordinator's side (a worker declared dead).
-  virtual void Close() = 0;
-};
 
 class Coordinator {
  public:
@@ -115,7 +128,12 @@ class Coordinator {
   absl::StatusOr<v1::JobStatus> WaitForJobChange(const std::string& job_id,
                                                  int64_t after_version,
                                                  absl::Time deadline);
-  // Errors: NotFound; FailedPrecondition when the job already ended.
+  // A queued job stops at once; a running one at a step every rank agrees
+  // on, saved first when checkpoints are configured. The job's error then
+  // says whether that save was committed ("stopped on request after step
+  // 120; saved as ckpt-000000120") or failed, and which checkpoint is the
+  // newest instead. Errors: NotFound; FailedPrecondition when the job
+  // already ended.
   absl::Status StopJob(const std::string& job_id);
   std::vector<v1::WorkerInfo> ListWorkers();
 
@@ -128,61 +146,33 @@ class Coordinator {
   void Shutdown();
 
  private:
-  struct Worker {
-    std::string id;
-    v1::TaskId task;  // type empty in free registration
-    uint64_t incarnation = 0;
-    std::string host;
-    int64_t order = 0;  // registration order, ranks free workers
-    SessionSink* sink = nullptr;
-    absl::Time last_heartbeat;
-    std::string job_id;  // the job this worker runs, if any
-    int rank = -1;
-    int64_t generation = 0;
-    // Collectives entered in the current generation, when that last
-    // changed, and when a heartbeat last reported it: a rank whose count
-    // stays below the others' is a straggler. The count is only seen every
-    // heartbeat interval, so only the rank's own heartbeats can show that it
-    // did not move.
-    int64_t collective_seq = 0;
-    absl::Time seq_changed;
-    absl::Time seq_reported = absl::InfinitePast();
-    // Asked to be preempted (SIGTERM): not picked for a generation until it
-    // registers again as a new process.
-    bool leaving = false;
-  };
   struct Job {
     v1::JobStatus status;
-    std::vector<std::string> rank_workers;  // worker id of each rank
-    int results_ok = 0;
+    // StopJob asked the running generation to stop (it wins over a
+    // preemption under way).
     bool stop_requested = false;
-    // A collective error a rank reported, waiting for a worker failure to
-    // explain it until `suspect_deadline`.
-    std::string suspect;
-    absl::Time suspect_deadline = absl::InfiniteFuture();
+    // When the job was last written to the store: progress reports are
+    // written at most once per kPersistProgressEvery (worker_reports.cc).
     absl::Time last_persisted = absl::InfinitePast();
-    // A worker asked for a preemption: the generation stops at an agreed,
-    // saved step and the job then waits for its group (RECOVERING).
-    bool preempting = false;
-    std::string preempt_reason;
-    // Checkpoint prepares of the running generation: step -> rank -> files.
-    std::map<int64_t, std::map<int, v1::CheckpointPrepared>> prepares;
-    std::set<int64_t> abandoned_steps;
+    // The job's current generation, replaced whole at each start; between
+    // generations the ended one stays for its rank order. Null until the
+    // job first starts in this coordinator process.
+    std::unique_ptr<Generation> generation;
   };
 
   explicit Coordinator(Options options);
 
-  bool IsStatic() const { return cluster_.has_value(); }
-  // Starts the oldest queued job if its workers are there.
+  // ---- the job queue and state machine (coordinator.cc) ----
+  // Starts the oldest queued job, or re-forms the recovering one, if its
+  // workers are there.
   void MaybeStartJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Picks the workers for `job` in rank order; empty if not enough are here.
-  std::vector<Worker*> PickWorkersLocked(const Job& job)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the job's generation with a new one on `workers` (rank order)
+  // and sends each its assignment.
   void StartGenerationLocked(Job& job, const std::vector<Worker*>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases the workers of the job's generation, telling those still
-  // running to abort with `reason` unless the job succeeded, and drops the
-  // generation's key-value entries and barriers.
+  // Ends the job's generation: releases its workers, telling those still
+  // running to abort with `reason` if `abort`, and wakes the calls blocked
+  // on it (they see the fence).
   void ReleaseGenerationLocked(Job& job, bool abort, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job for good, persists, and schedules the next job.
@@ -192,19 +182,33 @@ class Coordinator {
   // next generation, or fails when max_restarts are used up.
   void FailGenerationLocked(Job& job, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank stopped for a preemption: the job waits for its group.
+  void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `worker` is gone (session broken, silent, restarted): it loses its
   // session and fails the generation it was part of.
   void WorkerFailedLocked(Worker& worker, const std::string& kind,
                           const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddEventLocked(Job& job, const std::string& kind, const Worker* worker,
-                      const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // "rank 3 (worker:3) stalled at all-reduce #812 for 14 s", or "".
-  std::string StallLocked(const Job& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* RunningJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job whose live generation `number` holds `worker` as a rank, if any.
+  Job* GenerationOfLocked(const Worker& worker, const std::string& job_id,
+                          int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The fence (rendezvous.cc): the live generation `number` of `job_id`;
+  // Aborted when it is over or replaced, Cancelled on shutdown, NotFound
+  // for an unknown job.
+  absl::StatusOr<Generation*> CurrentGenerationLocked(const std::string& job_id,
+                                                      int64_t number)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `command` to every worker still holding a rank of the job.
+  void SendToRanksLocked(const Job& job, const v1::CoordinatorCommand& command)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- worker reports (worker_reports.cc) ----
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank of the generation reported success: the job succeeds, stops
+  // or (preempted) waits for its group.
+  void AllRanksDoneLocked(Job& job, bool stopped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleProgressLocked(const v1::ProgressReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -218,43 +222,41 @@ class Coordinator {
   // A worker got SIGTERM: every rank stops at an agreed step and saves it.
   void HandlePreemptLocked(Worker& worker, const v1::PreemptRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's running generation, if `worker` holds a rank in it.
-  Job* GenerationOfLocked(const Worker& worker, const std::string& job_id,
-                          int64_t generation)
+  // "stopped on request after step 120; saved as ckpt-000000120", or what
+  // became of the final save instead.
+  std::string StopReasonLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks that (job, generation) is the running generation.
-  absl::Status CheckGenerationLocked(const std::string& job_id,
-                                     int64_t generation) const
+
+  // ---- status records ----
+  void AddEventLocked(Job& job, const std::string& kind, const Worker* worker,
+                      const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's status as reported: with the stalled rank, if any.
+  v1::JobStatus ReportLocked(const Job& job, bool include_history) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the job's version and wakes its watchers.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string DescribeWorkerLocked(const Worker& worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double NowSeconds() const;
 
   // Constant after construction.
   const std::optional<v1::ClusterSpec> cluster_;
   Clock* const clock_;
   const std::unique_ptr<JobStore> store_;
-  const absl::Duration heartbeat_timeout_;
   const absl::Duration error_grace_;
-  const absl::Duration stall_after_;
+  const absl::Duration heartbeat_timeout_;
 
   mutable absl::Mutex mu_;
   // Signalled on every change a blocked call may wait for.
   absl::CondVar changed_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  int64_t next_worker_order_ ABSL_GUARDED_BY(mu_) = 0;
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
   // The job that is RUNNING or RECOVERING, if any.
   std::string running_job_ ABSL_GUARDED_BY(mu_);
-  // Key-value store and barrier arrivals of the running generation.
-  std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::set<int>> barriers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::coordinator

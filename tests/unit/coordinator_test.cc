@@ -1,100 +1,22 @@
+// Coordinator tests: worker registration and sessions, failure detection,
+// the job queue and state machine, and the key-value store and barriers
+// fenced by generation.
 #include "coordinator/coordinator.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/tf_config.h"
+#include "tests/unit/coordinator_fixture.h"
 
 namespace lockstep::coordinator {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-class FakeSink : public SessionSink {
- public:
-  void Send(const v1::CoordinatorCommand& command) override {
-    commands.push_back(command);
-  }
-  void Close() override { closed = true; }
-  std::vector<v1::CoordinatorCommand> commands;
-  bool closed = false;
-};
-
-v1::RegisterWorkerRequest Free(uint64_t incarnation) {
-  v1::RegisterWorkerRequest request;
-  request.set_incarnation(incarnation);
-  request.set_host("127.0.0.1");
-  return request;
-}
-
-v1::JobSpec Spec(int workers) {
-  v1::JobSpec spec;
-  spec.set_name("test");
-  spec.set_global_batch_size(64);
-  spec.set_num_workers(workers);
-  return spec;
-}
-
-class CoordinatorTest : public ::testing::Test {
- protected:
-  void Make(std::optional<v1::ClusterSpec> cluster = std::nullopt,
-            std::unique_ptr<JobStore> store = nullptr) {
-    Coordinator::Options options;
-    options.cluster = std::move(cluster);
-    options.clock = &clock_;
-    options.heartbeat_timeout = absl::Seconds(10);
-    options.error_grace = absl::Seconds(1);
-    options.stall_after = absl::Seconds(3);
-    options.store = std::move(store);
-    auto created = Coordinator::Create(std::move(options));
-    ASSERT_TRUE(created.ok()) << created.status();
-    coordinator_ = *std::move(created);
-  }
-
-  // Registers a free worker and opens its session.
-  std::string Connect(uint64_t incarnation, FakeSink* sink) {
-    auto registered = coordinator_->RegisterWorker(Free(incarnation));
-    EXPECT_TRUE(registered.ok()) << registered.status();
-    EXPECT_TRUE(
-        coordinator_->OpenSession(registered->worker_id(), incarnation, sink)
-            .ok());
-    return registered->worker_id();
-  }
-
-  // A heartbeat from worker `id` in generation 1 of `job`, `seq`
-  // collectives in.
-  void Beat(const std::string& id, const std::string& job, int64_t seq) {
-    v1::WorkerMessage message;
-    message.mutable_heartbeat()->set_job_id(job);
-    message.mutable_heartbeat()->set_generation(1);
-    message.mutable_heartbeat()->set_collective_seq(seq);
-    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
-  }
-
-  // Registers worker:`index` of a static cluster and opens its session.
-  void ConnectTask(int index, uint64_t incarnation, FakeSink* sink) {
-    v1::RegisterWorkerRequest request = Free(incarnation);
-    request.mutable_task()->set_type("worker");
-    request.mutable_task()->set_index(index);
-    auto id = coordinator_->RegisterWorker(request);
-    ASSERT_TRUE(id.ok()) << id.status();
-    ASSERT_TRUE(
-        coordinator_->OpenSession(id->worker_id(), incarnation, sink).ok());
-  }
-
-  v1::JobStatus Status(const std::string& job) {
-    return (*coordinator_->GetJobStatus(job, true))[0];
-  }
-
-  FakeClock clock_;
-  std::unique_ptr<Coordinator> coordinator_;
-};
 
 TEST_F(CoordinatorTest, JobStartsWhenEnoughWorkersAndAssignsRanksInOrder) {
   Make();
@@ -517,416 +439,113 @@ TEST_F(CoordinatorTest, StaleIncarnationCannotOpenASession) {
             absl::StatusCode::kAborted);
 }
 
-TEST_F(CoordinatorTest, JobsSurviveARestart) {
-  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
-  std::string dir = mkdtemp(tmpl.data());
-  Make(std::nullopt, *JobStore::Open(dir));
-  FakeSink a;
+// ---- generations are replaced whole ----------------------------------------
+
+// Fails generation 1 (b's session breaks) and starts generation 2 on a and a
+// newcomer.
+void ReplaceGeneration(Coordinator& coordinator, const std::string& id_b,
+                       FakeSink* b, FakeSink* c) {
+  coordinator.CloseSession(id_b, 2, b, absl::UnavailableError("reset"));
+  auto registered = coordinator.RegisterWorker(Free(3));
+  ASSERT_TRUE(registered.ok());
+  ASSERT_TRUE(coordinator.OpenSession(registered->worker_id(), 3, c).ok());
+}
+
+TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
+  Make();
+  FakeSink a, b, c;
   Connect(1, &a);
-  std::string running = *coordinator_->SubmitJob(Spec(1));
-  std::string queued = *coordinator_->SubmitJob(Spec(1));
-  coordinator_.reset();
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::KvSetRequest set;
+  set.set_job_id(job);
+  set.set_generation(1);
+  set.set_key("rank_0");
+  set.set_value("10.0.0.1:4000");
+  ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  v1::BarrierRequest barrier;
+  barrier.set_job_id(job);
+  barrier.set_generation(1);
+  barrier.set_name("start");
+  barrier.set_rank(1);
+  barrier.set_timeout_ms(1);
+  ASSERT_EQ(coordinator_->Barrier(barrier).code(),
+            absl::StatusCode::kDeadlineExceeded);
 
-  Make(std::nullopt, *JobStore::Open(dir));
-  v1::JobStatus was_running = Status(running);
-  EXPECT_EQ(was_running.state(), v1::JOB_STATE_RECOVERING);
-  EXPECT_EQ(was_running.events(was_running.events_size() - 1).kind(),
-            "coordinator_restarted");
-  EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
-  // The worker reconnects (same process) and the job re-forms.
-  FakeSink again;
-  auto registered = coordinator_->RegisterWorker(Free(1));
-  ASSERT_TRUE(
-      coordinator_->OpenSession(registered->worker_id(), 1, &again).ok());
-  EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(Status(running).generation(), 2);
-  std::string next = *coordinator_->SubmitJob(Spec(1));
-  EXPECT_NE(next, running);
-  EXPECT_NE(next, queued);
+  ReplaceGeneration(*coordinator_, id_b, &b, &c);
+  ASSERT_EQ(Status(job).generation(), 2);
+  v1::KvGetRequest get;
+  get.set_job_id(job);
+  get.set_generation(2);
+  get.set_key("rank_0");
+  get.set_timeout_ms(1);
+  EXPECT_EQ(coordinator_->KvGet(get).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Rank 1's arrival was in generation 1: generation 2 still waits for it.
+  barrier.set_generation(2);
+  barrier.set_rank(0);
+  absl::Status waited = coordinator_->Barrier(barrier);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(waited.message(), HasSubstr("missing: rank 1 (free:2)"));
 }
 
-// ---- checkpoints and preemption --------------------------------------------
-
-// A rank's CheckpointPrepared for `step`, with one file named after the rank.
-v1::WorkerMessage Prepared(const std::string& job, int64_t generation, int rank,
-                           int64_t step, bool ok = true,
-                           const std::string& error = "") {
-  v1::WorkerMessage message;
-  v1::CheckpointPrepared* prepared = message.mutable_prepared();
-  prepared->set_job_id(job);
-  prepared->set_generation(generation);
-  prepared->set_rank(rank);
-  prepared->set_step(step);
-  prepared->set_ok(ok);
-  prepared->set_error(error);
-  if (ok) {
-    prepared->set_dir(
-        absl::StrFormat(".tmp/worker-%05d/ckpt-%09d", rank, step));
-    v1::CheckpointFile* file = prepared->add_files();
-    file->set_name(absl::StrFormat("rank-%05d.state", rank));
-    file->set_size(100 + rank);
-    file->set_sha256(std::string(64, 'a' + rank));
-  }
-  return message;
+TEST_F(CoordinatorTest, CallsBlockedOnAReplacedGenerationAreAborted) {
+  Make();
+  FakeSink a, b, c;
+  Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  absl::StatusOr<std::string> got;
+  absl::Status barrier_status;
+  std::thread getter([&] {
+    v1::KvGetRequest get;
+    get.set_job_id(job);
+    get.set_generation(1);
+    get.set_key("never");
+    get.set_timeout_ms(60000);
+    got = coordinator_->KvGet(get);
+  });
+  std::thread waiter([&] {
+    v1::BarrierRequest barrier;
+    barrier.set_job_id(job);
+    barrier.set_generation(1);
+    barrier.set_name("start");
+    barrier.set_rank(0);
+    barrier.set_timeout_ms(60000);
+    barrier_status = coordinator_->Barrier(barrier);
+  });
+  // Give both calls time to block; they are fenced whether or not they do.
+  absl::SleepFor(absl::Milliseconds(50));
+  ReplaceGeneration(*coordinator_, id_b, &b, &c);
+  getter.join();
+  waiter.join();
+  ASSERT_EQ(Status(job).generation(), 2);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(got.status().message(), HasSubstr("generation 1 is over"));
+  EXPECT_EQ(barrier_status.code(), absl::StatusCode::kAborted);
 }
 
-v1::WorkerMessage Committed(const std::string& job, int64_t generation,
-                            int64_t step, bool ok = true) {
-  v1::WorkerMessage message;
-  v1::CheckpointCommitted* committed = message.mutable_committed();
-  committed->set_job_id(job);
-  committed->set_generation(generation);
-  committed->set_step(step);
-  committed->set_ok(ok);
-  committed->set_name(absl::StrFormat("ckpt-%09d", step));
-  committed->set_epoch(1);
-  committed->set_bytes(4096);
-  if (!ok) committed->set_error("rename failed");
-  return message;
-}
-
-v1::WorkerMessage Preempt(const std::string& job, const std::string& reason) {
-  v1::WorkerMessage message;
-  message.mutable_preempt()->set_job_id(job);
-  message.mutable_preempt()->set_reason(reason);
-  return message;
-}
-
-// An ok TaskResult of a rank that stopped for a preemption.
-v1::WorkerMessage PreemptedResult(const std::string& job, int64_t generation,
-                                  int rank) {
-  v1::WorkerMessage message;
-  v1::TaskResult* result = message.mutable_result();
-  result->set_job_id(job);
-  result->set_generation(generation);
-  result->set_rank(rank);
-  result->set_ok(true);
-  result->set_steps(120);
-  result->set_stopped(true);
-  result->set_preempted(true);
-  return message;
-}
-
-// The commands of one kind a sink received.
-std::vector<v1::CoordinatorCommand> CommandsOf(
-    const FakeSink& sink, v1::CoordinatorCommand::KindCase kind) {
-  std::vector<v1::CoordinatorCommand> out;
-  for (const v1::CoordinatorCommand& command : sink.commands) {
-    if (command.kind_case() == kind) out.push_back(command);
-  }
-  return out;
-}
-
-std::vector<v1::JobEvent> EventsOf(const v1::JobStatus& status,
-                                   const std::string& kind) {
-  std::vector<v1::JobEvent> out;
-  for (const v1::JobEvent& event : status.events()) {
-    if (event.kind() == kind) out.push_back(event);
-  }
-  return out;
-}
-
-TEST_F(CoordinatorTest, ChiefCommitsOnceEveryRankPrepared) {
+TEST_F(CoordinatorTest, ReportsOfAnEndedGenerationAreIgnored) {
   Make();
   FakeSink a, b;
   std::string id_a = Connect(1, &a);
   std::string id_b = Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  ASSERT_EQ(a.commands.size(), 1u);
-
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 20)).ok());
-  EXPECT_EQ(a.commands.size(), 1u);  // rank 0 has not prepared yet
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 20)).ok());
-  ASSERT_EQ(a.commands.size(), 2u);
-  ASSERT_TRUE(a.commands[1].has_commit());
-  const v1::CommitCheckpoint& commit = a.commands[1].commit();
-  EXPECT_EQ(commit.job_id(), job);
-  EXPECT_EQ(commit.generation(), 1);
-  EXPECT_EQ(commit.step(), 20);
-  EXPECT_EQ(commit.abandoned(), "");
-  ASSERT_EQ(commit.ranks_size(), 2);
-  EXPECT_EQ(commit.ranks(0).rank(), 0);
-  EXPECT_EQ(commit.ranks(0).dir(), ".tmp/worker-00000/ckpt-000000020");
-  EXPECT_EQ(commit.ranks(0).files(0).name(), "rank-00000.state");
-  EXPECT_EQ(commit.ranks(1).rank(), 1);
-  EXPECT_EQ(commit.ranks(1).dir(), ".tmp/worker-00001/ckpt-000000020");
-  EXPECT_EQ(commit.ranks(1).files(0).name(), "rank-00001.state");
-  EXPECT_EQ(commit.ranks(1).files(0).size(), 101);
-  EXPECT_TRUE(CommandsOf(b, v1::CoordinatorCommand::kCommit).empty());
-
-  // Only the chief's report of the commit counts.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Committed(job, 1, 20)).ok());
-  EXPECT_EQ(Status(job).checkpoints_size(), 0);
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 20)).ok());
-  v1::JobStatus status = Status(job);
-  ASSERT_EQ(status.checkpoints_size(), 1);
-  EXPECT_EQ(status.checkpoints(0).name(), "ckpt-000000020");
-  EXPECT_EQ(status.checkpoints(0).step(), 20);
-  EXPECT_EQ(status.checkpoints(0).generation(), 1);
-  EXPECT_EQ(status.checkpoints(0).bytes(), 4096);
-  std::vector<v1::JobEvent> events = EventsOf(status, "checkpoint_committed");
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_THAT(events[0].message(), HasSubstr("ckpt-000000020"));
-  EXPECT_EQ(events[0].worker_id(), id_a);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
-}
-
-TEST_F(CoordinatorTest, FailedCommitIsAnEventNotACheckpoint) {
-  Make();
-  FakeSink a;
-  std::string id_a = Connect(1, &a);
-  std::string job = *coordinator_->SubmitJob(Spec(1));
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 20, false))
-          .ok());
-  v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.checkpoints_size(), 0);
-  std::vector<v1::JobEvent> events = EventsOf(status, "checkpoint_failed");
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_THAT(events[0].message(),
-              AllOf(HasSubstr("step 20"), HasSubstr("rename failed")));
-  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
-}
-
-TEST_F(CoordinatorTest, FailedPrepareAbandonsTheStep) {
-  Make();
-  FakeSink a, b;
-  std::string id_a = Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(2));
-
-  ASSERT_TRUE(coordinator_
-                  ->HandleWorkerMessage(
-                      id_b, Prepared(job, 1, 1, 20, false, "disk full"))
-                  .ok());
-  ASSERT_EQ(a.commands.size(), 2u);
-  ASSERT_TRUE(a.commands[1].has_commit());
-  const v1::CommitCheckpoint& abandoned = a.commands[1].commit();
-  EXPECT_EQ(abandoned.step(), 20);
-  EXPECT_EQ(abandoned.generation(), 1);
-  EXPECT_THAT(abandoned.abandoned(), HasSubstr("disk full"));
-  EXPECT_EQ(abandoned.ranks_size(), 0);
-  std::vector<v1::JobEvent> events = EventsOf(Status(job), "checkpoint_failed");
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_THAT(events[0].message(),
-              AllOf(HasSubstr("step 20"), HasSubstr("disk full")));
-  EXPECT_EQ(events[0].rank(), 1);
-  EXPECT_EQ(events[0].worker_id(), id_b);
-
-  // The abandoned step is never committed, whoever prepares it later.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 20)).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 20)).ok());
-  EXPECT_EQ(a.commands.size(), 2u);
-
-  // The next step commits as usual.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 30)).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 30)).ok());
-  ASSERT_EQ(a.commands.size(), 3u);
-  EXPECT_EQ(a.commands[2].commit().step(), 30);
-  EXPECT_EQ(a.commands[2].commit().ranks_size(), 2);
-  EXPECT_EQ(a.commands[2].commit().abandoned(), "");
-  EXPECT_TRUE(CommandsOf(b, v1::CoordinatorCommand::kCommit).empty());
-}
-
-TEST_F(CoordinatorTest, PreparedFromAWrongRankOrAnOlderGenerationIsIgnored) {
-  Make();
-  FakeSink a, b;
-  std::string id_a = Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(2));
-
-  // Rank 0 claiming to be rank 1 does not complete the step.
-  v1::WorkerMessage wrong_rank = Prepared(job, 1, 1, 20);
-  wrong_rank.mutable_prepared()->mutable_files(0)->set_name("bogus");
-  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, wrong_rank).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 20)).ok());
-  EXPECT_EQ(a.commands.size(), 1u);
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 20)).ok());
-  ASSERT_EQ(a.commands.size(), 2u);
-  ASSERT_EQ(a.commands[1].commit().ranks_size(), 2);
-  EXPECT_EQ(a.commands[1].commit().ranks(1).files(0).name(),
-            "rank-00001.state");
-
-  // Generation 2: a survivor (rank 0) and a replacement (rank 1).
   coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
-  FakeSink c;
-  std::string id_c = Connect(3, &c);
-  ASSERT_EQ(Status(job).generation(), 2);
-  size_t before = a.commands.size();
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 40)).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_c, Prepared(job, 2, 1, 40)).ok());
-  // The old worker, no longer in the job, cannot stand in for a rank.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 2, 0, 40)).ok());
-  EXPECT_EQ(a.commands.size(), before);
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 2, 0, 40)).ok());
-  ASSERT_EQ(a.commands.size(), before + 1);
-  EXPECT_EQ(a.commands.back().commit().generation(), 2);
-  EXPECT_EQ(a.commands.back().commit().step(), 40);
-  EXPECT_TRUE(CommandsOf(c, v1::CoordinatorCommand::kCommit).empty());
-
-  // A commit report of the old generation is not recorded either.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 20)).ok());
-  EXPECT_EQ(Status(job).checkpoints_size(), 0);
-}
-
-TEST_F(CoordinatorTest, PreemptionStopsEveryRankAndReformsWithoutTheWorker) {
-  Make();
-  v1::JobSpec spec = Spec(2);
-  spec.set_max_restarts(0);  // a preemption is not a restart
-  FakeSink a, b;
-  std::string id_a = Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(spec);
-
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Preempt(job, "SIGTERM")).ok());
-  for (FakeSink* sink : {&a, &b}) {
-    std::vector<v1::CoordinatorCommand> stops =
-        CommandsOf(*sink, v1::CoordinatorCommand::kStop);
-    ASSERT_EQ(stops.size(), 1u);
-    EXPECT_EQ(stops[0].stop().job_id(), job);
-    EXPECT_TRUE(stops[0].stop().preempt());
-    EXPECT_EQ(stops[0].stop().reason(), "SIGTERM");
-  }
-  // A second request (the other rank's SIGTERM) sends no second stop.
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Preempt(job, "SIGTERM")).ok());
-  EXPECT_EQ(CommandsOf(a, v1::CoordinatorCommand::kStop).size(), 1u);
-
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, PreemptedResult(job, 1, 0)).ok());
-  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, PreemptedResult(job, 1, 1)).ok());
-  v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
-  EXPECT_EQ(status.preemptions(), 1);
-  EXPECT_EQ(status.generation(), 1);
-  EXPECT_EQ(status.step(), 120);
-  std::vector<v1::JobEvent> events = EventsOf(status, "preempted");
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_THAT(events[0].message(),
-              AllOf(HasSubstr("preemption"), HasSubstr("SIGTERM")));
-  // Both workers are still connected, but the preempted one is leaving.
-  EXPECT_EQ(CommandsOf(a, v1::CoordinatorCommand::kAssignment).size(), 1u);
-  EXPECT_TRUE(CommandsOf(a, v1::CoordinatorCommand::kAbort).empty());
-
-  // A new process joins: generation 2 with the survivor at rank 0.
-  FakeSink c;
-  std::string id_c = Connect(3, &c);
-  status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(status.generation(), 2);
-  EXPECT_EQ(status.preemptions(), 1);
-  ASSERT_EQ(status.ranks_size(), 2);
-  EXPECT_EQ(status.ranks(0).worker_id(), id_a);
-  EXPECT_EQ(status.ranks(1).worker_id(), id_c);
-  ASSERT_EQ(c.commands.size(), 1u);
-  EXPECT_EQ(c.commands[0].assignment().generation(), 2);
-  EXPECT_EQ(c.commands[0].assignment().rank(), 1);
-  EXPECT_EQ(CommandsOf(b, v1::CoordinatorCommand::kAssignment).size(), 1u);
-}
-
-TEST_F(CoordinatorTest, PreemptedStaticWorkerRejoinsAsANewProcess) {
-  auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
-  Make(config->cluster);
-  FakeSink a, b;
-  ConnectTask(0, 10, &a);
-  ConnectTask(1, 11, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(0));
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage("worker:1", Preempt(job, "eviction"))
-          .ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage("worker:0", PreemptedResult(job, 1, 0))
-          .ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage("worker:1", PreemptedResult(job, 1, 1))
-          .ok());
-  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
-  // The old process exits; its session break does not fail anything.
-  coordinator_->CloseSession("worker:1", 11, &b,
-                             absl::UnavailableError("exited"));
-  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
-
-  v1::RegisterWorkerRequest again = Free(99);
-  again.mutable_task()->set_type("worker");
-  again.mutable_task()->set_index(1);
-  ASSERT_TRUE(coordinator_->RegisterWorker(again).ok());
-  FakeSink b2;
-  ASSERT_TRUE(coordinator_->OpenSession("worker:1", 99, &b2).ok());
-  v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(status.generation(), 2);
-  EXPECT_EQ(status.preemptions(), 1);
-  ASSERT_EQ(b2.commands.size(), 1u);
-  EXPECT_EQ(b2.commands[0].assignment().rank(), 1);
-  EXPECT_EQ(b2.commands[0].assignment().generation(), 2);
-}
-
-TEST_F(CoordinatorTest, PreemptionDoesNotCountAgainstMaxRestarts) {
-  Make();
-  v1::JobSpec spec = Spec(2);
-  spec.set_max_restarts(1);
-  FakeSink a, b;
-  std::string id_a = Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(spec);
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Preempt(job, "SIGTERM")).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, PreemptedResult(job, 1, 0)).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, PreemptedResult(job, 1, 1)).ok());
-  FakeSink c;
-  std::string id_c = Connect(3, &c);
-  ASSERT_EQ(Status(job).generation(), 2);
-
-  // The first failure uses the one restart allowed...
-  coordinator_->CloseSession(id_c, 3, &c, absl::UnavailableError("gone"));
-  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
-  FakeSink d;
-  std::string id_d = Connect(4, &d);
-  ASSERT_EQ(Status(job).generation(), 3);
-  // ...and the second one ends the job.
-  coordinator_->CloseSession(id_d, 4, &d, absl::UnavailableError("gone again"));
-  v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(status.error(), HasSubstr("max_restarts 1"));
-  EXPECT_EQ(status.preemptions(), 1);
-}
-
-TEST_F(CoordinatorTest, StopDuringAPreemptionStopsTheJob) {
-  Make();
-  FakeSink a, b;
-  std::string id_a = Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(2));
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, Preempt(job, "SIGTERM")).ok());
-  ASSERT_TRUE(coordinator_->StopJob(job).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_a, PreemptedResult(job, 1, 0)).ok());
-  ASSERT_TRUE(
-      coordinator_->HandleWorkerMessage(id_b, PreemptedResult(job, 1, 1)).ok());
-  v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.state(), v1::JOB_STATE_STOPPED);
-  EXPECT_EQ(status.preemptions(), 0);
+  ASSERT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+  int64_t version = Status(job).version();
+  v1::WorkerMessage progress;
+  progress.mutable_progress()->set_job_id(job);
+  progress.mutable_progress()->set_generation(1);
+  progress.mutable_progress()->set_step(7);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, progress).ok());
+  v1::KvSetRequest set;
+  set.set_job_id(job);
+  set.set_generation(1);
+  set.set_key("k");
+  EXPECT_EQ(coordinator_->KvSet(set).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Status(job).step(), 0);
+  EXPECT_EQ(Status(job).version(), version);
 }
 
 }  // namespace

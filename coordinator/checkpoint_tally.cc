@@ -1,0 +1,44 @@
+// The two-phase checkpoint commit tally of one generation.
+#include "coordinator/checkpoint_tally.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep::coordinator {
+
+std::optional<v1::CommitCheckpoint> CheckpointTally::Prepare(
+    const v1::CheckpointPrepared& p) {
+  if (abandoned_.count(p.step()) > 0) return std::nullopt;
+  v1::CommitCheckpoint commit;
+  commit.set_job_id(p.job_id());
+  commit.set_generation(p.generation());
+  commit.set_step(p.step());
+  if (!p.ok()) {
+    abandoned_.insert(p.step());
+    prepares_.erase(p.step());
+    commit.set_abandoned(p.error());
+    last_failed_ = p.step();
+    last_failure_ =
+        absl::StrCat("rank ", p.rank(), " could not prepare it: ", p.error());
+    return commit;
+  }
+  auto& ranks = prepares_[p.step()];
+  ranks[p.rank()] = p;
+  if (static_cast<int>(ranks.size()) < world_size_) return std::nullopt;
+  for (auto& [rank, prepared] : ranks) *commit.add_ranks() = prepared;
+  // Ranks save the same steps in order: older incomplete steps are over.
+  prepares_.erase(prepares_.begin(), prepares_.upper_bound(p.step()));
+  return commit;
+}
+
+void CheckpointTally::Committed(const v1::CheckpointCommitted& committed) {
+  if (committed.ok()) return;
+  last_failed_ = committed.step();
+  last_failure_ =
+      absl::StrCat("the chief could not commit it: ", committed.error());
+}
+
+std::string CheckpointTally::FailureOf(int64_t step) const {
+  return last_failed_ == step ? last_failure_ : "";
+}
+
+}  // namespace lockstep::coordinator

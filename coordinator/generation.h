@@ -1,0 +1,98 @@
+// One generation of a job (DESIGN §3): the workers holding its ranks, what
+// the ranks reported (results, a suspect error, a preemption, checkpoint
+// prepares), and the rendezvous state scoped to it (key-value store and
+// barriers).
+//
+// Lifecycle: the Coordinator creates a Generation at each start of a job and
+// replaces the previous one whole, so nothing of an older generation can
+// leak into the next. When the generation ends (a failure, a preemption, the
+// job's end) it is marked ended and kept until the next start only for its
+// rank order (the next generation puts those workers first). Fencing is one
+// question, Admits(number): a key-value call, barrier or report names a
+// generation, and anything but the current, live one is refused.
+//
+// Thread-compatible: the Coordinator calls it with its lock held. Blocked
+// callers (KvGet, Barrier) hold no pointer to it across a wait: they look
+// the job's current generation up again each time they wake.
+#ifndef LOCKSTEP_COORDINATOR_GENERATION_H_
+#define LOCKSTEP_COORDINATOR_GENERATION_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/checkpoint_tally.h"
+
+namespace lockstep::coordinator {
+
+class Generation {
+ public:
+  // Generation `number` of `job_id`; `rank_workers` holds the worker id of
+  // each rank.
+  Generation(std::string job_id, int64_t number,
+             std::vector<std::string> rank_workers);
+
+  const std::string& job_id() const { return job_id_; }
+  int64_t number() const { return number_; }
+  int world_size() const { return static_cast<int>(rank_workers_.size()); }
+  const std::vector<std::string>& rank_workers() const { return rank_workers_; }
+
+  // The fence: true only for this generation's number while it is live.
+  bool Admits(int64_t number) const { return !ended_ && number == number_; }
+  bool ended() const { return ended_; }
+  // The generation is over; it admits nothing from now on.
+  void End() { ended_ = true; }
+
+  // ---- key-value store and barriers ----
+  void Set(const std::string& key, std::string value);
+  // The value of `key`, or null while it is not set.
+  const std::string* Get(const std::string& key) const;
+  // Records `rank`'s arrival at barrier `name`.
+  void Arrive(const std::string& name, int rank);
+  bool AllArrived(const std::string& name) const;
+  // "rank 1 (free:1)" for each rank that has not arrived at `name`.
+  std::vector<std::string> Missing(const std::string& name) const;
+
+  // ---- what the ranks reported ----
+  // Counts a rank's successful result; true once every rank sent one.
+  bool AddOkResult();
+  // A rank's retryable error, which usually means a peer died: it waits for
+  // a worker failure to explain it until `deadline`. Only the first counts.
+  void Suspect(const std::string& cause, absl::Time deadline);
+  // The suspect error went unexplained until its deadline.
+  bool SuspectDue(absl::Time now) const;
+  const std::string& suspect() const { return suspect_; }
+  // A worker asked for a preemption (`reason`, e.g. "SIGTERM"): every rank
+  // stops at an agreed, saved step. False if one is already under way.
+  bool StartPreemption(const std::string& reason);
+  // A rank reported that it stopped for a preemption.
+  void MarkPreempted() { preempting_ = true; }
+  bool preempting() const { return preempting_; }
+  const std::string& preempt_reason() const { return preempt_reason_; }
+
+  CheckpointTally& checkpoints() { return checkpoints_; }
+  const CheckpointTally& checkpoints() const { return checkpoints_; }
+
+ private:
+  const std::string job_id_;
+  const int64_t number_;
+  const std::vector<std::string> rank_workers_;
+  bool ended_ = false;
+
+  std::map<std::string, std::string> kv_;
+  std::map<std::string, std::set<int>> barriers_;
+
+  int results_ok_ = 0;
+  std::string suspect_;
+  absl::Time suspect_deadline_ = absl::InfiniteFuture();
+  bool preempting_ = false;
+  std::string preempt_reason_;
+  CheckpointTally checkpoints_;
+};
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_GENERATION_H_

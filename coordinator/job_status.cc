@@ -1,0 +1,140 @@
+// Updates to a job's reported status from its workers' reports.
+#include "coordinator/job_status.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+// Checkpoints kept in a job's status, newest last.
+constexpr int kCheckpointsInStatus = 100;
+
+// The "resumed" event of a generation's first report, if it resumed: a first
+// generation that starts from scratch did not resume anything.
+void AddResumedEvent(v1::JobStatus& status, const v1::ProgressReport& report,
+                     double now) {
+  if (!report.has_resumed_at_step() ||
+      (report.resumed_at_step() <= 0 && status.generation() <= 1)) {
+    return;
+  }
+  int64_t known = status.step_losses_size();
+  int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
+  std::string source =
+      report.state_source_rank() >= 0
+          ? absl::StrCat(" with rank ", report.state_source_rank(),
+                         "'s live state")
+      : !report.restored_checkpoint().empty()
+          ? absl::StrCat(" from checkpoint ", report.restored_checkpoint())
+          : " from the initial state";
+  AddEvent(status, now, "resumed", nullptr,
+           absl::StrCat("generation ", status.generation(),
+                        " trains again after step ", report.resumed_at_step(),
+                        source, "; ", repeated, " steps repeated"));
+}
+
+void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
+             double now) {
+  status.set_test_accuracy(report.test_accuracy());
+  v1::EvalPoint* eval = status.add_evals();
+  eval->set_step(report.step());
+  eval->set_epoch(report.epoch());
+  eval->set_test_accuracy(report.test_accuracy());
+  eval->set_test_loss(report.test_loss());
+  eval->set_time(now);
+}
+
+}  // namespace
+
+void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
+              const Worker* worker, const std::string& message) {
+  v1::JobEvent* event = status.add_events();
+  event->set_time(now);
+  event->set_generation(status.generation());
+  event->set_kind(kind);
+  event->set_message(message);
+  event->set_rank(-1);
+  if (worker != nullptr) {
+    event->set_worker_id(worker->id);
+    event->set_host(worker->host);
+    event->set_rank(worker->rank);
+  }
+}
+
+void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
+                   double now) {
+  AddResumedEvent(status, report, now);
+  for (const std::string& warning : report.warnings()) {
+    AddEvent(status, now, "warning", nullptr, warning);
+  }
+  status.set_step(report.step());
+  status.set_epoch(report.epoch());
+  status.set_total_steps(report.total_steps());
+  status.set_samples_per_second(report.samples_per_second());
+  if (report.first_step() >= 0 && report.step_losses_size() > 0) {
+    auto* losses = status.mutable_step_losses();
+    losses->Resize(static_cast<int>(report.first_step()), 0.0f);
+    for (float loss : report.step_losses()) losses->Add(loss);
+    status.set_loss(report.step_losses(report.step_losses_size() - 1));
+  }
+  if (report.has_test_loss()) status.set_test_loss(report.test_loss());
+  if (report.has_plan()) *status.mutable_plan() = report.plan();
+  if (report.has_test_accuracy()) AddEval(status, report, now);
+}
+
+void ApplyResult(v1::JobStatus& status, int rank,
+                 const v1::TaskResult& result) {
+  v1::RankResult* ranked = status.mutable_ranks(rank);
+  ranked->set_model_digest(result.model_digest());
+  ranked->set_steps(result.steps());
+  if (rank != 0) return;
+  status.set_step(result.steps());
+  status.set_loss(result.final_loss());
+  status.set_test_accuracy(result.test_accuracy());
+  status.set_samples_per_second(result.samples_per_second());
+  *status.mutable_breakdown() = result.breakdown();
+}
+
+void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
+                   const Worker& worker, double now) {
+  v1::CheckpointInfo* info = status.add_checkpoints();
+  info->set_name(c.name());
+  info->set_step(c.step());
+  info->set_epoch(c.epoch());
+  info->set_generation(c.generation());
+  info->set_time(now);
+  info->set_bytes(c.bytes());
+  if (status.checkpoints_size() > kCheckpointsInStatus) {
+    status.mutable_checkpoints()->DeleteSubrange(
+        0, status.checkpoints_size() - kCheckpointsInStatus);
+  }
+  AddEvent(status, now, "checkpoint_committed", &worker,
+           absl::StrCat(c.name(), ": step ", c.step(), ", epoch ",
+                        c.epoch() + 1, ", ", c.bytes(), " bytes"));
+}
+
+std::string FinalSave(const v1::JobStatus& status, int64_t step,
+                      const std::string& failure) {
+  if (status.spec().checkpoint().backup_dir().empty()) return "";
+  const v1::CheckpointInfo* newest = nullptr;
+  for (const v1::CheckpointInfo& info : status.checkpoints()) {
+    if (info.step() == step) return absl::StrCat("saved as ", info.name());
+    if (newest == nullptr || info.step() > newest->step()) newest = &info;
+  }
+  if (failure.empty() && status.total_steps() > 0 &&
+      step >= status.total_steps()) {
+    return absl::StrCat("step ", step, " is the last one and is not saved");
+  }
+  std::string text = absl::StrCat(
+      "its final save at step ", step, " failed",
+      failure.empty() ? " (no checkpoint of that step was committed)"
+                      : absl::StrCat(" (", failure, ")"));
+  if (newest == nullptr) {
+    return absl::StrCat(text, "; no checkpoint of this job was committed");
+  }
+  return absl::StrCat(text, "; the newest checkpoint is ", newest->name(),
+                      " (step ", newest->step(), ")");
+}
+
+}  // namespace lockstep::coordinator

@@ -1,0 +1,52 @@
+// Updates to a job's reported status (v1::JobStatus) from what its workers
+// send: progress aggregation (steps, loss history, evaluations, the
+// "resumed" event), rank results, committed checkpoints, events, and the
+// account of a stopping generation's final save.
+//
+// These change only the record; the job's state machine is the
+// Coordinator's. Plain functions of the status, called with the
+// coordinator's lock held; `now` is Unix seconds from its injected clock.
+#ifndef LOCKSTEP_COORDINATOR_JOB_STATUS_H_
+#define LOCKSTEP_COORDINATOR_JOB_STATUS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "coordinator/worker_registry.h"
+#include "lockstep/v1/coordinator.pb.h"
+
+namespace lockstep::coordinator {
+
+// Appends an event of the job's current generation; `worker`, when given,
+// names who it concerns.
+void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
+              const Worker* worker, const std::string& message);
+
+// Applies the chief's progress report of the running generation: step,
+// epoch, throughput, the loss history (a report rewrites it from its
+// first_step, so the history holds one loss per step trained, never more),
+// evaluations, warnings and, in a generation's first report, where it
+// resumed.
+void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
+                   double now);
+
+// Applies rank `rank`'s successful result; the chief's also sets the job's
+// final step, loss, accuracy, throughput and step breakdown.
+void ApplyResult(v1::JobStatus& status, int rank, const v1::TaskResult& result);
+
+// Records a checkpoint the chief committed (the newest 100 are kept) and
+// its event; `worker` is the chief.
+void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
+                   const Worker& worker, double now);
+
+// What became of the save a generation made when it stopped after `step`
+// (a stop request or a preemption): "saved as ckpt-000000120", or that the
+// save failed (`failure` says why, when a rank or the chief reported it) and
+// which checkpoint is the newest instead. "" when the job has no
+// checkpoints configured.
+std::string FinalSave(const v1::JobStatus& status, int64_t step,
+                      const std::string& failure);
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_JOB_STATUS_H_

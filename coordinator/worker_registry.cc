@@ -1,0 +1,248 @@
+// The coordinator's worker registry: registration, sessions, silence and
+// straggler detection, and picking the workers of a generation.
+#include "coordinator/worker_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/tf_config.h"
+#include "coordinator/session_sink.h"
+
+namespace lockstep::coordinator {
+
+absl::StatusOr<std::string> RegistrationId(
+    const std::optional<v1::ClusterSpec>& cluster,
+    const v1::RegisterWorkerRequest& request) {
+  if (!cluster.has_value()) {
+    return request.task().type().empty() ? "" : TaskName(request.task());
+  }
+  if (request.task().type().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker on ", request.host(),
+        " registered without a task identity, but this coordinator runs "
+        "the static cluster ",
+        DescribeCluster(*cluster),
+        "; give the worker TF_CONFIG or --task-type/--task-index"));
+  }
+  auto rank = RankOf(*cluster, request.task());
+  if (!rank.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing worker on ", request.host(), ": ", rank.status().message()));
+  }
+  if (!request.cluster().tasks().empty() &&
+      !SameCluster(request.cluster(), *cluster)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task ", TaskName(request.task()), " on ", request.host(),
+        " has TF_CONFIG cluster ", DescribeCluster(request.cluster()),
+        " but the coordinator's cluster is ", DescribeCluster(*cluster),
+        "; give every task and the coordinator the same cluster"));
+  }
+  return TaskName(request.task());
+}
+
+WorkerRegistry::WorkerRegistry(std::optional<v1::ClusterSpec> cluster,
+                               absl::Duration heartbeat_timeout,
+                               absl::Duration stall_after)
+    : cluster_(std::move(cluster)),
+      heartbeat_timeout_(heartbeat_timeout),
+      stall_after_(stall_after) {}
+
+std::string WorkerRegistry::FreeId(uint64_t incarnation) const {
+  std::string id;
+  for (const auto& [existing_id, worker] : workers_) {
+    if (worker.incarnation == incarnation && worker.task.type().empty()) {
+      id = existing_id;
+    }
+  }
+  return id.empty() ? absl::StrCat("free:", next_order_) : id;
+}
+
+Worker* WorkerRegistry::Find(const std::string& id) {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const Worker* WorkerRegistry::Find(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+Worker& WorkerRegistry::Add(const std::string& id) {
+  Worker& worker = workers_[id];
+  worker.id = id;
+  worker.order = next_order_++;
+  return worker;
+}
+
+void WorkerRegistry::Register(Worker& worker,
+                              const v1::RegisterWorkerRequest& request,
+                              absl::Time now) {
+  worker.task = request.task();
+  worker.incarnation = request.incarnation();
+  worker.host = request.host();
+  worker.last_heartbeat = now;
+}
+
+void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
+                            int64_t generation, int rank, absl::Time now) {
+  worker.job_id = job_id;
+  worker.rank = rank;
+  worker.generation = generation;
+  worker.collective_seq = 0;
+  worker.seq_changed = now;
+  worker.seq_reported = absl::InfinitePast();
+}
+
+void WorkerRegistry::Unassign(Worker& worker) {
+  worker.job_id.clear();
+  worker.rank = -1;
+}
+
+void WorkerRegistry::Heartbeat(Worker& worker, const v1::Heartbeat& beat,
+                               absl::Time now) {
+  if (beat.job_id() != worker.job_id ||
+      beat.generation() != worker.generation) {
+    return;
+  }
+  if (beat.collective_seq() != worker.collective_seq) {
+    worker.collective_seq = beat.collective_seq();
+    worker.seq_changed = now;
+  }
+  worker.seq_reported = now;
+}
+
+std::vector<Worker*> WorkerRegistry::Silent(absl::Time now) {
+  std::vector<Worker*> silent;
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr &&
+        now - worker.last_heartbeat > heartbeat_timeout_) {
+      silent.push_back(&worker);
+    }
+  }
+  return silent;
+}
+
+std::vector<Worker*> WorkerRegistry::Pick(
+    const v1::JobSpec& spec, const std::vector<std::string>& previous) {
+  return cluster_.has_value() ? PickStatic() : PickFree(spec, previous);
+}
+
+std::vector<Worker*> WorkerRegistry::PickStatic() {
+  std::vector<Worker*> picked;
+  for (const v1::TaskId& task : TrainingTasks(*cluster_)) {
+    Worker* worker = Find(TaskName(task));
+    if (worker == nullptr || worker->sink == nullptr ||
+        !worker->job_id.empty() || worker->leaving) {
+      return {};
+    }
+    picked.push_back(worker);
+  }
+  return picked;
+}
+
+std::vector<Worker*> WorkerRegistry::PickFree(
+    const v1::JobSpec& spec, const std::vector<std::string>& previous) {
+  std::vector<Worker*> picked;
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr && worker.job_id.empty() && !worker.leaving) {
+      picked.push_back(&worker);
+    }
+  }
+  // The previous generation's ranks first, in rank order: they hold the
+  // job's state. Then the others by registration.
+  auto key = [&](const Worker* w) {
+    auto it = std::find(previous.begin(), previous.end(), w->id);
+    return std::pair<int64_t, int64_t>(
+        it == previous.end() ? 1 : 0,
+        it == previous.end() ? w->order : it - previous.begin());
+  };
+  std::sort(picked.begin(), picked.end(),
+            [&](const Worker* a, const Worker* b) { return key(a) < key(b); });
+  const int here = static_cast<int>(picked.size());
+  if (spec.min_workers() > 0) {
+    if (here < spec.min_workers()) return {};
+    if (spec.max_workers() > 0 && here > spec.max_workers()) {
+      picked.resize(spec.max_workers());
+    }
+    return picked;
+  }
+  const int wanted = spec.num_workers();
+  if (wanted == 0) return picked;
+  if (here < wanted) return {};
+  picked.resize(wanted);
+  return picked;
+}
+
+std::vector<Worker*> WorkerRegistry::RanksOf(
+    const std::string& job_id, const std::vector<std::string>& rank_workers) {
+  std::vector<Worker*> ranks;
+  for (const std::string& id : rank_workers) {
+    Worker* worker = Find(id);
+    if (worker != nullptr && worker->job_id == job_id) ranks.push_back(worker);
+  }
+  return ranks;
+}
+
+std::string WorkerRegistry::Stall(const std::string& job_id,
+                                  const std::vector<std::string>& rank_workers,
+                                  absl::Time now) const {
+  std::vector<const Worker*> ranks;
+  int64_t ahead = 0;
+  for (const std::string& id : rank_workers) {
+    const Worker* worker = Find(id);
+    if (worker == nullptr || worker->job_id != job_id) continue;
+    ranks.push_back(worker);
+    ahead = std::max(ahead, worker->collective_seq);
+  }
+  for (const Worker* worker : ranks) {
+    absl::Duration behind = now - worker->seq_changed;
+    // Stalled only on the rank's own word: a heartbeat that still reports
+    // the count it had stall_after_ earlier. Between heartbeats a rank that
+    // has moved on just has not said so yet.
+    if (worker->collective_seq < ahead &&
+        worker->seq_reported - worker->seq_changed >= stall_after_) {
+      return absl::StrFormat(
+          "rank %d (%s on %s) stalled at all-reduce #%d for %.0f s",
+          worker->rank, worker->id, worker->host, worker->collective_seq + 1,
+          absl::ToDoubleSeconds(behind));
+    }
+  }
+  return "";
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+  std::vector<v1::WorkerInfo> infos;
+  for (const auto& [id, worker] : workers_) {
+    v1::WorkerInfo& info = infos.emplace_back();
+    info.set_worker_id(id);
+    info.set_incarnation(worker.incarnation);
+    info.set_host(worker.host);
+    info.set_connected(worker.sink != nullptr);
+    info.set_job_id(worker.job_id);
+    info.set_rank(worker.rank);
+    info.set_generation(worker.generation);
+    info.set_collective_seq(worker.collective_seq);
+    info.set_last_heartbeat(
+        absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
+    info.set_state(worker.sink == nullptr  ? "disconnected"
+                   : worker.job_id.empty() ? "idle"
+                                           : "training");
+  }
+  return infos;
+}
+
+void WorkerRegistry::CloseAll() {
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr) worker.sink->Close();
+  }
+}
+
+std::string WorkerRegistry::Describe(const Worker& worker) {
+  std::string text = absl::StrCat(worker.id, " (host ", worker.host);
+  if (worker.rank >= 0) absl::StrAppend(&text, ", rank ", worker.rank);
+  return absl::StrCat(text, ")");
+}
+
+}  // namespace lockstep::coordinator

@@ -1,0 +1,126 @@
+// The coordinator's worker registry: who registered (task identity or free
+// registration, incarnation, host), whose session is open, who went silent,
+// which workers a job's next generation gets, and which rank lags the others
+// (straggler detection from the collective counts that heartbeats carry).
+//
+// It decides nothing about jobs: the Coordinator asks it questions and acts
+// on the answers (a silent worker fails the generation it is part of).
+//
+// Thread-compatible: the Coordinator calls it with its lock held.
+#ifndef LOCKSTEP_COORDINATOR_WORKER_REGISTRY_H_
+#define LOCKSTEP_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "lockstep/v1/cluster.pb.h"
+#include "lockstep/v1/coordinator.pb.h"
+
+namespace lockstep::coordinator {
+
+class SessionSink;
+
+// One registered worker process, and the rank it holds, if any.
+struct Worker {
+  std::string id;
+  v1::TaskId task;  // type empty in free registration
+  uint64_t incarnation = 0;
+  std::string host;
+  int64_t order = 0;  // registration order, ranks free workers
+  SessionSink* sink = nullptr;
+  absl::Time last_heartbeat;
+  std::string job_id;  // the job this worker runs, if any
+  int rank = -1;
+  int64_t generation = 0;
+  // Collectives entered in the current generation, when that last changed,
+  // and when a heartbeat last reported it: a rank whose count stays below
+  // the others' is a straggler. The count is only seen every heartbeat
+  // interval, so only the rank's own heartbeats can show that it did not
+  // move.
+  int64_t collective_seq = 0;
+  absl::Time seq_changed;
+  absl::Time seq_reported = absl::InfinitePast();
+  // Asked to be preempted (SIGTERM): not picked for a generation until it
+  // registers again as a new process.
+  bool leaving = false;
+};
+
+// The id a registering worker gets: its task name ("worker:1") when it
+// names a task, "" for free registration (the registry picks one). Reads
+// only `cluster`, so it needs no lock. Errors: InvalidArgument when the task
+// is not a training task of the static cluster, the worker's own cluster
+// view differs from ours, or a static cluster worker gave no task identity.
+absl::StatusOr<std::string> RegistrationId(
+    const std::optional<v1::ClusterSpec>& cluster,
+    const v1::RegisterWorkerRequest& request);
+
+class WorkerRegistry {
+ public:
+  // `cluster`: the static cluster, or nullopt for free registration.
+  WorkerRegistry(std::optional<v1::ClusterSpec> cluster,
+                 absl::Duration heartbeat_timeout, absl::Duration stall_after);
+
+  // Free registration: the id the free worker of `incarnation` already has
+  // (the same process keeps its id), or a new one.
+  std::string FreeId(uint64_t incarnation) const;
+  Worker* Find(const std::string& id);
+  const Worker* Find(const std::string& id) const;
+  // Adds worker `id` with the next registration order. It must be new.
+  Worker& Add(const std::string& id);
+  // Records the registered process (identity, incarnation, host) as heard
+  // from at `now`.
+  void Register(Worker& worker, const v1::RegisterWorkerRequest& request,
+                absl::Time now);
+  // Gives `worker` rank `rank` of generation `generation` of `job_id`; its
+  // collective count starts again at `now`.
+  void Assign(Worker& worker, const std::string& job_id, int64_t generation,
+              int rank, absl::Time now);
+  // The worker holds no rank any more (its part ended or the generation did).
+  static void Unassign(Worker& worker);
+  // Records a heartbeat's collective count for the generation it runs.
+  void Heartbeat(Worker& worker, const v1::Heartbeat& beat, absl::Time now);
+
+  // Connected workers not heard from for longer than the heartbeat timeout.
+  std::vector<Worker*> Silent(absl::Time now);
+  // Picks the workers for a generation of a job with `spec`, in rank order:
+  // the static cluster's tasks, or the connected idle workers with the
+  // previous generation's ranks (`previous`, worker ids by rank) first.
+  // Empty if not enough are here.
+  std::vector<Worker*> Pick(const v1::JobSpec& spec,
+                            const std::vector<std::string>& previous);
+  // The workers of `rank_workers` that still hold a rank of `job_id`.
+  std::vector<Worker*> RanksOf(const std::string& job_id,
+                               const std::vector<std::string>& rank_workers);
+  // "rank 3 (worker:3 on host) stalled at all-reduce #812 for 14 s", or ""
+  // when no rank of `rank_workers` lags the others.
+  std::string Stall(const std::string& job_id,
+                    const std::vector<std::string>& rank_workers,
+                    absl::Time now) const;
+
+  std::vector<v1::WorkerInfo> List() const;
+  // Closes every open session (the coordinator is stopping).
+  void CloseAll();
+
+  // "free:1 (host 10.0.0.7, rank 1)".
+  static std::string Describe(const Worker& worker);
+
+ private:
+  std::vector<Worker*> PickStatic();
+  std::vector<Worker*> PickFree(const v1::JobSpec& spec,
+                                const std::vector<std::string>& previous);
+
+  const std::optional<v1::ClusterSpec> cluster_;
+  const absl::Duration heartbeat_timeout_;
+  const absl::Duration stall_after_;
+  std::map<std::string, Worker> workers_;
+  int64_t next_order_ = 0;
+};
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_WORKER_REGISTRY_H_

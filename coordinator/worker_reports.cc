@@ -1,0 +1,165 @@
+// How the Coordinator acts on what the ranks of a generation report: task
+// results, progress, checkpoint prepares and commits, and preemption
+// requests. Each is accepted only from a worker holding a rank of the job's
+// live generation, and only for that generation's number.
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+// At most one progress write to the job store per job this often: enough
+// that a coordinator restart keeps the loss history of a long generation,
+// bounded so that frequent reports do not turn into frequent fsyncs.
+constexpr absl::Duration kPersistProgressEvery = absl::Seconds(5);
+
+// Errors that say a peer or the generation went away, not that the job is
+// wrong: the job re-forms instead of failing.
+bool IsRetryable(int code) {
+  auto status_code = static_cast<absl::StatusCode>(code);
+  return status_code == absl::StatusCode::kUnavailable ||
+         status_code == absl::StatusCode::kAborted ||
+         status_code == absl::StatusCode::kDeadlineExceeded ||
+         status_code == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
+
+Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
+                                                  const std::string& job_id,
+                                                  int64_t number) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || worker.job_id != job_id || worker.rank < 0) {
+    return nullptr;
+  }
+  Job& job = it->second;
+  if (job.generation == nullptr || !job.generation->Admits(number)) {
+    return nullptr;
+  }
+  return &job;
+}
+
+void Coordinator::HandleResultLocked(Worker& worker,
+                                     const v1::TaskResult& result) {
+  Job* job = GenerationOfLocked(worker, result.job_id(), result.generation());
+  if (job == nullptr) return;
+  if (!result.ok()) {
+    std::string cause =
+        absl::StrCat("rank ", worker.rank, " (", worker.id, " on ", worker.host,
+                     ") failed: ", result.error());
+    if (!IsRetryable(result.code())) {
+      AddEventLocked(*job, "rank_failed", &worker, cause);
+      EndJobLocked(*job, v1::JOB_STATE_FAILED, cause);
+    } else {
+      // Usually a peer died and its session break is about to name it.
+      job->generation->Suspect(cause, clock_->Now() + error_grace_);
+    }
+    return;
+  }
+  ApplyResult(job->status, worker.rank, result);
+  WorkerRegistry::Unassign(worker);  // its part is done
+  ChangedLocked(*job);
+  if (result.preempted()) job->generation->MarkPreempted();
+  if (job->generation->AddOkResult()) {
+    AllRanksDoneLocked(*job, result.stopped());
+  }
+}
+
+void Coordinator::AllRanksDoneLocked(Job& job, bool stopped) {
+  if (job.generation->preempting() && !job.stop_requested) {
+    PreemptedLocked(job);
+    return;
+  }
+  if (stopped || job.stop_requested) {
+    EndJobLocked(job, v1::JOB_STATE_STOPPED, StopReasonLocked(job));
+  } else {
+    EndJobLocked(job, v1::JOB_STATE_SUCCEEDED, "");
+  }
+}
+
+std::string Coordinator::StopReasonLocked(const Job& job) const {
+  const int64_t step = job.status.step();
+  std::string saved = FinalSave(job.status, step,
+                                job.generation->checkpoints().FailureOf(step));
+  if (saved.empty()) return "stopped on request";
+  return absl::StrCat("stopped on request after step ", step, "; ", saved);
+}
+
+void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
+  auto it = jobs_.find(report.job_id());
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  if (job.generation == nullptr ||
+      !job.generation->Admits(report.generation())) {
+    return;
+  }
+  ApplyProgress(job.status, report, NowSeconds());
+  ChangedLocked(job);
+  if (clock_->Now() - job.last_persisted >= kPersistProgressEvery) {
+    PersistLocked(job);
+  }
+}
+
+void Coordinator::HandlePreparedLocked(Worker& worker,
+                                       const v1::CheckpointPrepared& p) {
+  Job* job = GenerationOfLocked(worker, p.job_id(), p.generation());
+  if (job == nullptr || p.rank() != worker.rank) return;
+  std::optional<v1::CommitCheckpoint> commit =
+      job->generation->checkpoints().Prepare(p);
+  if (!commit.has_value()) return;  // ranks missing, or the step abandoned
+  v1::CoordinatorCommand command;
+  *command.mutable_commit() = *std::move(commit);
+  Worker* chief = workers_.Find(job->generation->rank_workers().front());
+  if (chief != nullptr && chief->sink != nullptr) chief->sink->Send(command);
+  if (!p.ok()) {
+    AddEventLocked(*job, "checkpoint_failed", &worker,
+                   absl::StrCat("step ", p.step(), ": ", p.error()));
+    ChangedLocked(*job);
+  }
+}
+
+void Coordinator::HandleCommittedLocked(
+    Worker& worker, const v1::CheckpointCommitted& committed) {
+  Job* job =
+      GenerationOfLocked(worker, committed.job_id(), committed.generation());
+  if (job == nullptr || worker.rank != 0) return;
+  job->generation->checkpoints().Committed(committed);
+  if (!committed.ok()) {
+    AddEventLocked(*job, "checkpoint_failed", &worker,
+                   absl::StrCat("commit of step ", committed.step(), ": ",
+                                committed.error()));
+    ChangedLocked(*job);
+    return;
+  }
+  AddCheckpoint(job->status, committed, worker, NowSeconds());
+  ChangedLocked(*job);
+  PersistLocked(*job);
+}
+
+void Coordinator::HandlePreemptLocked(Worker& worker,
+                                      const v1::PreemptRequest& request) {
+  worker.leaving = true;
+  Job* job = RunningJobLocked();
+  if (job == nullptr || job->status.job_id() != request.job_id() ||
+      job->status.state() != v1::JOB_STATE_RUNNING ||
+      worker.job_id != request.job_id() ||
+      !job->generation->StartPreemption(request.reason())) {
+    return;
+  }
+  AddEventLocked(*job, "preempt_requested", &worker, request.reason());
+  v1::CoordinatorCommand command;
+  v1::Stop* stop = command.mutable_stop();
+  stop->set_job_id(request.job_id());
+  stop->set_reason(request.reason());
+  stop->set_preempt(true);
+  SendToRanksLocked(*job, command);
+  ChangedLocked(*job);
+}
+
+}  // namespace lockstep::coordinator

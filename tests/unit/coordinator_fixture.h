@@ -1,0 +1,181 @@
+// The Coordinator unit tests' shared fixture: a fake session sink, a fake
+// clock, and builders for the messages workers send.
+#ifndef LOCKSTEP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
+#define LOCKSTEP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "coordinator/coordinator.h"
+
+namespace lockstep::coordinator {
+
+class FakeSink : public SessionSink {
+ public:
+  void Send(const v1::CoordinatorCommand& command) override {
+    commands.push_back(command);
+  }
+  void Close() override { closed = true; }
+  std::vector<v1::CoordinatorCommand> commands;
+  bool closed = false;
+};
+
+inline v1::RegisterWorkerRequest Free(uint64_t incarnation) {
+  v1::RegisterWorkerRequest request;
+  request.set_incarnation(incarnation);
+  request.set_host("127.0.0.1");
+  return request;
+}
+
+inline v1::JobSpec Spec(int workers) {
+  v1::JobSpec spec;
+  spec.set_name("test");
+  spec.set_global_batch_size(64);
+  spec.set_num_workers(workers);
+  return spec;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void Make(std::optional<v1::ClusterSpec> cluster = std::nullopt,
+            std::unique_ptr<JobStore> store = nullptr) {
+    Coordinator::Options options;
+    options.cluster = std::move(cluster);
+    options.clock = &clock_;
+    options.heartbeat_timeout = absl::Seconds(10);
+    options.error_grace = absl::Seconds(1);
+    options.stall_after = absl::Seconds(3);
+    options.store = std::move(store);
+    auto created = Coordinator::Create(std::move(options));
+    ASSERT_TRUE(created.ok()) << created.status();
+    coordinator_ = *std::move(created);
+  }
+
+  // Registers a free worker and opens its session.
+  std::string Connect(uint64_t incarnation, FakeSink* sink) {
+    auto registered = coordinator_->RegisterWorker(Free(incarnation));
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_TRUE(
+        coordinator_->OpenSession(registered->worker_id(), incarnation, sink)
+            .ok());
+    return registered->worker_id();
+  }
+
+  // A heartbeat from worker `id` in generation 1 of `job`, `seq`
+  // collectives in.
+  void Beat(const std::string& id, const std::string& job, int64_t seq) {
+    v1::WorkerMessage message;
+    message.mutable_heartbeat()->set_job_id(job);
+    message.mutable_heartbeat()->set_generation(1);
+    message.mutable_heartbeat()->set_collective_seq(seq);
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
+  }
+
+  // Registers worker:`index` of a static cluster and opens its session.
+  void ConnectTask(int index, uint64_t incarnation, FakeSink* sink) {
+    v1::RegisterWorkerRequest request = Free(incarnation);
+    request.mutable_task()->set_type("worker");
+    request.mutable_task()->set_index(index);
+    auto id = coordinator_->RegisterWorker(request);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ASSERT_TRUE(
+        coordinator_->OpenSession(id->worker_id(), incarnation, sink).ok());
+  }
+
+  v1::JobStatus Status(const std::string& job) {
+    return (*coordinator_->GetJobStatus(job, true))[0];
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+// A rank's CheckpointPrepared for `step`, with one file named after the rank.
+inline v1::WorkerMessage Prepared(const std::string& job, int64_t generation,
+                                  int rank, int64_t step, bool ok = true,
+                                  const std::string& error = "") {
+  v1::WorkerMessage message;
+  v1::CheckpointPrepared* prepared = message.mutable_prepared();
+  prepared->set_job_id(job);
+  prepared->set_generation(generation);
+  prepared->set_rank(rank);
+  prepared->set_step(step);
+  prepared->set_ok(ok);
+  prepared->set_error(error);
+  if (ok) {
+    prepared->set_dir(
+        absl::StrFormat(".tmp/worker-%05d/ckpt-%09d", rank, step));
+    v1::CheckpointFile* file = prepared->add_files();
+    file->set_name(absl::StrFormat("rank-%05d.state", rank));
+    file->set_size(100 + rank);
+    file->set_sha256(std::string(64, 'a' + rank));
+  }
+  return message;
+}
+
+inline v1::WorkerMessage Committed(const std::string& job, int64_t generation,
+                                   int64_t step, bool ok = true) {
+  v1::WorkerMessage message;
+  v1::CheckpointCommitted* committed = message.mutable_committed();
+  committed->set_job_id(job);
+  committed->set_generation(generation);
+  committed->set_step(step);
+  committed->set_ok(ok);
+  committed->set_name(absl::StrFormat("ckpt-%09d", step));
+  committed->set_epoch(1);
+  committed->set_bytes(4096);
+  if (!ok) committed->set_error("rename failed");
+  return message;
+}
+
+inline v1::WorkerMessage Preempt(const std::string& job,
+                                 const std::string& reason) {
+  v1::WorkerMessage message;
+  message.mutable_preempt()->set_job_id(job);
+  message.mutable_preempt()->set_reason(reason);
+  return message;
+}
+
+// An ok TaskResult of a rank that stopped for a preemption.
+inline v1::WorkerMessage PreemptedResult(const std::string& job,
+                                         int64_t generation, int rank) {
+  v1::WorkerMessage message;
+  v1::TaskResult* result = message.mutable_result();
+  result->set_job_id(job);
+  result->set_generation(generation);
+  result->set_rank(rank);
+  result->set_ok(true);
+  result->set_steps(120);
+  result->set_stopped(true);
+  result->set_preempted(true);
+  return message;
+}
+
+// The commands of one kind a sink received.
+inline std::vector<v1::CoordinatorCommand> CommandsOf(
+    const FakeSink& sink, v1::CoordinatorCommand::KindCase kind) {
+  std::vector<v1::CoordinatorCommand> out;
+  for (const v1::CoordinatorCommand& command : sink.commands) {
+    if (command.kind_case() == kind) out.push_back(command);
+  }
+  return out;
+}
+
+inline std::vector<v1::JobEvent> EventsOf(const v1::JobStatus& status,
+                                          const std::string& kind) {
+  std::vector<v1::JobEvent> out;
+  for (const v1::JobEvent& event : status.events()) {
+    if (event.kind() == kind) out.push_back(event);
+  }
+  return out;
+}
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
