@@ -31,9 +31,9 @@ thread-safety: deps
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
+# The full benchmarks (minutes each; results in docs/BENCHMARKS.md). `make
+# test` runs each once at a tiny size (ctest -L bench-smoke).
 bench: build
-	@cmake --build $(BUILD_DIR) --target recovery_bench allreduce_bench \
-	    checkpoint_io_bench -j $(JOBS)
 	@$(BUILD_DIR)/bin/allreduce_bench 256
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7

@@ -7,7 +7,8 @@
 // NCCL section follows: one rank per GPU (NCCL allows no more), device
 // buffers, the same columns.
 //
-//   allreduce_bench [MAX_MIB]
+//   allreduce_bench [MAX_MIB]     sizes 4 KiB .. MAX_MIB (default 256)
+//   allreduce_bench --tiny        4 KiB .. 64 KiB, 3 iterations: a smoke run
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -15,11 +16,13 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +40,16 @@ namespace lockstep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Set when a collective fails: the run then exits 1 (a smoke run must fail).
+std::atomic<bool> failed{false};
+
+void Check(const absl::Status& status) {
+  if (!status.ok() && !failed.exchange(true)) {
+    std::fprintf(stderr, "all-reduce failed: %s\n",
+                 std::string(status.message()).c_str());
+  }
+}
 
 // Runs `op(rank)` `iterations` times on every rank; returns the median
 // seconds per iteration seen by rank 0.
@@ -61,7 +74,15 @@ double Time(int world, int iterations, const std::function<void(int)>& op) {
   return samples[samples.size() / 2];
 }
 
-void Run(int world, size_t max_bytes) {
+// Sizes 4 KiB, 16 KiB, ... up to `max_bytes`; at most `max_iterations` timed
+// iterations of each.
+struct Sizes {
+  size_t max_bytes;
+  int max_iterations;
+};
+
+void Run(int world, Sizes sizes) {
+  const size_t max_bytes = sizes.max_bytes;
   // Connect both implementations once.
   worker::InMemoryKeyValue kv;
   worker::InMemoryKeyValue ring_kv;
@@ -95,14 +116,15 @@ void Run(int world, size_t max_bytes) {
     const size_t count = bytes / sizeof(float);
     std::vector<std::vector<float>> data(world,
                                          std::vector<float>(count, 1.0f));
-    const int iterations = bytes >= (64u << 20)  ? 3
-                           : bytes >= (4u << 20) ? 10
-                                                 : 50;
+    const int iterations =
+        std::min(sizes.max_iterations, bytes >= (64u << 20)  ? 3
+                                       : bytes >= (4u << 20) ? 10
+                                                             : 50);
     double t_ours = Time(world, iterations, [&](int rank) {
-      (void)ours[rank]->AllReduceSum(data[rank].data(), count);
+      Check(ours[rank]->AllReduceSum(data[rank].data(), count));
     });
     double t_ring = Time(world, iterations, [&](int rank) {
-      (void)ring[rank]->AllReduceSum(data[rank].data(), count);
+      Check(ring[rank]->AllReduceSum(data[rank].data(), count));
     });
     std::vector<uint32_t> tags(world, 0);
     double t_plain = Time(world, iterations, [&](int rank) {
@@ -126,7 +148,8 @@ void Run(int world, size_t max_bytes) {
 }
 
 #ifdef LOCKSTEP_HAVE_NCCL
-void RunNccl(size_t max_bytes) {
+void RunNccl(Sizes sizes) {
+  const size_t max_bytes = sizes.max_bytes;
   const int world = worker::NcclCommunicator::DeviceCount();
   if (world == 0) {
     std::printf("\nNCCL: no GPU visible; skipped\n");
@@ -168,10 +191,11 @@ void RunNccl(size_t max_bytes) {
               "bytes", "nccl us", "algbw", "busbw");
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const size_t count = bytes / sizeof(float);
-    const int iterations = bytes >= (64u << 20) ? 10 : 50;
+    const int iterations =
+        std::min(sizes.max_iterations, bytes >= (64u << 20) ? 10 : 50);
     double t = Time(world, iterations, [&](int rank) {
       cudaSetDevice(rank);
-      (void)comms[rank]->AllReduceSum(buffers[rank], count);
+      Check(comms[rank]->AllReduceSum(buffers[rank], count));
     });
     const double algbw = bytes / t / 1e9;
     std::printf("%10zu %10.1f %8.3f %8.3f\n", bytes, t * 1e6, algbw,
@@ -188,13 +212,22 @@ void RunNccl(size_t max_bytes) {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
-  size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
+  const std::string arg = argc > 1 ? argv[1] : "256";
+  lockstep::Sizes sizes{64u << 10, 3};
+  if (arg != "--tiny") {
+    const size_t max_mib = std::strtoul(arg.c_str(), nullptr, 10);
+    if (max_mib == 0) {
+      std::fprintf(stderr, "usage: allreduce_bench [MAX_MIB | --tiny]\n");
+      return 2;
+    }
+    sizes = {max_mib << 20, 50};
+  }
   std::printf(
       "all-reduce (sum, fp32) on loopback; GB/s; ratio = lockstep time / "
       "plain Gloo time (lower is better)\n");
-  for (int world : {2, 4}) lockstep::Run(world, max_mib << 20);
+  for (int world : {2, 4}) lockstep::Run(world, sizes);
 #ifdef LOCKSTEP_HAVE_NCCL
-  lockstep::RunNccl(max_mib << 20);
+  lockstep::RunNccl(sizes);
 #endif
-  return 0;
+  return lockstep::failed ? 1 : 0;
 }

@@ -4,7 +4,8 @@
 // full verification of the result (read back + SHA-256), each the median of
 // TRIALS, next to `dd if=/dev/zero bs=1M conv=fsync` of the same size.
 //
-//   checkpoint_io_bench DIR [SIZE_MB] [TRIALS]
+//   checkpoint_io_bench DIR [SIZE_MB] [TRIALS]   default 256 MiB, 5 trials
+//   checkpoint_io_bench DIR 1 1                  a smoke run
 #include <stdlib.h>
 
 #include <algorithm>
@@ -41,6 +42,10 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   const int size_mb = argc > 2 ? atoi(argv[2]) : 256;
   const int trials = argc > 3 ? atoi(argv[3]) : 5;
+  if (size_mb < 1 || trials < 1) {
+    std::cerr << "checkpoint_io_bench: SIZE_MB and TRIALS must be positive\n";
+    return 2;
+  }
   namespace ckpt = lockstep::checkpoint;
 
   // Incompressible contents, as model weights are.
@@ -55,9 +60,13 @@ int main(int argc, char** argv) {
   std::vector<double> dd, plain, hash, prepare, commit, verify;
   for (int t = 0; t < trials; ++t) {
     const std::string backup = absl::StrCat(dir, "/bench-", t);
-    std::string command = absl::StrCat(
-        "mkdir -p ", backup, " && dd if=/dev/zero of=", backup,
-        "/dd.bin bs=1M count=", size_mb, " conv=fsync status=none");
+    if (absl::Status made = lockstep::MakeDirectories(backup); !made.ok()) {
+      std::cerr << made << "\n";
+      return 1;
+    }
+    std::string command = absl::StrCat("dd if=/dev/zero of='", backup,
+                                       "/dd.bin' bs=1M count=", size_mb,
+                                       " conv=fsync status=none");
     absl::Time start = absl::Now();
     if (std::system(command.c_str()) != 0) {
       std::cerr << "dd failed in " << backup << "\n";
@@ -97,7 +106,11 @@ int main(int argc, char** argv) {
       std::cerr << verified.status() << "\n";
       return 1;
     }
-    std::system(absl::StrCat("rm -rf ", backup).c_str());
+    if (absl::Status removed = lockstep::RemoveRecursively(backup);
+        !removed.ok()) {
+      std::cerr << removed << "\n";
+      return 1;
+    }
   }
   const double mb = size_mb * 1.048576;
   const double ref = mb / Median(dd);

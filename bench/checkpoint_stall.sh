@@ -9,20 +9,25 @@
 #     thread (the snapshot to memory, waiting for the previous save, and for
 #     a synchronous save the whole write and commit), measured in the trainer.
 #
+#
 #   bench/checkpoint_stall.sh [BUILD_DIR] [STEPS] [SAVE_EVERY] [REPEATS]
+#   bench/checkpoint_stall.sh BUILD_DIR 6 3 1     a smoke run
+# BENCH_DATA_DIR, when set, is the data.dir of every job (the smoke runs
+# point it at bench/tiny_dataset.sh's output).
 set -euo pipefail
 build=${1:-build}
 steps=${2:-300}
 every=${3:-25}
 repeats=${4:-5}
 job=examples/fashion_mnist_cnn.json
+data=(${BENCH_DATA_DIR:+--set "data.dir=$BENCH_DATA_DIR"})
 backup=$(mktemp -d)
 trap 'rm -rf "$backup"' EXIT
 
 run() {  # extra --set arguments -> "samples/s stall_ms"
   rm -rf "${backup:?}"/* "$backup"/.tmp
   "$build/bin/lockstep" local --workers 2 --json --set max_steps="$steps" \
-      --set global_batch_size=64 "$@" "$job" 2>/dev/null |
+      --set global_batch_size=64 "${data[@]}" "$@" "$job" 2>/dev/null |
     tail -n 1 | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

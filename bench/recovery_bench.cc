@@ -12,7 +12,11 @@
 // restarted at once, and the job restores its newest checkpoint (saved every
 // 20 steps): resume is then SIGKILL to the first step after the restore.
 //
-//   recovery_bench BIN_DIR [TRIALS] [--restore]
+// A trial that does not resume fails the run (exit 1); the run's folder, with
+// every process's log, is then kept.
+//
+//   recovery_bench BIN_DIR [TRIALS] [--restore]   default 7 trials
+//   recovery_bench BIN_DIR 1 [--restore]          a smoke run (~10 s)
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/process.h"
+#include "common/files.h"
+#include "common/job_state.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
 namespace lockstep {
@@ -54,7 +61,8 @@ class Bench {
 
   bool Start() {
     char tmpl[] = "/tmp/lockstep-recovery-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    if (mkdtemp(tmpl) == nullptr) return false;
+    dir_ = tmpl;
     int out = -1;
     auto pid = processes_.Spawn(
         "coordinator",
@@ -88,7 +96,7 @@ class Bench {
     v1::SubmitJobRequest request;
     v1::JobSpec* spec = request.mutable_spec();
     spec->set_name("recovery");
-    spec->set_model("mlp");
+    spec->mutable_model()->set_name("mlp");
     spec->set_global_batch_size(64);
     spec->set_max_steps(100000);
     spec->set_log_every_steps(1);
@@ -172,14 +180,15 @@ class Bench {
     stop.set_job_id(job);
     v1::StopJobResponse ignored;
     stub_->StopJob(&context, stop, &ignored);
-    WatchUntil(job, [](const v1::JobStatus& s) {
-      return s.state() == v1::JOB_STATE_STOPPED ||
-             s.state() == v1::JOB_STATE_FAILED;
-    });
+    WatchUntil(job,
+               [](const v1::JobStatus& s) { return IsTerminal(s.state()); });
     return trial;
   }
 
   ~Bench() { processes_.TerminateAll(absl::Seconds(3)); }
+
+  // The run's folder (state, logs, backups): removed after a clean run.
+  const std::string& dir() const { return dir_; }
 
  private:
   const std::string bin_;
@@ -207,20 +216,26 @@ int main(int argc, char** argv) {
   }
   int trials = argc > 2 ? atoi(argv[2]) : 7;
   bool restore = argc > 3 && std::string(argv[3]) == "--restore";
-  lockstep::Bench bench(argv[1]);
-  if (!bench.Start()) {
-    std::cerr << "cannot start the cluster\n";
+  if (trials < 1) {
+    std::cerr << "recovery_bench: TRIALS must be positive\n";
+    return 2;
+  }
+  auto bench = std::make_unique<lockstep::Bench>(argv[1]);
+  if (!bench->Start()) {
+    std::cerr << "cannot start the cluster (logs in " << bench->dir() << ")\n";
     return 1;
   }
   std::mt19937 random(42);
   std::vector<double> detect, resume, repeated;
+  int failed = 0;
   std::printf("%s\n", restore ? "every worker killed; restore from the newest "
-                               "checkpoint (saved every 20 steps)"
-                             : "one worker killed; live recovery");
+                                "checkpoint (saved every 20 steps)"
+                              : "one worker killed; live recovery");
   std::printf("%-6s %10s %10s %9s\n", "trial", "detect s", "resume s",
               "repeated");
   for (int i = 0; i < trials; ++i) {
-    lockstep::Trial t = bench.RunTrial(random, restore);
+    lockstep::Trial t = bench->RunTrial(random, restore);
+    if (t.detect_s < 0 || t.resume_s < 0) ++failed;
     std::printf("%-6d %10.3f %10.3f %9lld\n", i + 1, t.detect_s, t.resume_s,
                 static_cast<long long>(t.repeated));
     detect.push_back(t.detect_s);
@@ -229,5 +244,15 @@ int main(int argc, char** argv) {
   }
   std::printf("%-6s %10.3f %10.3f %9.0f\n", "median", lockstep::Median(detect),
               lockstep::Median(resume), lockstep::Median(repeated));
+  const std::string dir = bench->dir();
+  bench.reset();  // stops every process before their folder goes
+  if (failed > 0) {
+    std::cerr << failed << " of " << trials
+              << " trials did not recover (-1 above); logs in " << dir << "\n";
+    return 1;
+  }
+  if (absl::Status removed = lockstep::RemoveRecursively(dir); !removed.ok()) {
+    std::cerr << removed << "\n";
+  }
   return 0;
 }

@@ -4,19 +4,25 @@
 # 1-worker run is the reference; each configuration runs REPEATS times and
 # the median samples/s is reported.
 #
+#
 #   bench/train_scaling.sh [BUILD_DIR] [STEPS] [REPEATS]
+#   bench/train_scaling.sh BUILD_DIR 5 1      a smoke run
+# BENCH_DATA_DIR, when set, is the data.dir of every job (the smoke runs
+# point it at bench/tiny_dataset.sh's output).
 set -euo pipefail
 build=${1:-build}
 steps=${2:-400}
 repeats=${3:-3}
 job=examples/fashion_mnist_mlp.json
+data=(${BENCH_DATA_DIR:+--set "data.dir=$BENCH_DATA_DIR"})
 
 # One run; prints samples/s and appends the chief's step split to $splits.
 splits=$(mktemp)
 trap 'rm -f "$splits"' EXIT
 run() {  # workers per_replica_batch [extra --set] -> samples/s
   "$build/bin/lockstep" local --workers "$1" --json \
-      --set per_replica_batch_size="$2" --set max_steps="$steps" ${3:+--set "$3"} "$job" 2>/dev/null |
+      --set per_replica_batch_size="$2" --set max_steps="$steps" ${3:+--set "$3"} \
+      "${data[@]}" "$job" 2>/dev/null |
     tail -n 1 | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

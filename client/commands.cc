@@ -1,7 +1,6 @@
 #include "client/commands.h"
 
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,6 +16,8 @@
 #include "client/views.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/job_state.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/store.h"
 
@@ -116,11 +117,7 @@ void SetDeadline(grpc::ClientContext* context, int seconds) {
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
+  return lockstep::ToJson(message, JsonStyle::kCompact);
 }
 
 std::optional<Invocation> Begin(const std::vector<std::string>& argv,
@@ -217,11 +214,6 @@ absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
       absolute(spec.checkpoint().backup_dir()));
   spec.set_export_path(absolute(spec.export_path()));
   return spec;
-}
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_STOPPED;
 }
 
 std::string StateName(v1::JobState state) {

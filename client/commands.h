@@ -40,7 +40,7 @@ absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
 // naming `address` and what to do) or the coordinator's own status.
 absl::Status RpcError(const grpc::Status& status, const std::string& address);
 void SetDeadline(grpc::ClientContext* context, int seconds);
-// JSON with the proto field names.
+// The CLI's --json form of a message: JsonStyle::kCompact.
 std::string ToJson(const google::protobuf::Message& message);
 
 // A parsed command line with its coordinator connection.
@@ -74,7 +74,6 @@ absl::StatusOr<v1::JobStatus> WatchJob(
     grpc::ClientContext* context,
     const std::function<void(const v1::JobStatus&)>& on_update);
 
-bool IsTerminal(v1::JobState state);
 // "succeeded", "failed", ...
 std::string StateName(v1::JobState state);
 

@@ -1,7 +1,6 @@
 // `lockstep local`: a coordinator and N workers on 127.0.0.1, one job, then
 // everything is torn down. The same binaries and protocol as a cluster.
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include "client/commands.h"
 #include "client/process.h"
 #include "client/views.h"
+#include "common/files.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 
@@ -288,9 +288,7 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
     split["save_stall"].set_number_value(b.save_stall_ms());
   }
   if (!status.error().empty()) f["error"].set_string_value(status.error());
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(out, &json);
-  std::cout << json << std::endl;
+  std::cout << ToJson(out) << std::endl;
 }
 
 int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
@@ -360,8 +358,11 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
   }
   if (json_) PrintJson(status, wall);
   if (ok && !args_.Has("keep-logs")) {
-    std::string command = absl::StrCat("rm -rf '", run_dir_, "'");
-    (void)std::system(command.c_str());
+    absl::Status removed = RemoveRecursively(run_dir_);
+    if (!removed.ok()) {
+      std::cerr << "lockstep: " << removed.message()
+                << " (leaving the run's logs behind)" << std::endl;
+    }
   }
   return ok ? kExitOk : kExitJobFailed;
 }

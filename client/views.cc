@@ -1,7 +1,6 @@
 #include "client/views.h"
 
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/commands.h"
+#include "common/job_state.h"
+#include "common/proto_json.h"
 
 namespace lockstep::client {
 namespace {
@@ -393,8 +394,7 @@ int RunMetrics(const std::vector<std::string>& argv) {
     auto& f = *out.mutable_fields();
     f["job_id"].set_string_value(status->job_id());
     google::protobuf::Value plan;
-    (void)google::protobuf::util::JsonStringToMessage(ToJson(status->plan()),
-                                                      &plan);
+    (void)FromJson(ToJson(status->plan()), &plan, "the plan");
     f["plan"] = plan;
     auto* steps = f["steps"].mutable_list_value();
     for (int i = 0; i < status->step_losses_size(); ++i) {

@@ -2,8 +2,10 @@
 // process's environment and the process kills itself (SIGKILL, like a lost
 // node) when it reaches that point, or (FailPointHit) misbehaves there.
 //
-//   LOCKSTEP_FAILPOINT=checkpoint_before_latest     the first time it is
-//   reached LOCKSTEP_FAILPOINT=checkpoint_before_latest:3   the third time
+// clang-format off
+//   LOCKSTEP_FAILPOINT=checkpoint_before_latest     fires the first time
+//   LOCKSTEP_FAILPOINT=checkpoint_before_latest:3   fires the third time
+// clang-format on
 //
 // Compiled into every build: without the variable a failure point costs one
 // load and a branch.

@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace lockstep {
 namespace {
@@ -35,6 +39,13 @@ absl::Status FsyncPath(const std::string& path, int flags) {
   close(fd);
   if (rc != 0) return ErrnoError("cannot fsync", path);
   return absl::OkStatus();
+}
+
+absl::Status FilesystemError(absl::string_view what,
+                             const std::filesystem::path& path,
+                             const std::error_code& error) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " ", path.string(), ": ", error.message()));
 }
 
 }  // namespace
@@ -123,6 +134,31 @@ absl::Status MakeDirectories(const std::string& path) {
 bool PathExists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
+}
+
+absl::Status RemoveRecursively(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  // lstat: a link is an entry like a file, whatever it points to.
+  const fs::file_status status = fs::symlink_status(path, error);
+  if (status.type() == fs::file_type::not_found) return absl::OkStatus();
+  if (error) return FilesystemError("cannot inspect", path, error);
+  if (status.type() == fs::file_type::directory) {
+    // Listed first, removed after: no removal while the folder is read.
+    std::vector<fs::path> children;
+    for (fs::directory_iterator it(path, error), end; !error && it != end;
+         it.increment(error)) {
+      children.push_back(it->path());
+    }
+    if (error) return FilesystemError("cannot list", path, error);
+    for (const fs::path& child : children) {
+      RETURN_IF_ERROR(RemoveRecursively(child.string()));
+    }
+  }
+  if (!fs::remove(path, error) && error) {
+    return FilesystemError("cannot remove", path, error);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -34,6 +34,12 @@ absl::Status MakeDirectories(const std::string& path);
 
 bool PathExists(const std::string& path);
 
+// rm -rf: removes `path` and, when it is a folder, everything in it. A
+// symbolic link is removed, never followed, so nothing outside `path` is
+// touched. A missing `path` is not an error. Errors name the entry that could
+// not be listed or removed; what could be removed is gone.
+absl::Status RemoveRecursively(const std::string& path);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_FILES_H_

@@ -1,7 +1,6 @@
 #include "common/job_spec.h"
 
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -18,7 +18,6 @@ namespace {
 
 using google::protobuf::Struct;
 using google::protobuf::Value;
-namespace pbutil = google::protobuf::util;
 
 absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("job spec: ", message));
@@ -105,17 +104,14 @@ void ExpandModelShorthand(std::string* json) {
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
                                          absl::string_view origin) {
   v1::JobSpec spec;
-  pbutil::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
   std::string text(json);
   ExpandModelShorthand(&text);
-  auto status = pbutil::JsonStringToMessage(text, &spec, options);
+  absl::Status status = FromJson(text, &spec, origin);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        origin, ": ",
-        std::string(status.message().data(), status.message().size()),
-        " (the fields are listed in README.md, \"Job spec "
-        "reference\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(status.message(),
+                     " (the fields are listed in README.md, \"Job spec "
+                     "reference\")"));
   }
   return spec;
 }
@@ -137,15 +133,11 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
 
   // Round-trip through a JSON Struct so dotted paths and every field type
   // work without a table of fields.
-  std::string json;
-  pbutil::JsonPrintOptions print;
-  print.preserve_proto_field_names = true;
-  (void)pbutil::MessageToJsonString(*spec, &json, print);
   Struct root;
-  (void)pbutil::JsonStringToMessage(json, &root);
+  (void)FromJson(ToJson(*spec, JsonStyle::kCompact), &root, "the job spec");
 
   Value value;
-  if (!pbutil::JsonStringToMessage(text, &value).ok()) {
+  if (!FromJson(text, &value, "--set's value").ok()) {
     value.set_string_value(text);
   }
   std::vector<std::string> path = absl::StrSplit(field, '.');
@@ -169,16 +161,11 @@ absl::Status ApplyOverride(absl::string_view assignment, v1::JobSpec* spec) {
                                       : "global_batch_size");
   }
 
-  std::string updated_json;  // MessageToJsonString appends
-  (void)pbutil::MessageToJsonString(root, &updated_json);
+  std::string updated_json = ToJson(root, JsonStyle::kCompact);
   ExpandModelShorthand(&updated_json);  // --set model=cnn
   v1::JobSpec updated;
-  auto status = pbutil::JsonStringToMessage(updated_json, &updated);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--set ", assignment, ": ",
-        std::string(status.message().data(), status.message().size())));
-  }
+  RETURN_IF_ERROR(
+      FromJson(updated_json, &updated, absl::StrCat("--set ", assignment)));
   *spec = updated;
   return absl::OkStatus();
 }
@@ -394,11 +381,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {
-  std::string json;
-  pbutil::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)pbutil::MessageToJsonString(spec, &json, options);
-  return json;
+  return ToJson(spec, JsonStyle::kCompact);
 }
 
 }  // namespace lockstep

@@ -1,6 +1,6 @@
 // Job specs: JSON through the protobuf JSON mapping (unknown fields are
 // rejected), `--set field=value` overrides, defaults, and the semantic rules
-// of DESIGN §4. README.md lists every field with its default and rule.
+// of docs/DESIGN.md §4. README.md lists every field with its default and rule.
 #ifndef LOCKSTEP_COMMON_JOB_SPEC_H_
 #define LOCKSTEP_COMMON_JOB_SPEC_H_
 

@@ -1,7 +1,6 @@
 #include "common/tf_config.h"
 
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "common/proto_json.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -120,14 +120,8 @@ absl::Status ValidateCluster(const v1::ClusterSpec& cluster) {
 
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
   Struct root;
-  google::protobuf::util::JsonParseOptions options;
-  auto parsed = google::protobuf::util::JsonStringToMessage(std::string(json),
-                                                            &root, options);
-  if (!parsed.ok()) {
-    return Invalid(absl::StrCat(
-        "not valid JSON (",
-        std::string(parsed.message().data(), parsed.message().size()), ")"));
-  }
+  absl::Status parsed = FromJson(json, &root, "not valid JSON");
+  if (!parsed.ok()) return Invalid(parsed.message());
   TfConfig config;
   bool has_cluster = false;
   for (const auto& [name, value] : root.fields()) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -33,6 +35,40 @@ TEST(FilesTest, MakeDirectoriesIsIdempotent) {
   EXPECT_TRUE(PathExists(dir));
   ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
   EXPECT_FALSE(MakeDirectories(dir + "/f").ok());
+}
+
+TEST(FilesTest, RemoveRecursivelyRemovesATree) {
+  std::string dir = TempDir() + "/run";
+  ASSERT_TRUE(MakeDirectories(dir + "/a/b").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/a/b/f", "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/g", "y").ok());
+  ASSERT_TRUE(RemoveRecursively(dir).ok());
+  EXPECT_FALSE(PathExists(dir));
+  EXPECT_TRUE(RemoveRecursively(dir).ok());  // already gone: rm -rf
+}
+
+TEST(FilesTest, RemoveRecursivelyDoesNotFollowLinks) {
+  std::string outside = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(outside + "/keep", "x").ok());
+  std::string dir = TempDir() + "/run";
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_EQ(symlink(outside.c_str(), (dir + "/link").c_str()), 0);
+  ASSERT_TRUE(RemoveRecursively(dir).ok());
+  EXPECT_FALSE(PathExists(dir));
+  EXPECT_EQ(*ReadFileToString(outside + "/keep"), "x");
+}
+
+TEST(FilesTest, RemoveRecursivelyNamesWhatItCannotRemove) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may remove anything";
+  std::string dir = TempDir() + "/run";
+  ASSERT_TRUE(MakeDirectories(dir + "/locked").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/locked/f", "x").ok());
+  ASSERT_EQ(chmod((dir + "/locked").c_str(), 0555), 0);
+  absl::Status status = RemoveRecursively(dir);
+  chmod((dir + "/locked").c_str(), 0755);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find(dir + "/locked/f"), absl::string_view::npos)
+      << status;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// One rank's side of BackupAndRestore saves (DESIGN §6). The trainer hands
-// it a snapshot (the state serialized to host memory at a step boundary);
+// One rank's side of BackupAndRestore saves (docs/DESIGN.md §6). The trainer
+// hands it a snapshot (the state serialized to host memory at a step boundary);
 // a background thread writes the rank's files into its temporary folder
 // (prepare) and reports them to the coordinator. On the chief it then waits
 // for the coordinator's word that every rank prepared the step, commits the

@@ -1,6 +1,5 @@
 #include "worker/checkpoint/store.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "common/failpoint.h"
 #include "common/files.h"
+#include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -26,7 +26,6 @@ namespace lockstep::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-namespace pbutil = google::protobuf::util;
 
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kTmp[] = ".tmp";
@@ -116,20 +115,13 @@ bool IsPlainName(const std::string& name) {
 }  // namespace
 
 std::string ToJson(const google::protobuf::Message& message) {
-  std::string json;
-  pbutil::JsonPrintOptions print;
-  print.add_whitespace = true;
-  print.preserve_proto_field_names = true;
-  print.always_print_primitive_fields = true;
-  (void)pbutil::MessageToJsonString(message, &json, print);
-  return json;
+  return lockstep::ToJson(message, JsonStyle::kFile);
 }
 
 absl::Status FromJson(const std::string& json, const std::string& origin,
                       google::protobuf::Message* message) {
-  pbutil::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  if (!pbutil::JsonStringToMessage(json, message, options).ok()) {
+  if (!lockstep::FromJson(json, message, origin, /*ignore_unknown=*/true)
+           .ok()) {
     return absl::DataLossError(absl::StrCat(
         origin, " is not valid (", json.size(), " bytes; truncated?)"));
   }

@@ -1,5 +1,5 @@
-// The checkpoint folder (DESIGN §6, docs/CHECKPOINTS.md): the files of the
-// two-phase commit and the rules that keep `backup_dir` readable after a
+// The checkpoint folder (docs/DESIGN.md §6, docs/CHECKPOINTS.md): the files of
+// the two-phase commit and the rules that keep `backup_dir` readable after a
 // crash at any point.
 //
 //   backup_dir/
@@ -41,8 +41,10 @@ std::string PrepareDir(int rank, int64_t step);
 // "rank-00001.state".
 std::string RankStateName(int rank);
 
-// The JSON form of the small state files (trainer.state, rank-*.state) and
-// back. Parse errors are DataLoss naming `origin`.
+// The JSON form of the small files (trainer.state, rank-*.state, the
+// manifest) and back: JsonStyle::kFile, whose bytes must not change (they are
+// hashed); fields a newer lockstep added are ignored on reading. Parse errors
+// are DataLoss naming `origin`.
 std::string ToJson(const google::protobuf::Message& message);
 absl::Status FromJson(const std::string& json, const std::string& origin,
                       google::protobuf::Message* message);

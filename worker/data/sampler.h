@@ -1,4 +1,4 @@
-// The global sampler of DESIGN §4: sample order depends only on (seed,
+// The global sampler of docs/DESIGN.md §4: sample order depends only on (seed,
 // epoch). Each epoch is a seeded permutation of the data set; global step k
 // of an epoch consumes positions [k*G, (k+1)*G) and rank r of W takes the
 // r-th slice of B = G/W of them (with gradient accumulation, B is split into

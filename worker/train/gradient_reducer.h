@@ -1,4 +1,4 @@
-// Gradient averaging that overlaps the backward pass (DESIGN §5).
+// Gradient averaging that overlaps the backward pass (docs/DESIGN.md §5).
 //
 // Parameters are packed into buckets in reverse registration order (the
 // order autograd produces their gradients): a small first bucket so

@@ -1,6 +1,6 @@
-// Dynamic loss scaling for fp16 training (DESIGN §4): the loss is multiplied
-// by `scale` before backward so small gradients survive fp16; after the
-// all-reduce every rank sees the same averaged gradients, so every rank
+// Dynamic loss scaling for fp16 training (docs/DESIGN.md §4): the loss is
+// multiplied by `scale` before backward so small gradients survive fp16; after
+// the all-reduce every rank sees the same averaged gradients, so every rank
 // takes the same decision: with an inf/nan anywhere the step is skipped and
 // the scale halves; after `growth_interval` good steps in a row it doubles.
 // A skipped step does not advance the learning-rate schedule.

@@ -1,4 +1,4 @@
-// The learning-rate rule of DESIGN §4: base_lr, tuned for
+// The learning-rate rule of docs/DESIGN.md §4: base_lr, tuned for
 // reference_batch_size, is scaled to the job's global batch by `none`,
 // `linear` (x G/ref) or `sqrt` (x sqrt(G/ref)), reached through a linear
 // warmup from base_lr over warmup_steps optimizer steps, then held

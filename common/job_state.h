@@ -1,0 +1,19 @@
+// Which job states are final: the one definition every component uses.
+#ifndef LOCKSTEP_COMMON_JOB_STATE_H_
+#define LOCKSTEP_COMMON_JOB_STATE_H_
+
+#include "lockstep/v1/coordinator.pb.h"
+
+namespace lockstep {
+
+// True for SUCCEEDED, FAILED and STOPPED: the job will not change again, so
+// a watcher can stop watching and the coordinator accepts no more reports
+// for it. QUEUED, RUNNING and RECOVERING are not terminal.
+inline bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_STOPPED;
+}
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_JOB_STATE_H_
