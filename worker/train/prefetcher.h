@@ -1,6 +1,6 @@
 // Prepares the batches of the next steps on a background thread while the
 // current step computes: for each step, the sampler's slice of the global
-// batch for this rank (docs/DESIGN.md §5), gathered and normalized.
+// batch for this rank (docs/DESIGN.md §4), gathered and normalized.
 //
 // A bounded ring of kDepth reused tensors: no allocation per step, and the
 // thread never runs more than kDepth steps ahead. A slot belongs to the

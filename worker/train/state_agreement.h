@@ -1,5 +1,5 @@
 // What the ranks of a generation agree on before and between steps
-// (docs/DESIGN.md §3, §5): at the start, the most advanced state any rank
+// (docs/DESIGN.md §3, §4): at the start, the most advanced state any rank
 // holds (or a newer checkpoint), which every rank then adopts; for a job
 // that has not trained yet, that every rank built the same initial
 // parameters; before evaluating and saving, the average of batch norm's
