@@ -20,13 +20,13 @@ build: configure
 test: build thread-safety
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-# Clang's thread-safety analysis over the code that shares state between
-# threads (everything but the LibTorch trainer, which Clang need not build).
+# Clang's thread-safety analysis over every library: the coordinator, the
+# worker (agent, collectives, checkpointer, trainer) and the CLI's processes.
 thread-safety: deps
 	@CC=clang CXX=clang++ cmake -S . -B build-tsa -DCMAKE_BUILD_TYPE=Release \
 	    -DLOCKSTEP_THREAD_SAFETY=ON >/dev/null
 	@cmake --build build-tsa -j $(JOBS) --target lockstep_coordinator_lib \
-	    lockstep_worker_core lockstep_process
+	    lockstep_worker_core lockstep_trainer lockstep_process
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json

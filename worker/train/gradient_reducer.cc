@@ -1,3 +1,5 @@
+// Bucket layout, the autograd hooks and the communication thread of the
+// overlapped gradient all-reduce (gradient_reducer.h).
 #include "worker/train/gradient_reducer.h"
 
 #include <cstring>
@@ -26,7 +28,10 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
   if (buffers_.empty()) buffers_.emplace_back();
   buffers_.back().resize(buffers_.back().size() + 2);  // loss, stop vote
   pending_.assign(buffers_.size(), 0);
-  bucket_ready_.assign(buffers_.size(), false);
+  {
+    absl::MutexLock lock(&mu_);
+    bucket_ready_.assign(buffers_.size(), false);
+  }
   arrived_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor param = params_[i];
@@ -40,10 +45,9 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
 
 GradientReducer::~GradientReducer() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  changed_.notify_all();
   if (thread_.joinable()) thread_.join();
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor param = params_[i];
@@ -60,7 +64,7 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
   for (size_t b = 0; b < members_.size(); ++b) {
     pending_[b] = static_cast<int>(members_[b].size());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   reduced_ = 0;
   status_ = absl::OkStatus();
   ++step_;
@@ -90,34 +94,31 @@ void GradientReducer::OnGradient(int param, const torch::Tensor& grad) {
 }
 
 void GradientReducer::MarkReady(int bucket) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    bucket_ready_[bucket] = true;
-  }
-  changed_.notify_all();
+  absl::MutexLock lock(&mu_);
+  bucket_ready_[bucket] = true;
 }
 
 void GradientReducer::CommunicationLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  const int buckets = static_cast<int>(buffers_.size());
+  absl::MutexLock lock(&mu_);
+  auto next_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (thread_step_ < step_ && reduced_ < buckets &&
+                         bucket_ready_[reduced_]);
+  };
   while (true) {
     // The next bucket in order, once it is ready.
-    changed_.wait(lock, [&] {
-      return stopping_ || (thread_step_ < step_ &&
-                           reduced_ < static_cast<int>(buffers_.size()) &&
-                           bucket_ready_[reduced_]);
-    });
+    mu_.Await(absl::Condition(&next_ready));
     if (stopping_) return;
     const int bucket = reduced_;
     const bool failed = !status_.ok();  // later buckets are skipped
-    lock.unlock();
+    mu_.Unlock();
     absl::Status status = failed ? absl::OkStatus()
                                  : comm_->AllReduceSum(buffers_[bucket].data(),
                                                        buffers_[bucket].size());
-    lock.lock();
+    mu_.Lock();
     if (!status.ok() && status_.ok()) status_ = status;
     ++reduced_;
-    if (reduced_ == static_cast<int>(buffers_.size())) thread_step_ = step_;
-    changed_.notify_all();
+    if (reduced_ == buckets) thread_step_ = step_;
   }
 }
 
@@ -141,9 +142,12 @@ absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
   }
   absl::Status status;
   if (options_.overlap) {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(
-        lock, [&] { return reduced_ == static_cast<int>(buffers_.size()); });
+    const int buckets = static_cast<int>(buffers_.size());
+    absl::MutexLock lock(&mu_);
+    auto all_reduced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return reduced_ == buckets;
+    };
+    mu_.Await(absl::Condition(&all_reduced));
     status = status_;
   } else {
     for (std::vector<float>& buffer : buffers_) {

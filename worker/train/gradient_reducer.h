@@ -16,18 +16,19 @@
 // Prepare() arms them for the last one, which reduces `.grad` plus its own
 // gradient.
 // Thread-safety: Prepare/Finish on the training thread; hooks run there too
-// (LibTorch's CPU autograd runs backward on the calling thread).
+// (LibTorch's CPU autograd runs backward on the calling thread). The
+// communication thread is the reducer's own.
 #ifndef LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
 #define LOCKSTEP_WORKER_TRAIN_GRADIENT_REDUCER_H_
 
 #include <torch/torch.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/collective/communicator.h"
 
 namespace lockstep::worker {
@@ -81,15 +82,18 @@ class GradientReducer {
   std::vector<bool> arrived_;  // per parameter, this step
   std::vector<unsigned> hooks_;
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::vector<bool> bucket_ready_;  // per bucket, this step
-  int reduced_ = 0;                 // buckets all-reduced this step, in order
-  int step_ = 0;                    // bumped by Prepare; the thread follows it
   bool armed_ = false;  // between Prepare and Finish (training thread only)
-  int thread_step_ = 0;
-  bool stopping_ = false;
-  absl::Status status_;
+
+  // A bucket's buffer belongs to the training thread until it is ready, then
+  // to the communication thread until it is reduced.
+  absl::Mutex mu_;
+  std::vector<bool> bucket_ready_ ABSL_GUARDED_BY(mu_);  // per bucket
+  // Buckets all-reduced this step, in order.
+  int reduced_ ABSL_GUARDED_BY(mu_) = 0;
+  int step_ ABSL_GUARDED_BY(mu_) = 0;         // bumped by Prepare
+  int thread_step_ ABSL_GUARDED_BY(mu_) = 0;  // the step the thread finished
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // the step's first failure
   std::thread thread_;
 };
 

@@ -1,0 +1,481 @@
+// Setup, the step, evaluation and the loop of one generation
+// (generation.h).
+#include "worker/train/generation.h"
+
+#include <algorithm>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/checkpoint/store.h"
+#include "worker/collective/gloo_communicator.h"
+#include "worker/train/model.h"
+#include "worker/train/replica_checkpoint.h"
+
+namespace lockstep::worker {
+namespace {
+
+constexpr int64_t kEvalBatch = 1000;
+// A preempting rank's stop vote: any sum this large means "save, then stop".
+constexpr float kPreemptVote = 1000.0f;
+// Below this per-replica batch, batch norm's statistics are noisy.
+constexpr int kSmallBatchNormBatch = 32;
+// fp16: this many overflowing steps in a row at the smallest loss scale
+// means training diverged.
+constexpr int kMaxConsecutiveSkips = 100;
+
+absl::Duration Millis(absl::Duration d) {
+  return absl::Trunc(d, absl::Milliseconds(1));
+}
+
+}  // namespace
+
+Generation::Generation(TaskContext& task, Replica& replica)
+    : task_(task),
+      replica_(replica),
+      spec_(task.assignment.spec()),
+      rank_(task.assignment.rank()),
+      world_(task.assignment.world_size()),
+      bf16_(spec_.precision() == "bf16") {}
+
+Generation::~Generation() { task_.SetCommunicator(nullptr); }
+
+absl::Status Generation::CheckSupported() const {
+  if (spec_.communication().backend() == "nccl") {
+    return absl::FailedPreconditionError(
+        "the job asks for communication.backend \"nccl\", but this worker "
+        "trains on the CPU; use \"gloo\" or \"auto\"");
+  }
+  if (spec_.precision() == "fp16") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for precision \"fp16\", which needs a GPU, but worker "
+        "rank ",
+        rank_, " on ", task_.host,
+        " trains on the CPU; use \"bf16\" (autocast on the CPU) or \"fp32\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
+  auto load = [data = spec_.data()](bool train) {
+    return LoadSplit(data, train);
+  };
+  auto loading_train = std::async(std::launch::async, load, true);
+  auto loading_test = std::async(std::launch::async, load, false);
+  absl::Status connected = absl::OkStatus();
+  if (world_ == 1) {
+    comm_ = std::make_unique<SingleRankCommunicator>();
+  } else {
+    GlooCommunicator::Options options;
+    options.rank = rank_;
+    options.size = world_;
+    options.host = task_.host;
+    options.algorithm = spec_.communication().algorithm() == "ring"
+                            ? GlooCommunicator::Algorithm::kRing
+                            : GlooCommunicator::Algorithm::kDirect;
+    auto comm = GlooCommunicator::Connect(task_.kv.get(), options);
+    if (comm.ok()) comm_ = *std::move(comm);
+    connected = comm.status();
+  }
+  *connected_at = absl::Now();
+  auto train = loading_train.get();
+  auto test = loading_test.get();
+  RETURN_IF_ERROR(train.status());
+  RETURN_IF_ERROR(test.status());
+  RETURN_IF_ERROR(connected);
+  train_ = *std::move(train);
+  test_ = *std::move(test);
+  RETURN_IF_ERROR(MatchTestToTrain(spec_.data(), train_, &test_));
+  counted_ = std::make_unique<CountingCommunicator>(comm_.get(),
+                                                    &task_.collective_seq);
+  task_.SetCommunicator(comm_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Generation::PlanBatches() {
+  if (replica_.global_batch > 0) {
+    // A resumed job keeps its global batch on any world size.
+    ASSIGN_OR_RETURN(
+        plan_,
+        ResumeBatch(replica_.global_batch, world_, spec_.accumulation_steps(),
+                    agreed_.restored_from.empty()
+                        ? std::string("the job")
+                        : absl::StrCat("checkpoint ", agreed_.restored_from)));
+  } else {
+    ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
+  }
+  replica_.global_batch = plan_.global;
+  if (train_.size() < plan_.global) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training set has ", train_.size(),
+        " samples, fewer than one global batch of ", plan_.global));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generation::Setup() {
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(CheckSupported());
+  absl::Time connected;
+  RETURN_IF_ERROR(ConnectAndLoad(&connected));
+  const absl::Time loaded = absl::Now();
+  if (replica_.model == nullptr) {
+    RETURN_IF_ERROR(
+        InitializeReplica(spec_, train_.rows, train_.cols, &replica_));
+  }
+  replica_.model->train();
+  const std::string& backup_dir = spec_.checkpoint().backup_dir();
+  if (!backup_dir.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(task_, backup_dir,
+                                                   spec_.checkpoint().keep());
+  }
+  const std::string label =
+      ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+  const int64_t newest_checkpoint = rank_ == 0 && checkpointer_ != nullptr
+                                        ? checkpoint::NewestStep(backup_dir)
+                                        : 0;
+  ASSIGN_OR_RETURN(agreed_, AgreeOnState(*counted_, replica_, newest_checkpoint,
+                                         [&](int64_t newer_than) {
+                                           return RestoreNewestCheckpoint(
+                                               backup_dir, newer_than, spec_,
+                                               label, replica_);
+                                         }));
+  params_ = replica_.model->parameters();
+  statistics_ = std::make_unique<RunningStatistics>(*replica_.model);
+  RETURN_IF_ERROR(PlanBatches());
+  GradientReducer::Options reducer;
+  reducer.bucket_bytes =
+      static_cast<size_t>(spec_.communication().bucket_mb() * (1 << 20));
+  reducer.first_bucket_bytes =
+      std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
+  reducer.overlap = spec_.communication().overlap();
+  reducer.accumulate = plan_.accumulation > 1;
+  reducer_ =
+      std::make_unique<GradientReducer>(params_, counted_.get(), reducer);
+  StartPipeline();
+  LogPlan(absl::Now() - start, connected - start, loaded - start);
+  return absl::OkStatus();
+}
+
+void Generation::StartPipeline() {
+  sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
+                                             rank_);
+  total_steps_ = sampler_->steps_per_epoch() * spec_.epochs();
+  if (spec_.max_steps() > 0) {
+    total_steps_ = std::min(total_steps_, spec_.max_steps());
+  }
+  lr_ = std::make_unique<LrSchedule>(spec_, plan_.global, total_steps_);
+  prefetcher_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
+                                             replica_.step, total_steps_);
+  if (rank_ != 0) return;
+  reporter_ = std::make_unique<ProgressReporter>(
+      task_.assignment, TrainingPlanOf(), replica_.step, agreed_, task_.report);
+  if (replica_.model->has_batch_norm() &&
+      plan_.per_replica < kSmallBatchNormBatch) {
+    std::string warning = absl::StrCat(
+        "the model has batch norm and each replica normalizes over its own ",
+        plan_.per_replica, " samples per forward pass (per-replica batch",
+        plan_.accumulation > 1 ? " of one micro-batch" : "", "); below ",
+        kSmallBatchNormBatch,
+        " the batch statistics are noisy and the results differ from a run "
+        "with fewer, larger replicas at the same global batch; raise "
+        "per_replica_batch_size, use fewer workers, or a model without "
+        "batch norm");
+    LogWarning(warning);
+    reporter_->Warn(std::move(warning));
+  }
+}
+
+v1::TrainingPlan Generation::TrainingPlanOf() const {
+  v1::TrainingPlan plan;
+  plan.set_replicas(world_);
+  plan.set_per_replica_batch_size(plan_.per_replica);
+  plan.set_global_batch_size(plan_.global);
+  plan.set_steps_per_epoch(static_cast<int32_t>(sampler_->steps_per_epoch()));
+  plan.set_total_steps(total_steps_);
+  plan.set_base_lr(lr_->base_lr());
+  plan.set_scaled_lr(lr_->scaled_lr());
+  plan.set_lr_scaling(spec_.lr_scaling());
+  plan.set_warmup_steps(spec_.warmup_steps());
+  return plan;
+}
+
+void Generation::LogPlan(absl::Duration setup, absl::Duration rendezvous,
+                         absl::Duration loaded) const {
+  LogInfo("generation ", task_.assignment.generation(), " set up in ",
+          absl::FormatDuration(Millis(setup)), " (rendezvous ",
+          absl::FormatDuration(Millis(rendezvous)), ", data ready after ",
+          absl::FormatDuration(Millis(loaded)), ")");
+  if (rank_ != 0) return;
+  LogInfo("job ", task_.assignment.job_id(), " generation ",
+          task_.assignment.generation(), ": ", world_,
+          " replicas x per-replica batch ", plan_.per_replica,
+          plan_.accumulation > 1
+              ? absl::StrCat(" x ", plan_.accumulation, " accumulation steps")
+              : "",
+          " = global batch ", plan_.global, "; ", sampler_->steps_per_epoch(),
+          " steps/epoch, ", total_steps_, " steps; lr ", lr_->base_lr(),
+          " scaled (", spec_.lr_scaling(), ") to ", lr_->scaled_lr(), " over ",
+          spec_.warmup_steps(), " warmup steps, then ", spec_.lr_decay(),
+          "; precision ", spec_.precision(), "; starting after step ",
+          replica_.step,
+          agreed_.source_rank >= 0
+              ? absl::StrCat(" with rank ", agreed_.source_rank, "'s state")
+              : "",
+          agreed_.restored_from.empty()
+              ? ""
+              : absl::StrCat(" from ", agreed_.restored_from));
+}
+
+ReplicaPosition Generation::Position() const {
+  ReplicaPosition position;
+  position.job_id = task_.assignment.job_id();
+  position.generation = task_.assignment.generation();
+  position.rank = rank_;
+  position.world_size = world_;
+  position.plan = plan_;
+  position.steps_per_epoch = sampler_->steps_per_epoch();
+  position.next_lr = lr_->At(replica_.applied_steps());
+  position.model_label =
+      ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+  return position;
+}
+
+absl::Status Generation::Step(bool* stop) {
+  StepMetrics::Timer timer(&metrics_);
+  const int64_t step = replica_.step;
+  auto [images, labels] = prefetcher_->Take(step);
+  timer.Lap(StepMetrics::kData);
+  const int accumulation = plan_.accumulation;
+  replica_.optimizer->zero_grad();
+  Network& model = *replica_.model;
+  const LossScaler& scaler = replica_.scaler;
+  // Dropout masks: a function of (seed, rank, step), whoever runs the step.
+  torch::manual_seed(StepSeed(spec_.seed(), rank_, step));
+  // A failed step leaves the replica as it was: batch norm's running
+  // statistics, which the forward pass updates, are put back too.
+  statistics_->Remember();
+  // Micro-batches: their gradients add up in .grad (each loss divided by
+  // their number, so the sum is the mean over this rank's samples), and only
+  // the last one's backward communicates.
+  float local_loss = 0;
+  for (int micro = 0; micro < accumulation; ++micro) {
+    const int64_t begin = int64_t{micro} * plan_.per_replica;
+    torch::Tensor features;
+    {
+      Autocast autocast(bf16_);
+      features = model.Features(images.narrow(0, begin, plan_.per_replica));
+    }
+    // The output layer and the loss in fp32.
+    torch::Tensor loss = torch::nn::functional::cross_entropy(
+        model.Logits(features), labels.narrow(0, begin, plan_.per_replica));
+    if (accumulation > 1) loss = loss / accumulation;
+    local_loss += loss.item<float>();
+    if (scaler.enabled()) loss = loss * scaler.scale();
+    timer.Lap(StepMetrics::kForward);
+    if (micro == accumulation - 1) {
+      // Gradients are reduced bucket by bucket while backward runs. Nothing
+      // of this step is applied unless every bucket's all-reduce completes,
+      // so a failed step leaves the replica at the previous one.
+      reducer_->Prepare(local_loss, task_.preempt_requested ? kPreemptVote
+                                    : task_.stop_requested  ? 1.0f
+                                                            : 0.0f);
+    }
+    loss.backward();
+    timer.Lap(StepMetrics::kBackward);
+  }
+  prefetcher_->Release(step);
+  float loss_sum = 0, stop_votes = 0;
+  absl::Status reduced = reducer_->Finish(&loss_sum, &stop_votes);
+  if (!reduced.ok()) {
+    statistics_->PutBack();
+    return reduced;
+  }
+  timer.Lap(StepMetrics::kExposedComm);
+  replica_.last_loss = loss_sum / world_;
+  *stop = stop_votes > 0;
+  preempted_ = stop_votes >= kPreemptVote;
+  RETURN_IF_ERROR(ApplyGradients(step));
+  timer.Lap(StepMetrics::kOptimizer);
+  ++replica_.step;
+  metrics_.StepDone();
+  return absl::OkStatus();
+}
+
+absl::Status Generation::ApplyGradients(int64_t step) {
+  LossScaler& scaler = replica_.scaler;
+  if (scaler.enabled()) {
+    // Every rank holds the same averaged gradients: an overflow on any rank
+    // is an inf/nan here on all of them, and they all decide alike.
+    bool finite = true;
+    for (const torch::Tensor& p : params_) {
+      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
+        finite = false;
+        break;
+      }
+    }
+    if (finite) {
+      for (const torch::Tensor& p : params_) {
+        if (p.grad().defined()) p.mutable_grad().mul_(1.0 / scaler.scale());
+      }
+    }
+    if (!scaler.Update(finite)) {
+      if (rank_ == 0) {
+        LogWarning("step ", step + 1, ": fp16 gradients overflowed; skipped ",
+                   "the step, loss scale now ", scaler.scale());
+      }
+      if (scaler.consecutive_skips() >= kMaxConsecutiveSkips) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the gradients were not finite for ", kMaxConsecutiveSkips,
+            " steps in a row (loss scale ", scaler.scale(),
+            "): training diverged; lower base_lr or use precision bf16"));
+      }
+      return absl::OkStatus();
+    }
+  }
+  if (spec_.clip_grad_norm() > 0) {
+    // The averaged gradients are the same on every rank, so is the clip.
+    torch::nn::utils::clip_grad_norm_(params_, spec_.clip_grad_norm());
+  }
+  SetLearningRate(*replica_.optimizer, lr_->At(replica_.applied_steps()));
+  replica_.optimizer->step();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Generation::Evaluate(double* loss) {
+  RETURN_IF_ERROR(AverageRunningStatistics(*counted_, *statistics_));
+  torch::NoGradGuard no_grad;
+  Network& model = *replica_.model;
+  model.eval();
+  const int64_t n = test_.size();
+  const int64_t begin = n * rank_ / world_;
+  const int64_t end = n * (rank_ + 1) / world_;
+  double correct = 0;
+  double loss_sum = 0;
+  for (int64_t i = begin; i < end; i += kEvalBatch) {
+    const int64_t stop = std::min(end, i + kEvalBatch);
+    torch::Tensor features;
+    {
+      Autocast autocast(bf16_);
+      features = model.Features(
+          Normalize(test_.images.slice(0, i, stop), test_.mean, test_.std));
+    }
+    torch::Tensor logits = model.Logits(features);
+    torch::Tensor labels = test_.labels.slice(0, i, stop);
+    correct += logits.argmax(1).eq(labels).sum().item<double>();
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, labels,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                        torch::kSum))
+                    .item<double>();
+  }
+  model.train();
+  float totals[2] = {static_cast<float>(correct), static_cast<float>(loss_sum)};
+  RETURN_IF_ERROR(counted_->AllReduceSum(totals, 2));
+  *loss = totals[1] / n;
+  return totals[0] / n;
+}
+
+absl::Status Generation::MaybeSave(int64_t step, bool epoch_end, bool stop) {
+  if (checkpointer_ == nullptr || step == total_steps_) {
+    return absl::OkStatus();
+  }
+  const v1::CheckpointSpec& ckpt = spec_.checkpoint();
+  // Stopped or preempted: save this step before leaving, so the job
+  // resumes exactly here.
+  const bool save =
+      stop ||
+      (ckpt.save_every_steps() > 0 && step % ckpt.save_every_steps() == 0) ||
+      (ckpt.save_every_epoch() && epoch_end);
+  if (!save) return absl::OkStatus();
+  const absl::Time save_start = absl::Now();
+  RETURN_IF_ERROR(AverageRunningStatistics(*counted_, *statistics_));
+  checkpointer_->SaveAsync(MakeSnapshot(spec_, replica_, Position()));
+  if (stop) {
+    stop_save_ = checkpointer_->Wait();
+  } else if (!ckpt.async()) {
+    (void)checkpointer_->Wait();  // a failure is reported and logged
+  }
+  metrics_.SaveDone(absl::Now() - save_start);
+  return absl::OkStatus();
+}
+
+absl::Status Generation::Finalize() {
+  if (checkpointer_ != nullptr) (void)checkpointer_->Wait();
+  if (rank_ != 0) return absl::OkStatus();
+  RETURN_IF_ERROR(ExportModel(spec_, replica_));
+  if (checkpointer_ != nullptr && !spec_.checkpoint().keep_backups()) {
+    absl::Status removed = checkpoint::RemoveAll(checkpointer_->backup_dir());
+    if (!removed.ok()) {
+      LogWarning("could not remove the checkpoints after success: ",
+                 removed.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TaskResult> Generation::Run() {
+  RETURN_IF_ERROR(Setup());
+  train_start_ = absl::Now();
+  const int64_t first_step = replica_.step;
+  const int64_t steps_per_epoch = sampler_->steps_per_epoch();
+  bool stop = false;
+  while (replica_.step < total_steps_ && !stop) {
+    if (task_.aborted()) {
+      return absl::AbortedError("the generation was aborted");
+    }
+    RETURN_IF_ERROR(Step(&stop));
+    const int64_t step = replica_.step;
+    const bool epoch_end = step % steps_per_epoch == 0;
+    const bool last = step == total_steps_ || stop;
+    std::optional<double> eval_accuracy, eval_loss;
+    if (epoch_end || last) {
+      const absl::Time eval_start = absl::Now();
+      double loss = 0;
+      ASSIGN_OR_RETURN(replica_.last_accuracy, Evaluate(&loss));
+      eval_time_ += absl::Now() - eval_start;
+      eval_accuracy = replica_.last_accuracy;
+      eval_loss = loss;
+      if (rank_ == 0) {
+        LogInfo("epoch ", (step - 1) / steps_per_epoch + 1, " step ", step, "/",
+                total_steps_, ": loss ", replica_.last_loss, ", test accuracy ",
+                replica_.last_accuracy, ", test loss ", loss);
+      }
+    }
+    if (reporter_ != nullptr) {
+      reporter_->StepDone(step, replica_.last_loss, epoch_end || last,
+                          eval_accuracy, eval_loss,
+                          absl::Now() - train_start_ - eval_time_);
+    }
+    RETURN_IF_ERROR(MaybeSave(step, epoch_end, stop));
+  }
+  if (!stop) RETURN_IF_ERROR(Finalize());
+  return Result(first_step, stop);
+}
+
+v1::TaskResult Generation::Result(int64_t first_step, bool stop) const {
+  const double seconds =
+      absl::ToDoubleSeconds(absl::Now() - train_start_ - eval_time_);
+  v1::TaskResult result;
+  result.set_ok(true);
+  result.set_stopped(stop);
+  result.set_preempted(preempted_);
+  if (stop_save_.has_value() && !stop_save_->ok()) {
+    result.set_stop_save_error(std::string(stop_save_->message()));
+  }
+  result.set_steps(replica_.step);
+  result.set_final_loss(replica_.last_loss);
+  result.set_test_accuracy(replica_.last_accuracy);
+  const int64_t trained = replica_.step - first_step;
+  result.set_samples_per_second(seconds > 0 ? trained * plan_.global / seconds
+                                            : 0);
+  result.set_model_digest(ModelDigest(*replica_.model));
+  if (!metrics_.empty()) metrics_.Fill(result.mutable_breakdown());
+  return result;
+}
+
+}  // namespace lockstep::worker

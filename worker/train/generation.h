@@ -1,0 +1,119 @@
+// One generation of one job on this rank (docs/DESIGN.md §3): the ranks
+// connect and load their data, agree on the state to continue from, then
+// take synchronous steps (forward, backward with bucketed all-reduces,
+// optimizer) until the plan's last step or a stop every rank agreed on,
+// evaluating after each epoch and saving checkpoints as the job asks.
+//
+// Lifecycle: constructed for one assignment, Run() once, destroyed. The
+// replica it trains outlives it; everything else (communicator, data
+// pipeline, gradient buckets, checkpointer) is the generation's own.
+// Thread-compatible: the agent's task thread runs it; an abort reaches it
+// through the TaskContext, which closes its communicator.
+#ifndef LOCKSTEP_WORKER_TRAIN_GENERATION_H_
+#define LOCKSTEP_WORKER_TRAIN_GENERATION_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "lockstep/v1/coordinator.pb.h"
+#include "worker/checkpoint/checkpointer.h"
+#include "worker/collective/communicator.h"
+#include "worker/collective/counting_communicator.h"
+#include "worker/data/sampler.h"
+#include "worker/task_context.h"
+#include "worker/train/gradient_reducer.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/prefetcher.h"
+#include "worker/train/progress_reporter.h"
+#include "worker/train/replica.h"
+#include "worker/train/replica_checkpoint.h"
+#include "worker/train/state_agreement.h"
+#include "worker/train/step_metrics.h"
+#include "worker/train/tensor_dataset.h"
+
+namespace lockstep::worker {
+
+class Generation {
+ public:
+  Generation(TaskContext& task, Replica& replica);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // Trains to the end of the generation. Errors: Aborted when the
+  // generation was aborted; Unavailable, DeadlineExceeded when a peer
+  // failed (the job re-forms); any other code fails the job.
+  absl::StatusOr<v1::TaskResult> Run();
+
+ private:
+  // Refuses what this worker cannot train (NCCL, fp16 on the CPU).
+  absl::Status CheckSupported() const;
+  absl::Status Setup();
+  // Connects to the other ranks while the data loads: both are on the
+  // critical path back to training.
+  absl::Status ConnectAndLoad(absl::Time* connected);
+  // Splits the global batch over this generation's ranks.
+  absl::Status PlanBatches();
+  void StartPipeline();
+  void LogPlan(absl::Duration setup, absl::Duration rendezvous,
+               absl::Duration loaded) const;
+  v1::TrainingPlan TrainingPlanOf() const;
+  ReplicaPosition Position() const;
+
+  // One optimizer step; sets *stop when any rank asked to stop.
+  absl::Status Step(bool* stop);
+  // Applies the averaged gradients unless fp16 overflowed.
+  absl::Status ApplyGradients(int64_t step);
+  // Test accuracy; *loss the mean test loss.
+  absl::StatusOr<double> Evaluate(double* loss);
+  // Saves when the job's checkpoint rules say so (and on a stop).
+  absl::Status MaybeSave(int64_t step, bool epoch_end, bool stop);
+  // The chief's work after the last step: export, then drop the backups.
+  absl::Status Finalize();
+  v1::TaskResult Result(int64_t first_step, bool stop) const;
+
+  TaskContext& task_;
+  Replica& replica_;
+  const v1::JobSpec& spec_;
+  const int rank_;
+  const int world_;
+  const bool bf16_;
+
+  // The data plane, and the counting view of it every collective goes
+  // through. Declared first: everything below may use it until destroyed.
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<CountingCommunicator> counted_;
+
+  TensorDataset train_;
+  TensorDataset test_;
+  BatchPlan plan_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // null without backup_dir
+  AgreedState agreed_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<RunningStatistics> statistics_;
+  std::unique_ptr<GlobalSampler> sampler_;
+  int64_t total_steps_ = 0;
+  std::unique_ptr<LrSchedule> lr_;
+  // Gradients of every parameter, then this rank's loss and stop vote.
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<ProgressReporter> reporter_;  // the chief's only
+  bool preempted_ = false;
+  // How the save of a stop went (checkpoints configured, stopped).
+  std::optional<absl::Status> stop_save_;
+
+  absl::Time train_start_;
+  absl::Duration eval_time_;
+  StepMetrics metrics_;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_GENERATION_H_

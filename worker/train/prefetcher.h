@@ -1,0 +1,81 @@
+// Prepares the batches of the next steps on a background thread while the
+// current step computes: for each step, the sampler's slice of the global
+// batch for this rank (docs/DESIGN.md §4), gathered and normalized.
+//
+// A bounded ring of kDepth reused tensors: no allocation per step, and the
+// thread never runs more than kDepth steps ahead. A slot belongs to the
+// thread while it is not ready and to the training thread from Take(step)
+// to Release(step).
+//
+// Thread-safety: Take and Release are called by one training thread; the
+// prefetch thread is the object's own.
+#ifndef LOCKSTEP_WORKER_TRAIN_PREFETCHER_H_
+#define LOCKSTEP_WORKER_TRAIN_PREFETCHER_H_
+
+#include <torch/torch.h>
+
+#include <array>
+#include <cstdint>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/job_spec.h"
+#include "worker/data/sampler.h"
+#include "worker/train/tensor_dataset.h"
+
+namespace lockstep::worker {
+
+class Prefetcher {
+ public:
+  static constexpr int kDepth = 2;
+
+  // Prepares the batches of steps [first_step, end_step) of `rank` under
+  // `plan`. `data` must outlive the prefetcher.
+  Prefetcher(const TensorDataset& data, uint64_t seed, const BatchPlan& plan,
+             int rank, int64_t first_step, int64_t end_step);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // The images [rank batch, 1, H, W] (float) and labels [rank batch] (int64)
+  // of `step`, the next one not yet taken, once they are ready. Valid until
+  // Release(step).
+  std::pair<torch::Tensor, torch::Tensor> Take(int64_t step);
+  // Hands the slot of `step` back to the thread.
+  void Release(int64_t step);
+
+ private:
+  struct Buffers {
+    torch::Tensor images;
+    torch::Tensor labels;
+  };
+  struct SlotState {
+    int64_t step = -1;
+    bool ready = false;
+  };
+
+  void Loop();
+  // Gathers and normalizes the samples: one pass over the bytes.
+  void Fill(const std::vector<int64_t>& indices, Buffers& buffers) const;
+
+  const TensorDataset& data_;
+  const int64_t end_;
+  GlobalSampler sampler_;  // the thread's only
+  // Written by the thread while its slot is not ready, read by the training
+  // thread while it is: the slot state hands them over.
+  std::array<Buffers, kDepth> buffers_;
+
+  absl::Mutex mu_;
+  std::array<SlotState, kDepth> slots_ ABSL_GUARDED_BY(mu_);
+  int64_t next_ ABSL_GUARDED_BY(mu_);  // the next step the thread fills
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_PREFETCHER_H_

@@ -1,0 +1,65 @@
+// When the chief reports progress, and what a report holds
+// (progress_reporter.h).
+#include "worker/train/progress_reporter.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace lockstep::worker {
+
+ProgressReporter::ProgressReporter(const v1::Assignment& assignment,
+                                   v1::TrainingPlan plan, int64_t first_step,
+                                   AgreedState agreed, Send send)
+    : assignment_(assignment),
+      plan_(std::move(plan)),
+      generation_first_step_(first_step),
+      send_(std::move(send)),
+      resumed_at_(first_step),
+      agreed_(std::move(agreed)),
+      pending_first_step_(first_step) {}
+
+void ProgressReporter::StepDone(int64_t step, double loss, bool force,
+                                std::optional<double> accuracy,
+                                std::optional<double> test_loss,
+                                absl::Duration training_time) {
+  pending_losses_.push_back(static_cast<float>(loss));
+  const absl::Time now = absl::Now();
+  const int log_every = assignment_.spec().log_every_steps();
+  const bool due = log_every > 0 ? step % log_every == 0
+                                 : now - last_report_ >= absl::Seconds(1);
+  if (!due && !force && !resumed_at_.has_value()) return;
+  v1::ProgressReport report;
+  report.set_job_id(assignment_.job_id());
+  report.set_generation(assignment_.generation());
+  report.set_step(step);
+  report.set_epoch(static_cast<int>((step - 1) / plan_.steps_per_epoch()));
+  report.set_total_steps(plan_.total_steps());
+  report.set_first_step(pending_first_step_);
+  for (float pending : pending_losses_) report.add_step_losses(pending);
+  for (std::string& warning : warnings_) {
+    report.add_warnings(std::move(warning));
+  }
+  warnings_.clear();
+  const double seconds = absl::ToDoubleSeconds(training_time);
+  if (seconds > 0) {
+    report.set_samples_per_second(
+        static_cast<double>(step - generation_first_step_) *
+        plan_.global_batch_size() / seconds);
+  }
+  if (accuracy) report.set_test_accuracy(*accuracy);
+  if (test_loss) report.set_test_loss(*test_loss);
+  if (resumed_at_.has_value()) {
+    report.set_resumed_at_step(*resumed_at_);
+    report.set_state_source_rank(agreed_.source_rank);
+    report.set_restored_checkpoint(agreed_.restored_from);
+    *report.mutable_plan() = plan_;
+    resumed_at_.reset();
+  }
+  send_(report);
+  pending_losses_.clear();
+  pending_first_step_ = step;
+  last_report_ = now;
+}
+
+}  // namespace lockstep::worker

@@ -1,0 +1,59 @@
+// The chief's progress reports to the coordinator: the loss of every step,
+// sent about once a second (or every log_every_steps steps), at each
+// evaluation, and at once when a generation starts, with the training plan,
+// where the state came from and any configuration warnings.
+//
+// Thread-compatible: the chief's training thread owns it.
+#ifndef LOCKSTEP_WORKER_TRAIN_PROGRESS_REPORTER_H_
+#define LOCKSTEP_WORKER_TRAIN_PROGRESS_REPORTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "lockstep/v1/coordinator.pb.h"
+#include "worker/train/state_agreement.h"
+
+namespace lockstep::worker {
+
+class ProgressReporter {
+ public:
+  using Send = std::function<void(const v1::ProgressReport&)>;
+
+  // A generation of `assignment` that starts after step `first_step` with
+  // the state `agreed` on, training by `plan`. `send` is called on this
+  // thread.
+  ProgressReporter(const v1::Assignment& assignment, v1::TrainingPlan plan,
+                   int64_t first_step, AgreedState agreed, Send send);
+
+  // Goes into the next report (and becomes a "warning" event).
+  void Warn(std::string warning) { warnings_.push_back(std::move(warning)); }
+
+  // After each step: records its global mean loss and sends a report when
+  // one is due, when `force`d (after an evaluation, with its results), or
+  // when it is the generation's first. `training_time` is the time the
+  // generation has trained so far, evaluations excluded.
+  void StepDone(int64_t step, double loss, bool force,
+                std::optional<double> accuracy, std::optional<double> test_loss,
+                absl::Duration training_time);
+
+ private:
+  const v1::Assignment& assignment_;
+  const v1::TrainingPlan plan_;
+  const int64_t generation_first_step_;
+  const Send send_;
+  // The first report of the generation says where it resumed.
+  std::optional<int64_t> resumed_at_;
+  AgreedState agreed_;
+  std::vector<std::string> warnings_;
+  std::vector<float> pending_losses_;
+  int64_t pending_first_step_;
+  absl::Time last_report_ = absl::InfinitePast();
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_PROGRESS_REPORTER_H_

@@ -1,0 +1,92 @@
+// The model replica a worker trains for one job: the model, its optimizer,
+// the loss scaler and the position in training. It outlives generations
+// (docs/DESIGN.md §3): a rank that keeps its process keeps its replica, and
+// the ranks of a new generation adopt the most advanced one. Also what the
+// step does to it: the optimizer's learning rate, bf16 autocast, and batch
+// norm's running statistics.
+//
+// Thread-compatible: the training thread owns the replica.
+#ifndef LOCKSTEP_WORKER_TRAIN_REPLICA_H_
+#define LOCKSTEP_WORKER_TRAIN_REPLICA_H_
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lockstep/v1/job.pb.h"
+#include "worker/train/loss_scaler.h"
+#include "worker/train/model.h"
+
+namespace lockstep::worker {
+
+struct Replica {
+  std::string job_id;
+  std::shared_ptr<Network> model;  // null until the first generation
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  int64_t step = 0;  // steps taken (applied or skipped by the loss scaler)
+  // The global batch the replica trains with, fixed once it has trained:
+  // a generation on another world size re-slices it.
+  int global_batch = 0;
+  double last_loss = 0;
+  double last_accuracy = 0;
+  LossScaler scaler;  // fp16 only; holds the skipped-step count
+
+  // Optimizer steps applied: the learning-rate schedule's position.
+  int64_t applied_steps() const { return step - scaler.skipped_steps(); }
+};
+
+// The model options of the job's model for images of rows x cols.
+ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
+                            int64_t cols);
+
+// Builds the job's model, optimizer and loss scaler into `replica` under the
+// job's seed, so every rank starts from the same parameters. Errors name the
+// TorchScript file that cannot be used.
+absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
+                               int64_t cols, Replica* replica);
+
+void SetLearningRate(torch::optim::Optimizer& optimizer, double lr);
+
+// bf16: the enclosed ops run where LibTorch's CPU autocast policy lowers
+// them (convolutions, matrix products) in bfloat16; a no-op otherwise.
+class Autocast {
+ public:
+  explicit Autocast(bool bf16);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  const bool enabled_;
+  bool previous_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
+};
+
+// Batch norm's running statistics: what each rank accumulates from its own
+// batches (and what the ranks average before evaluating and saving). Other
+// buffers (a TorchScript module's constants) are the same on every rank and
+// are not included. The tensors are the model's own buffers: loading state
+// replaces their contents, not the buffers.
+class RunningStatistics {
+ public:
+  explicit RunningStatistics(const torch::nn::Module& model);
+
+  std::vector<torch::Tensor>& tensors() { return statistics_; }
+  bool empty() const { return statistics_.empty(); }
+  // Before a forward pass: a failed step puts these values back.
+  void Remember();
+  void PutBack();
+
+ private:
+  std::vector<torch::Tensor> statistics_;
+  std::vector<torch::Tensor> remembered_;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_REPLICA_H_
