@@ -37,6 +37,12 @@ void CheckpointTally::Committed(const v1::CheckpointCommitted& committed) {
       absl::StrCat("the chief could not commit it: ", committed.error());
 }
 
+void CheckpointTally::StopSaveFailed(int64_t step, const std::string& why) {
+  if (last_failed_ == step) return;
+  last_failed_ = step;
+  last_failure_ = why;
+}
+
 std::string CheckpointTally::FailureOf(int64_t step) const {
   return last_failed_ == step ? last_failure_ : "";
 }

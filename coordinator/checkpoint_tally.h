@@ -1,6 +1,6 @@
-// The coordinator's side of the two-phase checkpoint commit (DESIGN §6), for
-// one generation: it tallies the ranks' prepares of each step and says when
-// the chief may commit one (every rank prepared it) or must abandon it (a
+// The coordinator's side of the two-phase checkpoint commit (docs/DESIGN.md
+// §6), for one generation: it tallies the ranks' prepares of each step and says
+// when the chief may commit one (every rank prepared it) or must abandon it (a
 // rank could not), and remembers why the generation's latest failed save
 // failed, so a stop whose final save was not committed can say why.
 //
@@ -31,6 +31,10 @@ class CheckpointTally {
   // Records the chief's report of a commit: a failed one is the latest
   // failure.
   void Committed(const v1::CheckpointCommitted& committed);
+  // A rank's result says the save of its stop step failed (`why` names the
+  // rank). A prepare or commit failure of the same step, reported first,
+  // is more precise and is kept.
+  void StopSaveFailed(int64_t step, const std::string& why);
 
   // Why the save of `step` failed ("rank 1 could not prepare it: disk
   // full"), or "" when no failure of that step was reported.

@@ -20,11 +20,6 @@ namespace {
 
 constexpr int kDefaultMaxRestarts = 3;
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_STOPPED;
-}
-
 std::string JobIdFor(const std::string& name, int64_t seq) {
   std::string clean;
   for (char c : name) {

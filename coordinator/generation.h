@@ -1,5 +1,5 @@
-// One generation of a job (DESIGN §3): the workers holding its ranks, what
-// the ranks reported (results, a suspect error, a preemption, checkpoint
+// One generation of a job (docs/DESIGN.md §3): the workers holding its ranks,
+// what the ranks reported (results, a suspect error, a preemption, checkpoint
 // prepares), and the rendezvous state scoped to it (key-value store and
 // barriers).
 //

@@ -62,6 +62,11 @@ void Coordinator::HandleResultLocked(Worker& worker,
     }
     return;
   }
+  if (!result.stop_save_error().empty()) {
+    job->generation->checkpoints().StopSaveFailed(
+        result.steps(),
+        absl::StrCat("rank ", worker.rank, ": ", result.stop_save_error()));
+  }
   ApplyResult(job->status, worker.rank, result);
   WorkerRegistry::Unassign(worker);  // its part is done
   ChangedLocked(*job);

@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/job_state.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -149,11 +150,7 @@ grpc::Status GrpcService::WatchJob(grpc::ServerContext* context,
     if (status->version() == version) continue;
     version = status->version();
     if (!writer->Write(*status)) break;
-    v1::JobState state = status->state();
-    if (state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-        state == v1::JOB_STATE_STOPPED) {
-      break;
-    }
+    if (IsTerminal(status->state())) break;
   }
   return grpc::Status::OK;
 }

@@ -399,6 +399,19 @@ TEST_F(CoordinatorFinalSaveTest,
                     HasSubstr("ckpt-000000100")));
 }
 
+TEST_F(CoordinatorFinalSaveTest, StopWhoseSaveFailedOnARankGivesItsReason) {
+  ASSERT_TRUE(coordinator_->StopJob(job_).ok());
+  // Rank 1 could not even report a prepare; its result says why.
+  v1::WorkerMessage failed = StoppedResult(job_, 1);
+  failed.mutable_result()->set_stop_save_error("cannot write .tmp: read-only");
+  Send(id_a_, StoppedResult(job_, 0));
+  Send(id_b_, failed);
+  EXPECT_THAT(Status(job_).error(),
+              AllOf(HasSubstr("final save at step 120 failed"),
+                    HasSubstr("rank 1: cannot write .tmp: read-only"),
+                    HasSubstr("ckpt-000000100")));
+}
+
 TEST_F(CoordinatorFinalSaveTest, PreemptionWhoseFinalCommitFailedSaysSo) {
   Send(id_b_, Preempt(job_, "SIGTERM"));
   Send(id_a_, Prepared(job_, 1, 0, 120));

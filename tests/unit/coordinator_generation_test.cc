@@ -154,6 +154,17 @@ TEST(CheckpointTallyTest, AFailedCommitIsTheLatestFailure) {
   EXPECT_EQ(tally.FailureOf(40), "");
 }
 
+TEST(CheckpointTallyTest, AStopSaveFailureFromAResultNamesTheRank) {
+  CheckpointTally tally(2);
+  tally.StopSaveFailed(50, "rank 1: no space left on device");
+  EXPECT_EQ(tally.FailureOf(50), "rank 1: no space left on device");
+  // A prepare failure of the same step, reported first, is kept.
+  CheckpointTally precise(2);
+  ASSERT_TRUE(precise.Prepare(Prepare(1, 60, /*ok=*/false)).has_value());
+  precise.StopSaveFailed(60, "rank 1: disk full");
+  EXPECT_EQ(precise.FailureOf(60), "rank 1 could not prepare it: disk full");
+}
+
 // ---- the account of a final save ------------------------------------------
 
 v1::JobStatus WithCheckpoints(std::initializer_list<int64_t> steps) {
