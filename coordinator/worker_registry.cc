@@ -204,7 +204,7 @@ std::string WorkerRegistry::Stall(const std::string& job_id,
     if (worker->collective_seq < ahead &&
         worker->seq_reported - worker->seq_changed >= stall_after_) {
       return absl::StrFormat(
-          "rank %d (%s on %s) stalled at all-reduce #%d for %.0f s",
+          "rank %d (%s on %s) stalled at collective #%d for %.0f s",
           worker->rank, worker->id, worker->host, worker->collective_seq + 1,
           absl::ToDoubleSeconds(behind));
     }

@@ -96,7 +96,7 @@ class WorkerRegistry {
   // The workers of `rank_workers` that still hold a rank of `job_id`.
   std::vector<Worker*> RanksOf(const std::string& job_id,
                                const std::vector<std::string>& rank_workers);
-  // "rank 3 (worker:3 on host) stalled at all-reduce #812 for 14 s", or ""
+  // "rank 3 (worker:3 on host) stalled at collective #812 for 14 s", or ""
   // when no rank of `rank_workers` lags the others.
   std::string Stall(const std::string& job_id,
                     const std::vector<std::string>& rank_workers,

@@ -283,7 +283,7 @@ TEST_F(CoordinatorTest, StatusNamesAStraggler) {
   beat(id_b, 811);
   EXPECT_EQ(
       Status(job).stall(),
-      "rank 1 (" + id_b + " on 127.0.0.1) stalled at all-reduce #812 for 14 s");
+      "rank 1 (" + id_b + " on 127.0.0.1) stalled at collective #812 for 14 s");
 }
 
 // Collective counts arrive with heartbeats, every few seconds: a rank that
