@@ -3,6 +3,9 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# ccache keys on paths relative to the checkout, so a second clone (CI's, a
+# worktree) reuses what the first compiled.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build test demo bench clean format thread-safety
 
