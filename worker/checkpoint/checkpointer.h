@@ -21,8 +21,8 @@
 
 #include "absl/status/status.h"
 #include "lockstep/v1/checkpoint.pb.h"
-#include "worker/agent.h"
 #include "worker/checkpoint/store.h"
+#include "worker/task_context.h"
 
 namespace lockstep::worker {
 

@@ -1,0 +1,139 @@
+// Bad input is a clear error naming what is wrong: corrupt state, a
+// malformed TF_CONFIG or job spec, wrong flags, missing or truncated data,
+// an unknown task, and ranks that built different initial parameters.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "tests/integration/harness.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// DESIGN §4: initial parameters are checked bit for bit across ranks; a rank
+// that built different ones fails the job with a message, instead of
+// training a silently diverging model.
+TEST_F(ClusterTest, DifferentInitialParametersOnARankFailTheJob) {
+  StartCluster(2, {}, {{1, {"LOCKSTEP_FAILPOINT=perturb_initial_parameters"}}});
+  v1::JobStatus done = WatchUntil(Submit({"max_steps=20"}), Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(done.error(),
+              AllOf(HasSubstr("rank 1"),
+                    HasSubstr("initial parameters differ from rank 0's"),
+                    HasSubstr("same lockstep-worker build and job spec")));
+  EXPECT_EQ(done.generations(), 1);  // not retried: retrying cannot fix it
+}
+
+TEST_F(ClusterTest, UnknownTaskAndConflictingTfConfigAreRefused) {
+  StartCluster(2);
+  // worker:5 is not in the coordinator's 2-worker cluster.
+  Result unknown =
+      RunCommand({kBin + "/lockstep-worker", "--coordinator", address_,
+                  "--task-type", "worker", "--task-index", "5"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err,
+              AllOf(HasSubstr("worker:5"), HasSubstr("not a training task")));
+  // A worker whose own TF_CONFIG describes another cluster.
+  Result conflict = RunCommand(
+      {kBin + "/lockstep-worker", "--coordinator", address_},
+      {R"(TF_CONFIG={"cluster": {"worker": ["10.0.0.1:1", "10.0.0.2:1"]}, "task": {"type": "worker", "index": 1}})"});
+  EXPECT_EQ(conflict.code, 2);
+  EXPECT_THAT(conflict.err,
+              AllOf(HasSubstr("worker:[10.0.0.1:1,10.0.0.2:1]"),
+                    HasSubstr("worker:[127.0.0.1:1,127.0.0.1:1]")));
+}
+
+TEST(BadInputTest, CorruptStateDirIsAClearError) {
+  std::string dir = TempDir("corrupt");
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/coordinator.db", std::string(4096, 'x'))
+          .ok());
+  Result r = RunCommand({kBin + "/lockstep-coordinator", "--listen",
+                         "127.0.0.1:0", "--state-dir", dir});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err,
+              AllOf(HasSubstr(dir + "/coordinator.db"), HasSubstr("corrupt")));
+}
+
+TEST(BadInputTest, TruncatedNumpyFileFailsTheJobWithItsName) {
+  std::string dir = WriteNpyDataSet(640, 100);
+  auto labels = ReadFileToString(dir + "/test_labels.npy");
+  ASSERT_TRUE(labels.ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/test_labels.npy",
+                                  labels->substr(0, labels->size() - 9))
+                  .ok());
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--set",
+                         "data.format=npy", "--set", "data.dir=" + dir, kMlp});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr(dir + "/test_labels.npy"),
+                           HasSubstr("truncated")));
+}
+
+TEST(BadInputTest, MalformedTfConfigIsAClearError) {
+  Result r = RunCommand(
+      {kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1"},
+      {R"(TF_CONFIG={"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("TF_CONFIG"), HasSubstr("out of range")));
+  Result broken =
+      RunCommand({kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1"},
+                 {"TF_CONFIG={\"cluster\": "});
+  EXPECT_EQ(broken.code, 2);
+  EXPECT_THAT(broken.err, HasSubstr("not valid JSON"));
+  Result coordinator =
+      RunCommand({kBin + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
+                  "--state-dir", TempDir("state"), "--cluster",
+                  R"({"cluster": {"chief": ["a:1", "b:1"]}})"});
+  EXPECT_EQ(coordinator.code, 2);
+  EXPECT_THAT(coordinator.err, HasSubstr("at most one chief"));
+}
+
+TEST(BadInputTest, UnknownJobSpecFieldIsNamed) {
+  std::string dir = TempDir("spec");
+  std::string path = dir + "/job.json";
+  ASSERT_TRUE(
+      WriteFileAtomically(path, R"({"global_batch_size": 64, "epocs": 2})")
+          .ok());
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("epocs"), HasSubstr(path)));
+  Result set =
+      RunCommand({kBin + "/lockstep", "local", "--set", "epocs=2", kMlp});
+  EXPECT_EQ(set.code, 2);
+  EXPECT_THAT(set.err, HasSubstr("epocs"));
+}
+
+TEST(BadInputTest, IndivisibleGlobalBatchNamesBothNumbers) {
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "3", "--set",
+                         "global_batch_size=64", kMlp});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("64"), HasSubstr("3 replicas")));
+}
+
+TEST(BadInputTest, WrongFlagAndUnreachableCoordinator) {
+  Result flag =
+      RunCommand({kBin + "/lockstep", "local", "--wrokers", "2", kMlp});
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_THAT(flag.err, HasSubstr("--wrokers"));
+  Result unreachable = RunCommand(
+      {kBin + "/lockstep", "status", "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(unreachable.code, 3);
+  EXPECT_THAT(unreachable.err, HasSubstr("cannot reach the coordinator"));
+}
+
+TEST(BadInputTest, MissingDataFailsTheJobWithTheFileName) {
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--set",
+                         "data.dir=/nonexistent/fmnist", kMlp});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err,
+              AllOf(HasSubstr("/nonexistent/fmnist"), HasSubstr("rank")));
+}
+
+}  // namespace
+}  // namespace lockstep::integration

@@ -1,0 +1,237 @@
+// The operator's side end to end: the `lockstep` commands against a real
+// coordinator (output, --json shapes, exit codes, compare), and the
+// daemons' health service and clean exit on SIGTERM.
+#include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/integration/harness.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST_F(ClusterTest, TwoWorkersTrainFiftyStepsToTheSameModel) {
+  StartCluster(2);
+  Result submit =
+      RunCommand({kBin + "/lockstep", "submit", kMlp, "--set", "max_steps=50",
+                  "--set", "global_batch_size=64", "--watch"},
+                 {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(submit.code, 0) << submit.out << submit.err;
+  std::string job = submit.out.substr(0, submit.out.find('\n'));
+
+  Result status = RunCommand(
+      {kBin + "/lockstep", "status", job, "--json", "--coordinator", address_});
+  ASSERT_EQ(status.code, 0) << status.err;
+  v1::JobStatus parsed;
+  std::string object = status.out.substr(1, status.out.rfind(']') - 1);
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(object, &parsed).ok())
+      << status.out;
+  EXPECT_EQ(parsed.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(parsed.step(), 50);
+  EXPECT_EQ(parsed.world_size(), 2);
+  ASSERT_EQ(parsed.ranks_size(), 2);
+  EXPECT_EQ(parsed.ranks(0).worker_id(), "worker:0");
+  EXPECT_EQ(parsed.ranks(0).model_digest().size(), 64u);
+  EXPECT_EQ(parsed.ranks(0).model_digest(), parsed.ranks(1).model_digest());
+
+  Result table =
+      RunCommand({kBin + "/lockstep", "status", "--coordinator", address_});
+  EXPECT_THAT(table.out, AllOf(HasSubstr(job), HasSubstr("succeeded")));
+  Result workers =
+      RunCommand({kBin + "/lockstep", "workers", "--coordinator", address_});
+  EXPECT_THAT(workers.out, AllOf(HasSubstr("worker:0"), HasSubstr("worker:1"),
+                                 HasSubstr("idle")));
+  Result events = RunCommand(
+      {kBin + "/lockstep", "events", job, "--coordinator", address_});
+  EXPECT_THAT(events.out, AllOf(HasSubstr("generation_started"),
+                                HasSubstr("job_succeeded")));
+}
+
+TEST_F(ClusterTest, DaemonsServeGrpcHealthAndExitCleanlyOnSigterm) {
+  StartCluster(1);
+  EXPECT_EQ(Health(address_), grpc::health::v1::HealthCheckResponse::SERVING);
+  std::string dir = TempDir("health");
+  int out = -1;
+  auto worker = processes_.Spawn(
+      "health worker",
+      {kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1",
+       "--health-listen", "127.0.0.1:0", "--connect-timeout", "600"},
+      {}, dir + "/worker.log", &out);
+  ASSERT_TRUE(worker.ok());
+  std::string line;
+  char c;
+  while (read(out, &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out);
+  std::string port = line.substr(line.rfind(':') + 1);
+  ASSERT_THAT(line, HasSubstr("health service on 127.0.0.1:"));
+  EXPECT_EQ(Health("127.0.0.1:" + port),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  ASSERT_EQ(kill(*worker, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(*worker, &status, 0), *worker);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// The operator's commands against a real coordinator: output, --json shape
+// and exit codes.
+TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
+  StartCluster(2);
+  const std::vector<std::string> env = {"LOCKSTEP_COORDINATOR=" + address_};
+  Result submit = RunCommand(
+      {kBin + "/lockstep", "submit", kMlp, "--set", "max_steps=40", "--set",
+       "global_batch_size=64", "--set", "log_every_steps=1", "--json"},
+      env);
+  ASSERT_EQ(submit.code, 0) << submit.err;
+  google::protobuf::Struct submitted = LastJsonLine(submit.out);
+  const std::string job = submitted.fields().at("job_id").string_value();
+  ASSERT_FALSE(job.empty());
+
+  // Not a terminal: plain lines, an evaluation line and the summary.
+  Result watch = RunCommand({kBin + "/lockstep", "watch", job}, env);
+  EXPECT_EQ(watch.code, 0) << watch.err;
+  EXPECT_THAT(watch.out, AllOf(HasSubstr("generation_started"),
+                               HasSubstr("done at step 40: test accuracy"),
+                               HasSubstr(job + " succeeded: 40 steps")));
+  EXPECT_EQ(watch.out.find("\033["), std::string::npos);  // no redrawing
+  // A finished job: --json prints its final status.
+  Result watch_json =
+      RunCommand({kBin + "/lockstep", "watch", job, "--json"}, env);
+  EXPECT_EQ(watch_json.code, 0);
+  v1::JobStatus final_status;
+  std::vector<std::string> lines =
+      absl::StrSplit(watch_json.out, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(lines.back(), &final_status)
+          .ok())
+      << lines.back();
+  EXPECT_EQ(final_status.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(final_status.plan().global_batch_size(), 64);
+  EXPECT_EQ(final_status.plan().replicas(), 2);
+
+  Result csv = RunCommand({kBin + "/lockstep", "metrics", job, "--csv"}, env);
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  std::vector<std::string> rows =
+      absl::StrSplit(csv.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 41u);
+  EXPECT_EQ(rows[0], "step,samples_seen,loss,test_accuracy,test_loss");
+  EXPECT_THAT(rows[1], ::testing::StartsWith("1,64,"));
+  std::vector<std::string> last = absl::StrSplit(rows[40], ',');
+  ASSERT_EQ(last.size(), 5u);
+  EXPECT_EQ(last[0], "40");
+  EXPECT_EQ(last[1], "2560");
+  EXPECT_FALSE(last[3].empty());  // evaluated at the end
+  Result metrics =
+      RunCommand({kBin + "/lockstep", "metrics", job, "--json"}, env);
+  ASSERT_EQ(metrics.code, 0);
+  google::protobuf::Struct parsed = LastJsonLine(metrics.out);
+  EXPECT_EQ(parsed.fields().at("steps").list_value().values_size(), 40);
+  EXPECT_EQ(parsed.fields().at("evals").list_value().values_size(), 1);
+
+  Result events =
+      RunCommand({kBin + "/lockstep", "events", job, "--json"}, env);
+  ASSERT_EQ(events.code, 0);
+  google::protobuf::ListValue event_list;
+  EXPECT_TRUE(
+      google::protobuf::util::JsonStringToMessage(events.out, &event_list)
+          .ok());
+  EXPECT_GE(event_list.values_size(), 2);
+
+  // On a terminal (a pty from script(1)) the progress bar is redrawn.
+  std::string running = Submit({"max_steps=300", "global_batch_size=64"});
+  Result tty = RunCommand({"/usr/bin/script", "-qec",
+                           absl::StrCat(kBin, "/lockstep watch ", running,
+                                        " --coordinator ", address_),
+                           "/dev/null"});
+  EXPECT_EQ(tty.code, 0) << tty.out;
+  EXPECT_THAT(tty.out, AllOf(HasSubstr("\r\033[K"), HasSubstr("] "),
+                             HasSubstr("samples/s  ETA"),
+                             HasSubstr(running + " succeeded")));
+
+  // A job that already ended cannot be stopped: exit 1, one line.
+  Result stop = RunCommand({kBin + "/lockstep", "stop", job}, env);
+  EXPECT_EQ(stop.code, 1);
+  EXPECT_THAT(stop.err, HasSubstr("already ended"));
+  // An unknown job is a usage error.
+  Result unknown = RunCommand({kBin + "/lockstep", "watch", "nope-1"}, env);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("nope-1"));
+
+  // Every command: --help with an example, exit 3 without a coordinator.
+  for (const char* command : {"submit", "status", "watch", "stop", "workers",
+                              "events", "checkpoints", "metrics", "compare"}) {
+    Result help = RunCommand({kBin + "/lockstep", command, "--help"});
+    EXPECT_EQ(help.code, 0) << command;
+    EXPECT_THAT(help.out, AllOf(HasSubstr("Usage: lockstep"),
+                                HasSubstr("lockstep " + std::string(command))))
+        << command;
+    EXPECT_THAT(help.out, ::testing::ContainsRegex("Examples?:")) << command;
+    std::vector<std::string> argv = {kBin + "/lockstep", command};
+    if (std::string(command) == "submit") argv.push_back(kMlp);
+    if (std::string(command) != "workers" && std::string(command) != "status" &&
+        std::string(command) != "submit") {
+      argv.push_back("job-1");
+    }
+    if (std::string(command) == "compare") argv.push_back("job-2");
+    argv.insert(argv.end(), {"--coordinator", "127.0.0.1:1"});
+    Result unreachable = RunCommand(argv);
+    EXPECT_EQ(unreachable.code, 3) << command << ": " << unreachable.err;
+    EXPECT_THAT(unreachable.err, HasSubstr("cannot reach the coordinator"))
+        << command;
+  }
+}
+
+// `compare` on two real runs: the table, the warning that explains the
+// curves, and a well-formed SVG.
+TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
+  StartCluster(2);
+  std::string a = Submit({"max_steps=30", "global_batch_size=64"});
+  ASSERT_EQ(WatchUntil(a, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+  std::string b = Submit({"max_steps=30", "global_batch_size=128"});
+  ASSERT_EQ(WatchUntil(b, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string svg = TempDir("compare") + "/curves.svg";
+  Result compare = RunCommand({kBin + "/lockstep", "compare", a, b, "--svg",
+                               svg, "--coordinator", address_});
+  ASSERT_EQ(compare.code, 0) << compare.err;
+  EXPECT_THAT(compare.out, AllOf(HasSubstr("GLOBAL"), HasSubstr("SAMPLES/S"),
+                                 HasSubstr(a), HasSubstr(b), HasSubstr(svg)));
+  EXPECT_THAT(compare.err, HasSubstr("differ in global batch"));
+  Result xml = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as ET\n"
+       "root = ET.parse(sys.argv[1]).getroot()\n"
+       "ns = '{http://www.w3.org/2000/svg}'\n"
+       "print(root.tag == ns + 'svg', len(root.findall(ns + 'polyline')))",
+       svg});
+  EXPECT_EQ(xml.code, 0) << xml.err;
+  EXPECT_EQ(xml.out, "True 4\n");  // 2 runs x (by step, by samples)
+
+  Result json = RunCommand({kBin + "/lockstep", "compare", a, b, "--svg", svg,
+                            "--json", "--coordinator", address_});
+  ASSERT_EQ(json.code, 0);
+  google::protobuf::Struct parsed = LastJsonLine(json.out);
+  const auto& jobs = parsed.fields().at("jobs").list_value();
+  ASSERT_EQ(jobs.values_size(), 2);
+  EXPECT_EQ(jobs.values(1)
+                .struct_value()
+                .fields()
+                .at("global_batch_size")
+                .number_value(),
+            128);
+  EXPECT_EQ(parsed.fields().at("warnings").list_value().values_size(), 1);
+}
+
+}  // namespace
+}  // namespace lockstep::integration

@@ -1,0 +1,151 @@
+// The harness of the end-to-end tests: running the real lockstep binaries
+// (RunCommand), a coordinator with a static cluster of worker processes
+// (ClusterTest) and one that saves checkpoints (CheckpointTest), and the
+// helpers that read what they print and write. Waits are on events (process
+// exit, the WatchJob stream), never on fixed sleeps.
+//
+// Each test file holds one concern: recovery_test, cli_test,
+// equivalence_test, bad_input_test, checkpoint_test, failure_point_test.
+#ifndef LOCKSTEP_TESTS_INTEGRATION_HARNESS_H_
+#define LOCKSTEP_TESTS_INTEGRATION_HARNESS_H_
+
+#include <google/protobuf/struct.pb.h>
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/process.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "lockstep/v1/coordinator.grpc.pb.h"
+
+namespace lockstep::integration {
+
+// The built binaries, the source tree, and the example job most tests run.
+extern const std::string kBin;
+extern const std::string kSource;
+extern const std::string kMlp;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A new folder under the test's temporary directory.
+std::string TempDir(const std::string& name);
+
+// Runs a command to completion; `env` entries are added to the environment.
+Result RunCommand(const std::vector<std::string>& argv,
+                  const std::vector<std::string>& env = {});
+
+// The JSON object on the last line of `text`.
+google::protobuf::Struct LastJsonLine(const std::string& text);
+
+// The losses of a `--metrics-out` CSV file (step,loss), in step order.
+std::vector<double> ReadLosses(const std::string& csv_path);
+
+// What the gRPC health service at `address` answers.
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::string& address);
+
+// Part of Fashion-MNIST converted to the npy layout: what a user who brings
+// their own data writes with numpy.save. Returns the folder.
+std::string WriteNpyDataSet(int train_count, int test_count);
+
+// What `lockstep checkpoints JOB --json` says, by checkpoint name.
+std::map<std::string, google::protobuf::Struct> ListCheckpoints(
+    const std::string& address, const std::string& job);
+
+// The first child of `parent` whose command name is `comm`, or -1.
+pid_t FindChild(pid_t parent, const std::string& comm);
+
+// A coordinator with a static cluster of N workers, all started and killed by
+// pid.
+class ClusterTest : public ::testing::Test {
+ protected:
+  // `worker_env` adds variables to the first process of some workers.
+  void StartCluster(int workers,
+                    std::vector<std::string> coordinator_flags = {},
+                    std::map<int, std::vector<std::string>> worker_env = {});
+  void StartCoordinator(const std::string& listen);
+  std::string ClusterJson() const;
+  pid_t StartWorker(int index, std::vector<std::string> env = {});
+
+  // Submits the MLP example with `sets`; returns the job id.
+  std::string Submit(const std::vector<std::string>& sets);
+
+  // Follows the job until `done` holds for a status; returns that status.
+  v1::JobStatus WatchUntil(
+      const std::string& job,
+      const std::function<bool(const v1::JobStatus&)>& done);
+
+  static bool Ended(const v1::JobStatus& s);
+
+  // Submits `sets` and returns the job id once it trained `step` steps, or
+  // "" (with a test failure) if it ended before.
+  std::string SubmitAndTrainTo(const std::vector<std::string>& sets,
+                               int64_t step);
+
+  // The model digest of `sets` trained without interruption.
+  std::string UninterruptedDigest(const std::vector<std::string>& sets);
+
+  static void ExpectAllRanks(const v1::JobStatus& status,
+                             const std::string& digest);
+
+  // The last event of `kind`, or null.
+  static const v1::JobEvent* FindEvent(const v1::JobStatus& status,
+                                       const std::string& kind);
+
+  bool Alive(pid_t pid);
+
+  void TearDown() override;
+
+  client::ProcessGroup processes_;
+  std::string dir_;
+  std::string address_;
+  int workers_ = 0;
+  int spawned_ = 0;
+  int coordinators_ = 0;
+  std::vector<std::string> coordinator_flags_;
+  pid_t coordinator_pid_ = -1;
+  std::vector<pid_t> worker_pids_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+// The job the checkpoint tests run: 60 steps of the MLP.
+extern const std::vector<std::string> kCheckpointJob;
+
+// A cluster whose jobs save BackupAndRestore checkpoints (DESIGN §6) into
+// backup_.
+class CheckpointTest : public ClusterTest {
+ protected:
+  void SetUp() override;
+
+  // The job's settings with checkpoints every `every` steps, kept after
+  // success so the test can inspect them.
+  std::vector<std::string> WithCheckpoints(std::vector<std::string> sets,
+                                           int every);
+
+  // LATEST names a checkpoint that `lockstep checkpoints` verifies.
+  void ExpectLatestVerifies(const std::string& job);
+
+  static bool HasCheckpointAtLeast(const v1::JobStatus& s, int64_t step);
+
+  // Submits `sets` (kCheckpointJob by default) saving every 10 steps, waits
+  // for the checkpoint of step 20, and SIGKILLs every worker (reaped): no
+  // live state survives.
+  std::string TrainThenKillEveryWorker(const std::vector<std::string>& sets);
+  std::string TrainThenKillEveryWorker();
+
+  std::string backup_;
+};
+
+}  // namespace lockstep::integration
+
+#endif  // LOCKSTEP_TESTS_INTEGRATION_HARNESS_H_

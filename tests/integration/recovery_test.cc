@@ -1,0 +1,169 @@
+// Live recovery end to end (DESIGN §3): a killed worker, a killed and
+// restarted coordinator, a hung worker, and `lockstep local` restarting a
+// worker process; the job ends with the model of a run that never failed.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/files.h"
+#include "tests/integration/harness.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// DESIGN §3: a dead worker is named at once, the survivors keep their
+// processes and state, a replacement joins, and the job ends with the same
+// model as a run that never failed.
+TEST_F(ClusterTest, KilledWorkerIsReplacedAndNothingIsRolledBack) {
+  StartCluster(3);
+  const std::vector<std::string> sets = {"max_steps=60", "global_batch_size=96",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
+
+  std::string job = SubmitAndTrainTo(sets, 15);
+  ASSERT_FALSE(job.empty());
+  absl::Time killed = absl::Now();
+  ASSERT_EQ(kill(worker_pids_[2], SIGKILL), 0);
+  v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
+    return s.state() != v1::JOB_STATE_RUNNING;
+  });
+  absl::Duration detection = absl::Now() - killed;
+  EXPECT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(recovering.error(),
+              AllOf(HasSubstr("worker:2"), HasSubstr("rank 2"),
+                    HasSubstr("lost its session")));
+  EXPECT_LT(detection, absl::Seconds(2));
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+
+  StartWorker(2);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.generations(), 2);
+  EXPECT_EQ(done.step(), 60);
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(), HasSubstr("0 steps repeated"));
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+}
+
+TEST_F(ClusterTest, JobSurvivesAKilledAndRestartedCoordinator) {
+  StartCluster(2);
+  const std::vector<std::string> sets = {"max_steps=80", "global_batch_size=64",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
+
+  std::string job = SubmitAndTrainTo(sets, 10);
+  ASSERT_FALSE(job.empty());
+  ASSERT_EQ(kill(coordinator_pid_, SIGKILL), 0);
+  StartCoordinator(address_);
+
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_GE(done.generations(), 2);
+  ExpectAllRanks(done, reference);
+  EXPECT_NE(FindEvent(done, "coordinator_restarted"), nullptr);
+  EXPECT_TRUE(Alive(worker_pids_[0]));
+  EXPECT_TRUE(Alive(worker_pids_[1]));
+}
+
+TEST_F(ClusterTest, HungWorkerIsCaughtByTheHeartbeatTimeout) {
+  StartCluster(2, {"--heartbeat-timeout", "2"});
+  const std::vector<std::string> sets = {"max_steps=80", "global_batch_size=64",
+                                         "log_every_steps=1"};
+  std::string reference = UninterruptedDigest(sets);
+
+  std::string job = SubmitAndTrainTo(sets, 10);
+  ASSERT_FALSE(job.empty());
+  ASSERT_EQ(kill(worker_pids_[1], SIGSTOP), 0);
+  v1::JobStatus recovering = WatchUntil(job, [](const v1::JobStatus& s) {
+    return s.state() != v1::JOB_STATE_RUNNING;
+  });
+  kill(worker_pids_[1], SIGCONT);
+  EXPECT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(recovering.error(),
+              AllOf(HasSubstr("worker:1"), HasSubstr("missed heartbeats")));
+
+  // The same process wakes up, reconnects and the job finishes.
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+}
+
+// `lockstep local` restarts a worker process that dies, as Kubernetes would.
+TEST(LocalTest, SurvivesKillOfAWorker) {
+  const std::vector<std::string> run = {kBin + "/lockstep",
+                                        "local",
+                                        "--workers",
+                                        "2",
+                                        "--json",
+                                        "--set",
+                                        "max_steps=200",
+                                        "--set",
+                                        "global_batch_size=64",
+                                        "--set",
+                                        "log_every_steps=1",
+                                        kMlp};
+  Result reference = RunCommand(run);
+  ASSERT_EQ(reference.code, 0) << reference.err;
+
+  // With --json, progress goes to stderr: read it through a pipe.
+  std::string dir = TempDir("local_kill");
+  int err_pipe[2];
+  ASSERT_EQ(pipe(err_pipe), 0);
+  pid_t local = fork();
+  if (local == 0) {
+    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    std::vector<char*> argv;
+    for (const std::string& arg : run)
+      argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  std::string err;
+  char buffer[4096];
+  ssize_t n;
+  pid_t victim = -1;
+  while ((n = read(err_pipe[0], buffer, sizeof(buffer))) > 0) {
+    err.append(buffer, static_cast<size_t>(n));
+    // A progress line of a generation that trains.
+    if (victim < 0 && err.find("samples/s  ETA") != std::string::npos) {
+      victim = FindChild(local, "lockstep-worker");
+      ASSERT_GT(victim, 0) << err;
+      ASSERT_EQ(kill(victim, SIGKILL), 0);
+    }
+  }
+  close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(local, &status, 0), local);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+  ASSERT_GT(victim, 0) << "training never started: " << err;
+  EXPECT_THAT(err, HasSubstr("restarting it"));
+  const auto summary =
+      LastJsonLine(ReadFileToString(dir + "/out").value_or("")).fields();
+  EXPECT_EQ(summary.at("state").string_value(), "succeeded");
+  EXPECT_GE(summary.at("generations").number_value(), 2);
+  EXPECT_EQ(
+      summary.at("model_digest").string_value(),
+      LastJsonLine(reference.out).fields().at("model_digest").string_value());
+}
+
+}  // namespace
+}  // namespace lockstep::integration
