@@ -16,8 +16,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// DESIGN §4: initial parameters are checked bit for bit across ranks; a rank
-// that built different ones fails the job with a message, instead of
+// docs/DESIGN.md §4: initial parameters are checked bit for bit across ranks; a
+// rank that built different ones fails the job with a message, instead of
 // training a silently diverging model.
 TEST_F(ClusterTest, DifferentInitialParametersOnARankFailTheJob) {
   StartCluster(2, {}, {{1, {"LOCKSTEP_FAILPOINT=perturb_initial_parameters"}}});

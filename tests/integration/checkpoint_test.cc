@@ -1,5 +1,5 @@
-// BackupAndRestore end to end (DESIGN §6): every worker lost resumes from
-// the newest checkpoint bit for bit, a corrupt one is skipped, a failed
+// BackupAndRestore end to end (docs/DESIGN.md §6): every worker lost resumes
+// from the newest checkpoint bit for bit, a corrupt one is skipped, a failed
 // save is an event, success exports and cleans up, SIGTERM saves an agreed
 // step, and a job saved on 4 workers resumes on 2.
 #include <gmock/gmock.h>

@@ -1,7 +1,7 @@
-// Training gives the same result however it is laid out (DESIGN §4): 1, 2
-// and 4 workers, accumulation and the ring all-reduce follow one loss
-// curve; numpy data, a TorchScript model and each precision train as the
-// built-in path does.
+// Training gives the same result however it is laid out (docs/DESIGN.md §4): 1,
+// 2 and 4 workers, accumulation and the ring all-reduce follow one loss curve;
+// numpy data, a TorchScript model and each precision train as the built-in path
+// does.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,8 +20,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// DESIGN §4: the global batch is the unit. The same job as 1x64, 2x32, 4x16
-// and 2x16 with 2 accumulation steps follows the same loss curve and ends
+// docs/DESIGN.md §4: the global batch is the unit. The same job as 1x64, 2x32,
+// 4x16 and 2x16 with 2 accumulation steps follows the same loss curve and ends
 // at the same accuracy.
 TEST(LocalTest, OneTwoAndFourWorkersAccumulationAndRingGiveTheSameLosses) {
   std::string dir = TempDir("local");

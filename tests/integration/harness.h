@@ -121,8 +121,8 @@ class ClusterTest : public ::testing::Test {
 // The job the checkpoint tests run: 60 steps of the MLP.
 extern const std::vector<std::string> kCheckpointJob;
 
-// A cluster whose jobs save BackupAndRestore checkpoints (DESIGN §6) into
-// backup_.
+// A cluster whose jobs save BackupAndRestore checkpoints (docs/DESIGN.md §6)
+// into backup_.
 class CheckpointTest : public ClusterTest {
  protected:
   void SetUp() override;

@@ -1,4 +1,4 @@
-// Live recovery end to end (DESIGN §3): a killed worker, a killed and
+// Live recovery end to end (docs/DESIGN.md §3): a killed worker, a killed and
 // restarted coordinator, a hung worker, and `lockstep local` restarting a
 // worker process; the job ends with the model of a run that never failed.
 #include <fcntl.h>
@@ -21,7 +21,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// DESIGN §3: a dead worker is named at once, the survivors keep their
+// docs/DESIGN.md §3: a dead worker is named at once, the survivors keep their
 // processes and state, a replacement joins, and the job ends with the same
 // model as a run that never failed.
 TEST_F(ClusterTest, KilledWorkerIsReplacedAndNothingIsRolledBack) {
