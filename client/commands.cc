@@ -1,3 +1,5 @@
+// The `lockstep` commands that talk to the coordinator (submit, status,
+// workers, events, stop, checkpoints) and the helpers they share (commands.h).
 #include "client/commands.h"
 
 #include <google/protobuf/struct.pb.h>

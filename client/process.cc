@@ -1,3 +1,5 @@
+// Spawning, reaping and terminating the child processes of `lockstep local`
+// (process.h).
 #include "client/process.h"
 
 #include <fcntl.h>

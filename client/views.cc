@@ -1,3 +1,5 @@
+// The live progress view, the SVG loss-curve plot, and the `watch`,
+// `metrics` and `compare` commands that show them (views.h).
 #include "client/views.h"
 
 #include <google/protobuf/struct.pb.h>

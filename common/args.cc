@@ -1,3 +1,4 @@
+// Parsing command-line flags and reading their values (args.h).
 #include "common/args.h"
 
 #include "absl/strings/numbers.h"

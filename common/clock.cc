@@ -1,3 +1,4 @@
+// The process-wide real clock and the fake clock tests advance (clock.h).
 #include "common/clock.h"
 
 namespace lockstep {

@@ -1,3 +1,4 @@
+// Arming a failure point from LOCKSTEP_FAILPOINT and firing it (failpoint.h).
 #include "common/failpoint.h"
 
 #include <signal.h>

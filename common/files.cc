@@ -1,3 +1,5 @@
+// Reading and writing whole files durably, and creating and removing
+// directories (files.h).
 #include "common/files.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+// Parsing, overriding, defaulting and validating job specs, and resolving
+// their batch sizes (job_spec.h).
 #include "common/job_spec.h"
 
 #include <google/protobuf/struct.pb.h>

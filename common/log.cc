@@ -1,3 +1,4 @@
+// Timestamped, tagged log lines to stderr (log.h).
 #include "common/log.h"
 
 #include <cstdio>

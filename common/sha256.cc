@@ -1,3 +1,4 @@
+// SHA-256 through OpenSSL's EVP digest interface (sha256.h).
 #include "common/sha256.h"
 
 #include <openssl/evp.h>

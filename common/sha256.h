@@ -1,3 +1,5 @@
+// SHA-256 hex digests, incremental or of one string: the checksums of
+// checkpoint files and the digest of a model's weights.
 #ifndef LOCKSTEP_COMMON_SHA256_H_
 #define LOCKSTEP_COMMON_SHA256_H_
 

@@ -1,3 +1,5 @@
+// Parsing and validating TF_CONFIG, and the ranks, names and addresses of a
+// cluster's tasks (tf_config.h).
 #include "common/tf_config.h"
 
 #include <google/protobuf/struct.pb.h>

@@ -1,3 +1,5 @@
+// The coordinator's job state in SQLite: opening the database, saving and
+// loading every job's status (job_store.h).
 #include "coordinator/job_store.h"
 
 #include <sqlite3.h>

@@ -1,3 +1,5 @@
+// The Coordinator's gRPC methods: each translates its request and status,
+// and a worker session pumps commands and messages (grpc_service.h).
 #include "coordinator/rpc/grpc_service.h"
 
 #include <deque>

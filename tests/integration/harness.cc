@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/job_state.h"
 #include "worker/data/idx.h"
 
 namespace lockstep::integration {
@@ -293,9 +294,7 @@ v1::JobStatus ClusterTest::WatchUntil(
 }
 
 bool ClusterTest::Ended(const v1::JobStatus& s) {
-  return s.state() == v1::JOB_STATE_SUCCEEDED ||
-         s.state() == v1::JOB_STATE_FAILED ||
-         s.state() == v1::JOB_STATE_STOPPED;
+  return IsTerminal(s.state());
 }
 
 // Submits `sets` and returns the job id once it trained `step` steps, or

@@ -1,3 +1,5 @@
+// The file helpers: atomic writes, missing files, creating and recursively
+// removing directories.
 #include "common/files.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// Reading IDX files, raw and gzipped, every malformed file an error naming
+// it, and loading Fashion-MNIST.
 #include "worker/data/idx.h"
 
 #include <gmock/gmock.h>

@@ -1,3 +1,5 @@
+// Job specs: parsing, defaults, `--set` overrides, batch-size resolution and
+// every rule that rejects a spec.
 #include "common/job_spec.h"
 
 #include <gmock/gmock.h>

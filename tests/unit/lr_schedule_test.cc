@@ -1,3 +1,5 @@
+// The learning-rate schedule: batch-size scaling, warmup, cosine and step
+// decay.
 #include "worker/train/lr_schedule.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// The global sampler: per-epoch permutations, rank slices that tile the
+// global batch at every world size, and pure per-step seeds.
 #include "worker/data/sampler.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// TF_CONFIG parsing: ranks of chief and workers, non-training tasks, and
+// every malformed config rejected with a clear message.
 #include "common/tf_config.h"
 
 #include <gmock/gmock.h>

@@ -1,3 +1,5 @@
+// One rank's background save: prepare and report, and on the chief wait for
+// the go, commit, prune and report the commit (checkpointer.h).
 #include "worker/checkpoint/checkpointer.h"
 
 #include <utility>

@@ -1,3 +1,5 @@
+// The checkpoint folder's operations: prepare, commit, verify, list, find the
+// newest valid checkpoint, prune and remove (store.h).
 #include "worker/checkpoint/store.h"
 
 #include <stdio.h>

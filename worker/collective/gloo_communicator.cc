@@ -1,3 +1,5 @@
+// GlooCommunicator's mesh set-up, abortable waits and collectives: direct
+// and ring all-reduce, broadcast, all-gather, barrier (gloo_communicator.h).
 #include "worker/collective/gloo_communicator.h"
 
 #include <gloo/barrier.h>

@@ -1,3 +1,4 @@
+// bfloat16 and fp16 <-> fp32 conversions, rounding to nearest even (half.h).
 #include "worker/collective/half.h"
 
 #include <cmath>

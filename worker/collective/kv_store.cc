@@ -1,3 +1,5 @@
+// Gloo's rendezvous store calls over the coordinator's key-value store
+// (kv_store.h).
 #include "worker/collective/kv_store.h"
 
 #include <stdexcept>

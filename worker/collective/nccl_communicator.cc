@@ -1,3 +1,5 @@
+// NcclCommunicator's set-up through the key-value store and its collectives,
+// waited on until done, failed, timed out or aborted (nccl_communicator.h).
 #include "worker/collective/nccl_communicator.h"
 
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// Reading IDX files and loading the Fashion-MNIST splits from them (idx.h).
 #include "worker/data/idx.h"
 
 #include <zlib.h>

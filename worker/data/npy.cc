@@ -1,3 +1,5 @@
+// Parsing .npy files and loading an image data set's split from them
+// (npy.h).
 #include "worker/data/npy.h"
 
 #include <cstring>

@@ -1,3 +1,5 @@
+// The global sampler's per-epoch permutations and rank batches, and per-step
+// seeds (sampler.h).
 #include "worker/data/sampler.h"
 
 #include <numeric>

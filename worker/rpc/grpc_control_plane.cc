@@ -1,3 +1,5 @@
+// The worker's ControlPlane, Session and KeyValueClient over gRPC
+// (grpc_control_plane.h).
 #include "worker/rpc/grpc_control_plane.h"
 
 #include "absl/strings/str_cat.h"

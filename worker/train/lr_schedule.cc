@@ -1,3 +1,4 @@
+// The learning rate at each step: scaling, warmup and decay (lr_schedule.h).
 #include "worker/train/lr_schedule.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The built-in networks (mlp, cnn, resnet), TorchScript models, and model
+// digests and serialization (model.h).
 #include "worker/train/model.h"
 
 #include <torch/script.h>
