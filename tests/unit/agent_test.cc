@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -180,6 +181,18 @@ class AgentTest : public ::testing::Test {
     });
   }
 
+  // Starts the agent and assigns generation `generation` of `job` down its
+  // first session. Returns the session and the running task's context (null
+  // when the task did not start).
+  std::pair<std::shared_ptr<FakeSession>, TaskContext*> StartWithTask(
+      const std::string& job, int64_t generation) {
+    StartAgent();
+    std::shared_ptr<FakeSession> session = control_.WaitForSession(0);
+    if (session == nullptr) return {nullptr, nullptr};
+    session->Push(Assign(job, generation));
+    return {session, task_.WaitStarted(1)};
+  }
+
   // Waits for Run() to return and says what it returned.
   absl::Status RunStatus() {
     if (!run_returned_.WaitForNotificationWithTimeout(kEventTimeout)) {
@@ -321,11 +334,7 @@ TEST_F(AgentTest, AssignmentRunsOnATaskThreadAndItsResultIsSentUp) {
 }
 
 TEST_F(AgentTest, StopReachesTheTaskOfItsJobOnly) {
-  StartAgent();
-  std::shared_ptr<FakeSession> session = control_.WaitForSession(0);
-  ASSERT_NE(session, nullptr);
-  session->Push(Assign("job-1", 3));
-  TaskContext* context = task_.WaitStarted(1);
+  auto [session, context] = StartWithTask("job-1", 3);
   ASSERT_NE(context, nullptr);
 
   session->Push(StopCommand("job-2", /*preempt=*/false));
@@ -350,11 +359,7 @@ TEST_F(AgentTest, StopReachesTheTaskOfItsJobOnly) {
 }
 
 TEST_F(AgentTest, AbortOfTheCurrentGenerationReachesTheCommunicator) {
-  StartAgent();
-  std::shared_ptr<FakeSession> session = control_.WaitForSession(0);
-  ASSERT_NE(session, nullptr);
-  session->Push(Assign("job-1", 3));
-  TaskContext* context = task_.WaitStarted(1);
+  auto [session, context] = StartWithTask("job-1", 3);
   ASSERT_NE(context, nullptr);
 
   // An abort of an older generation is stale.
