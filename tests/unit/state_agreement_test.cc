@@ -31,7 +31,7 @@ Replica BuildReplica() {
   static absl::Mutex mu(absl::kConstInit);
   absl::MutexLock lock(&mu);
   Replica replica;
-  absl::Status built = InitializeReplica(MlpSpec(), 28, 28, &replica);
+  absl::Status built = InitializeReplica(MlpSpec(), 28, 28, torch::kCPU, &replica);
   EXPECT_TRUE(built.ok()) << built;
   return replica;
 }

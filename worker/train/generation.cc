@@ -13,7 +13,9 @@
 #include "common/status_macros.h"
 #include "worker/checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/train/device_batches.h"
 #include "worker/train/model.h"
+#include "worker/train/prefetcher.h"
 #include "worker/train/replica_checkpoint.h"
 
 namespace lockstep::worker {
@@ -34,23 +36,31 @@ absl::Duration Millis(absl::Duration d) {
 
 }  // namespace
 
-Generation::Generation(TaskContext& task, Replica& replica)
+Generation::Generation(TaskContext& task, Replica& replica,
+                       torch::Device device)
     : task_(task),
       replica_(replica),
       spec_(task.assignment.spec()),
       rank_(task.assignment.rank()),
       world_(task.assignment.world_size()),
-      bf16_(spec_.precision() == "bf16") {}
+      device_(device) {}
 
 Generation::~Generation() { task_.SetCommunicator(nullptr); }
 
+std::string Generation::Backend() const {
+  const std::string& backend = spec_.communication().backend();
+  return backend == "nccl" ? "nccl" : "gloo";
+}
+
 absl::Status Generation::CheckSupported() const {
-  if (spec_.communication().backend() == "nccl") {
-    return absl::FailedPreconditionError(
-        "the job asks for communication.backend \"nccl\", but this worker "
-        "trains on the CPU; use \"gloo\" or \"auto\"");
+  if (Backend() == "nccl" && !device_.is_cuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for communication.backend \"nccl\", but worker rank ",
+        rank_, " on ", task_.host,
+        " trains on the CPU; use \"gloo\" or \"auto\", or run the worker "
+        "with --device cuda"));
   }
-  if (spec_.precision() == "fp16") {
+  if (spec_.precision() == "fp16" && !device_.is_cuda()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job asks for precision \"fp16\", which needs a GPU, but worker "
         "rank ",
@@ -66,21 +76,9 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
   };
   auto loading_train = std::async(std::launch::async, load, true);
   auto loading_test = std::async(std::launch::async, load, false);
-  absl::Status connected = absl::OkStatus();
-  if (world_ == 1) {
-    comm_ = std::make_unique<SingleRankCommunicator>();
-  } else {
-    GlooCommunicator::Options options;
-    options.rank = rank_;
-    options.size = world_;
-    options.host = task_.host;
-    options.algorithm = spec_.communication().algorithm() == "ring"
-                            ? GlooCommunicator::Algorithm::kRing
-                            : GlooCommunicator::Algorithm::kDirect;
-    auto comm = GlooCommunicator::Connect(task_.kv.get(), options);
-    if (comm.ok()) comm_ = *std::move(comm);
-    connected = comm.status();
-  }
+  auto comm = Connect();
+  absl::Status connected = comm.status();
+  if (comm.ok()) comm_ = *std::move(comm);
   *connected_at = absl::Now();
   auto train = loading_train.get();
   auto test = loading_test.get();
@@ -90,10 +88,48 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
   train_ = *std::move(train);
   test_ = *std::move(test);
   RETURN_IF_ERROR(MatchTestToTrain(spec_.data(), train_, &test_));
+  if (KeepOnDevice(train_, device_)) {
+    // Put on the GPU once per generation; batches are gathered there.
+    for (TensorDataset* data : {&train_, &test_}) {
+      data->images = data->images.to(device_);
+      data->labels = data->labels.to(device_);
+    }
+  }
   counted_ = std::make_unique<CountingCommunicator>(comm_.get(),
                                                     &task_.collective_seq);
   task_.SetCommunicator(comm_.get());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
+  if (world_ == 1) return std::make_unique<SingleRankCommunicator>();
+  if (Backend() == "nccl") {
+#ifdef LOCKSTEP_HAVE_NCCL
+    NcclCommunicator::Options options;
+    options.rank = rank_;
+    options.size = world_;
+    options.device = device_.has_index() ? device_.index() : 0;
+    ASSIGN_OR_RETURN(auto nccl,
+                     NcclCommunicator::Connect(task_.kv.get(), options));
+    return std::unique_ptr<Communicator>(std::move(nccl));
+#else
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker rank ", rank_, " on ", task_.host,
+        " was built without NCCL (no CUDA at build time); use "
+        "communication.backend \"gloo\" or a lockstep-worker built with "
+        "LOCKSTEP_CUDA=ON"));
+#endif
+  }
+  GlooCommunicator::Options options;
+  options.rank = rank_;
+  options.size = world_;
+  options.host = task_.host;
+  options.algorithm = spec_.communication().algorithm() == "ring"
+                          ? GlooCommunicator::Algorithm::kRing
+                          : GlooCommunicator::Algorithm::kDirect;
+  ASSIGN_OR_RETURN(auto gloo,
+                   GlooCommunicator::Connect(task_.kv.get(), options));
+  return std::unique_ptr<Communicator>(std::move(gloo));
 }
 
 absl::Status Generation::PlanBatches() {
@@ -125,7 +161,7 @@ absl::Status Generation::Setup() {
   const absl::Time loaded = absl::Now();
   if (replica_.model == nullptr) {
     RETURN_IF_ERROR(
-        InitializeReplica(spec_, train_.rows, train_.cols, &replica_));
+        InitializeReplica(spec_, train_.rows, train_.cols, device_, &replica_));
   }
   replica_.model->train();
   const std::string& backup_dir = spec_.checkpoint().backup_dir();
@@ -154,6 +190,11 @@ absl::Status Generation::Setup() {
       std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
   reducer.overlap = spec_.communication().overlap();
   reducer.accumulate = plan_.accumulation > 1;
+  reducer.device = device_;
+  reducer.stage_through_host = device_.is_cuda() && Backend() != "nccl";
+  handoff_ =
+      MakeBucketHandoff(device_, counted_.get(), reducer.stage_through_host);
+  reducer.handoff = handoff_.get();
   reducer_ =
       std::make_unique<GradientReducer>(params_, counted_.get(), reducer);
   StartPipeline();
@@ -169,8 +210,13 @@ void Generation::StartPipeline() {
     total_steps_ = std::min(total_steps_, spec_.max_steps());
   }
   lr_ = std::make_unique<LrSchedule>(spec_, plan_.global, total_steps_);
-  prefetcher_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
-                                             replica_.step, total_steps_);
+  if (train_.images.device() == device_ && device_.is_cuda()) {
+    batches_ =
+        std::make_unique<DeviceBatches>(train_, spec_.seed(), plan_, rank_);
+  } else {
+    batches_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
+                                            replica_.step, total_steps_);
+  }
   if (rank_ != 0) return;
   reporter_ = std::make_unique<ProgressReporter>(
       task_.assignment, TrainingPlanOf(), replica_.step, agreed_, task_.report);
@@ -248,7 +294,13 @@ ReplicaPosition Generation::Position() const {
 absl::Status Generation::Step(bool* stop) {
   StepMetrics::Timer timer(&metrics_);
   const int64_t step = replica_.step;
-  auto [images, labels] = prefetcher_->Take(step);
+  auto [images, labels] = batches_->Take(step);
+  if (images.device() != device_) {
+    // Host batches for a GPU (a data set too large to keep there): the copy
+    // completes before the slot goes back to the prefetcher.
+    images = images.to(device_);
+    labels = labels.to(device_);
+  }
   timer.Lap(StepMetrics::kData);
   const int accumulation = plan_.accumulation;
   replica_.optimizer->zero_grad();
@@ -262,33 +314,46 @@ absl::Status Generation::Step(bool* stop) {
   // Micro-batches: their gradients add up in .grad (each loss divided by
   // their number, so the sum is the mean over this rank's samples), and only
   // the last one's backward communicates.
+  // On the CPU the loss is read as it comes; on a GPU it stays there, and
+  // rides to the other ranks without a synchronisation.
   float local_loss = 0;
+  torch::Tensor device_loss;
   for (int micro = 0; micro < accumulation; ++micro) {
     const int64_t begin = int64_t{micro} * plan_.per_replica;
     torch::Tensor features;
     {
-      Autocast autocast(bf16_);
+      Autocast autocast(spec_.precision(), device_);
       features = model.Features(images.narrow(0, begin, plan_.per_replica));
     }
     // The output layer and the loss in fp32.
     torch::Tensor loss = torch::nn::functional::cross_entropy(
         model.Logits(features), labels.narrow(0, begin, plan_.per_replica));
     if (accumulation > 1) loss = loss / accumulation;
-    local_loss += loss.item<float>();
+    if (device_.is_cpu()) {
+      local_loss += loss.item<float>();
+    } else {
+      device_loss =
+          device_loss.defined() ? device_loss + loss.detach() : loss.detach();
+    }
     if (scaler.enabled()) loss = loss * scaler.scale();
     timer.Lap(StepMetrics::kForward);
     if (micro == accumulation - 1) {
       // Gradients are reduced bucket by bucket while backward runs. Nothing
       // of this step is applied unless every bucket's all-reduce completes,
       // so a failed step leaves the replica at the previous one.
-      reducer_->Prepare(local_loss, task_.preempt_requested ? kPreemptVote
-                                    : task_.stop_requested  ? 1.0f
-                                                            : 0.0f);
+      const float vote = task_.preempt_requested ? kPreemptVote
+                         : task_.stop_requested  ? 1.0f
+                                                 : 0.0f;
+      if (device_.is_cpu()) {
+        reducer_->Prepare(local_loss, vote);
+      } else {
+        reducer_->Prepare(device_loss, vote);
+      }
     }
     loss.backward();
     timer.Lap(StepMetrics::kBackward);
   }
-  prefetcher_->Release(step);
+  batches_->Release(step);
   float loss_sum = 0, stop_votes = 0;
   absl::Status reduced = reducer_->Finish(&loss_sum, &stop_votes);
   if (!reduced.ok()) {
@@ -311,13 +376,13 @@ absl::Status Generation::ApplyGradients(int64_t step) {
   if (scaler.enabled()) {
     // Every rank holds the same averaged gradients: an overflow on any rank
     // is an inf/nan here on all of them, and they all decide alike.
-    bool finite = true;
+    // One check (and one synchronisation) for every gradient.
+    std::vector<torch::Tensor> checks;
     for (const torch::Tensor& p : params_) {
-      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
-        finite = false;
-        break;
-      }
+      if (p.grad().defined()) checks.push_back(torch::isfinite(p.grad()).all());
     }
+    const bool finite =
+        checks.empty() || torch::stack(checks).all().item<bool>();
     if (finite) {
       for (const torch::Tensor& p : params_) {
         if (p.grad().defined()) p.mutable_grad().mul_(1.0 / scaler.scale());
@@ -360,12 +425,12 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
     const int64_t stop = std::min(end, i + kEvalBatch);
     torch::Tensor features;
     {
-      Autocast autocast(bf16_);
-      features = model.Features(
-          Normalize(test_.images.slice(0, i, stop), test_.mean, test_.std));
+      Autocast autocast(spec_.precision(), device_);
+      features = model.Features(Normalize(
+          test_.images.slice(0, i, stop).to(device_), test_.mean, test_.std));
     }
     torch::Tensor logits = model.Logits(features);
-    torch::Tensor labels = test_.labels.slice(0, i, stop);
+    torch::Tensor labels = test_.labels.slice(0, i, stop).to(device_);
     correct += logits.argmax(1).eq(labels).sum().item<double>();
     loss_sum += torch::nn::functional::cross_entropy(
                     logits, labels,

@@ -28,9 +28,9 @@
 #include "worker/collective/counting_communicator.h"
 #include "worker/data/sampler.h"
 #include "worker/task_context.h"
+#include "worker/train/batch_source.h"
 #include "worker/train/gradient_reducer.h"
 #include "worker/train/lr_schedule.h"
-#include "worker/train/prefetcher.h"
 #include "worker/train/progress_reporter.h"
 #include "worker/train/replica.h"
 #include "worker/train/replica_checkpoint.h"
@@ -42,7 +42,8 @@ namespace lockstep::worker {
 
 class Generation {
  public:
-  Generation(TaskContext& task, Replica& replica);
+  // Trains `replica` on `device`, this worker's.
+  Generation(TaskContext& task, Replica& replica, torch::Device device);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
@@ -53,8 +54,11 @@ class Generation {
   absl::StatusOr<v1::TaskResult> Run();
 
  private:
-  // Refuses what this worker cannot train (NCCL, fp16 on the CPU).
+  // The backend every rank of the generation uses.
+  std::string Backend() const;
+  // Refuses what this worker cannot train (NCCL or fp16 without a GPU).
   absl::Status CheckSupported() const;
+  absl::StatusOr<std::unique_ptr<Communicator>> Connect();
   absl::Status Setup();
   // Connects to the other ranks while the data loads: both are on the
   // critical path back to training.
@@ -84,7 +88,7 @@ class Generation {
   const v1::JobSpec& spec_;
   const int rank_;
   const int world_;
-  const bool bf16_;
+  const torch::Device device_;
 
   // The data plane, and the counting view of it every collective goes
   // through. Declared first: everything below may use it until destroyed.
@@ -101,9 +105,11 @@ class Generation {
   std::unique_ptr<GlobalSampler> sampler_;
   int64_t total_steps_ = 0;
   std::unique_ptr<LrSchedule> lr_;
+  // Orders the gradient copies and their reduction (a GPU's streams).
+  std::unique_ptr<BucketHandoff> handoff_;
   // Gradients of every parameter, then this rank's loss and stop vote.
   std::unique_ptr<GradientReducer> reducer_;
-  std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<ProgressReporter> reporter_;  // the chief's only
   bool preempted_ = false;
   // How the save of a stop went (checkpoints configured, stopped).

@@ -2,14 +2,24 @@
 // overlapped gradient all-reduce (gradient_reducer.h).
 #include "worker/train/gradient_reducer.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace lockstep::worker {
+namespace {
+
+torch::Tensor Flat(const torch::Tensor& t) { return t.reshape({-1}); }
+
+}  // namespace
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
                                  Communicator* comm, Options options)
-    : params_(std::move(params)), comm_(comm), options_(options) {
+    : params_(std::move(params)),
+      comm_(comm),
+      options_(options),
+      handoff_(options.handoff != nullptr ? options.handoff : &host_handoff_) {
   slots_.resize(params_.size());
+  std::vector<size_t> sizes;  // floats per bucket
   size_t cap = options_.first_bucket_bytes;
   size_t bytes = 0;
   for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
@@ -17,20 +27,28 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
     if (members_.empty() || (bytes > 0 && bytes + size > cap)) {
       if (!members_.empty()) cap = options_.bucket_bytes;
       members_.emplace_back();
-      buffers_.emplace_back();
+      sizes.push_back(0);
       bytes = 0;
     }
-    slots_[i] = {static_cast<int>(members_.size()) - 1, buffers_.back().size()};
+    slots_[i] = {static_cast<int>(members_.size()) - 1, sizes.back()};
     members_.back().push_back(i);
-    buffers_.back().resize(buffers_.back().size() + params_[i].numel());
+    sizes.back() += params_[i].numel();
     bytes += size;
   }
-  if (buffers_.empty()) buffers_.emplace_back();
-  buffers_.back().resize(buffers_.back().size() + 2);  // loss, stop vote
-  pending_.assign(buffers_.size(), 0);
+  if (sizes.empty()) sizes.push_back(0);
+  sizes.back() += 2;  // loss, stop vote
+  const auto floats = torch::TensorOptions().dtype(torch::kFloat32);
+  for (size_t floats_in_bucket : sizes) {
+    const int64_t n = static_cast<int64_t>(floats_in_bucket);
+    buckets_.push_back(torch::zeros({n}, floats.device(options_.device)));
+    if (on_device() && options_.stage_through_host) {
+      staging_.push_back(torch::empty({n}, floats.pinned_memory(true)));
+    }
+  }
+  pending_.assign(buckets_.size(), 0);
   {
     absl::MutexLock lock(&mu_);
-    bucket_ready_.assign(buffers_.size(), false);
+    bucket_ready_.assign(buckets_.size(), false);
   }
   arrived_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -56,9 +74,30 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::Prepare(float loss, float stop_vote) {
-  std::vector<float>& last = buffers_.back();
-  last[last.size() - 2] = loss;
-  last[last.size() - 1] = stop_vote;
+  if (on_device()) {
+    Prepare(torch::full({1}, loss, options_.device), stop_vote);
+    return;
+  }
+  float* last = data(static_cast<int>(buckets_.size()) - 1);
+  const int64_t n = buckets_.back().numel();
+  last[n - 2] = loss;
+  last[n - 1] = stop_vote;
+  Arm();
+}
+
+void GradientReducer::Prepare(const torch::Tensor& loss, float stop_vote) {
+  if (!on_device()) {
+    Prepare(loss.item<float>(), stop_vote);
+    return;
+  }
+  torch::Tensor extras =
+      buckets_.back().narrow(0, buckets_.back().numel() - 2, 2);
+  extras.narrow(0, 0, 1).copy_(Flat(loss.detach()).to(torch::kFloat32));
+  extras.narrow(0, 1, 1).fill_(stop_vote);
+  Arm();
+}
+
+void GradientReducer::Arm() {
   std::fill(arrived_.begin(), arrived_.end(), false);
   armed_ = true;
   for (size_t b = 0; b < members_.size(); ++b) {
@@ -69,8 +108,10 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
   status_ = absl::OkStatus();
   ++step_;
   // A bucket with no parameters (a model without any) is ready at once.
-  for (size_t b = 0; b < buffers_.size(); ++b) {
-    bucket_ready_[b] = b >= members_.size() || members_[b].empty();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const bool empty = b >= members_.size() || members_[b].empty();
+    if (empty) handoff_->Filled(static_cast<int>(b));
+    bucket_ready_[b] = empty;
   }
 }
 
@@ -79,27 +120,66 @@ void GradientReducer::OnGradient(int param, const torch::Tensor& grad) {
   // in one pass contributes its first gradient.
   if (!armed_ || arrived_[param]) return;
   arrived_[param] = true;
+  Fill(param, &grad);
+  const int bucket = slots_[param].bucket;
+  if (--pending_[bucket] == 0) MarkReady(bucket);
+}
+
+void GradientReducer::Fill(int param, const torch::Tensor* grad) {
   const Slot& slot = slots_[param];
-  torch::Tensor dense = grad.contiguous();
-  float* out = buffers_[slot.bucket].data() + slot.offset;
-  std::memcpy(out, dense.data_ptr<float>(), dense.numel() * sizeof(float));
-  if (options_.accumulate) {
-    const torch::Tensor& earlier = params_[param].grad();
-    if (earlier.defined()) {
-      const float* in = earlier.data_ptr<float>();
-      for (int64_t j = 0; j < dense.numel(); ++j) out[j] += in[j];
+  const torch::Tensor& earlier = params_[param].grad();
+  const bool add_earlier = options_.accumulate && earlier.defined();
+  const int64_t n = params_[param].numel();
+  if (on_device()) {
+    torch::Tensor part =
+        buckets_[slot.bucket].narrow(0, static_cast<int64_t>(slot.offset), n);
+    if (grad != nullptr) {
+      part.copy_(Flat(*grad));
+      if (add_earlier) part.add_(Flat(earlier));
+    } else if (add_earlier) {
+      part.copy_(Flat(earlier));
+    } else {
+      part.zero_();
     }
+    return;
   }
-  if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
+  float* out = data(slot.bucket) + slot.offset;
+  if (grad != nullptr) {
+    torch::Tensor dense = grad->contiguous();
+    std::memcpy(out, dense.data_ptr<float>(), n * sizeof(float));
+    if (add_earlier) {
+      const float* in = earlier.data_ptr<float>();
+      for (int64_t j = 0; j < n; ++j) out[j] += in[j];
+    }
+  } else if (add_earlier) {
+    std::memcpy(out, earlier.data_ptr<float>(), n * sizeof(float));
+  } else {
+    std::fill_n(out, n, 0.0f);
+  }
 }
 
 void GradientReducer::MarkReady(int bucket) {
+  handoff_->Filled(bucket);
   absl::MutexLock lock(&mu_);
   bucket_ready_[bucket] = true;
 }
 
+absl::Status GradientReducer::Reduce(int bucket) {
+  absl::Status ordered = handoff_->BeforeReduce(bucket);
+  if (!ordered.ok()) return ordered;
+  const size_t count = static_cast<size_t>(buckets_[bucket].numel());
+  if (staging_.empty()) return comm_->AllReduceSum(data(bucket), count);
+  // Gloo on a GPU: through pinned host memory, each copy complete before
+  // the next stage reads it.
+  torch::Tensor& host = staging_[bucket];
+  host.copy_(buckets_[bucket]);
+  absl::Status reduced = comm_->AllReduceSum(host.data_ptr<float>(), count);
+  if (reduced.ok()) buckets_[bucket].copy_(host);
+  return reduced;
+}
+
 void GradientReducer::CommunicationLoop() {
-  const int buckets = static_cast<int>(buffers_.size());
+  const int buckets = static_cast<int>(buckets_.size());
   absl::MutexLock lock(&mu_);
   auto next_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || (thread_step_ < step_ && reduced_ < buckets &&
@@ -112,9 +192,7 @@ void GradientReducer::CommunicationLoop() {
     const int bucket = reduced_;
     const bool failed = !status_.ok();  // later buckets are skipped
     mu_.Unlock();
-    absl::Status status = failed ? absl::OkStatus()
-                                 : comm_->AllReduceSum(buffers_[bucket].data(),
-                                                       buffers_[bucket].size());
+    absl::Status status = failed ? absl::OkStatus() : Reduce(bucket);
     mu_.Lock();
     if (!status.ok() && status_.ok()) status_ = status;
     ++reduced_;
@@ -129,20 +207,13 @@ absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (arrived_[i]) continue;
     arrived_[i] = true;
-    const Slot& slot = slots_[i];
-    const torch::Tensor& earlier = params_[i].grad();
-    if (options_.accumulate && earlier.defined()) {
-      std::memcpy(buffers_[slot.bucket].data() + slot.offset,
-                  earlier.data_ptr<float>(), earlier.numel() * sizeof(float));
-    } else {
-      std::fill_n(buffers_[slot.bucket].begin() + slot.offset,
-                  params_[i].numel(), 0.0f);
-    }
-    if (--pending_[slot.bucket] == 0) MarkReady(slot.bucket);
+    Fill(static_cast<int>(i), nullptr);
+    const int bucket = slots_[i].bucket;
+    if (--pending_[bucket] == 0) MarkReady(bucket);
   }
   absl::Status status;
   if (options_.overlap) {
-    const int buckets = static_cast<int>(buffers_.size());
+    const int buckets = static_cast<int>(buckets_.size());
     absl::MutexLock lock(&mu_);
     auto all_reduced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return reduced_ == buckets;
@@ -150,13 +221,22 @@ absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
     mu_.Await(absl::Condition(&all_reduced));
     status = status_;
   } else {
-    for (std::vector<float>& buffer : buffers_) {
-      status = comm_->AllReduceSum(buffer.data(), buffer.size());
+    for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+      status = Reduce(b);
       if (!status.ok()) break;
     }
   }
+  if (status.ok()) status = handoff_->Reduced();
   if (!status.ok()) return status;
+  WriteGradients();
+  torch::Tensor extras =
+      buckets_.back().narrow(0, buckets_.back().numel() - 2, 2).to(torch::kCPU);
+  *loss_sum = extras.data_ptr<float>()[0];
+  *stop_sum = extras.data_ptr<float>()[1];
+  return absl::OkStatus();
+}
 
+void GradientReducer::WriteGradients() {
   const float inv_world = 1.0f / static_cast<float>(comm_->size());
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor grad = params_[i].mutable_grad();
@@ -165,14 +245,16 @@ absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
       params_[i].mutable_grad() = grad;
     }
     const Slot& slot = slots_[i];
-    const float* in = buffers_[slot.bucket].data() + slot.offset;
+    if (on_device()) {
+      torch::Tensor part = buckets_[slot.bucket].narrow(
+          0, static_cast<int64_t>(slot.offset), grad.numel());
+      grad.copy_(part.view_as(grad)).mul_(inv_world);
+      continue;
+    }
+    const float* in = data(slot.bucket) + slot.offset;
     float* out = grad.data_ptr<float>();
     for (int64_t j = 0; j < grad.numel(); ++j) out[j] = in[j] * inv_world;
   }
-  const std::vector<float>& last = buffers_.back();
-  *loss_sum = last[last.size() - 2];
-  *stop_sum = last[last.size() - 1];
-  return absl::OkStatus();
 }
 
 }  // namespace lockstep::worker

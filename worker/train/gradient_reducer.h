@@ -10,6 +10,12 @@
 // and writes the averaged gradients (sum / world size) into each `.grad`.
 // The step's loss and stop vote ride in the last bucket.
 //
+// On a GPU the buckets are device tensors. A hook's copy runs on the compute
+// stream; the BucketHandoff orders it before the bucket's reduction on the
+// communicator's stream (an event the communication stream waits on), and
+// with Gloo the bucket is staged through pinned host memory. On the CPU the
+// hand-off has nothing to order.
+//
 // Lifecycle per step: Prepare() before backward, Finish() after it. With
 // gradient accumulation, the micro-batches before the last run backward
 // without Prepare(): the hooks are idle and gradients add up in `.grad`;
@@ -30,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/communicator.h"
+#include "worker/train/bucket_handoff.h"
 
 namespace lockstep::worker {
 
@@ -42,6 +49,14 @@ class GradientReducer {
     bool overlap = true;
     // Gradients of earlier micro-batches wait in `.grad`: add them in.
     bool accumulate = false;
+    // Where the parameters live; the buckets live there too.
+    torch::Device device = torch::kCPU;
+    // The communicator takes only host memory (Gloo): device buckets are
+    // reduced through pinned host copies.
+    bool stage_through_host = false;
+    // Orders copies and reductions; null: HostHandoff. Must outlive the
+    // reducer.
+    BucketHandoff* handoff = nullptr;
   };
 
   // `params` in registration order; `comm` must outlive the reducer.
@@ -54,6 +69,9 @@ class GradientReducer {
   // Arms the hooks for one backward pass; `extras` (this rank's loss and
   // stop vote) are summed along with the gradients.
   void Prepare(float loss, float stop_vote);
+  // The same with the loss as a one-element tensor on the device, so
+  // reading it needs no synchronisation.
+  void Prepare(const torch::Tensor& loss, float stop_vote);
   // Waits for every bucket; then each parameter's .grad holds the average
   // over ranks and `*loss_sum`, `*stop_sum` the sums of the extras.
   absl::Status Finish(float* loss_sum, float* stop_sum);
@@ -67,17 +85,31 @@ class GradientReducer {
     size_t offset;  // in floats, within the bucket
   };
 
+  void Arm();
   void OnGradient(int param, const torch::Tensor& grad);
+  // Copies `param`'s part of its bucket in: `grad` (plus what earlier
+  // micro-batches left in .grad), or zeros when it took no part.
+  void Fill(int param, const torch::Tensor* grad);
   void MarkReady(int bucket);
+  absl::Status Reduce(int bucket);
   void CommunicationLoop();
+  // The averaged gradients into each .grad.
+  void WriteGradients();
+  bool on_device() const { return !options_.device.is_cpu(); }
+  // The bucket's floats (host memory on the CPU, device memory on a GPU).
+  float* data(int bucket) { return buckets_[bucket].data_ptr<float>(); }
 
   const std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   const Options options_;
   std::vector<Slot> slots_;                // per parameter
   std::vector<std::vector<int>> members_;  // per bucket
-  std::vector<std::vector<float>>
-      buffers_;                // per bucket (+2 extras in the last)
+  // Per bucket, flat float32 on the device (+2 extras in the last); with
+  // staging, pinned host copies of them.
+  std::vector<torch::Tensor> buckets_;
+  std::vector<torch::Tensor> staging_;
+  HostHandoff host_handoff_;
+  BucketHandoff* const handoff_;
   std::vector<int> pending_;   // gradients still missing, per bucket
   std::vector<bool> arrived_;  // per parameter, this step
   std::vector<unsigned> hooks_;

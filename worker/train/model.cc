@@ -201,6 +201,14 @@ class ScriptedNetwork : public Network {
     module_.train(on);
   }
   bool has_batch_norm() const override { return batch_norm_; }
+  bool is_torchscript() const override { return true; }
+  // The registered tensors are the scripted module's own; its other
+  // attributes (constants) move with it.
+  using Network::to;
+  void to(torch::Device device, bool non_blocking = false) override {
+    Network::to(device, non_blocking);
+    module_.to(device, non_blocking);
+  }
   absl::StatusOr<std::string> Export() const override {
     std::ostringstream out;
     try {

@@ -28,6 +28,8 @@ class Network : public torch::nn::Module {
   // Whether the model normalizes over the batch (batch norm), which makes
   // its statistics depend on the per-replica batch.
   virtual bool has_batch_norm() const { return false; }
+  // A user's TorchScript module (exported as TorchScript, not as an archive).
+  virtual bool is_torchscript() const { return false; }
   // The trained model as a file users load: a LibTorch archive
   // (torch::load into the same architecture) for the built-in models, a
   // TorchScript module (torch.jit.load) for user models.

@@ -24,11 +24,12 @@
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "worker/data/sampler.h"
+#include "worker/train/batch_source.h"
 #include "worker/train/tensor_dataset.h"
 
 namespace lockstep::worker {
 
-class Prefetcher {
+class Prefetcher : public BatchSource {
  public:
   static constexpr int kDepth = 2;
 
@@ -36,16 +37,16 @@ class Prefetcher {
   // `plan`. `data` must outlive the prefetcher.
   Prefetcher(const TensorDataset& data, uint64_t seed, const BatchPlan& plan,
              int rank, int64_t first_step, int64_t end_step);
-  ~Prefetcher();
+  ~Prefetcher() override;
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   // The images [rank batch, 1, H, W] (float) and labels [rank batch] (int64)
   // of `step`, the next one not yet taken, once they are ready. Valid until
   // Release(step).
-  std::pair<torch::Tensor, torch::Tensor> Take(int64_t step);
+  std::pair<torch::Tensor, torch::Tensor> Take(int64_t step) override;
   // Hands the slot of `step` back to the thread.
-  void Release(int64_t step);
+  void Release(int64_t step) override;
 
  private:
   struct Buffers {

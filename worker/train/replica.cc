@@ -1,12 +1,57 @@
 // Building a replica and the pieces of a step that act on it (replica.h).
 #include "worker/train/replica.h"
 
+#include <torch/version.h>
+
 #include "absl/strings/match.h"
 #include "common/failpoint.h"
 #include "common/status_macros.h"
 
 namespace lockstep::worker {
 namespace {
+
+// LibTorch 2.4 replaced the per-backend autocast setters with ones that
+// take the device type; 1.13 (Debian's) has only the old ones.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool AutocastEnabled(at::DeviceType type) {
+  return at::autocast::is_autocast_enabled(type);
+}
+void SetAutocastEnabled(at::DeviceType type, bool on) {
+  at::autocast::set_autocast_enabled(type, on);
+}
+at::ScalarType AutocastDtype(at::DeviceType type) {
+  return at::autocast::get_autocast_dtype(type);
+}
+void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
+  at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+bool AutocastEnabled(at::DeviceType type) {
+  return type == at::kCUDA ? at::autocast::is_enabled()
+                           : at::autocast::is_cpu_enabled();
+}
+void SetAutocastEnabled(at::DeviceType type, bool on) {
+  if (type == at::kCUDA) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+}
+at::ScalarType AutocastDtype(at::DeviceType type) {
+  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                           : at::autocast::get_autocast_cpu_dtype();
+}
+void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
+  if (type == at::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+}
+#endif
+
+}  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
     const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params) {
@@ -21,8 +66,6 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
                   .weight_decay(spec.weight_decay()));
 }
 
-}  // namespace
-
 ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
                             int64_t cols) {
   ModelOptions options;
@@ -35,7 +78,8 @@ ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
 }
 
 absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
-                               int64_t cols, Replica* replica) {
+                               int64_t cols, torch::Device device,
+                               Replica* replica) {
   torch::manual_seed(spec.seed());
   ASSIGN_OR_RETURN(replica->model,
                    BuildModel(ModelOptionsOf(spec, rows, cols)));
@@ -48,6 +92,10 @@ absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
     torch::NoGradGuard no_grad;
     replica->model->parameters()[0].add_(1e-3);
   }
+  // Before the optimizer exists: its state is created on the parameters'
+  // device.
+  replica->device = device;
+  if (!device.is_cpu()) replica->model->to(device);
   replica->optimizer =
       MakeOptimizer(spec.optimizer(), replica->model->parameters());
   return absl::OkStatus();
@@ -57,12 +105,21 @@ void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-Autocast::Autocast(bool bf16) : enabled_(bf16) {
-  if (!enabled_) return;
-  previous_ = at::autocast::is_cpu_enabled();
-  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+Autocast::Autocast(const std::string& precision, torch::Device device)
+    : device_type_(device.type()) {
+  at::ScalarType dtype;
+  if (precision == "bf16") {
+    dtype = at::kBFloat16;
+  } else if (precision == "fp16" && device.is_cuda()) {
+    dtype = at::kHalf;
+  } else {
+    return;
+  }
+  enabled_ = true;
+  previous_ = AutocastEnabled(device_type_);
+  previous_dtype_ = AutocastDtype(device_type_);
+  SetAutocastEnabled(device_type_, true);
+  SetAutocastDtype(device_type_, dtype);
   at::autocast::increment_nesting();
 }
 
@@ -70,8 +127,8 @@ Autocast::~Autocast() {
   if (!enabled_) return;
   // The cast weights are cached for one forward pass only.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  at::autocast::set_cpu_enabled(previous_);
+  SetAutocastDtype(device_type_, previous_dtype_);
+  SetAutocastEnabled(device_type_, previous_);
 }
 
 RunningStatistics::RunningStatistics(const torch::nn::Module& model) {

@@ -35,6 +35,8 @@ struct Replica {
   double last_loss = 0;
   double last_accuracy = 0;
   LossScaler scaler;  // fp16 only; holds the skipped-step count
+  // Where the model and the optimizer's state live (this worker's device).
+  torch::Device device = torch::kCPU;
 
   // Optimizer steps applied: the learning-rate schedule's position.
   int64_t applied_steps() const { return step - scaler.skipped_steps(); }
@@ -45,24 +47,33 @@ ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
                             int64_t cols);
 
 // Builds the job's model, optimizer and loss scaler into `replica` under the
-// job's seed, so every rank starts from the same parameters. Errors name the
+// job's seed, so every rank starts from the same parameters, and puts the
+// model on `device` (the optimizer's state follows it). Errors name the
 // TorchScript file that cannot be used.
 absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
-                               int64_t cols, Replica* replica);
+                               int64_t cols, torch::Device device,
+                               Replica* replica);
+
+// The job's optimizer over `params`.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
+    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params);
 
 void SetLearningRate(torch::optim::Optimizer& optimizer, double lr);
 
-// bf16: the enclosed ops run where LibTorch's CPU autocast policy lowers
-// them (convolutions, matrix products) in bfloat16; a no-op otherwise.
+// The job's precision: "bf16" and "fp16" compute the enclosed ops where
+// LibTorch's autocast policy for the device lowers them (convolutions,
+// matrix products) in that type; "fp32" (and fp16 on the CPU, which the
+// trainer refuses) enclose nothing.
 class Autocast {
  public:
-  explicit Autocast(bool bf16);
+  Autocast(const std::string& precision, torch::Device device);
   ~Autocast();
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
 
  private:
-  const bool enabled_;
+  bool enabled_ = false;
+  at::DeviceType device_type_ = at::kCPU;
   bool previous_ = false;
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };

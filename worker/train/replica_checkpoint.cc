@@ -12,12 +12,52 @@
 namespace lockstep::worker {
 namespace {
 
-std::string SerializeOptimizer(const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
+std::string SaveToBytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;
   archive.save_to(out);
   return out.str();
+}
+
+std::string SerializeOptimizer(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  return SaveToBytes(archive);
+}
+
+// What Module::save writes, with every tensor copied to the host first: a
+// checkpoint's files are the same whatever device trained it.
+void SaveOnHost(const torch::nn::Module& module,
+                torch::serialize::OutputArchive& archive) {
+  for (const auto& param : module.named_parameters(/*recurse=*/false)) {
+    archive.write(param.key(), param.value().to(torch::kCPU));
+  }
+  for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
+    archive.write(buffer.key(), buffer.value().to(torch::kCPU),
+                  /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive child_archive(
+        std::make_shared<torch::jit::CompilationUnit>());
+    SaveOnHost(*child.value(), child_archive);
+    archive.write(child.key(), child_archive);
+  }
+}
+
+// The optimizer's state on the host: loaded into a twin optimizer over host
+// copies of the parameters, which then writes it.
+std::string SerializeOptimizerOnHost(const v1::JobSpec& spec,
+                                     const Replica& replica) {
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& p : replica.model->parameters()) {
+    params.push_back(p.detach().to(torch::kCPU).requires_grad_(true));
+  }
+  auto twin = MakeOptimizer(spec.optimizer(), params);
+  std::istringstream in(SerializeOptimizer(*replica.optimizer));
+  torch::serialize::InputArchive archive;
+  archive.load_from(in, torch::Device(torch::kCPU));
+  twin->load(archive);
+  return SerializeOptimizer(*twin);
 }
 
 v1::TrainerState TrainerStateOf(const v1::JobSpec& spec, const Replica& replica,
@@ -53,6 +93,13 @@ void FillManifest(const v1::JobSpec& spec, const Replica& replica,
 
 }  // namespace
 
+std::string SerializeModelOnHost(const Replica& replica) {
+  if (replica.device.is_cpu()) return SerializeModel(*replica.model);
+  torch::serialize::OutputArchive archive;
+  SaveOnHost(*replica.model, archive);
+  return SaveToBytes(archive);
+}
+
 Snapshot MakeSnapshot(const v1::JobSpec& spec, const Replica& replica,
                       const ReplicaPosition& position) {
   Snapshot snapshot;
@@ -70,9 +117,11 @@ Snapshot MakeSnapshot(const v1::JobSpec& spec, const Replica& replica,
   rank.set_per_replica_batch_size(plan.per_replica);
   rank.set_generator_seed(StepSeed(spec.seed(), position.rank, step));
   if (position.rank == 0) {
-    snapshot.files.emplace_back("model.pt", SerializeModel(*replica.model));
+    snapshot.files.emplace_back("model.pt", SerializeModelOnHost(replica));
     snapshot.files.emplace_back("optimizer.pt",
-                                SerializeOptimizer(*replica.optimizer));
+                                replica.device.is_cpu()
+                                    ? SerializeOptimizer(*replica.optimizer)
+                                    : SerializeOptimizerOnHost(spec, replica));
     snapshot.files.emplace_back("trainer.state",
                                 checkpoint::ToJson(TrainerStateOf(
                                     spec, replica, position, snapshot.epoch)));
@@ -107,11 +156,11 @@ absl::Status LoadCheckpoint(const checkpoint::Found& found,
   try {
     torch::serialize::InputArchive model;
     std::istringstream model_in(model_bytes);
-    model.load_from(model_in);
+    model.load_from(model_in, replica.device);
     replica.model->load(model);
     torch::serialize::InputArchive optimizer;
     std::istringstream optimizer_in(optimizer_bytes);
-    optimizer.load_from(optimizer_in);
+    optimizer.load_from(optimizer_in, replica.device);
     replica.optimizer->load(optimizer);
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -158,7 +207,9 @@ absl::Status ExportModel(const v1::JobSpec& spec, const Replica& replica) {
   if (slash != std::string::npos && slash > 0) {
     RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash)));
   }
-  auto bytes = replica.model->Export();
+  auto bytes = replica.device.is_cpu() || replica.model->is_torchscript()
+                   ? replica.model->Export()
+                   : absl::StatusOr<std::string>(SerializeModelOnHost(replica));
   absl::Status exported =
       bytes.ok() ? WriteFileAtomically(path, *bytes) : bytes.status();
   if (!exported.ok()) {

@@ -32,6 +32,10 @@ struct ReplicaPosition {
   std::string model_label;
 };
 
+// The model's parameters and buffers as a LibTorch archive of host tensors
+// (torch::load reads it into the same architecture on any device).
+std::string SerializeModelOnHost(const Replica& replica);
+
 // The state at the replica's current step boundary, serialized to host
 // memory: this rank's data position, and on rank 0 the model, optimizer,
 // trainer state and manifest.

@@ -40,7 +40,7 @@ std::string SerializeState(const Replica& replica) {
 void LoadState(const std::string& bytes, Replica& replica) {
   std::istringstream in(bytes);
   torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  archive.load_from(in, replica.device);  // the sender's device may differ
   replica.model->load(archive);
   torch::serialize::InputArchive optimizer;
   archive.read("optimizer", optimizer);
@@ -121,9 +121,10 @@ absl::Status CheckIdenticalInit(Communicator& comm,
   std::vector<float> local(elements);
   size_t offset = 0;
   for (const torch::Tensor& p : params) {
-    std::memcpy(local.data() + offset, p.data_ptr<float>(),
-                p.numel() * sizeof(float));
-    offset += p.numel();
+    const torch::Tensor host = p.detach().to(torch::kCPU).contiguous();
+    std::memcpy(local.data() + offset, host.data_ptr<float>(),
+                host.numel() * sizeof(float));
+    offset += host.numel();
   }
   std::vector<float> root = local;
   RETURN_IF_ERROR(comm.Broadcast(root.data(), root.size(), 0));
@@ -145,7 +146,9 @@ absl::Status AverageRunningStatistics(Communicator& comm,
     flat.push_back(buffer.reshape({-1}));
   }
   torch::NoGradGuard no_grad;
-  torch::Tensor all = torch::cat(flat);
+  // Summed in host memory, which every communicator takes (a no-op move
+  // on the CPU).
+  torch::Tensor all = torch::cat(flat).to(torch::kCPU);
   RETURN_IF_ERROR(comm.AllReduceSum(all.data_ptr<float>(), all.numel()));
   all.div_(comm.size());
   int64_t offset = 0;

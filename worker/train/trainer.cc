@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -12,7 +13,8 @@
 
 namespace lockstep::worker {
 
-TrainingRunner::TrainingRunner() = default;
+TrainingRunner::TrainingRunner(std::string device)
+    : device_(std::move(device)) {}
 TrainingRunner::~TrainingRunner() = default;
 
 v1::TaskResult TrainingRunner::Run(TaskContext& task) {
@@ -24,7 +26,7 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
   }
   absl::StatusOr<v1::TaskResult> result;
   try {
-    Generation generation(task, *replica_);
+    Generation generation(task, *replica_, torch::Device(device_));
     result = generation.Run();
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));

@@ -10,6 +10,7 @@
 #define LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 
 #include <memory>
+#include <string>
 
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/task_context.h"
@@ -21,7 +22,9 @@ struct Replica;
 // Thread-compatible: the agent runs one task at a time.
 class TrainingRunner {
  public:
-  TrainingRunner();
+  // Trains on `device`: "cpu" or "cuda:N" (lockstep-worker --device, as
+  // resolved at start).
+  explicit TrainingRunner(std::string device = "cpu");
   ~TrainingRunner();
 
   // Runs one generation to its end: success, an agreed stop, an abort or an
@@ -30,6 +33,7 @@ class TrainingRunner {
   v1::TaskResult Run(TaskContext& task);
 
  private:
+  const std::string device_;
   std::unique_ptr<Replica> replica_;
 };
 

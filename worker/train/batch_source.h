@@ -1,0 +1,29 @@
+// Where a generation's training batches come from: the interface the step
+// takes its batches through, whether they are prepared on the host by a
+// background thread (Prefetcher) or gathered on the device from a data set
+// that lives there (DeviceBatches).
+#ifndef LOCKSTEP_WORKER_TRAIN_BATCH_SOURCE_H_
+#define LOCKSTEP_WORKER_TRAIN_BATCH_SOURCE_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace lockstep::worker {
+
+// Thread-compatible: one training thread takes the batches, in step order.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // The normalized images [rank batch, 1, H, W] (float) and labels
+  // [rank batch] (int64) of `step`, the next one not yet taken. Valid until
+  // Release(step).
+  virtual std::pair<torch::Tensor, torch::Tensor> Take(int64_t step) = 0;
+  // The step is done with its batch.
+  virtual void Release(int64_t step) = 0;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_TRAIN_BATCH_SOURCE_H_
