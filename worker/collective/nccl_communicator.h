@@ -1,21 +1,31 @@
 // Communicator over NCCL, for workers with a GPU. Built only when CUDA and
-// NCCL are found (LOCKSTEP_CUDA=AUTO|ON). Buffers are device pointers on
-// this rank's GPU.
+// NCCL are found (LOCKSTEP_CUDA=AUTO|ON). Buffers may be device memory of
+// this rank's GPU (or managed memory), which NCCL reads and writes in place,
+// or host memory (pageable or pinned), which is staged through a device
+// buffer the communicator owns: the gradient buckets are device tensors, the
+// trainer's small collectives (step agreement, state broadcast, evaluation
+// sums) pass host buffers.
 //
 // Rank 0 creates the NCCL unique id and publishes it through the
 // coordinator's key-value store (scoped by job and generation); the others
-// read it. The communicator is non-blocking and runs on its own CUDA stream:
-// every call enqueues its collective, then polls the stream, NCCL's
-// asynchronous error state, the abort flag and the deadline, and uses
-// ncclCommAbort when a peer failed, the deadline passed or Abort() was
-// called, so no call waits past its timeout.
+// read it. The communicator is non-blocking and runs on its own CUDA stream
+// (created cudaStreamNonBlocking: it does not wait for the legacy default
+// stream LibTorch computes on; WaitForEvent orders it after that work). Every
+// call enqueues its collective, then polls NCCL's state until the enqueue is
+// complete (not ncclInProgress) and the stream until the collective ran,
+// watching NCCL's asynchronous error, the abort flag and the deadline; it
+// uses ncclCommAbort when a peer failed, the deadline passed or Abort() was
+// called, so no call waits past its timeout. Any failed call aborts the
+// communicator: every later call fails with Aborted.
 //
 // Unlike the Gloo backend, the order in which NCCL adds the ranks'
 // contributions depends on its algorithm and the buffer size: results are
 // repeatable for a given world size and bucketing, not across bucketings.
 //
-// Thread-compatible: one thread issues the collectives; Abort() may be
-// called from any thread.
+// Thread-compatible: one thread issues the collectives (and WaitForEvent);
+// Abort() may be called from any thread. Each call makes this rank's device
+// current on the calling thread for its duration and restores the previous
+// one; Connect leaves it current.
 #ifndef LOCKSTEP_WORKER_COLLECTIVE_NCCL_COMMUNICATOR_H_
 #define LOCKSTEP_WORKER_COLLECTIVE_NCCL_COMMUNICATOR_H_
 
@@ -44,26 +54,58 @@ class NcclCommunicator : public Communicator {
 
   // Errors: FailedPrecondition without a usable GPU; DeadlineExceeded or
   // Aborted from the key-value store; Unavailable when NCCL cannot connect.
+  // Leaves options.device current on the calling thread.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Connect(
       KeyValueClient* kv, const Options& options);
+  // Without Abort(): finalizes the NCCL communicator (bounded by the
+  // timeout, then aborted) and destroys it. After Abort() (call it first
+  // when the generation ended on a failure): aborts it at once. Either way
+  // the stream is synchronised before the staging buffer is freed.
   ~NcclCommunicator() override;
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
   using Communicator::AllReduceSum;
   using Communicator::Broadcast;
+  // Each returns once the collective finished on this rank and, for host
+  // buffers, the result is in them. Errors: Aborted (Abort() was called, or
+  // an earlier call failed), DeadlineExceeded, Unavailable (NCCL or CUDA
+  // failed; a peer died), InvalidArgument (device memory of another GPU).
   absl::Status AllReduceSum(void* data, size_t count, DataType type) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status AllGather(const void* in, size_t bytes, void* out) override;
   absl::Status Barrier() override;
   void Abort() override;
 
+  // Makes the communicator's stream wait, before its next collective, for
+  // the work `cuda_event` (a cudaEvent_t) captured when it was last recorded
+  // before this call (cudaStreamWaitEvent; an event never recorded is no
+  // wait). Returns at once, without waiting on the host. The event may be
+  // recorded again or destroyed after this returns. Called from the thread
+  // that issues the collectives. Errors: Aborted; InvalidArgument for a null
+  // event; Unavailable when CUDA refuses (the communicator is then aborted).
+  absl::Status WaitForEvent(void* cuda_event);
+
  private:
   struct Impl;
   NcclCommunicator(Options options, std::unique_ptr<Impl> impl);
-  // Waits for the collective just enqueued; aborts the communicator on a
-  // peer error, the deadline or Abort().
-  absl::Status Wait(const char* what);
+  // Waits for the collective (or copy) just enqueued: done once NCCL's
+  // state is ncclSuccess (the enqueue completed) and the stream is idle.
+  // Aborts the communicator on a peer error, the deadline or Abort().
+  absl::Status Wait(const char* what, absl::Time deadline);
+  // Whether `data` must be staged: host memory, pageable or pinned. Device
+  // memory of another GPU is InvalidArgument.
+  absl::StatusOr<bool> IsHostMemory(const void* data, const char* what);
+  // Grows the device staging buffer to at least `bytes`.
+  absl::Status ReserveStaging(size_t bytes, const char* what);
+  // Copies `bytes` on the stream (cudaMemcpyDefault).
+  absl::Status CopyOnStream(void* to, const void* from, size_t bytes,
+                            const char* what);
+  // Copies a staged result back to the host once the collective finished.
+  absl::Status CopyOut(void* host, const void* device, size_t bytes,
+                       const char* what, absl::Time deadline);
+  // Aborts the communicator and returns `status`.
+  absl::Status Fail(absl::Status status);
   // ncclCommAbort, on the thread that issues the collectives.
   void AbortComm();
 
