@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -35,6 +37,54 @@ torch::Tensor Loss(torch::nn::Sequential& model, int rank, int step) {
   return torch::nn::functional::cross_entropy(model->forward(x), y);
 }
 
+// Checks the hand-off's contract as a GPU would need it: each step, a
+// bucket is reduced only after it was filled, and the gradients are read
+// only after every bucket was reduced.
+class CheckingHandoff : public BucketHandoff {
+ public:
+  explicit CheckingHandoff(int buckets)
+      : filled_(buckets, false), reduced_(buckets, false) {}
+  void Filled(int bucket) override {
+    absl::MutexLock lock(&mu_);
+    if (filled_[bucket]) Fail("filled twice in one step");
+    filled_[bucket] = true;
+  }
+  absl::Status BeforeReduce(int bucket) override {
+    absl::MutexLock lock(&mu_);
+    if (!filled_[bucket]) Fail("reduced before it was filled");
+    reduced_[bucket] = true;
+    return absl::OkStatus();
+  }
+  absl::Status Reduced() override {
+    absl::MutexLock lock(&mu_);
+    for (size_t b = 0; b < reduced_.size(); ++b) {
+      if (!reduced_[b]) Fail("gradients read before bucket was reduced");
+    }
+    std::fill(filled_.begin(), filled_.end(), false);
+    std::fill(reduced_.begin(), reduced_.end(), false);
+    ++steps_;
+    return absl::OkStatus();
+  }
+  std::string errors() {
+    absl::MutexLock lock(&mu_);
+    return errors_;
+  }
+  int steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  void Fail(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    errors_ += what + "; ";
+  }
+  absl::Mutex mu_;
+  std::vector<bool> filled_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
+  std::string errors_ ABSL_GUARDED_BY(mu_);
+  int steps_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class GradientReducerTest
     : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
@@ -56,6 +106,13 @@ TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
       small.first_bucket_bytes = 300 * sizeof(float);
       small.bucket_bytes = 3000 * sizeof(float);
       small.overlap = overlap;
+      // The layout decides the bucket count; the checker needs it first.
+      const size_t buckets =
+          GradientReducer(bucketed->parameters(), comm->get(), small)
+              .buckets()
+              .size();
+      CheckingHandoff checker(static_cast<int>(buckets));
+      small.handoff = &checker;
       GradientReducer reducer(bucketed->parameters(), comm->get(), small);
       orders[rank] = reducer.buckets();
       ASSERT_GT(reducer.buckets().size(), 2u);
@@ -89,6 +146,8 @@ TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
           offset += g.numel();
         }
       }
+      EXPECT_EQ(checker.steps(), 3);
+      EXPECT_EQ(checker.errors(), "");
     });
   }
   for (std::thread& t : threads) t.join();

@@ -13,6 +13,9 @@
 #include "common/status_macros.h"
 #include "worker/checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
+#ifdef LOCKSTEP_HAVE_NCCL
+#include "worker/collective/nccl_communicator.h"
+#endif
 #include "worker/train/device_batches.h"
 #include "worker/train/model.h"
 #include "worker/train/prefetcher.h"
@@ -192,8 +195,9 @@ absl::Status Generation::Setup() {
   reducer.accumulate = plan_.accumulation > 1;
   reducer.device = device_;
   reducer.stage_through_host = device_.is_cuda() && Backend() != "nccl";
+  // The hand-off talks to the NCCL communicator itself, not its counter.
   handoff_ =
-      MakeBucketHandoff(device_, counted_.get(), reducer.stage_through_host);
+      MakeBucketHandoff(device_, comm_.get(), reducer.stage_through_host);
   reducer.handoff = handoff_.get();
   reducer_ =
       std::make_unique<GradientReducer>(params_, counted_.get(), reducer);

@@ -24,8 +24,6 @@ std::string SerializeOptimizer(const torch::optim::Optimizer& optimizer) {
   return SaveToBytes(archive);
 }
 
-// What Module::save writes, with every tensor copied to the host first: a
-// checkpoint's files are the same whatever device trained it.
 void SaveOnHost(const torch::nn::Module& module,
                 torch::serialize::OutputArchive& archive) {
   for (const auto& param : module.named_parameters(/*recurse=*/false)) {
@@ -37,17 +35,16 @@ void SaveOnHost(const torch::nn::Module& module,
   }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
-    torch::serialize::OutputArchive child_archive(
-        std::make_shared<torch::jit::CompilationUnit>());
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
     SaveOnHost(*child.value(), child_archive);
     archive.write(child.key(), child_archive);
   }
 }
 
-// The optimizer's state on the host: loaded into a twin optimizer over host
-// copies of the parameters, which then writes it.
-std::string SerializeOptimizerOnHost(const v1::JobSpec& spec,
-                                     const Replica& replica) {
+}  // namespace
+
+std::string SerializeOptimizerThroughHost(const v1::JobSpec& spec,
+                                          const Replica& replica) {
   std::vector<torch::Tensor> params;
   for (const torch::Tensor& p : replica.model->parameters()) {
     params.push_back(p.detach().to(torch::kCPU).requires_grad_(true));
@@ -59,6 +56,8 @@ std::string SerializeOptimizerOnHost(const v1::JobSpec& spec,
   twin->load(archive);
   return SerializeOptimizer(*twin);
 }
+
+namespace {
 
 v1::TrainerState TrainerStateOf(const v1::JobSpec& spec, const Replica& replica,
                                 const ReplicaPosition& position,
@@ -93,11 +92,15 @@ void FillManifest(const v1::JobSpec& spec, const Replica& replica,
 
 }  // namespace
 
-std::string SerializeModelOnHost(const Replica& replica) {
-  if (replica.device.is_cpu()) return SerializeModel(*replica.model);
+std::string SerializeModelThroughHost(const torch::nn::Module& model) {
   torch::serialize::OutputArchive archive;
-  SaveOnHost(*replica.model, archive);
+  SaveOnHost(model, archive);
   return SaveToBytes(archive);
+}
+
+std::string SerializeModelOnHost(const Replica& replica) {
+  return replica.device.is_cpu() ? SerializeModel(*replica.model)
+                                 : SerializeModelThroughHost(*replica.model);
 }
 
 Snapshot MakeSnapshot(const v1::JobSpec& spec, const Replica& replica,
@@ -118,10 +121,10 @@ Snapshot MakeSnapshot(const v1::JobSpec& spec, const Replica& replica,
   rank.set_generator_seed(StepSeed(spec.seed(), position.rank, step));
   if (position.rank == 0) {
     snapshot.files.emplace_back("model.pt", SerializeModelOnHost(replica));
-    snapshot.files.emplace_back("optimizer.pt",
-                                replica.device.is_cpu()
-                                    ? SerializeOptimizer(*replica.optimizer)
-                                    : SerializeOptimizerOnHost(spec, replica));
+    snapshot.files.emplace_back(
+        "optimizer.pt", replica.device.is_cpu()
+                            ? SerializeOptimizer(*replica.optimizer)
+                            : SerializeOptimizerThroughHost(spec, replica));
     snapshot.files.emplace_back("trainer.state",
                                 checkpoint::ToJson(TrainerStateOf(
                                     spec, replica, position, snapshot.epoch)));

@@ -36,6 +36,14 @@ struct ReplicaPosition {
 // (torch::load reads it into the same architecture on any device).
 std::string SerializeModelOnHost(const Replica& replica);
 
+// What a replica on a GPU writes: the archive Module::save would write, and
+// the optimizer's, with every tensor copied to the host first (the
+// optimizer's state through a twin optimizer over host copies of the
+// parameters). For a replica on the CPU, the same bytes as the direct path.
+std::string SerializeModelThroughHost(const torch::nn::Module& model);
+std::string SerializeOptimizerThroughHost(const v1::JobSpec& spec,
+                                          const Replica& replica);
+
 // The state at the replica's current step boundary, serialized to host
 // memory: this rank's data position, and on rank 0 the model, optimizer,
 // trainer state and manifest.
