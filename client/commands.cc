@@ -46,8 +46,9 @@ Examples:
 
 constexpr char kStatusUsage[] = R"(Usage: lockstep status [JOB] [--json]
 
-Shows one job, or every job (newest first): state, step, workers, loss,
-test accuracy, samples/s, and why a job failed. --json gives the full status.
+Shows one job, or every job (newest first): state, step, workers, the
+communication backend of its latest generation (gloo or nccl), loss, test
+accuracy, samples/s, and why a job failed. --json gives the full status.
 
 Examples:
   lockstep status
@@ -57,7 +58,9 @@ Examples:
 constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
 
 Lists every worker the coordinator knows: id (task type:index), state, job,
-rank, generation, host, incarnation and how long ago it was last heard from.
+rank, generation, host, incarnation, how long ago it was last heard from, and
+the device it trains on ("cpu", or "cuda:N" with the GPU's model; --json adds
+the GPU's UUID).
 
 Examples:
   lockstep workers
@@ -335,15 +338,15 @@ int RunStatus(const std::vector<std::string>& argv) {
     std::cout << "no jobs" << std::endl;
     return kExitOk;
   }
-  std::cout << absl::StrFormat("%-28s %-10s %-13s %-7s %-8s %-9s %s\n", "JOB",
-                               "STATE", "STEP", "WORKERS", "LOSS", "TEST ACC",
-                               "SAMPLES/S");
+  std::cout << absl::StrFormat("%-28s %-10s %-13s %-7s %-7s %-8s %-9s %s\n",
+                               "JOB", "STATE", "STEP", "WORKERS", "BACKEND",
+                               "LOSS", "TEST ACC", "SAMPLES/S");
   for (const v1::JobStatus& job : response.jobs()) {
     std::cout << absl::StrFormat(
-        "%-28s %-10s %-13s %-7d %-8.4f %-9s %.0f\n", job.job_id(),
+        "%-28s %-10s %-13s %-7d %-7s %-8.4f %-9s %.0f\n", job.job_id(),
         StateName(job.state()),
         absl::StrCat(job.step(), "/", job.total_steps()), job.world_size(),
-        job.loss(),
+        job.backend().empty() ? "-" : job.backend(), job.loss(),
         job.has_test_accuracy()
             ? absl::StrFormat("%.2f%%", 100 * job.test_accuracy())
             : "-",
@@ -370,17 +373,22 @@ int RunWorkers(const std::vector<std::string>& argv) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
-  std::cout << absl::StrFormat("%-12s %-13s %-24s %-5s %-4s %-16s %-17s %s\n",
-                               "WORKER", "STATE", "JOB", "RANK", "GEN", "HOST",
-                               "INCARNATION", "LAST SEEN");
+  std::cout << absl::StrFormat(
+      "%-12s %-13s %-24s %-5s %-4s %-16s %-17s %-12s %s\n", "WORKER", "STATE",
+      "JOB", "RANK", "GEN", "HOST", "INCARNATION", "LAST SEEN", "DEVICE");
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
+    const v1::Device& device = w.device();
     std::cout << absl::StrFormat(
-        "%-12s %-13s %-24s %-5s %-4s %-16s %016x  %.1f s ago\n", w.worker_id(),
+        "%-12s %-13s %-24s %-5s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
         w.state(), w.job_id().empty() ? "-" : w.job_id(),
         w.rank() >= 0 ? absl::StrCat(w.rank()) : "-",
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
-        w.incarnation(), std::max(0.0, now - w.last_heartbeat()));
+        w.incarnation(),
+        absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),
+        device.gpu_name().empty()
+            ? (device.name().empty() ? "-" : device.name())
+            : absl::StrCat(device.name(), " (", device.gpu_name(), ")"));
   }
   return kExitOk;
 }

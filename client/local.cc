@@ -9,14 +9,18 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/commands.h"
 #include "client/process.h"
@@ -29,7 +33,7 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kLocalUsage[] =
-    R"(Usage: lockstep local --workers N [--json] [--set field=value ...] JOB.json
+    R"(Usage: lockstep local --workers N [--gpus] [--json] [--set field=value ...] JOB.json
 
 Runs JOB.json on an embedded coordinator and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -39,20 +43,29 @@ surviving workers or, with checkpoint.backup_dir, from the last checkpoint.
 
 Flags:
   --workers N          worker processes (replicas); default 2
+  --gpus               train on this machine's GPUs: worker i gets GPU
+                       i mod G of the G GPUs (those in CUDA_VISIBLE_DEVICES
+                       when it is set, else every GPU nvidia-smi -L lists)
+                       through CUDA_VISIBLE_DEVICES, and runs with
+                       --device auto. communication.backend "auto" is then
+                       NCCL when each worker has a GPU of its own, Gloo when
+                       workers share one. Without --gpus the workers train on
+                       the CPU (--device cpu)
   --set field=value    override a job-spec field; repeatable
                        (e.g. --set epochs=1 --set per_replica_batch_size=32)
   --json               progress on stderr; the last line of stdout is one JSON
                        object: state, workers, steps, epochs, final_loss,
                        test_accuracy, samples_per_second, generations,
-                       model_digest, startup_seconds (processes up and
-                       registered), first_step_seconds (from submitting the
-                       job to its first step), ...
+                       backend (gloo or nccl), model_digest, startup_seconds
+                       (processes up and registered), first_step_seconds
+                       (from submitting the job to its first step), ...
   --metrics-out FILE   write the per-step loss history as CSV (step,loss)
   --threads N          compute threads per worker (default: cores / N)
   --keep-logs          keep the run directory (logs, state) after success
 
-Example:
+Examples:
   lockstep local --workers 2 examples/fashion_mnist_mlp.json
+  lockstep local --workers 2 --gpus examples/fashion_mnist_cnn.json
 )";
 
 // Reads the coordinator's "listening on HOST:PORT" line from its stdout.
@@ -77,6 +90,45 @@ absl::StatusOr<std::string> ReadListenAddress(int fd, absl::Duration timeout) {
   line = line.substr(0, line.find('\n'));
   size_t space = line.rfind(' ');
   return line.substr(space + 1);
+}
+
+// The GPUs `lockstep local --gpus` hands out, as CUDA_VISIBLE_DEVICES
+// entries: those of our own CUDA_VISIBLE_DEVICES when it is set, else the
+// indices of the GPUs `nvidia-smi -L` lists. Errors: InvalidArgument (a
+// usage error) when there are none.
+absl::StatusOr<std::vector<std::string>> VisibleGpus() {
+  std::vector<std::string> gpus;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+      entry = absl::StripAsciiWhitespace(entry);
+      // CUDA stops at the first invalid entry, such as -1 (no GPU).
+      if (entry.empty() || entry[0] == '-') break;
+      gpus.emplace_back(entry);
+    }
+    if (gpus.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus: CUDA_VISIBLE_DEVICES is \"", visible,
+          "\", which leaves no GPU; unset it, or run without --gpus"));
+    }
+    return gpus;
+  }
+  FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
+  if (pipe != nullptr) {
+    char line[512];
+    while (fgets(line, sizeof(line), pipe) != nullptr) {
+      // "GPU 0: NVIDIA H200 (UUID: GPU-...)"; MIG devices are indented.
+      if (absl::StartsWith(line, "GPU ")) {
+        gpus.push_back(absl::StrCat(gpus.size()));
+      }
+    }
+    pclose(pipe);
+  }
+  if (gpus.empty()) {
+    return absl::InvalidArgumentError(
+        "--gpus: nvidia-smi -L lists no GPU on this machine (or nvidia-smi "
+        "is not installed); run without --gpus to train on the CPU");
+  }
+  return gpus;
 }
 
 std::string DescribeExit(int status) {
@@ -115,6 +167,8 @@ class LocalRun {
   bool json_ = false;
   int workers_ = 2;
   int threads_ = 1;
+  // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
+  std::vector<std::string> gpus_;
   v1::JobSpec spec_;
   std::string run_dir_;
   std::string address_;
@@ -153,6 +207,9 @@ absl::Status LocalRun::Prepare() {
                      " but --workers is ", workers_, "; make them agree"));
   }
   RETURN_IF_ERROR(ValidateJobSpec(spec_, workers_));
+  if (args_.Has("gpus")) {
+    ASSIGN_OR_RETURN(gpus_, VisibleGpus());
+  }
   int cores =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ASSIGN_OR_RETURN(threads_,
@@ -206,10 +263,17 @@ absl::Status LocalRun::SpawnWorker(int index) {
   const int cores =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (workers_ * threads_ > cores) env.push_back("OMP_WAIT_POLICY=PASSIVE");
+  // Worker i sees one GPU, i mod G, as its GPU 0; without --gpus it trains
+  // on the CPU even where there is a GPU.
+  std::string device = "cpu";
+  if (!gpus_.empty()) {
+    env.push_back("CUDA_VISIBLE_DEVICES=" + gpus_[index % gpus_.size()]);
+    device = "auto";
+  }
   return processes_
       .Spawn(absl::StrCat("worker ", index),
              {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
-              "--host", "127.0.0.1", "--threads", threads},
+              "--host", "127.0.0.1", "--threads", threads, "--device", device},
              env, absl::StrCat(run_dir_, "/worker-", index, ".log"))
       .status();
 }
@@ -265,6 +329,7 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   f["test_accuracy"].set_number_value(status.test_accuracy());
   f["samples_per_second"].set_number_value(status.samples_per_second());
   f["generations"].set_number_value(status.generations());
+  f["backend"].set_string_value(status.backend());
   f["wall_seconds"].set_number_value(wall_seconds);
   f["startup_seconds"].set_number_value(startup_seconds_);
   f["first_step_seconds"].set_number_value(first_step_seconds_);
@@ -409,8 +474,12 @@ int LocalRun::Run() {
     return kExitJobFailed;
   }
   progress() << "lockstep local: coordinator on " << address_ << ", "
-             << workers_ << " workers x " << threads_ << " threads; logs in "
-             << run_dir_ << std::endl;
+             << workers_ << " workers x " << threads_ << " threads"
+             << (gpus_.empty()
+                     ? std::string(" on the CPU")
+                     : absl::StrCat(" on ", gpus_.size(),
+                                    gpus_.size() == 1 ? " GPU" : " GPUs"))
+             << "; logs in " << run_dir_ << std::endl;
   // The job starts when the workers are up, as on a cluster of running
   // daemons: its time to the first step is then the job's own.
   absl::Status ready = WaitForWorkers(absl::Seconds(60));
@@ -454,7 +523,7 @@ int LocalRun::Run() {
 
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
   auto args = Args::Parse(argv, {"workers", "set", "metrics-out", "threads"},
-                          {"json", "keep-logs", "help"});
+                          {"json", "keep-logs", "gpus", "help"});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;

@@ -4,9 +4,11 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -67,6 +69,65 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
   return ValidateJobSpec(spec, spec.min_workers() > 0 ? 0 : replicas);
 }
 
+bool HasGpu(const v1::Device& device) {
+  return absl::StartsWith(device.name(), "cuda");
+}
+
+// "rank 1 (worker:1 on 10.0.0.7)": `rank` is the worker's rank in the
+// generation being formed.
+std::string RankName(int rank, const Worker& worker) {
+  return absl::StrCat("rank ", rank, " (", worker.id, " on ", worker.host, ")");
+}
+
+struct Backend {
+  std::string name;  // "gloo" or "nccl"
+  std::string why;   // why "auto" chose Gloo; empty otherwise
+};
+
+// The communication backend of a generation on `workers` (rank order), from
+// the job's communication.backend: "auto" is NCCL when every rank has a GPU
+// of its own (NCCL refuses two ranks on one GPU), Gloo otherwise. Errors:
+// FailedPrecondition when the job asks for "nccl" and a rank has no GPU, or
+// two ranks share one.
+absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
+                                       const std::vector<Worker*>& workers) {
+  if (requested == "gloo") return Backend{"gloo", ""};
+  std::string without_gpu, shared;
+  std::map<std::string, int> rank_of_gpu;  // by UUID
+  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+    const Worker& worker = *workers[rank];
+    if (!HasGpu(worker.device)) {
+      if (without_gpu.empty()) without_gpu = RankName(rank, worker);
+      continue;
+    }
+    const std::string& uuid = worker.device.gpu_uuid();
+    if (uuid.empty()) continue;
+    auto [it, added] = rank_of_gpu.emplace(uuid, rank);
+    if (!added && shared.empty()) {
+      shared = absl::StrCat(RankName(it->second, *workers[it->second]), " and ",
+                            RankName(rank, worker), " share GPU ", uuid);
+    }
+  }
+  if (requested == "nccl") {
+    if (!without_gpu.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "communication.backend is \"nccl\" but ", without_gpu,
+          " has no GPU; use \"auto\" or \"gloo\", or run that worker on a "
+          "GPU (lockstep-worker --device auto or cuda:N)"));
+    }
+    if (!shared.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "communication.backend is \"nccl\" but ", shared,
+          ", and NCCL needs a GPU per rank; use \"auto\" or \"gloo\", or "
+          "give each worker a GPU of its own (CUDA_VISIBLE_DEVICES)"));
+    }
+    return Backend{"nccl", ""};
+  }
+  if (!without_gpu.empty()) return Backend{"gloo", without_gpu + " has no GPU"};
+  if (!shared.empty()) return Backend{"gloo", shared};
+  return Backend{"nccl", ""};
+}
+
 v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank) {
   v1::CoordinatorCommand command;
   v1::Assignment* assignment = command.mutable_assignment();
@@ -75,6 +136,7 @@ v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank) {
   assignment->set_rank(rank);
   assignment->set_world_size(status.world_size());
   *assignment->mutable_spec() = status.spec();
+  assignment->set_backend(status.backend());
   return command;
 }
 
@@ -157,8 +219,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
                      " is now ", absl::Hex(request.incarnation()), ")"));
   }
   workers_.Register(*worker, request, clock_->Now());
-  LogInfo("registered ", id, " (host ", worker->host, ", incarnation ",
-          absl::Hex(worker->incarnation), ")");
+  LogInfo("registered ", id, " (host ", worker->host, ", device ",
+          worker->device.name(),
+          worker->device.gpu_name().empty()
+              ? ""
+              : absl::StrCat(" ", worker->device.gpu_name()),
+          ", incarnation ", absl::Hex(worker->incarnation), ")");
   v1::RegisterWorkerResponse response;
   response.set_worker_id(id);
   response.set_heartbeat_interval_ms(
@@ -348,6 +414,14 @@ void Coordinator::StartGenerationLocked(Job& job,
                  std::string(plan.status().message()));
     return;
   }
+  auto backend =
+      ResolveBackend(status.spec().communication().backend(), workers);
+  if (!backend.ok()) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 std::string(backend.status().message()));
+    return;
+  }
+  status.set_backend(backend->name);
   status.set_state(v1::JOB_STATE_RUNNING);
   status.set_generation(status.generation() + 1);
   status.set_generations(status.generations() + 1);
@@ -372,7 +446,11 @@ void Coordinator::StartGenerationLocked(Job& job,
   }
   std::string message =
       absl::StrCat("generation ", status.generation(), " on ", workers.size(),
-                   " workers (ranks ", absl::StrJoin(names, ", "), ")");
+                   " workers (ranks ", absl::StrJoin(names, ", "),
+                   "), backend ", backend->name);
+  if (!backend->why.empty()) {
+    absl::StrAppend(&message, " (auto: ", backend->why, ")");
+  }
   LogInfo("job ", status.job_id(), ": ", message);
   AddEventLocked(job, "generation_started", nullptr, message);
   ChangedLocked(job);

@@ -29,8 +29,9 @@
 //    └── a rank failed for good, or max_restarts are used up ────▶ FAILED
 // clang-format on
 //
-// A start (from QUEUED or RECOVERING) whose workers cannot split the batch
-// also ends in FAILED. SUCCEEDED, FAILED and STOPPED are final.
+// A start (from QUEUED or RECOVERING) whose workers cannot split the batch,
+// or lack the GPUs communication.backend "nccl" needs, also ends in FAILED.
+// SUCCEEDED, FAILED and STOPPED are final.
 //
 // One job runs at a time, on every worker it needs. Each start of a job is a
 // new generation (a Generation object replaced whole); key-value entries,
@@ -166,8 +167,9 @@ class Coordinator {
   // Starts the oldest queued job, or re-forms the recovering one, if its
   // workers are there.
   void MaybeStartJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Replaces the job's generation with a new one on `workers` (rank order)
-  // and sends each its assignment.
+  // Replaces the job's generation with a new one on `workers` (rank order),
+  // resolves its communication backend from their devices, and sends each
+  // its assignment.
   void StartGenerationLocked(Job& job, const std::vector<Worker*>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job's generation: releases its workers, telling those still

@@ -82,6 +82,9 @@ void WorkerRegistry::Register(Worker& worker,
   worker.task = request.task();
   worker.incarnation = request.incarnation();
   worker.host = request.host();
+  worker.device = request.device();
+  // A worker that says nothing of its device trains on the CPU.
+  if (worker.device.name().empty()) worker.device.set_name("cpu");
   worker.last_heartbeat = now;
 }
 
@@ -219,6 +222,7 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     info.set_worker_id(id);
     info.set_incarnation(worker.incarnation);
     info.set_host(worker.host);
+    *info.mutable_device() = worker.device;
     info.set_connected(worker.sink != nullptr);
     info.set_job_id(worker.job_id);
     info.set_rank(worker.rank);

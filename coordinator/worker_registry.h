@@ -31,6 +31,8 @@ struct Worker {
   v1::TaskId task;  // type empty in free registration
   uint64_t incarnation = 0;
   std::string host;
+  // The device the process trains on, as it registered ("cpu", "cuda:0").
+  v1::Device device;
   int64_t order = 0;  // registration order, ranks free workers
   SessionSink* sink = nullptr;
   absl::Time last_heartbeat;
@@ -72,8 +74,8 @@ class WorkerRegistry {
   const Worker* Find(const std::string& id) const;
   // Adds worker `id` with the next registration order. It must be new.
   Worker& Add(const std::string& id);
-  // Records the registered process (identity, incarnation, host) as heard
-  // from at `now`.
+  // Records the registered process (identity, incarnation, host, device) as
+  // heard from at `now`.
   void Register(Worker& worker, const v1::RegisterWorkerRequest& request,
                 absl::Time now);
   // Gives `worker` rank `rank` of generation `generation` of `job_id`; its

@@ -13,8 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/args.h"
 #include "common/health_service.h"
 #include "common/log.h"
@@ -22,6 +24,12 @@
 #include "worker/agent.h"
 #include "worker/rpc/grpc_control_plane.h"
 #include "worker/train/trainer.h"
+
+#ifdef LOCKSTEP_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "worker/collective/nccl_communicator.h"
+#endif
 
 namespace lockstep::worker {
 namespace {
@@ -43,6 +51,10 @@ Flags:
   --host HOST              address peers reach this worker's data plane on
                            (default: its TF_CONFIG address, else the host name)
   --threads N              compute threads (default: all cores)
+  --device DEVICE          what this worker trains on: auto (default; GPU 0
+                           of those the process sees, as CUDA_VISIBLE_DEVICES
+                           or Kubernetes' device plugin expose them, else the
+                           CPU), cpu, or cuda:N (GPU N of those it sees)
   --health-listen HOST:PORT  serve the gRPC health service (grpc.health.v1)
                            there, for Kubernetes probes; port 0 picks one
                            (the address is printed on stdout)
@@ -84,6 +96,76 @@ uint64_t RandomIncarnation() {
 
 std::string HostOf(const std::string& address) {
   return address.substr(0, address.rfind(':'));
+}
+
+// The GPUs this process sees; 0 in a build without CUDA. Counted by the
+// CUDA runtime (through the NCCL backend), not LibTorch, whose CPU build
+// sees none.
+int GpuCount() {
+#ifdef LOCKSTEP_HAVE_NCCL
+  return NcclCommunicator::DeviceCount();
+#else
+  return 0;
+#endif
+}
+
+// GPU `index` of those the process sees, as it is reported: "cuda:N", its
+// model and its UUID (as nvidia-smi -L prints it).
+v1::Device GpuDevice(int index) {
+  v1::Device device;
+  device.set_name(absl::StrCat("cuda:", index));
+#ifdef LOCKSTEP_HAVE_NCCL
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, index) == cudaSuccess) {
+    device.set_gpu_name(properties.name);
+    const auto* b =
+        reinterpret_cast<const unsigned char*>(properties.uuid.bytes);
+    device.set_gpu_uuid(absl::StrFormat(
+        "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
+        "%02x",
+        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+        b[11], b[12], b[13], b[14], b[15]));
+  }
+#endif
+  return device;
+}
+
+// The device of --device `flag`: "auto" (GPU 0 of those the process sees,
+// else the CPU), "cpu" or "cuda:N". Errors: InvalidArgument for another
+// value, a GPU the process does not see, or a GPU in a build without CUDA.
+absl::StatusOr<v1::Device> ResolveDevice(const std::string& flag) {
+  v1::Device cpu;
+  cpu.set_name("cpu");
+  if (flag == "cpu") return cpu;
+  if (flag == "auto") return GpuCount() > 0 ? GpuDevice(0) : cpu;
+  int index = -1;
+  if (!absl::StartsWith(flag, "cuda:") ||
+      !absl::SimpleAtoi(flag.substr(5), &index) || index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu or cuda:N (N a GPU index), got \"", flag,
+        "\""));
+  }
+#ifndef LOCKSTEP_HAVE_NCCL
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device ", flag,
+      ": this lockstep-worker was built without CUDA support (no NCCL "
+      "backend); use --device cpu, or build it where CUDA and NCCL are found "
+      "(LOCKSTEP_CUDA=ON)"));
+#else
+  const int count = GpuCount();
+  if (index >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::string fix = "use --device cpu, or run it where a GPU is visible";
+    if (count == 1) fix = "use cuda:0";
+    if (count > 1) fix = absl::StrCat("use cuda:0 to cuda:", count - 1);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device ", flag, ": this process sees ", count,
+        count == 1 ? " GPU" : " GPUs", " (CUDA_VISIBLE_DEVICES ",
+        visible ? absl::StrCat("is \"", visible, "\"") : "is not set", "); ",
+        fix));
+  }
+  return GpuDevice(index);
+#endif
 }
 
 // Limits LibTorch and OpenBLAS to `threads` and says which BLAS is loaded:
@@ -145,11 +227,11 @@ int Run(int argc, char** argv) {
   // end (an aborted generation) must be an error on this rank, not SIGPIPE
   // silently killing the process.
   signal(SIGPIPE, SIG_IGN);
-  auto args =
-      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                  {"coordinator", "task-type", "task-index", "host", "threads",
-                   "connect-timeout", "health-listen", "preempt-grace"},
-                  {"help"});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"coordinator", "task-type", "task-index", "host", "threads",
+       "connect-timeout", "health-listen", "preempt-grace", "device"},
+      {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -166,7 +248,9 @@ int Run(int argc, char** argv) {
 
   v1::RegisterWorkerRequest registration;
   registration.set_incarnation(RandomIncarnation());
-  registration.set_device("cpu");
+  auto device = ResolveDevice(args->Get("device", "auto"));
+  if (!device.ok()) return Fail(device.status(), 2);
+  *registration.mutable_device() = *device;
   std::string host;
   if (const char* tf_config = std::getenv("TF_CONFIG");
       tf_config != nullptr && *tf_config != '\0') {
@@ -209,6 +293,11 @@ int Run(int argc, char** argv) {
   auto preempt_grace = args->GetDouble("preempt-grace", 25);
   if (!preempt_grace.ok()) return Fail(preempt_grace.status(), 2);
   ConfigureThreads(*threads);
+  LogInfo("device: ", device->name(),
+          device->gpu_name().empty()
+              ? ""
+              : absl::StrCat(" (", device->gpu_name(), ", ", device->gpu_uuid(),
+                             ")"));
 
   HealthService health_service;
   std::unique_ptr<grpc::Server> health;
@@ -235,6 +324,9 @@ int Run(int argc, char** argv) {
   Agent::Options options;
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
+  // TODO(device): give the runner the device this worker trains on,
+  // device->name() ("cpu" or "cuda:N"); the coordinator's choice of backend
+  // for each generation comes in task.assignment.backend().
   TrainingRunner runner;
   Agent agent(
       &control, [&runner](TaskContext& task) { return runner.Run(task); },

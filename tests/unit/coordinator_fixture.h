@@ -33,6 +33,16 @@ inline v1::RegisterWorkerRequest Free(uint64_t incarnation) {
   return request;
 }
 
+// A GPU device as a worker reports it: GPU `index` of those it sees, with
+// `uuid` naming the physical GPU.
+inline v1::Device Gpu(int index, const std::string& uuid) {
+  v1::Device device;
+  device.set_name(absl::StrFormat("cuda:%d", index));
+  device.set_gpu_name("NVIDIA H200");
+  device.set_gpu_uuid(uuid);
+  return device;
+}
+
 inline v1::JobSpec Spec(int workers) {
   v1::JobSpec spec;
   spec.set_name("test");
@@ -57,9 +67,13 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_ = *std::move(created);
   }
 
-  // Registers a free worker and opens its session.
-  std::string Connect(uint64_t incarnation, FakeSink* sink) {
-    auto registered = coordinator_->RegisterWorker(Free(incarnation));
+  // Registers a free worker (on the CPU unless `device` says otherwise) and
+  // opens its session.
+  std::string Connect(uint64_t incarnation, FakeSink* sink,
+                      const v1::Device& device = v1::Device()) {
+    v1::RegisterWorkerRequest request = Free(incarnation);
+    *request.mutable_device() = device;
+    auto registered = coordinator_->RegisterWorker(request);
     EXPECT_TRUE(registered.ok()) << registered.status();
     EXPECT_TRUE(
         coordinator_->OpenSession(registered->worker_id(), incarnation, sink)
