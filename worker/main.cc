@@ -324,10 +324,7 @@ int Run(int argc, char** argv) {
   Agent::Options options;
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
-  // TODO(device): give the runner the device this worker trains on,
-  // device->name() ("cpu" or "cuda:N"); the coordinator's choice of backend
-  // for each generation comes in task.assignment.backend().
-  TrainingRunner runner;
+  TrainingRunner runner(device->name());
   Agent agent(
       &control, [&runner](TaskContext& task) { return runner.Run(task); },
       options);

@@ -241,7 +241,8 @@ pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
       R"(, "task": {"type": "worker", "index": )", index, "}}");
   auto pid = processes_.Spawn(
       absl::StrCat("worker ", index, " #", ++spawned_),
-      {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1"},
+      {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1",
+       "--device", "cpu"},
       [&] {
         env.insert(env.end(), {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
                                "OPENBLAS_NUM_THREADS=1"});

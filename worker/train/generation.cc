@@ -51,7 +51,11 @@ Generation::Generation(TaskContext& task, Replica& replica,
 Generation::~Generation() { task_.SetCommunicator(nullptr); }
 
 std::string Generation::Backend() const {
-  const std::string& backend = spec_.communication().backend();
+  // The coordinator resolves "auto" for the whole generation; without its
+  // word (an older coordinator) only an explicit "nccl" means NCCL.
+  const std::string& backend = task_.assignment.backend().empty()
+                                   ? spec_.communication().backend()
+                                   : task_.assignment.backend();
   return backend == "nccl" ? "nccl" : "gloo";
 }
 
