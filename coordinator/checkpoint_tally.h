@@ -36,6 +36,10 @@ class CheckpointTally {
   // is more precise and is kept.
   void StopSaveFailed(int64_t step, const std::string& why);
 
+  // Forgets the prepares of incomplete steps (the generation ended); the
+  // latest failure is kept for the account of the final save.
+  void DropPending() { prepares_.clear(); }
+
   // Why the save of `step` failed ("rank 1 could not prepare it: disk
   // full"), or "" when no failure of that step was reported.
   std::string FailureOf(int64_t step) const;

@@ -23,6 +23,13 @@ const std::string* Generation::Get(const std::string& key) const {
   return it == kv_.end() ? nullptr : &it->second;
 }
 
+void Generation::End() {
+  ended_ = true;
+  kv_.clear();
+  barriers_.clear();
+  checkpoints_.DropPending();
+}
+
 void Generation::Arrive(const std::string& name, int rank) {
   barriers_[name].insert(rank);
 }

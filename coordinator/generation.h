@@ -44,7 +44,9 @@ class Generation {
   bool Admits(int64_t number) const { return !ended_ && number == number_; }
   bool ended() const { return ended_; }
   // The generation is over; it admits nothing from now on.
-  void End() { ended_ = true; }
+  // Its key-value entries, barriers and pending prepares are dropped: no
+  // one may read them any more.
+  void End();
 
   // ---- key-value store and barriers ----
   void Set(const std::string& key, std::string value);

@@ -69,6 +69,12 @@ absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
     ASSIGN_OR_RETURN(
         Generation * generation,
         CurrentGenerationLocked(request.job_id(), request.generation()));
+    if (request.rank() < 0 || request.rank() >= generation->world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "barrier '", request.name(), "' of job ", request.job_id(),
+          " generation ", request.generation(), ": rank ", request.rank(),
+          " is not one of its ", generation->world_size(), " ranks"));
+    }
     generation->Arrive(request.name(), request.rank());
     changed_.SignalAll();
   }

@@ -42,6 +42,15 @@ TEST(GenerationTest, KeyValueStore) {
   EXPECT_EQ(*generation.Get("k"), "v2");
 }
 
+TEST(GenerationTest, AnEndedGenerationDropsWhatNoOneMayRead) {
+  Generation generation = Two();
+  generation.Set("k", "v");
+  generation.Arrive("start", 0);
+  generation.End();
+  EXPECT_EQ(generation.Get("k"), nullptr);
+  EXPECT_TRUE(generation.Missing("start").size() == 2u);
+}
+
 TEST(GenerationTest, BarrierCompletesWhenEveryRankArrived) {
   Generation generation = Two();
   EXPECT_FALSE(generation.AllArrived("start"));

@@ -393,6 +393,25 @@ TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
   EXPECT_THAT(status.message(), HasSubstr("rank 1 (" + id_b + ")"));
 }
 
+TEST_F(CoordinatorTest, BarrierRefusesARankOutsideTheGeneration) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a);
+  Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::BarrierRequest request;
+  request.set_job_id(job);
+  request.set_generation(1);
+  request.set_name("start");
+  request.set_timeout_ms(1);
+  for (int rank : {-1, 2, 7}) {
+    request.set_rank(rank);
+    absl::Status status = coordinator_->Barrier(request);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << rank;
+    EXPECT_THAT(status.message(), HasSubstr("is not one of its 2 ranks"));
+  }
+}
+
 TEST_F(CoordinatorTest, StopQueuedJob) {
   Make();
   std::string job = *coordinator_->SubmitJob(Spec(2));
