@@ -17,10 +17,14 @@ std::pair<torch::Tensor, torch::Tensor> DeviceBatches::Take(int64_t step) {
   const std::vector<int64_t>& indices = sampler_.RankBatch(step);
   // The indices' copy is the only host work; the gather and the
   // normalization are queued behind the previous step's kernels.
+  // Through page-locked memory: a copy from pageable memory would wait for
+  // the device. LibTorch's pinned allocator keeps the block until the copy
+  // is done.
   torch::Tensor index =
       torch::from_blob(const_cast<int64_t*>(indices.data()),
                        {static_cast<int64_t>(indices.size())}, torch::kInt64)
-          .to(data_.images.device());
+          .pin_memory()
+          .to(data_.images.device(), /*non_blocking=*/true);
   return {Normalize(data_.images.index_select(0, index), data_.mean, data_.std),
           data_.labels.index_select(0, index)};
 }

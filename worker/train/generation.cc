@@ -223,7 +223,8 @@ void Generation::StartPipeline() {
         std::make_unique<DeviceBatches>(train_, spec_.seed(), plan_, rank_);
   } else {
     batches_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
-                                            replica_.step, total_steps_);
+                                            replica_.step, total_steps_,
+                                            /*pinned=*/device_.is_cuda());
   }
   if (rank_ != 0) return;
   reporter_ = std::make_unique<ProgressReporter>(
@@ -304,10 +305,11 @@ absl::Status Generation::Step(bool* stop) {
   const int64_t step = replica_.step;
   auto [images, labels] = batches_->Take(step);
   if (images.device() != device_) {
-    // Host batches for a GPU (a data set too large to keep there): the copy
-    // completes before the slot goes back to the prefetcher.
-    images = images.to(device_);
-    labels = labels.to(device_);
+    // Pinned host batches for a GPU (a data set too large to keep there),
+    // copied asynchronously; the slot goes back to the prefetcher only
+    // after the step's one synchronisation (Finish), when the copy is done.
+    images = images.to(device_, /*non_blocking=*/true);
+    labels = labels.to(device_, /*non_blocking=*/true);
   }
   timer.Lap(StepMetrics::kData);
   const int accumulation = plan_.accumulation;
@@ -361,9 +363,9 @@ absl::Status Generation::Step(bool* stop) {
     loss.backward();
     timer.Lap(StepMetrics::kBackward);
   }
-  batches_->Release(step);
   float loss_sum = 0, stop_votes = 0;
   absl::Status reduced = reducer_->Finish(&loss_sum, &stop_votes);
+  batches_->Release(step);
   if (!reduced.ok()) {
     statistics_->PutBack();
     return reduced;

@@ -5,14 +5,17 @@ namespace lockstep::worker {
 
 Prefetcher::Prefetcher(const TensorDataset& data, uint64_t seed,
                        const BatchPlan& plan, int rank, int64_t first_step,
-                       int64_t end_step)
+                       int64_t end_step, bool pinned)
     : data_(data),
       end_(end_step),
       sampler_(seed, data.size(), plan, rank),
       next_(first_step) {
+  const auto options = torch::TensorOptions().pinned_memory(pinned);
   for (Buffers& buffers : buffers_) {
-    buffers.images = torch::empty({plan.rank_batch(), 1, data.rows, data.cols});
-    buffers.labels = torch::empty({plan.rank_batch()}, torch::kInt64);
+    buffers.images = torch::empty({plan.rank_batch(), 1, data.rows, data.cols},
+                                  options.dtype(torch::kFloat32));
+    buffers.labels =
+        torch::empty({plan.rank_batch()}, options.dtype(torch::kInt64));
   }
   thread_ = std::thread([this] { Loop(); });
 }

@@ -34,9 +34,12 @@ class Prefetcher : public BatchSource {
   static constexpr int kDepth = 2;
 
   // Prepares the batches of steps [first_step, end_step) of `rank` under
-  // `plan`. `data` must outlive the prefetcher.
+  // `plan`. `data` must outlive the prefetcher. `pinned`: the slots are in
+  // page-locked memory, for asynchronous copies to a GPU; the caller
+  // releases a slot only once its copy completed.
   Prefetcher(const TensorDataset& data, uint64_t seed, const BatchPlan& plan,
-             int rank, int64_t first_step, int64_t end_step);
+             int rank, int64_t first_step, int64_t end_step,
+             bool pinned = false);
   ~Prefetcher() override;
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
