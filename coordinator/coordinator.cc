@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
+#include "coordinator/backend_choice.h"
 #include "coordinator/job_status.h"
 
 namespace lockstep::coordinator {
@@ -67,65 +68,6 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
     return absl::InvalidArgumentError("job spec: max_restarts must be >= 0");
   }
   return ValidateJobSpec(spec, spec.min_workers() > 0 ? 0 : replicas);
-}
-
-bool HasGpu(const v1::Device& device) {
-  return absl::StartsWith(device.name(), "cuda");
-}
-
-// "rank 1 (worker:1 on 10.0.0.7)": `rank` is the worker's rank in the
-// generation being formed.
-std::string RankName(int rank, const Worker& worker) {
-  return absl::StrCat("rank ", rank, " (", worker.id, " on ", worker.host, ")");
-}
-
-struct Backend {
-  std::string name;  // "gloo" or "nccl"
-  std::string why;   // why "auto" chose Gloo; empty otherwise
-};
-
-// The communication backend of a generation on `workers` (rank order), from
-// the job's communication.backend: "auto" is NCCL when every rank has a GPU
-// of its own (NCCL refuses two ranks on one GPU), Gloo otherwise. Errors:
-// FailedPrecondition when the job asks for "nccl" and a rank has no GPU, or
-// two ranks share one.
-absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
-                                       const std::vector<Worker*>& workers) {
-  if (requested == "gloo") return Backend{"gloo", ""};
-  std::string without_gpu, shared;
-  std::map<std::string, int> rank_of_gpu;  // by UUID
-  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
-    const Worker& worker = *workers[rank];
-    if (!HasGpu(worker.device)) {
-      if (without_gpu.empty()) without_gpu = RankName(rank, worker);
-      continue;
-    }
-    const std::string& uuid = worker.device.gpu_uuid();
-    if (uuid.empty()) continue;
-    auto [it, added] = rank_of_gpu.emplace(uuid, rank);
-    if (!added && shared.empty()) {
-      shared = absl::StrCat(RankName(it->second, *workers[it->second]), " and ",
-                            RankName(rank, worker), " share GPU ", uuid);
-    }
-  }
-  if (requested == "nccl") {
-    if (!without_gpu.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "communication.backend is \"nccl\" but ", without_gpu,
-          " has no GPU; use \"auto\" or \"gloo\", or run that worker on a "
-          "GPU (lockstep-worker --device auto or cuda:N)"));
-    }
-    if (!shared.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "communication.backend is \"nccl\" but ", shared,
-          ", and NCCL needs a GPU per rank; use \"auto\" or \"gloo\", or "
-          "give each worker a GPU of its own (CUDA_VISIBLE_DEVICES)"));
-    }
-    return Backend{"nccl", ""};
-  }
-  if (!without_gpu.empty()) return Backend{"gloo", without_gpu + " has no GPU"};
-  if (!shared.empty()) return Backend{"gloo", shared};
-  return Backend{"nccl", ""};
 }
 
 v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank) {

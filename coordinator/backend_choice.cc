@@ -1,0 +1,63 @@
+// The coordinator's choice of collective backend (backend_choice.h).
+#include "coordinator/backend_choice.h"
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+bool HasGpu(const v1::Device& device) {
+  return absl::StartsWith(device.name(), "cuda");
+}
+
+// "rank 1 (worker:1 on 10.0.0.7)": `rank` is the worker's rank in the
+// generation being formed.
+std::string RankName(int rank, const Worker& worker) {
+  return absl::StrCat("rank ", rank, " (", worker.id, " on ", worker.host, ")");
+}
+
+}  // namespace
+
+absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
+                                       const std::vector<Worker*>& workers) {
+  if (requested == "gloo") return Backend{"gloo", ""};
+  std::string without_gpu, shared;
+  std::map<std::string, int> rank_of_gpu;  // by UUID
+  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+    const Worker& worker = *workers[rank];
+    if (!HasGpu(worker.device)) {
+      if (without_gpu.empty()) without_gpu = RankName(rank, worker);
+      continue;
+    }
+    const std::string& uuid = worker.device.gpu_uuid();
+    if (uuid.empty()) continue;
+    auto [it, added] = rank_of_gpu.emplace(uuid, rank);
+    if (!added && shared.empty()) {
+      shared = absl::StrCat(RankName(it->second, *workers[it->second]), " and ",
+                            RankName(rank, worker), " share GPU ", uuid);
+    }
+  }
+  if (requested == "nccl") {
+    if (!without_gpu.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "communication.backend is \"nccl\" but ", without_gpu,
+          " has no GPU; use \"auto\" or \"gloo\", or run that worker on a "
+          "GPU (lockstep-worker --device auto or cuda:N)"));
+    }
+    if (!shared.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "communication.backend is \"nccl\" but ", shared,
+          ", and NCCL needs a GPU per rank; use \"auto\" or \"gloo\", or "
+          "give each worker a GPU of its own (CUDA_VISIBLE_DEVICES)"));
+    }
+    return Backend{"nccl", ""};
+  }
+  if (!without_gpu.empty()) return Backend{"gloo", without_gpu + " has no GPU"};
+  if (!shared.empty()) return Backend{"gloo", shared};
+  return Backend{"nccl", ""};
+}
+
+}  // namespace lockstep::coordinator

@@ -1,0 +1,29 @@
+// Which collective backend a generation uses: the coordinator's choice,
+// from the job's communication.backend and the devices its ranks' workers
+// registered with, made once per generation so every rank uses the same.
+#ifndef LOCKSTEP_COORDINATOR_BACKEND_CHOICE_H_
+#define LOCKSTEP_COORDINATOR_BACKEND_CHOICE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/worker_registry.h"
+
+namespace lockstep::coordinator {
+
+struct Backend {
+  std::string name;  // "gloo" or "nccl"
+  std::string why;   // why "auto" chose Gloo; empty otherwise
+};
+
+// The backend of a generation on `workers` (rank order): "auto" is NCCL
+// when every rank has a GPU of its own (NCCL refuses two ranks on one GPU),
+// Gloo otherwise. Errors: FailedPrecondition when the job asks for "nccl"
+// and a rank has no GPU, or two ranks share one; the message names them.
+absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
+                                       const std::vector<Worker*>& workers);
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_BACKEND_CHOICE_H_
