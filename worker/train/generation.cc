@@ -2,6 +2,8 @@
 // (generation.h).
 #include "worker/train/generation.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <future>
 #include <string>
@@ -32,6 +34,16 @@ constexpr int kSmallBatchNormBatch = 32;
 // fp16: this many overflowing steps in a row at the smallest loss scale
 // means training diverged.
 constexpr int kMaxConsecutiveSkips = 100;
+
+// Zeroes the gradients in place, as LibTorch 1.13 does; 2.x would drop
+// them (set_to_none), and the reducer would allocate them again each step.
+void ZeroGradients(torch::optim::Optimizer& optimizer) {
+#if TORCH_VERSION_MAJOR >= 2
+  optimizer.zero_grad(/*set_to_none=*/false);
+#else
+  optimizer.zero_grad();
+#endif
+}
 
 absl::Duration Millis(absl::Duration d) {
   return absl::Trunc(d, absl::Milliseconds(1));
@@ -313,7 +325,7 @@ absl::Status Generation::Step(bool* stop) {
   }
   timer.Lap(StepMetrics::kData);
   const int accumulation = plan_.accumulation;
-  replica_.optimizer->zero_grad();
+  ZeroGradients(*replica_.optimizer);
   Network& model = *replica_.model;
   const LossScaler& scaler = replica_.scaler;
   // Dropout masks: a function of (seed, rank, step), whoever runs the step.
