@@ -137,7 +137,16 @@ absl::StatusOr<v1::Device> ResolveDevice(const std::string& flag) {
   v1::Device cpu;
   cpu.set_name("cpu");
   if (flag == "cpu") return cpu;
-  if (flag == "auto") return GpuCount() > 0 ? GpuDevice(0) : cpu;
+  // A GPU is of use only to a LibTorch built with CUDA (Debian's is not).
+  const bool torch_cuda = torch::cuda::is_available();
+  if (flag == "auto") {
+    if (GpuCount() > 0 && !torch_cuda) {
+      LogWarning(
+          "a GPU is visible but this LibTorch has no CUDA support; "
+          "training on the CPU (link a CUDA LibTorch to use the GPU)");
+    }
+    return GpuCount() > 0 && torch_cuda ? GpuDevice(0) : cpu;
+  }
   int index = -1;
   if (!absl::StartsWith(flag, "cuda:") ||
       !absl::SimpleAtoi(flag.substr(5), &index) || index < 0) {
@@ -163,6 +172,13 @@ absl::StatusOr<v1::Device> ResolveDevice(const std::string& flag) {
         count == 1 ? " GPU" : " GPUs", " (CUDA_VISIBLE_DEVICES ",
         visible ? absl::StrCat("is \"", visible, "\"") : "is not set", "); ",
         fix));
+  }
+  if (!torch_cuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device ", flag,
+        ": this lockstep-worker's LibTorch was built without CUDA; use "
+        "--device cpu, or build lockstep against a CUDA LibTorch (see "
+        "bench/gpu_check.sh)"));
   }
   return GpuDevice(index);
 #endif
