@@ -206,6 +206,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- worker reports (worker_reports.cc) ----
+  // Raises the job's applied_step from a rank's result, whatever its
+  // generation.
+  void NoteAppliedStepLocked(const v1::TaskResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank of the generation reported success: the job succeeds, stops

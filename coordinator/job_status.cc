@@ -19,7 +19,8 @@ void AddResumedEvent(v1::JobStatus& status, const v1::ProgressReport& report,
       (report.resumed_at_step() <= 0 && status.generation() <= 1)) {
     return;
   }
-  int64_t known = status.step_losses_size();
+  const int64_t known =
+      std::max<int64_t>(status.step_losses_size(), status.applied_step());
   int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
   std::string source =
       report.state_source_rank() >= 0
@@ -69,6 +70,7 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
     AddEvent(status, now, "warning", nullptr, warning);
   }
   status.set_step(report.step());
+  NoteAppliedStep(status, report.step());
   status.set_epoch(report.epoch());
   status.set_total_steps(report.total_steps());
   status.set_samples_per_second(report.samples_per_second());
@@ -81,6 +83,13 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
   if (report.has_test_loss()) status.set_test_loss(report.test_loss());
   if (report.has_plan()) *status.mutable_plan() = report.plan();
   if (report.has_test_accuracy()) AddEval(status, report, now);
+}
+
+void NoteAppliedStep(v1::JobStatus& status, int64_t step) {
+  if (step <= status.applied_step()) return;
+  // A step past the plan's end is no step this job trained.
+  if (status.total_steps() > 0 && step > status.total_steps()) return;
+  status.set_applied_step(step);
 }
 
 void ApplyResult(v1::JobStatus& status, int rank,

@@ -32,6 +32,9 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
 
 // Applies rank `rank`'s successful result; the chief's also sets the job's
 // final step, loss, accuracy, throughput and step breakdown.
+// A rank applied `step`: raises JobStatus.applied_step.
+void NoteAppliedStep(v1::JobStatus& status, int64_t step);
+
 void ApplyResult(v1::JobStatus& status, int rank, const v1::TaskResult& result);
 
 // Records a checkpoint the chief committed (the newest 100 are kept) and

@@ -45,8 +45,24 @@ Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
   return &job;
 }
 
+void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
+  // Also from a generation that already ended: its ranks say where they
+  // stopped, which a later resume may repeat.
+  auto it = jobs_.find(result.job_id());
+  if (it == jobs_.end()) return;
+  v1::JobStatus& status = it->second.status;
+  if (result.generation() < 1 || result.generation() > status.generation()) {
+    return;
+  }
+  if (result.steps() > status.applied_step()) {
+    NoteAppliedStep(status, result.steps());
+    PersistLocked(it->second);
+  }
+}
+
 void Coordinator::HandleResultLocked(Worker& worker,
                                      const v1::TaskResult& result) {
+  NoteAppliedStepLocked(result);
   Job* job = GenerationOfLocked(worker, result.job_id(), result.generation());
   if (job == nullptr) return;
   if (!result.ok()) {

@@ -106,6 +106,62 @@ TEST_F(CoordinatorTest, LostSessionEndsTheGenerationAndAbortsSurvivors) {
   EXPECT_EQ(c.commands[0].assignment().rank(), 1);
 }
 
+// A resume counts the steps it repeats from where the ranks stopped, which
+// their results say when a generation ends, not from the chief's last
+// progress report (about once a second).
+TEST_F(CoordinatorTest, AResumeCountsRepeatedStepsFromWhereTheRanksStopped) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage progress;
+  v1::ProgressReport* report = progress.mutable_progress();
+  report->set_job_id(job);
+  report->set_generation(1);
+  report->set_step(10);
+  report->set_first_step(0);
+  for (int i = 0; i < 10; ++i) report->add_step_losses(1.0f);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, progress).ok());
+
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
+  // The survivor's aborted generation 1 ended after step 42.
+  v1::WorkerMessage aborted;
+  v1::TaskResult* result = aborted.mutable_result();
+  result->set_job_id(job);
+  result->set_generation(1);
+  result->set_rank(0);
+  result->set_ok(false);
+  result->set_code(static_cast<int>(absl::StatusCode::kAborted));
+  result->set_steps(42);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, aborted).ok());
+  // A result naming a generation that never was counts for nothing.
+  result->set_generation(9);
+  result->set_steps(500);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, aborted).ok());
+  EXPECT_EQ(Status(job).applied_step(), 42);
+
+  FakeSink c;
+  Connect(3, &c);
+  ASSERT_EQ(Status(job).generation(), 2);
+  v1::WorkerMessage resumed;
+  report = resumed.mutable_progress();
+  report->set_job_id(job);
+  report->set_generation(2);
+  report->set_step(41);
+  report->set_first_step(40);
+  report->add_step_losses(1.0f);
+  report->set_resumed_at_step(40);
+  report->set_state_source_rank(-1);
+  report->set_restored_checkpoint("ckpt-000000040");
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, resumed).ok());
+  std::vector<v1::JobEvent> events = EventsOf(Status(job), "resumed");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].message(),
+              AllOf(HasSubstr("from checkpoint ckpt-000000040"),
+                    HasSubstr("; 2 steps repeated")));
+}
+
 TEST_F(CoordinatorTest, HeartbeatTimeoutFailsTheWorkerExactlyAfterTheTimeout) {
   Make();
   FakeSink a, b;

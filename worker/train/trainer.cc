@@ -38,6 +38,9 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
     out.set_ok(false);
     out.set_code(static_cast<int>(result.status().code()));
     out.set_error(std::string(result.status().message()));
+    // Where this rank stopped: the steps it applied, which a later resume
+    // from an older checkpoint repeats.
+    out.set_steps(replica_->step);
     LogError("job ", assignment.job_id(), " generation ",
              assignment.generation(), " ended on rank ", assignment.rank(),
              " after step ", replica_->step, ": ", result.status().message());
