@@ -66,10 +66,5 @@ TEST(PrefetcherTest, StopsWhileItsRingIsFull) {
   EXPECT_EQ(batch.first.size(0), Plan().rank_batch());
 }  // the destructor must not wait for a Release
 
-TEST(PrefetcherTest, NothingToPrefetchIsFine) {
-  const TensorDataset data = SmallDataset();
-  Prefetcher prefetcher(data, 1, Plan(), 0, 5, 5);
-}
-
 }  // namespace
 }  // namespace lockstep::worker
