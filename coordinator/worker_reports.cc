@@ -1,15 +1,20 @@
 // How the Coordinator acts on what the ranks of a generation report: task
 // results, progress, checkpoint prepares and commits, and preemption
 // requests. Each is accepted only from a worker holding a rank of the job's
-// live generation, and only for that generation's number.
+// live generation, and only for that generation's number; a leaving
+// worker's report on its live state is the one that comes from outside a
+// generation (the job is recovering).
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_state.h"
 #include "common/log.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_status.h"
+#include "worker/checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -56,6 +61,7 @@ void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
   }
   if (result.steps() > status.applied_step()) {
     NoteAppliedStep(status, result.steps());
+    ChangedLocked(it->second);
     PersistLocked(it->second);
   }
 }
@@ -166,6 +172,10 @@ void Coordinator::HandleCommittedLocked(
 void Coordinator::HandlePreemptLocked(Worker& worker,
                                       const v1::PreemptRequest& request) {
   worker.leaving = true;
+  if (request.live_state_done()) {
+    HandleLiveStateLocked(worker, request);
+    return;
+  }
   Job* job = RunningJobLocked();
   if (job == nullptr || job->status.job_id() != request.job_id() ||
       job->status.state() != v1::JOB_STATE_RUNNING ||
@@ -181,6 +191,48 @@ void Coordinator::HandlePreemptLocked(Worker& worker,
   stop->set_preempt(true);
   SendToRanksLocked(*job, command);
   ChangedLocked(*job);
+}
+
+void Coordinator::HandleLiveStateLocked(Worker& worker,
+                                        const v1::PreemptRequest& request) {
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end() || IsTerminal(it->second.status.state())) return;
+  Job& job = it->second;
+  const int64_t step = request.live_step();
+  const std::string& saved = request.saved_checkpoint();
+  // Untrusted: a step that is a step, a name that is that step's, bounded
+  // sizes and text.
+  if (step < 0 || request.saved_bytes() < 0 || request.saved_epoch() < 0 ||
+      (!saved.empty() &&
+       (step == 0 || saved != checkpoint::CheckpointName(step)))) {
+    LogWarning("ignoring a malformed live-state report from ",
+               WorkerRegistry::Describe(worker), ": step ", step,
+               ", checkpoint \"", absl::CHexEscape(saved.substr(0, 64)), "\"");
+    return;
+  }
+  const std::string who = absl::StrCat(WorkerRegistry::Describe(worker),
+                                       " received SIGTERM while the job was "
+                                       "recovering");
+  if (step > 0) NoteAppliedStep(job.status, step);
+  if (!saved.empty()) {
+    v1::CheckpointCommitted committed;
+    committed.set_job_id(request.job_id());
+    committed.set_generation(job.status.generation());
+    committed.set_step(step);
+    committed.set_ok(true);
+    committed.set_name(saved);
+    committed.set_epoch(request.saved_epoch());
+    committed.set_bytes(request.saved_bytes());
+    AddCheckpoint(job.status, committed, worker, NowSeconds());
+    AddEventLocked(job, "live_state_saved", &worker,
+                   absl::StrCat(who, " and saved its live state at step ", step,
+                                " as ", saved, ": the job resumes from it"));
+  } else {
+    AddEventLocked(job, "live_state_not_saved", &worker,
+                   absl::StrCat(who, ": ", request.note().substr(0, 1000)));
+  }
+  ChangedLocked(job);
+  PersistLocked(job);
 }
 
 }  // namespace lockstep::coordinator

@@ -151,6 +151,13 @@ void Agent::StartTask(const v1::Assignment& assignment,
   // A previous generation's task may still be unwinding; make it quick.
   {
     absl::MutexLock lock(&mu_);
+    if (preempted_) {
+      // Leaving: the replica may be being saved (LeaveWhileIdle), and the
+      // coordinator was told this worker is leaving.
+      LogWarning("not starting generation ", assignment.generation(), " of ",
+                 assignment.job_id(), ": this worker is leaving (SIGTERM)");
+      return;
+    }
     if (task_ != nullptr) task_->Abort();
   }
   if (task_thread_.joinable()) task_thread_.join();
@@ -188,6 +195,7 @@ void Agent::StartTask(const v1::Assignment& assignment,
 }
 
 void Agent::Preempt(absl::Duration grace) {
+  const absl::Time deadline = absl::Now() + grace;
   std::shared_ptr<TaskContext> task;
   std::shared_ptr<Session> session;
   {
@@ -217,8 +225,55 @@ void Agent::Preempt(absl::Duration grace) {
       LogWarning("the job did not reach a saved step within ",
                  absl::FormatDuration(grace), "; exiting anyway");
     }
+  } else if (task != nullptr) {
+    LeaveWhileIdle(task, session, deadline);
   }
   if (session != nullptr) session->CloseWrites();
+}
+
+void Agent::LeaveWhileIdle(const std::shared_ptr<TaskContext>& task,
+                           const std::shared_ptr<Session>& session,
+                           absl::Time deadline) {
+  const std::string& job_id = task->assignment.job_id();
+  v1::WorkerMessage message;
+  v1::PreemptRequest* request = message.mutable_preempt();
+  request->set_job_id(job_id);
+  request->set_reason(absl::StrCat("worker ", task->host,
+                                   " received SIGTERM while job ", job_id,
+                                   " was recovering"));
+  // First: the coordinator gives this worker no rank from now on.
+  if (session != nullptr) session->Send(message);
+  // The aborted generation's task unwinds (bounded: an abort releases every
+  // wait); only then is the replica this thread's to save.
+  if (!task->WaitUntilDone(
+          std::max(deadline - absl::Now(), absl::ZeroDuration()))) {
+    LogWarning(
+        "SIGTERM: the aborted generation did not end within the grace "
+        "period; the live state it holds leaves with this process");
+    request->set_live_state_done(true);
+    request->set_note(
+        "its aborted generation did not end within the grace period; the "
+        "live state it held was not saved");
+  } else if (save_live_state_ != nullptr) {
+    LiveStateOutcome outcome = save_live_state_();
+    request->set_live_state_done(true);
+    request->set_live_step(outcome.step);
+    request->set_saved_checkpoint(outcome.saved_as);
+    request->set_saved_epoch(outcome.saved_epoch);
+    request->set_saved_bytes(outcome.saved_bytes);
+    request->set_note(outcome.note);
+    if (!outcome.saved_as.empty()) {
+      LogInfo("SIGTERM while job ", job_id,
+              " was recovering: saved the live "
+              "state at step ",
+              outcome.step, " as ", outcome.saved_as);
+    } else {
+      LogInfo("SIGTERM while job ", job_id, " was recovering: ", outcome.note);
+    }
+  } else {
+    return;
+  }
+  if (session != nullptr) session->Send(message);
 }
 
 void Agent::AbortTask(const std::string& why) {

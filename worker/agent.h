@@ -14,6 +14,7 @@
 #ifndef LOCKSTEP_WORKER_AGENT_H_
 #define LOCKSTEP_WORKER_AGENT_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +34,19 @@ namespace lockstep::worker {
 // Runs one assignment to its end and says how it went.
 using TaskRunner = std::function<v1::TaskResult(TaskContext&)>;
 
+// What became of the live training state a worker held when it was told to
+// leave while no generation ran on it (docs/DESIGN.md §3).
+struct LiveStateOutcome {
+  int64_t step = 0;      // the step it held; 0 for none
+  std::string saved_as;  // the checkpoint it saved, if it did
+  int32_t saved_epoch = 0;
+  int64_t saved_bytes = 0;
+  std::string note;  // otherwise, why not
+};
+// Saves the runner's live state where the restore path finds it, if it is
+// newer than the newest checkpoint. Called only while no task runs.
+using LiveStateSaver = std::function<LiveStateOutcome()>;
+
 class Agent {
  public:
   struct Options {
@@ -42,9 +56,11 @@ class Agent {
     absl::Duration connect_timeout = absl::Seconds(60);
   };
 
-  Agent(ControlPlane* control, TaskRunner runner, Options options)
+  Agent(ControlPlane* control, TaskRunner runner, Options options,
+        LiveStateSaver save_live_state = nullptr)
       : control_(control),
         runner_(std::move(runner)),
+        save_live_state_(std::move(save_live_state)),
         options_(std::move(options)) {}
   // Aborts a task still running and waits for its thread, so a runner must
   // return promptly once its TaskContext is aborted. (The worker process
@@ -59,7 +75,10 @@ class Agent {
   // SIGTERM: asks the coordinator to stop the running job at a step all
   // ranks agree on (saving it when checkpoints are configured), waits up to
   // `grace` for this worker's part to end, and closes the session cleanly.
-  // Returns at once when no task runs. Called from any thread, once.
+  // When no generation runs here (the job is recovering), it starts no new
+  // task, lets an aborted one unwind, and saves the live state it holds
+  // (LiveStateSaver) within `grace`, telling the coordinator what became of
+  // it. Called from any thread, once.
   void Preempt(absl::Duration grace);
 
  private:
@@ -70,9 +89,14 @@ class Agent {
   void StartTask(const v1::Assignment& assignment,
                  const std::shared_ptr<Session>& session);
   void AbortTask(const std::string& why);
+  // Preempt's path when no generation runs on this worker.
+  void LeaveWhileIdle(const std::shared_ptr<TaskContext>& task,
+                      const std::shared_ptr<Session>& session,
+                      absl::Time deadline);
 
   ControlPlane* const control_;
   const TaskRunner runner_;
+  const LiveStateSaver save_live_state_;
   const Options options_;
 
   absl::Mutex mu_;

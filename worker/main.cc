@@ -343,7 +343,7 @@ int Run(int argc, char** argv) {
   TrainingRunner runner(device->name());
   Agent agent(
       &control, [&runner](TaskContext& task) { return runner.Run(task); },
-      options);
+      options, [&runner] { return runner.SaveLiveState(); });
   if (g_terminate_pipe[0] >= 0) {
     std::thread([&agent, grace = absl::Seconds(*preempt_grace)] {
       char byte;

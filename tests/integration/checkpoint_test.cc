@@ -7,12 +7,15 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "tests/integration/harness.h"
 
@@ -37,6 +40,120 @@ TEST_F(CheckpointTest, EveryWorkerKilledResumesFromTheCheckpointBitForBit) {
   ASSERT_NE(resumed, nullptr);
   EXPECT_THAT(resumed->message(), HasSubstr("from checkpoint ckpt-0000000"));
   ExpectLatestVerifies(job);
+}
+
+// The step rank 0's log says its generation ended after ("... ended on rank
+// 0 after step 57: ..."), or -1.
+int64_t StepRankZeroEndedAt(const std::string& log_path) {
+  auto log = ReadFileToString(log_path);
+  if (!log.ok()) return -1;
+  const std::string marker = "ended on rank 0 after step ";
+  size_t at = log->rfind(marker);
+  if (at == std::string::npos) return -1;
+  return std::atoll(log->c_str() + at + marker.size());
+}
+
+// The job of the two tests below: the chief reports progress only at a
+// generation's first step (log_every_steps beyond the run), so only what
+// the ranks report when their generation ends says where they stopped.
+const std::vector<std::string> kQuietJob = {
+    "max_steps=200", "global_batch_size=64", "log_every_steps=1000"};
+
+// Issue 13, defect 2: rank 1 dies past a checkpoint, the surviving chief
+// reports where it stopped and then dies too, so the job restores the
+// checkpoint: the resume counts exactly the steps trained twice.
+TEST_F(CheckpointTest, AResumePastACheckpointCountsTheStepsRepeatedExactly) {
+  StartCluster(2);
+  std::string job = Submit(WithCheckpoints(kQuietJob, 40));
+  v1::JobStatus saved = WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 40) || Ended(s);
+  });
+  ASSERT_EQ(saved.state(), v1::JOB_STATE_RUNNING) << saved.error();
+  const int64_t saved_step =
+      saved.checkpoints(saved.checkpoints_size() - 1).step();
+  ASSERT_EQ(kill(worker_pids_[1], SIGKILL), 0);
+  waitpid(worker_pids_[1], nullptr, 0);
+  // Rank 0's result (aborted) says where it stopped.
+  v1::JobStatus recovering =
+      WatchUntil(job, [saved_step](const v1::JobStatus& s) {
+        return Ended(s) || (s.state() == v1::JOB_STATE_RECOVERING &&
+                            s.applied_step() > saved_step);
+      });
+  ASSERT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(kill(worker_pids_[0], SIGKILL), 0);
+  waitpid(worker_pids_[0], nullptr, 0);
+  const int64_t stopped_at = StepRankZeroEndedAt(dir_ + "/worker-0-1.log");
+  ASSERT_GT(stopped_at, saved_step);
+
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  int64_t restored = -1;
+  for (const v1::CheckpointInfo& info : done.checkpoints()) {
+    if (absl::StrContains(resumed->message(), info.name())) {
+      restored = info.step();
+    }
+  }
+  ASSERT_GE(restored, saved_step) << resumed->message();
+  EXPECT_THAT(
+      resumed->message(),
+      HasSubstr(absl::StrCat("; ", stopped_at - restored, " steps repeated")));
+}
+
+// Issue 13, defect 3: the worker holding the newest live state gets SIGTERM
+// while the job waits for a dead rank's return. It saves that state as a
+// checkpoint before it exits, and the job resumes from it: nothing repeated,
+// and the uninterrupted run's model.
+TEST_F(CheckpointTest, SigtermDuringRecoverySavesTheNewestLiveState) {
+  StartCluster(2);
+  std::string reference = UninterruptedDigest(kQuietJob);
+  std::string job = Submit(WithCheckpoints(kQuietJob, 40));
+  v1::JobStatus saved = WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 40) || Ended(s);
+  });
+  ASSERT_EQ(saved.state(), v1::JOB_STATE_RUNNING) << saved.error();
+  const int64_t saved_step =
+      saved.checkpoints(saved.checkpoints_size() - 1).step();
+  ASSERT_EQ(kill(worker_pids_[1], SIGKILL), 0);
+  waitpid(worker_pids_[1], nullptr, 0);
+  v1::JobStatus recovering =
+      WatchUntil(job, [saved_step](const v1::JobStatus& s) {
+        return Ended(s) || (s.state() == v1::JOB_STATE_RECOVERING &&
+                            s.applied_step() > saved_step);
+      });
+  ASSERT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  const int64_t live_step = recovering.applied_step();
+
+  ASSERT_EQ(kill(worker_pids_[0], SIGTERM), 0);
+  int exit_status = -1;
+  waitpid(worker_pids_[0], &exit_status, 0);
+  EXPECT_TRUE(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0);
+  const std::string saved_name = absl::StrFormat("ckpt-%09d", live_step);
+  v1::JobStatus reported = WatchUntil(job, [](const v1::JobStatus& s) {
+    return Ended(s) || FindEvent(s, "live_state_saved") != nullptr ||
+           FindEvent(s, "live_state_not_saved") != nullptr;
+  });
+  const v1::JobEvent* event = FindEvent(reported, "live_state_saved");
+  ASSERT_NE(event, nullptr) << History(job);
+  EXPECT_THAT(event->message(),
+              AllOf(HasSubstr("worker:0"), HasSubstr("SIGTERM"),
+                    HasSubstr(absl::StrCat("at step ", live_step, " as ",
+                                           saved_name))));
+  EXPECT_TRUE(PathExists(backup_ + "/" + saved_name + "/MANIFEST.json"));
+
+  StartWorker(0);
+  StartWorker(1);
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectAllRanks(done, reference);
+  const v1::JobEvent* resumed = FindEvent(done, "resumed");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_THAT(resumed->message(),
+              AllOf(HasSubstr("from checkpoint " + saved_name),
+                    HasSubstr("; 0 steps repeated")));
 }
 
 // Dropout masks are a function of (seed, rank, step), batch norm's running

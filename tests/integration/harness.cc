@@ -239,8 +239,9 @@ pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
   std::string tf_config = absl::StrCat(
       R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
       R"(, "task": {"type": "worker", "index": )", index, "}}");
+  const int nth = ++spawned_;  // sequenced: both names below use it
   auto pid = processes_.Spawn(
-      absl::StrCat("worker ", index, " #", ++spawned_),
+      absl::StrCat("worker ", index, " #", nth),
       {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1",
        "--device", "cpu"},
       [&] {
@@ -248,7 +249,7 @@ pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
                                "OPENBLAS_NUM_THREADS=1"});
         return env;
       }(),
-      absl::StrCat(dir_, "/worker-", index, "-", spawned_, ".log"));
+      absl::StrCat(dir_, "/worker-", index, "-", nth, ".log"));
   EXPECT_TRUE(pid.ok()) << pid.status();
   return pid.value_or(-1);
 }

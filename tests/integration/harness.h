@@ -75,6 +75,8 @@ class ClusterTest : public ::testing::Test {
                     std::map<int, std::vector<std::string>> worker_env = {});
   void StartCoordinator(const std::string& listen);
   std::string ClusterJson() const;
+  // Worker `index`'s process number n (from 1, counting every worker
+  // started) logs to dir_/worker-<index>-<n>.log.
   pid_t StartWorker(int index, std::vector<std::string> env = {});
 
   // Submits the MLP example with `sets`; returns the job id.

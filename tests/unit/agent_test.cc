@@ -173,7 +173,8 @@ class AgentTest : public ::testing::Test {
     options.registration.set_incarnation(kIncarnation);
     options.registration.set_host("10.0.0.7");
     options.connect_timeout = connect_timeout;
-    agent_ = std::make_unique<Agent>(&control_, task_.Runner(), options);
+    agent_ = std::make_unique<Agent>(&control_, task_.Runner(), options,
+                                     save_live_state_);
     run_thread_ = std::thread([this] {
       run_thread_id_ = std::this_thread::get_id();
       run_status_ = agent_->Run();
@@ -220,6 +221,7 @@ class AgentTest : public ::testing::Test {
 
   FakeControlPlane control_;
   ScriptedTask task_;
+  LiveStateSaver save_live_state_;  // set before StartAgent, or none
   std::unique_ptr<Agent> agent_;
   std::thread run_thread_;
   std::thread::id run_thread_id_;
@@ -505,6 +507,74 @@ TEST_F(AgentTest, PreemptGivesUpOnATaskThatOutlastsTheGrace) {
   EXPECT_FALSE(
       session->WaitForMessage(ResultOf("job-1", 3), absl::ZeroDuration())
           .has_value());
+}
+
+// SIGTERM while the job is recovering: this worker's generation was aborted,
+// nothing runs. The agent says it is leaving, starts no new task, saves the
+// live state through the runner and reports what became of it.
+TEST_F(AgentTest, PreemptWhileRecoveringSavesTheLiveStateAndSaysSo) {
+  std::shared_ptr<FakeSession> session;
+  int runs_during_save = -1;
+  bool told_leaving_before_save = false;
+  save_live_state_ = [&] {
+    told_leaving_before_save =
+        session
+            ->WaitForMessage(
+                [](const v1::WorkerMessage& m) { return m.has_preempt(); },
+                absl::ZeroDuration())
+            .has_value();
+    // The coordinator, not yet aware, assigns the next generation.
+    session->Push(Assign("job-1", 4));
+    session->WaitUntilHandled(kEventTimeout);
+    runs_during_save = task_.runs();
+    LiveStateOutcome outcome;
+    outcome.step = 42;
+    outcome.saved_as = "ckpt-000000042";
+    outcome.saved_epoch = 1;
+    outcome.saved_bytes = 4096;
+    return outcome;
+  };
+  StartAgent();
+  session = control_.WaitForSession(0);
+  ASSERT_NE(session, nullptr);
+  session->Push(Assign("job-1", 3));
+  ASSERT_NE(task_.WaitStarted(1), nullptr);
+  session->Push(AbortCommand("job-1", 3));
+  ASSERT_TRUE(session->WaitForMessage(ResultOf("job-1", 3)).has_value());
+
+  agent_->Preempt(kEventTimeout);
+  EXPECT_TRUE(told_leaving_before_save);
+  EXPECT_EQ(runs_during_save, 1);  // generation 4 was not started
+  std::vector<v1::PreemptRequest> requests;
+  for (const v1::WorkerMessage& message : session->messages()) {
+    if (message.has_preempt()) requests.push_back(message.preempt());
+  }
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_FALSE(requests[0].live_state_done());
+  EXPECT_THAT(requests[0].reason(),
+              ::testing::AllOf(HasSubstr("SIGTERM"), HasSubstr("recovering")));
+  EXPECT_TRUE(requests[1].live_state_done());
+  EXPECT_EQ(requests[1].job_id(), "job-1");
+  EXPECT_EQ(requests[1].live_step(), 42);
+  EXPECT_EQ(requests[1].saved_checkpoint(), "ckpt-000000042");
+  EXPECT_EQ(requests[1].saved_bytes(), 4096);
+  EXPECT_TRUE(session->writes_closed());
+  EXPECT_TRUE(absl::IsCancelled(RunStatus()));
+}
+
+// A worker that never trained has nothing to save: no live-state report.
+TEST_F(AgentTest, PreemptBeforeAnyTaskSavesNothing) {
+  bool called = false;
+  save_live_state_ = [&] {
+    called = true;
+    return LiveStateOutcome();
+  };
+  StartAgent();
+  std::shared_ptr<FakeSession> session = control_.WaitForSession(0);
+  ASSERT_NE(session, nullptr);
+  agent_->Preempt(kEventTimeout);
+  EXPECT_FALSE(called);
+  EXPECT_TRUE(session->writes_closed());
 }
 
 }  // namespace

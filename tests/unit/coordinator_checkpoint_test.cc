@@ -317,6 +317,86 @@ TEST_F(CoordinatorTest, StopDuringAPreemptionStopsTheJob) {
   EXPECT_EQ(status.preemptions(), 0);
 }
 
+// ---- a SIGTERM while the job is recovering (issue 13, defect 3) ----------
+
+// The live-state report of a leaving worker.
+v1::WorkerMessage LiveState(const std::string& job, int64_t step,
+                            const std::string& saved, const std::string& note) {
+  v1::WorkerMessage message = Preempt(job, "SIGTERM while recovering");
+  message.mutable_preempt()->set_live_state_done(true);
+  message.mutable_preempt()->set_live_step(step);
+  message.mutable_preempt()->set_saved_checkpoint(saved);
+  message.mutable_preempt()->set_saved_epoch(0);
+  message.mutable_preempt()->set_saved_bytes(5000);
+  message.mutable_preempt()->set_note(note);
+  return message;
+}
+
+TEST_F(CoordinatorTest, ALeavingWorkersSavedLiveStateBecomesACheckpoint) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("gone"));
+  ASSERT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+
+  // First: leaving; nothing happens to the recovering job but that.
+  ASSERT_TRUE(
+      coordinator_
+          ->HandleWorkerMessage(id_a, Preempt(job, "SIGTERM while recovering"))
+          .ok());
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_TRUE(CommandsOf(a, v1::CoordinatorCommand::kStop).empty());
+  // Then what became of its state.
+  ASSERT_TRUE(
+      coordinator_
+          ->HandleWorkerMessage(id_a, LiveState(job, 57, "ckpt-000000057", ""))
+          .ok());
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(status.checkpoints_size(), 1);
+  EXPECT_EQ(status.checkpoints(0).name(), "ckpt-000000057");
+  EXPECT_EQ(status.checkpoints(0).step(), 57);
+  EXPECT_EQ(status.applied_step(), 57);
+  auto events = EventsOf(status, "live_state_saved");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].message(),
+              AllOf(HasSubstr(id_a), HasSubstr("SIGTERM"),
+                    HasSubstr("at step 57 as ckpt-000000057")));
+}
+
+TEST_F(CoordinatorTest, ALiveStateNotSavedIsAnEventAndAForgedNameIsIgnored) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("gone"));
+  // A checkpoint name that is not the step's, a negative step: ignored.
+  for (const v1::WorkerMessage& forged :
+       {LiveState(job, 57, "../../etc", ""), LiveState(job, 57, "ckpt-1", ""),
+        LiveState(job, -3, "", "x")}) {
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, forged).ok());
+  }
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.checkpoints_size(), 0);
+  EXPECT_TRUE(EventsOf(status, "live_state_saved").empty());
+  EXPECT_TRUE(EventsOf(status, "live_state_not_saved").empty());
+
+  ASSERT_TRUE(
+      coordinator_
+          ->HandleWorkerMessage(
+              id_a, LiveState(job, 57, "", "the job saves no checkpoints"))
+          .ok());
+  status = Status(job);
+  auto events = EventsOf(status, "live_state_not_saved");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].message(),
+              AllOf(HasSubstr(id_a), HasSubstr("no checkpoints")));
+  EXPECT_EQ(status.applied_step(), 57);
+}
+
 // ---- what a stopping generation reports about its final save -------------
 
 v1::JobSpec CheckpointedSpec(int workers) {

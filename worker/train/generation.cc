@@ -306,6 +306,11 @@ void Generation::LogPlan(absl::Duration setup, absl::Duration rendezvous,
               : absl::StrCat(" from ", agreed_.restored_from));
 }
 
+std::optional<ReplicaPosition> Generation::LastPosition() const {
+  if (sampler_ == nullptr || lr_ == nullptr) return std::nullopt;
+  return Position();
+}
+
 ReplicaPosition Generation::Position() const {
   ReplicaPosition position;
   position.job_id = task_.assignment.job_id();

@@ -53,6 +53,11 @@ class Generation {
   // failed (the job re-forms); any other code fails the job.
   absl::StatusOr<v1::TaskResult> Run();
 
+  // Where the replica stands, once setup planned the generation (the batch
+  // plan, epoch length, learning rate and model label a checkpoint of it
+  // records); nullopt if the generation ended before that.
+  std::optional<ReplicaPosition> LastPosition() const;
+
  private:
   // The backend every rank of the generation uses.
   std::string Backend() const;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "worker/checkpoint/store.h"
 #include "worker/train/generation.h"
 #include "worker/train/replica.h"
 
@@ -24,13 +25,25 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
     replica_ = std::make_unique<Replica>();
     replica_->job_id = assignment.job_id();
   }
+  if (spec_.name() != assignment.spec().name() ||
+      replica_->job_id != assignment.job_id()) {
+    position_.reset();
+  }
+  spec_ = assignment.spec();
+  job_ended_ = false;
   absl::StatusOr<v1::TaskResult> result;
   try {
     Generation generation(task, *replica_, torch::Device(device_));
     result = generation.Run();
+    if (auto position = generation.LastPosition()) {
+      position_ = std::make_unique<ReplicaPosition>(*std::move(position));
+    }
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
   }
+  // A job trained to its last step is done (the chief exported it and
+  // removed its checkpoints); a stop saved its step as a checkpoint.
+  job_ended_ = result.ok() && !result->stopped();
   v1::TaskResult out;
   if (result.ok()) {
     out = *std::move(result);
@@ -48,6 +61,68 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
   out.set_job_id(assignment.job_id());
   out.set_generation(assignment.generation());
   out.set_rank(assignment.rank());
+  return out;
+}
+
+LiveStateOutcome TrainingRunner::SaveLiveState() {
+  LiveStateOutcome out;
+  if (replica_ == nullptr || replica_->model == nullptr ||
+      position_ == nullptr || replica_->step == 0) {
+    out.note = "it held no trained state";
+    return out;
+  }
+  out.step = replica_->step;
+  if (job_ended_) {
+    out.note = absl::StrCat("its part of job ", replica_->job_id,
+                            " had ended; nothing to save");
+    return out;
+  }
+  const std::string& backup_dir = spec_.checkpoint().backup_dir();
+  if (backup_dir.empty()) {
+    out.note = absl::StrCat(
+        "the job saves no checkpoints (no checkpoint.backup_dir), so the live "
+        "state at step ",
+        out.step, " left with the worker");
+    return out;
+  }
+  const int64_t newest = checkpoint::NewestStep(backup_dir);
+  if (out.step <= newest) {
+    out.note = absl::StrCat(
+        "its live state (step ", out.step, ") is not newer than checkpoint ",
+        checkpoint::CheckpointName(newest), "; nothing to save");
+    return out;
+  }
+  absl::Status saved;
+  try {
+    // The whole replicated state, as the chief writes it; the rank record
+    // is rank 0's, a pure function of the seed, the plan and the step.
+    ReplicaPosition position = *position_;
+    const int prepared_by = position.rank;
+    position.rank = 0;
+    Snapshot snapshot = MakeSnapshot(spec_, *replica_, position);
+    auto files = checkpoint::Prepare(backup_dir, prepared_by, snapshot.step,
+                                     snapshot.files);
+    if (files.ok()) {
+      checkpoint::PreparedPart part;
+      part.dir = checkpoint::PrepareDir(prepared_by, snapshot.step);
+      part.files = *std::move(files);
+      auto bytes = checkpoint::Commit(backup_dir, snapshot.manifest, {part});
+      if (bytes.ok()) {
+        out.saved_as = checkpoint::CheckpointName(snapshot.step);
+        out.saved_epoch = snapshot.epoch;
+        out.saved_bytes = *bytes;
+        return out;
+      }
+      saved = bytes.status();
+    } else {
+      saved = files.status();
+    }
+  } catch (const std::exception& e) {
+    saved = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
+  }
+  out.note = absl::StrCat("saving its live state at step ", out.step, " in ",
+                          backup_dir, " failed: ", saved.message());
+  LogError(out.note);
   return out;
 }
 

@@ -13,11 +13,13 @@
 #include <string>
 
 #include "lockstep/v1/coordinator.pb.h"
+#include "worker/agent.h"
 #include "worker/task_context.h"
 
 namespace lockstep::worker {
 
 struct Replica;
+struct ReplicaPosition;
 
 // Thread-compatible: the agent runs one task at a time.
 class TrainingRunner {
@@ -32,9 +34,21 @@ class TrainingRunner {
   // whose code says whether the job can re-form (Unavailable, Aborted).
   v1::TaskResult Run(TaskContext& task);
 
+  // The worker is leaving while no generation runs (SIGTERM during
+  // recovery): if the replica holds a step newer than the job's newest
+  // checkpoint, saves it as a checkpoint of its own (prepare and commit,
+  // as the chief would) so the next generation restores it instead of an
+  // older one. Call only while Run is not running.
+  LiveStateOutcome SaveLiveState();
+
  private:
   const std::string device_;
   std::unique_ptr<Replica> replica_;
+  // Of the last generation run: the job's spec, where the replica stood,
+  // and whether the job ended there (its checkpoints are then gone).
+  v1::JobSpec spec_;
+  std::unique_ptr<ReplicaPosition> position_;  // null until planned
+  bool job_ended_ = false;
 };
 
 }  // namespace lockstep::worker
