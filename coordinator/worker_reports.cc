@@ -210,9 +210,11 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
                ", checkpoint \"", absl::CHexEscape(saved.substr(0, 64)), "\"");
     return;
   }
-  const std::string who = absl::StrCat(WorkerRegistry::Describe(worker),
-                                       " received SIGTERM while the job was "
-                                       "recovering");
+  const std::string who =
+      absl::StrCat(WorkerRegistry::Describe(worker), " received SIGTERM while ",
+                   job.status.state() == v1::JOB_STATE_RECOVERING
+                       ? "the job was recovering"
+                       : "no generation of the job ran on it");
   if (step > 0) NoteAppliedStep(job.status, step);
   if (!saved.empty()) {
     v1::CheckpointCommitted committed;

@@ -239,8 +239,9 @@ void Agent::LeaveWhileIdle(const std::shared_ptr<TaskContext>& task,
   v1::PreemptRequest* request = message.mutable_preempt();
   request->set_job_id(job_id);
   request->set_reason(absl::StrCat("worker ", task->host,
-                                   " received SIGTERM while job ", job_id,
-                                   " was recovering"));
+                                   " received SIGTERM while no generation of "
+                                   "job ",
+                                   job_id, " ran on it"));
   // First: the coordinator gives this worker no rank from now on.
   if (session != nullptr) session->Send(message);
   // The aborted generation's task unwinds (bounded: an abort releases every

@@ -552,7 +552,8 @@ TEST_F(AgentTest, PreemptWhileRecoveringSavesTheLiveStateAndSaysSo) {
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_FALSE(requests[0].live_state_done());
   EXPECT_THAT(requests[0].reason(),
-              ::testing::AllOf(HasSubstr("SIGTERM"), HasSubstr("recovering")));
+              ::testing::AllOf(HasSubstr("SIGTERM"),
+                               HasSubstr("no generation of job job-1")));
   EXPECT_TRUE(requests[1].live_state_done());
   EXPECT_EQ(requests[1].job_id(), "job-1");
   EXPECT_EQ(requests[1].live_step(), 42);
