@@ -5,8 +5,11 @@
 #include <gloo/context.h>
 #include <gloo/transport/context.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <csignal>
@@ -80,6 +83,33 @@ void IgnoreSigpipeUnlessHandled() {
 
 namespace {
 
+// Whether this side of a pair connects to its peer rather than waiting for
+// it: Gloo's rule in tcp::Pair::connect (the larger address, compared as
+// raw bytes then port, connects). Addresses Gloo would refuse count as
+// connecting.
+bool ConnectsToPeer(const std::vector<char>& self_bytes,
+                    const std::vector<char>& peer_bytes) {
+  const gloo::transport::tcp::Address self(self_bytes);
+  const gloo::transport::tcp::Address peer(peer_bytes);
+  const sockaddr_storage& a = self.getSockaddr();
+  const sockaddr_storage& b = peer.getSockaddr();
+  int order = 0;
+  if (a.ss_family == AF_INET && b.ss_family == AF_INET) {
+    const auto* sa = reinterpret_cast<const sockaddr_in*>(&a);
+    const auto* sb = reinterpret_cast<const sockaddr_in*>(&b);
+    order = std::memcmp(&sa->sin_addr, &sb->sin_addr, sizeof(in_addr));
+    if (order == 0) order = sa->sin_port - sb->sin_port;
+  } else if (a.ss_family == AF_INET6 && b.ss_family == AF_INET6) {
+    const auto* sa = reinterpret_cast<const sockaddr_in6*>(&a);
+    const auto* sb = reinterpret_cast<const sockaddr_in6*>(&b);
+    order = std::memcmp(&sa->sin6_addr, &sb->sin6_addr, sizeof(in6_addr));
+    if (order == 0) order = sa->sin6_port - sb->sin6_port;
+  } else {
+    return true;
+  }
+  return order > 0;
+}
+
 // The collectives' context over pairs connected by lockstep: Gloo's
 // Context holds the transport it hands out buffers of.
 class MeshContext : public gloo::Context {
@@ -114,6 +144,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer != options.rank) comm->transport_->createPair(peer);
     }
+    absl::MutexLock lock(&comm->mu_);
+    comm->connects_.assign(options.size, false);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("Gloo set-up of rank ", options.rank, " of ", options.size,
@@ -195,9 +227,12 @@ absl::Status GlooCommunicator::ConnectPairs(KeyValueClient* kv) {
     const size_t slot = rank() > peer ? rank() - 1 : rank();
     const char* begin = theirs->data() + slot * address_size;
     std::vector<char> address(begin, begin + address_size);
+    const bool connects =
+        ConnectsToPeer(transport_->getPair(peer)->address().bytes(), address);
     {
       absl::MutexLock lock(&mu_);
       if (aborted_) return absl::AbortedError("aborted");
+      connects_[peer] = connects;
     }
     transport_->getPair(peer)->connect(address);
   }
@@ -210,12 +245,19 @@ void GlooCommunicator::Abort() {
   absl::MutexLock lock(&mu_);
   aborted_ = true;
   if (connecting_ != nullptr) {
-    // Ends Connect's waits: for a peer's address, and a pair's for its
-    // peer (the pair moves to closed, which Gloo's connect wait takes as
-    // done); Connect then sees aborted_.
+    // Ends Connect's waits: for a peer's address, and a listening pair's
+    // for its peer (the pair moves to closed, which Gloo's connect wait
+    // takes as done); Connect then sees aborted_. A connecting pair is left
+    // alone: its wait ends as soon as the peer's kernel answers, and
+    // Gloo's close() resets the connection (SO_LINGER 0), which makes a
+    // peer that has not accepted it yet die in Gloo's accept handling
+    // (getpeername on a reset socket). Only a peer host that does not
+    // answer at all keeps it, for the rendezvous timeout.
     connecting_->Cancel();
     for (int peer = 0; peer < size(); ++peer) {
-      if (peer != rank()) transport_->getPair(peer)->close();
+      if (peer != rank() && !connects_[peer]) {
+        transport_->getPair(peer)->close();
+      }
     }
   }
   for (UnboundBuffer* buffer : active_) {

@@ -134,6 +134,8 @@ class GlooCommunicator : public Communicator {
   // The store Connect is using while it runs: Abort cancels it and closes
   // the pairs to end Connect's waits.
   KeyValueClient* connecting_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Per peer: this side connects to it (Gloo's rule), rather than listens.
+  std::vector<bool> connects_ ABSL_GUARDED_BY(mu_);
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
 };
 
