@@ -35,12 +35,14 @@ demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
 # The full benchmarks (minutes each; results in docs/BENCHMARKS.md). `make
-# test` runs each once at a tiny size (ctest -L bench-smoke).
+# test` runs each once at a tiny size (ctest -L bench-smoke), and the chaos
+# soak with a fixed seed and 5 faults (ctest -L soak).
 bench: build
 	@$(BUILD_DIR)/bin/allreduce_bench 256
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
+	@$(BUILD_DIR)/bin/chaos_soak $(BUILD_DIR)/bin --faults 12
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 	@bash bench/ddp_compare.sh $(BUILD_DIR)

@@ -125,7 +125,7 @@ struct Fault {
   FaultKind kind;
   int worker = -1;           // the target, or -1 for the coordinator
   double at_s = 0;           // since the faulted job was submitted
-  double held_s = 0;         // restart delay or stop length
+  double held_s = 0;         // from the fault to the restart or SIGCONT
   int64_t step = 0;          // the job's step when it was injected
   int64_t generation = 0;    // the job's generation then
   double resumed_s = -1;     // fault to training again; -1: never
@@ -133,6 +133,8 @@ struct Fault {
   std::string resumed_from;  // the state the job resumed from
   std::string problem;       // what went wrong, empty if nothing
   bool overlap = false;      // the next fault hits this one's recovery
+  int spacing = 0;           // steps trained between the last resume and it
+  double delay_s = 0;        // restart delay or stop length, as planned
 };
 
 // A task the supervisor does later: a restart, a SIGCONT.
@@ -201,7 +203,8 @@ class Soak {
   // Trains the job again under faults; true if it passed.
   bool RunFaulted(const std::string& reference) {
     start_ = absl::Now();
-    next_at_step_ = NextSpacing();
+    Plan();
+    next_at_step_ = plan_.empty() ? 0 : plan_[0].spacing;
     job_ = Submit("faulted");
     if (job_.empty()) return false;
     std::optional<v1::JobStatus> last;
@@ -293,7 +296,7 @@ class Soak {
           Note(absl::StrCat(name, " ", how, " after SIGTERM, not 0"));
         }
         int index = current_->worker;
-        double delay = Uniform(0, 1);
+        const double delay = current_->delay_s;
         current_->held_s = Elapsed() - current_->at_s + delay;
         Later(delay, [this, index] { workers_[index] = StartWorker(index); });
         continue;
@@ -415,8 +418,11 @@ class Soak {
         return;
       }
       PrintFault(*current_, faults_.size());
-      next_at_step_ = current_->resumed_s < 0 ? status.step()
-                                              : status.step() + NextSpacing();
+      const size_t next = faults_.size();
+      next_at_step_ = status.step();
+      if (current_->resumed_s >= 0 && next < plan_.size()) {
+        next_at_step_ += plan_[next].spacing;
+      }
       current_ = nullptr;
       late_noted_ = false;
     }
@@ -500,32 +506,48 @@ class Soak {
     }
   }
 
-  int NextSpacing() {
-    return std::uniform_int_distribution<>(kMinSpacing, kMaxSpacing)(random_);
-  }
-
-  FaultKind NextKind() {
-    if (deck_.empty()) {
-      deck_.assign(std::begin(kAllKinds), std::end(kAllKinds));
-      std::shuffle(deck_.begin(), deck_.end(), random_);
+  // Draws every fault before the run, so that a seed names the same
+  // schedule however the run's timing goes: the kinds come from a shuffled
+  // deck of all five.
+  void Plan() {
+    std::vector<FaultKind> deck;
+    for (int i = 0; i < options_.faults; ++i) {
+      if (deck.empty()) {
+        deck.assign(std::begin(kAllKinds), std::end(kAllKinds));
+        std::shuffle(deck.begin(), deck.end(), random_);
+      }
+      Fault fault{deck.back()};
+      deck.pop_back();
+      fault.spacing =
+          std::uniform_int_distribution<>(kMinSpacing, kMaxSpacing)(random_);
+      fault.overlap = std::bernoulli_distribution(options_.overlap)(random_);
+      const double timeout = options_.heartbeat_timeout_s;
+      switch (fault.kind) {
+        case FaultKind::kStopShort:
+          fault.delay_s = Uniform(0.1, 0.4) * timeout;
+          break;
+        case FaultKind::kStopLong:
+          fault.delay_s = Uniform(1.5, 2.5) * timeout;
+          break;
+        default:
+          fault.delay_s = Uniform(0, 1.5);
+      }
+      if (fault.kind != FaultKind::kKillCoordinator) {
+        fault.worker =
+            std::uniform_int_distribution<>(0, kWorkers - 1)(random_);
+      }
+      plan_.push_back(fault);
     }
-    FaultKind kind = deck_.back();
-    deck_.pop_back();
-    return kind;
   }
 
   void Inject(const v1::JobStatus& status) {
-    faults_.push_back(Fault{NextKind()});
+    faults_.push_back(plan_[faults_.size()]);
     current_ = &faults_.back();
     Fault& fault = *current_;
     fault.at_s = Elapsed();
     fault.step = status.step();
     fault.generation = status.generation();
-    fault.overlap = std::bernoulli_distribution(options_.overlap)(random_);
-    if (fault.kind != FaultKind::kKillCoordinator) {
-      fault.worker = std::uniform_int_distribution<>(0, kWorkers - 1)(random_);
-    }
-    const double timeout = options_.heartbeat_timeout_s;
+    fault.held_s = fault.delay_s;
     const int index = fault.worker;
     const pid_t pid = index >= 0 ? workers_[index] : coordinator_;
     const std::string name = index >= 0
@@ -533,31 +555,27 @@ class Soak {
                                  : absl::StrCat("coordinator #", coordinators_);
     switch (fault.kind) {
       case FaultKind::kKillWorker:
-        fault.held_s = Uniform(0, 1.5);
         expected_exits_.insert(name);
         kill(pid, SIGKILL);
-        Later(fault.held_s,
+        Later(fault.delay_s,
               [this, index] { workers_[index] = StartWorker(index); });
         break;
       case FaultKind::kStopShort:
       case FaultKind::kStopLong:
-        fault.held_s = fault.kind == FaultKind::kStopShort
-                           ? Uniform(0.1, 0.4) * timeout
-                           : Uniform(1.5, 2.5) * timeout;
         kill(pid, SIGSTOP);
-        Later(fault.held_s, [pid] { kill(pid, SIGCONT); });
+        Later(fault.delay_s, [pid] { kill(pid, SIGCONT); });
         break;
       case FaultKind::kTermWorker:
-        preempted_ = name;
+        preempted_ = name;  // restarted delay_s after it exits
         kill(pid, SIGTERM);
         break;
       case FaultKind::kKillCoordinator:
-        fault.held_s = Uniform(0, 1.5);
         expected_exits_.insert(name);
         kill(pid, SIGKILL);
-        Later(fault.held_s, [this] {
-          if (!StartCoordinator(address_))
+        Later(fault.delay_s, [this] {
+          if (!StartCoordinator(address_)) {
             Note("the coordinator did not restart");
+          }
         });
         break;
     }
@@ -675,7 +693,7 @@ class Soak {
   std::string preempted_;  // the SIGTERMed worker until it exits
   bool preempt_killed_ = false;
   std::vector<Action> actions_;
-  std::vector<FaultKind> deck_;
+  std::vector<Fault> plan_;   // drawn before the run (Plan)
   std::deque<Fault> faults_;  // a deque: current_ points into it
   Fault* current_ = nullptr;  // the fault the job has not resumed from
   bool late_noted_ = false;
