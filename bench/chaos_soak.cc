@@ -27,7 +27,11 @@
 //
 //   chaos_soak BIN_DIR [--seed N] [--faults N] [--steps N] [--data DIR]
 //              [--budget SECS] [--resume-budget SECS]
-//              [--heartbeat-timeout SECS] [--keep]
+//              [--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..]
+//              [--keep]
+//
+// --overlap is the chance that a fault's recovery is hit by the next fault
+// (default 0.25); --kinds limits the deck (e.g. --kinds kill-coord).
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
@@ -51,6 +55,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/process.h"
@@ -80,19 +85,6 @@ std::string TfConfig(int index) {
       index, "}}");
 }
 
-struct Options {
-  std::string bin;
-  std::string data;
-  uint32_t seed = 0;
-  int faults = 12;
-  int steps = 2000;
-  double budget_s = 900;
-  double resume_budget_s = 45;
-  double heartbeat_timeout_s = 2;
-  double overlap = 0.25;  // the chance that a fault's recovery is hit too
-  bool keep = false;
-};
-
 enum class FaultKind {
   kKillWorker,
   kStopShort,
@@ -119,6 +111,20 @@ const char* KindName(FaultKind kind) {
   }
   return "?";
 }
+
+struct Options {
+  std::string bin;
+  std::string data;
+  uint32_t seed = 0;
+  int faults = 12;
+  int steps = 2000;
+  double budget_s = 900;
+  double resume_budget_s = 45;
+  double heartbeat_timeout_s = 2;
+  double overlap = 0.25;  // the chance that a fault's recovery is hit too
+  std::vector<FaultKind> kinds = {std::begin(kAllKinds), std::end(kAllKinds)};
+  bool keep = false;
+};
 
 // One injected fault and what the job did about it.
 struct Fault {
@@ -162,10 +168,6 @@ class Soak {
     char tmpl[] = "/tmp/lockstep-soak-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
-    processes_.StartReaper([this](const std::string& name, int status) {
-      absl::MutexLock lock(&exits_mu_);
-      exits_.push_back({name, status});
-    });
     if (!StartCoordinator("127.0.0.1:0")) return false;
     // The coordinator restarts on the same address: reconnect quickly.
     grpc::ChannelArguments channel_args;
@@ -173,6 +175,12 @@ class Soak {
     stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(
         address_, grpc::InsecureChannelCredentials(), channel_args));
     for (int i = 0; i < kWorkers; ++i) workers_.push_back(StartWorker(i));
+    // Only now: the reaper ends when it finds no child at all. Faults hit one
+    // process at a time, so some child is always running from here on.
+    processes_.StartReaper([this](const std::string& name, int status) {
+      absl::MutexLock lock(&exits_mu_);
+      exits_.push_back({name, status});
+    });
     return true;
   }
 
@@ -513,7 +521,7 @@ class Soak {
     std::vector<FaultKind> deck;
     for (int i = 0; i < options_.faults; ++i) {
       if (deck.empty()) {
-        deck.assign(std::begin(kAllKinds), std::end(kAllKinds));
+        deck = options_.kinds;
         std::shuffle(deck.begin(), deck.end(), random_);
       }
       Fault fault{deck.back()};
@@ -538,6 +546,14 @@ class Soak {
       }
       plan_.push_back(fault);
     }
+    std::printf("plan (* = the next fault hits its recovery):");
+    for (const Fault& fault : plan_) {
+      std::printf(
+          " %s%s%s", KindName(fault.kind),
+          fault.worker < 0 ? "" : absl::StrCat("/w", fault.worker).c_str(),
+          fault.overlap ? "*" : "");
+    }
+    std::printf("\n");
   }
 
   void Inject(const v1::JobStatus& status) {
@@ -708,13 +724,13 @@ class Soak {
 constexpr char kUsage[] =
     "usage: chaos_soak BIN_DIR [--seed N] [--faults N] [--steps N] "
     "[--data DIR] [--budget SECS] [--resume-budget SECS] "
-    "[--heartbeat-timeout SECS] [--overlap P] [--keep]\n";
+    "[--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..] [--keep]\n";
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   absl::StatusOr<Args> args =
       Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                   {"seed", "faults", "steps", "data", "budget", "resume-budget",
-                   "heartbeat-timeout", "overlap"},
+                   "heartbeat-timeout", "overlap", "kinds"},
                   {"keep"});
   if (!args.ok()) return args.status();
   if (args->positional().size() != 1) {
@@ -753,6 +769,21 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   options.resume_budget_s = *resume;
   options.heartbeat_timeout_s = *heartbeat;
   options.overlap = *overlap;
+  if (args->Has("kinds")) {
+    options.kinds.clear();
+    for (absl::string_view name : absl::StrSplit(args->Get("kinds"), ',')) {
+      auto kind =
+          std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
+                       [&](FaultKind k) { return name == KindName(k); });
+      if (kind == std::end(kAllKinds)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--kinds: unknown fault '", name,
+                         "'; the kinds are kill-worker, stop-short, stop-long, "
+                         "term-worker and kill-coord"));
+      }
+      options.kinds.push_back(*kind);
+    }
+  }
   return options;
 }
 
