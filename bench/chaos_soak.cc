@@ -169,11 +169,6 @@ class Soak {
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
     if (!StartCoordinator("127.0.0.1:0")) return false;
-    // The coordinator restarts on the same address: reconnect quickly.
-    grpc::ChannelArguments channel_args;
-    channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-    stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(
-        address_, grpc::InsecureChannelCredentials(), channel_args));
     for (int i = 0; i < kWorkers; ++i) workers_.push_back(StartWorker(i));
     // Only now: the reaper ends when it finds no child at all. Faults hit one
     // process at a time, so some child is always running from here on.
@@ -265,6 +260,10 @@ class Soak {
       return false;
     }
     address_ = line.substr(line.rfind(' ') + 1);
+    // A new channel for each coordinator: the old one would wait out its
+    // reconnect backoff (seconds) before it saw the restarted process.
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     return true;
   }
 
