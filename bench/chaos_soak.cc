@@ -11,27 +11,37 @@
 //                 agreed, saved step and exits 0); restart it once it exited
 //   kill-coord    SIGKILL the coordinator; restart it on the same port and
 //                 state dir after a random short delay
+//   kill-all      SIGKILL every worker and restart them after a random short
+//                 delay: no live state survives, the job restores its
+//                 newest checkpoint (saved every 10 steps)
 //
-// The kinds are dealt from a shuffled deck, so every 5 faults cover all five.
-// Before each fault the job must have resumed from the previous one and
-// trained a random 3..12 more steps. The run passes when the faulted job
-// succeeds within --budget seconds with the reference digest and every fault
-// resumed training within --resume-budget seconds. A table gives per fault
-// its time, kind, target, how long the process was held (restart delay or
-// stop length), how long until training resumed, the steps repeated (from
-// the job's `resumed` event) and the state the job resumed from.
+// The whole schedule is drawn from the seed before the run: kinds from a
+// shuffled deck (every 6 faults cover all six), targets, delays, and the
+// steps trained between the job's resume and the next fault (3..12). With
+// probability --overlap a fault does not wait for that: it goes in while the
+// generation recovering from the previous one sets up (connects, agrees on
+// the state), the window where a rank dies right after a generation started.
+//
+// The run passes when the faulted job succeeds within --budget seconds with
+// the reference digest and training resumed within --resume-budget seconds
+// of every fault. These are liveness bounds, far above a normal recovery
+// (seconds), so that a hang fails the run instead of stalling it. A table
+// gives per fault its time, kind, target, how long the process was held
+// (restart delay or stop length), how long until training resumed, the
+// steps repeated (from the job's `resumed` event) and the state the job
+// resumed from.
 //
 // Exit 0 on success (the run's folder is removed), 1 on any failure (the
 // folder, with every process's log, the state dir and the backups, is kept
-// and named), 2 on bad flags.
+// and named, and the job's events are printed), 2 on bad flags.
 //
 //   chaos_soak BIN_DIR [--seed N] [--faults N] [--steps N] [--data DIR]
 //              [--budget SECS] [--resume-budget SECS]
 //              [--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..]
 //              [--keep]
 //
-// --overlap is the chance that a fault's recovery is hit by the next fault
-// (default 0.25); --kinds limits the deck (e.g. --kinds kill-coord).
+// --data defaults to $BENCH_DATA_DIR, else the job's default data set;
+// --kinds limits the deck (e.g. --kinds kill-coord,kill-all).
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
@@ -90,11 +100,12 @@ enum class FaultKind {
   kStopShort,
   kStopLong,
   kTermWorker,
-  kKillCoordinator
+  kKillCoordinator,
+  kKillAll
 };
 constexpr FaultKind kAllKinds[] = {
-    FaultKind::kKillWorker, FaultKind::kStopShort, FaultKind::kStopLong,
-    FaultKind::kTermWorker, FaultKind::kKillCoordinator};
+    FaultKind::kKillWorker, FaultKind::kStopShort,       FaultKind::kStopLong,
+    FaultKind::kTermWorker, FaultKind::kKillCoordinator, FaultKind::kKillAll};
 
 const char* KindName(FaultKind kind) {
   switch (kind) {
@@ -108,6 +119,8 @@ const char* KindName(FaultKind kind) {
       return "term-worker";
     case FaultKind::kKillCoordinator:
       return "kill-coord";
+    case FaultKind::kKillAll:
+      return "kill-all";
   }
   return "?";
 }
@@ -170,8 +183,9 @@ class Soak {
     dir_ = tmpl;
     if (!StartCoordinator("127.0.0.1:0")) return false;
     for (int i = 0; i < kWorkers; ++i) workers_.push_back(StartWorker(i));
-    // Only now: the reaper ends when it finds no child at all. Faults hit one
-    // process at a time, so some child is always running from here on.
+    // Only now: the reaper ends when it finds no child at all. The
+    // coordinator and the workers are never all down at once (each fault
+    // waits for the restarts of the one before), so some child always runs.
     processes_.StartReaper([this](const std::string& name, int status) {
       absl::MutexLock lock(&exits_mu_);
       exits_.push_back({name, status});
@@ -539,7 +553,8 @@ class Soak {
         default:
           fault.delay_s = Uniform(0, 1.5);
       }
-      if (fault.kind != FaultKind::kKillCoordinator) {
+      if (fault.kind != FaultKind::kKillCoordinator &&
+          fault.kind != FaultKind::kKillAll) {
         fault.worker =
             std::uniform_int_distribution<>(0, kWorkers - 1)(random_);
       }
@@ -593,6 +608,15 @@ class Soak {
           }
         });
         break;
+      case FaultKind::kKillAll:
+        for (int i = 0; i < kWorkers; ++i) {
+          expected_exits_.insert(worker_names_[i]);
+          kill(workers_[i], SIGKILL);
+        }
+        Later(fault.delay_s, [this] {
+          for (int i = 0; i < kWorkers; ++i) workers_[i] = StartWorker(i);
+        });
+        break;
     }
   }
 
@@ -605,8 +629,10 @@ class Soak {
 
   void PrintFault(const Fault& fault, size_t number) const {
     if (number == 1) PrintHeader();
-    const std::string target =
-        fault.worker < 0 ? "coord" : absl::StrCat("worker ", fault.worker);
+    const std::string target = fault.kind == FaultKind::kKillAll ? "workers"
+                               : fault.worker < 0
+                                   ? "coord"
+                                   : absl::StrCat("worker ", fault.worker);
     const std::string resumed =
         fault.resumed_s < 0 ? "-" : absl::StrFormat("%.2f", fault.resumed_s);
     const std::string repeated =
@@ -778,7 +804,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
         return absl::InvalidArgumentError(
             absl::StrCat("--kinds: unknown fault '", name,
                          "'; the kinds are kill-worker, stop-short, stop-long, "
-                         "term-worker and kill-coord"));
+                         "term-worker, kill-coord and kill-all"));
       }
       options.kinds.push_back(*kind);
     }
