@@ -438,12 +438,14 @@ class Soak {
         }
         return;
       }
+      CheckLiveRecovery();
       PrintFault(*current_, faults_.size());
       const size_t next = faults_.size();
       next_at_step_ = status.step();
       if (current_->resumed_s >= 0 && next < plan_.size()) {
         next_at_step_ += plan_[next].spacing;
       }
+      if (current_->resumed_s >= 0) chain_lost_live_state_ = false;
       current_ = nullptr;
       late_noted_ = false;
     }
@@ -507,6 +509,18 @@ class Soak {
     current_->resumed_from = absl::StrCat("(next fault as generation ",
                                           status.generation(), " set up)");
     return true;
+  }
+
+  // Live recovery repeats no step (docs/DESIGN.md §3): only a kill-all, or
+  // a fault that hit the recovery from one, may resume from a checkpoint.
+  void CheckLiveRecovery() {
+    if (current_->kind == FaultKind::kKillAll) chain_lost_live_state_ = true;
+    if (current_->resumed_s >= 0 && current_->repeated > 0 &&
+        !chain_lost_live_state_) {
+      Note(absl::StrCat(current_->repeated, " steps repeated ",
+                        current_->resumed_from,
+                        " although a worker kept its live state"));
+    }
   }
 
   // "generation G trains again after step S with rank R's live state; N
@@ -738,6 +752,8 @@ class Soak {
   std::deque<Fault> faults_;  // a deque: current_ points into it
   Fault* current_ = nullptr;  // the fault the job has not resumed from
   bool late_noted_ = false;
+  // A kill-all since the last fault the job resumed from.
+  bool chain_lost_live_state_ = false;
   bool near_end_noted_ = false;
   int64_t next_at_step_ = 0;
   std::vector<std::string> other_problems_;
