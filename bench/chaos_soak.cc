@@ -46,6 +46,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,7 @@ struct Fault {
   int64_t generation = 0;    // the job's generation then
   double resumed_s = -1;     // fault to training again; -1: never
   int64_t repeated = -1;     // from the `resumed` event; 0 without one
+  int64_t resumed_at = -1;   // the step the job trained again after
   std::string resumed_from;  // the state the job resumed from
   std::string problem;       // what went wrong, empty if nothing
   bool overlap = false;      // the next fault hits this one's recovery
@@ -513,13 +515,24 @@ class Soak {
 
   // Live recovery repeats no step (docs/DESIGN.md §3): only a kill-all, or
   // a fault that hit the recovery from one, may resume from a checkpoint.
+  // The event counts repeats against the most advanced step ever applied,
+  // so a fault while the job still re-trains the steps a restore repeated
+  // counts those again: that many are not this fault's doing.
   void CheckLiveRecovery() {
-    if (current_->kind == FaultKind::kKillAll) chain_lost_live_state_ = true;
-    if (current_->resumed_s >= 0 && current_->repeated > 0 &&
-        !chain_lost_live_state_) {
-      Note(absl::StrCat(current_->repeated, " steps repeated ",
-                        current_->resumed_from,
-                        " although a worker kept its live state"));
+    Fault& fault = *current_;
+    if (fault.kind == FaultKind::kKillAll) chain_lost_live_state_ = true;
+    if (fault.resumed_s < 0 || fault.repeated < 0) return;
+    if (chain_lost_live_state_) {
+      replay_until_ =
+          std::max(replay_until_, fault.resumed_at + fault.repeated);
+      return;
+    }
+    const int64_t replaying =
+        std::max<int64_t>(0, replay_until_ - fault.resumed_at);
+    if (fault.repeated > replaying) {
+      Note(absl::StrCat(fault.repeated, " steps repeated (resumed after step ",
+                        fault.resumed_at, " ", fault.resumed_from,
+                        ") although a worker kept its live state"));
     }
   }
 
@@ -534,6 +547,12 @@ class Soak {
         source < semicolon) {
       fault.resumed_from = message.substr(source + 1, semicolon - source - 1);
     }
+    size_t after = message.find("after step ");
+    if (after != std::string::npos) {
+      after += strlen("after step ");
+      absl::SimpleAtoi(message.substr(after, message.find(' ', after) - after),
+                       &fault.resumed_at);
+    }
     if (semicolon != std::string::npos) {
       size_t end = message.find(' ', semicolon + 2);
       absl::SimpleAtoi(message.substr(semicolon + 2, end - semicolon - 2),
@@ -543,7 +562,7 @@ class Soak {
 
   // Draws every fault before the run, so that a seed names the same
   // schedule however the run's timing goes: the kinds come from a shuffled
-  // deck of all five.
+  // deck of all six.
   void Plan() {
     std::vector<FaultKind> deck;
     for (int i = 0; i < options_.faults; ++i) {
@@ -754,6 +773,9 @@ class Soak {
   bool late_noted_ = false;
   // A kill-all since the last fault the job resumed from.
   bool chain_lost_live_state_ = false;
+  // The most advanced step before the last restore: until the job passes it
+  // again, it re-trains steps a kill-all repeated.
+  int64_t replay_until_ = 0;
   bool near_end_noted_ = false;
   int64_t next_at_step_ = 0;
   std::vector<std::string> other_problems_;
