@@ -151,6 +151,7 @@ struct Fault {
   double resumed_s = -1;     // fault to training again; -1: never
   int64_t repeated = -1;     // from the `resumed` event; 0 without one
   int64_t resumed_at = -1;   // the step the job trained again after
+  int64_t step_at_cont = 0;  // the job's step when a stopped worker went on
   std::string resumed_from;  // the state the job resumed from
   std::string problem;       // what went wrong, empty if nothing
   bool overlap = false;      // the next fault hits this one's recovery
@@ -164,15 +165,19 @@ struct Action {
   std::function<void()> run;
 };
 
+// The supervisor. Start() runs the cluster, RunReference() the job without
+// faults, RunFaulted() the job under the planned faults and the verdict; the
+// destructor stops every process it started (by pid: SIGTERM, then SIGKILL).
+// Everything runs on the calling thread, which polls the coordinator and
+// the processes every 50 ms; only the reaper thread's exit reports cross
+// threads (exits_).
 class Soak {
  public:
   explicit Soak(Options options)
       : options_(std::move(options)), random_(options_.seed) {}
 
   ~Soak() {
-    for (pid_t pid : workers_) {
-      if (pid > 0) kill(pid, SIGCONT);  // a stopped worker cannot exit
-    }
+    if (stopped_ > 0) kill(stopped_, SIGCONT);  // so that it can exit
     processes_.TerminateAll(absl::Seconds(3));
   }
 
@@ -422,35 +427,8 @@ class Soak {
   // One step of the fault schedule: see whether the current fault is over,
   // and inject the next once the job trained enough since.
   void Advance(const v1::JobStatus& status) {
-    if (current_ != nullptr) {
-      if (!preempted_.empty() && !preempt_killed_ &&
-          Elapsed() - current_->at_s > kPreemptWait) {
-        Note(absl::StrCat(preempted_, " did not exit ", kPreemptWait,
-                          " s after SIGTERM; killed"));
-        kill(workers_[current_->worker], SIGKILL);
-        kill(workers_[current_->worker], SIGCONT);
-        preempt_killed_ = true;  // its exit restarts it
-      }
-      if (!Resumed(status) && !Overlap(status)) {
-        if (Elapsed() - current_->at_s > options_.resume_budget_s &&
-            !late_noted_) {
-          late_noted_ = true;
-          Note(absl::StrCat("training did not resume within ",
-                            options_.resume_budget_s, " s"));
-        }
-        return;
-      }
-      CheckLiveRecovery();
-      PrintFault(*current_, faults_.size());
-      const size_t next = faults_.size();
-      next_at_step_ = status.step();
-      if (current_->resumed_s >= 0 && next < plan_.size()) {
-        next_at_step_ += plan_[next].spacing;
-      }
-      if (current_->resumed_s >= 0) chain_lost_live_state_ = false;
-      current_ = nullptr;
-      late_noted_ = false;
-    }
+    last_step_ = status.step();
+    if (current_ != nullptr && !Settle(status)) return;
     if (static_cast<int>(faults_.size()) >= options_.faults ||
         !actions_.empty() || status.state() != v1::JOB_STATE_RUNNING ||
         status.step() < next_at_step_) {
@@ -468,6 +446,38 @@ class Soak {
     Inject(status);
   }
 
+  // Whether the current fault is over (training resumed, or the next fault
+  // is to hit its recovery); then it is reported and the next one planned.
+  bool Settle(const v1::JobStatus& status) {
+    if (!preempted_.empty() && !preempt_killed_ &&
+        Elapsed() - current_->at_s > kPreemptWait) {
+      Note(absl::StrCat(preempted_, " did not exit ", kPreemptWait,
+                        " s after SIGTERM; killed"));
+      kill(workers_[current_->worker], SIGKILL);
+      preempt_killed_ = true;  // its exit restarts it
+    }
+    if (!Resumed(status) && !Overlap(status)) {
+      if (Elapsed() - current_->at_s > options_.resume_budget_s &&
+          !late_noted_) {
+        late_noted_ = true;
+        Note(absl::StrCat("training did not resume within ",
+                          options_.resume_budget_s, " s"));
+      }
+      return false;
+    }
+    CheckLiveRecovery();
+    PrintFault(*current_, faults_.size());
+    const size_t next = faults_.size();
+    next_at_step_ = status.step();
+    if (current_->resumed_s >= 0 && next < plan_.size()) {
+      next_at_step_ += plan_[next].spacing;
+    }
+    if (current_->resumed_s >= 0) chain_lost_live_state_ = false;
+    current_ = nullptr;
+    late_noted_ = false;
+    return true;
+  }
+
   // Whether training resumed after the current fault: a `resumed` event of
   // a later generation, or (a stop the coordinator did not notice) steps
   // trained in the same generation after the worker continued.
@@ -483,14 +493,22 @@ class Soak {
       ParseResumed(event.message(), *current_);
       return true;
     }
+    // Reports of steps trained before the SIGSTOP may still arrive after
+    // it: only a step past the one known at the SIGCONT counts.
     bool stop = current_->kind == FaultKind::kStopShort ||
                 current_->kind == FaultKind::kStopLong;
-    if (stop && actions_.empty() &&
+    if (stop && actions_.empty() && status.state() == v1::JOB_STATE_RUNNING &&
         status.generation() == current_->generation &&
-        status.step() > current_->step + 1) {
+        status.step() > current_->step_at_cont) {
       current_->resumed_s = Elapsed() - current_->at_s;
       current_->repeated = 0;
       current_->resumed_from = "no new generation";
+      if (current_->kind == FaultKind::kStopLong) {
+        Note(absl::StrFormat(
+            "the coordinator did not notice a worker silent for %.1f s, "
+            "above its heartbeat timeout of %.1f s",
+            current_->delay_s, options_.heartbeat_timeout_s));
+      }
       return true;
     }
     return false;
@@ -626,7 +644,12 @@ class Soak {
       case FaultKind::kStopShort:
       case FaultKind::kStopLong:
         kill(pid, SIGSTOP);
-        Later(fault.delay_s, [pid] { kill(pid, SIGCONT); });
+        stopped_ = pid;
+        Later(fault.delay_s, [this, pid] {
+          kill(pid, SIGCONT);
+          stopped_ = -1;
+          current_->step_at_cont = last_step_;
+        });
         break;
       case FaultKind::kTermWorker:
         preempted_ = name;  // restarted delay_s after it exits
@@ -755,6 +778,8 @@ class Soak {
   pid_t coordinator_ = -1;
   int coordinators_ = 0;
   std::vector<pid_t> workers_;
+  pid_t stopped_ = -1;     // the worker held by SIGSTOP, if any
+  int64_t last_step_ = 0;  // the job's step in the last status
   int spawned_ = 0;
   std::string worker_names_[kWorkers];  // process names, for exits
 
