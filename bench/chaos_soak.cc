@@ -323,6 +323,15 @@ class Soak {
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
           Note(absl::StrCat(name, " ", how, " after SIGTERM, not 0"));
         }
+        // A preemption stops at the next step; a worker that waited out its
+        // grace never saw the job stop ("did not reach a saved step").
+        const double took = Elapsed() - current_->at_s;
+        if (took >= kPreemptGrace) {
+          Note(absl::StrFormat(
+              "%s exited %.1f s after SIGTERM, its whole --preempt-grace: "
+              "the job did not stop at an agreed step",
+              name, took));
+        }
         int index = current_->worker;
         const double delay = current_->delay_s;
         current_->held_s = Elapsed() - current_->at_s + delay;
