@@ -42,11 +42,11 @@ bench: build
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
-	@$(BUILD_DIR)/bin/chaos_soak $(BUILD_DIR)/bin --faults 12
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 	@bash bench/ddp_compare.sh $(BUILD_DIR)
 	@bash bench/precision_compare.sh $(BUILD_DIR)
+	@$(BUILD_DIR)/bin/chaos_soak $(BUILD_DIR)/bin --faults 12
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
