@@ -69,13 +69,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/chaos_faults.h"
 #include "client/process.h"
 #include "common/args.h"
 #include "common/files.h"
 #include "common/job_state.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
-namespace lockstep {
+namespace lockstep::chaos {
 namespace {
 
 constexpr int kWorkers = 3;
@@ -95,50 +96,6 @@ std::string TfConfig(int index) {
       R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": )",
       index, "}}");
 }
-
-enum class FaultKind {
-  kKillWorker,
-  kStopShort,
-  kStopLong,
-  kTermWorker,
-  kKillCoordinator,
-  kKillAll
-};
-constexpr FaultKind kAllKinds[] = {
-    FaultKind::kKillWorker, FaultKind::kStopShort,       FaultKind::kStopLong,
-    FaultKind::kTermWorker, FaultKind::kKillCoordinator, FaultKind::kKillAll};
-
-const char* KindName(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::kKillWorker:
-      return "kill-worker";
-    case FaultKind::kStopShort:
-      return "stop-short";
-    case FaultKind::kStopLong:
-      return "stop-long";
-    case FaultKind::kTermWorker:
-      return "term-worker";
-    case FaultKind::kKillCoordinator:
-      return "kill-coord";
-    case FaultKind::kKillAll:
-      return "kill-all";
-  }
-  return "?";
-}
-
-struct Options {
-  std::string bin;
-  std::string data;
-  uint32_t seed = 0;
-  int faults = 12;
-  int steps = 2000;
-  double budget_s = 900;
-  double resume_budget_s = 45;
-  double heartbeat_timeout_s = 2;
-  double overlap = 0.25;  // the chance that a fault's recovery is hit too
-  std::vector<FaultKind> kinds = {std::begin(kAllKinds), std::end(kAllKinds)};
-  bool keep = false;
-};
 
 // One injected fault and what the job did about it.
 struct Fault {
@@ -818,81 +775,15 @@ class Soak {
   double reference_s_ = 0;
 };
 
-constexpr char kUsage[] =
-    "usage: chaos_soak BIN_DIR [--seed N] [--faults N] [--steps N] "
-    "[--data DIR] [--budget SECS] [--resume-budget SECS] "
-    "[--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..] [--keep]\n";
-
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
-  absl::StatusOr<Args> args =
-      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                  {"seed", "faults", "steps", "data", "budget", "resume-budget",
-                   "heartbeat-timeout", "overlap", "kinds"},
-                  {"keep"});
-  if (!args.ok()) return args.status();
-  if (args->positional().size() != 1) {
-    return absl::InvalidArgumentError("expected one BIN_DIR");
-  }
-  Options options;
-  options.bin = args->positional()[0];
-  const char* bench_data = getenv("BENCH_DATA_DIR");
-  options.data = args->Get("data", bench_data != nullptr ? bench_data : "");
-  options.keep = args->Has("keep");
-  const int random_seed = static_cast<int>(std::random_device()() >> 1);
-  absl::StatusOr<int> seed = args->GetInt("seed", random_seed);
-  absl::StatusOr<int> faults = args->GetInt("faults", options.faults);
-  absl::StatusOr<int> steps = args->GetInt("steps", options.steps);
-  absl::StatusOr<double> budget = args->GetDouble("budget", options.budget_s);
-  absl::StatusOr<double> resume =
-      args->GetDouble("resume-budget", options.resume_budget_s);
-  absl::StatusOr<double> heartbeat =
-      args->GetDouble("heartbeat-timeout", options.heartbeat_timeout_s);
-  absl::StatusOr<double> overlap = args->GetDouble("overlap", options.overlap);
-  for (const absl::Status& status :
-       {seed.status(), faults.status(), steps.status(), budget.status(),
-        resume.status(), heartbeat.status(), overlap.status()}) {
-    if (!status.ok()) return status;
-  }
-  if (*faults < 0 || *steps < 1 || *budget <= 0 || *resume <= 0 ||
-      *heartbeat <= 0 || *overlap < 0 || *overlap > 1) {
-    return absl::InvalidArgumentError(
-        "--faults must be >= 0; --steps, --budget, --resume-budget and "
-        "--heartbeat-timeout > 0; --overlap a probability from 0 to 1");
-  }
-  options.seed = static_cast<uint32_t>(*seed);
-  options.faults = *faults;
-  options.steps = *steps;
-  options.budget_s = *budget;
-  options.resume_budget_s = *resume;
-  options.heartbeat_timeout_s = *heartbeat;
-  options.overlap = *overlap;
-  if (args->Has("kinds")) {
-    options.kinds.clear();
-    for (absl::string_view name : absl::StrSplit(args->Get("kinds"), ',')) {
-      auto kind =
-          std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
-                       [&](FaultKind k) { return name == KindName(k); });
-      if (kind == std::end(kAllKinds)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--kinds: unknown fault '", name,
-                         "'; the kinds are kill-worker, stop-short, stop-long, "
-                         "term-worker, kill-coord and kill-all"));
-      }
-      options.kinds.push_back(*kind);
-    }
-  }
-  return options;
-}
-
 }  // namespace
-}  // namespace lockstep
+}  // namespace lockstep::chaos
 
 int main(int argc, char** argv) {
-  absl::StatusOr<lockstep::Options> options =
-      lockstep::ParseOptions(argc, argv);
+  absl::StatusOr<lockstep::chaos::Options> options =
+      lockstep::chaos::ParseOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "chaos_soak: " << options.status().message() << "\n"
-              << lockstep::kUsage;
+              << lockstep::chaos::kUsage;
     return 2;
   }
   std::printf(
@@ -902,7 +793,7 @@ int main(int argc, char** argv) {
       options->heartbeat_timeout_s, options->seed);
   std::fflush(stdout);
 
-  auto soak = std::make_unique<lockstep::Soak>(*options);
+  auto soak = std::make_unique<lockstep::chaos::Soak>(*options);
   bool passed = false;
   if (soak->Start()) {
     std::string reference = soak->RunReference();
