@@ -704,8 +704,9 @@ class Soak {
   // The job's events, relative to its submission, to read with the logs.
   void PrintEvents(const v1::JobStatus& status) const {
     const double start = absl::ToDoubleSeconds(start_ - absl::UnixEpoch());
-    std::printf("the faulted job's events:\n");
+    std::printf("the faulted job's events (checkpoint commits left out):\n");
     for (const v1::JobEvent& event : status.events()) {
+      if (event.kind() == "checkpoint_committed") continue;
       std::printf("  %8.2f gen %-3lld %-20s %s\n", event.time() - start,
                   static_cast<long long>(event.generation()),
                   event.kind().c_str(), event.message().c_str());
