@@ -35,7 +35,8 @@ demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
 
 # The full benchmarks (minutes each; results in docs/BENCHMARKS.md). `make
-# test` runs each once at a tiny size (ctest -L bench-smoke).
+# test` runs each once at a tiny size (ctest -L bench-smoke), and the chaos
+# soak with a fixed seed and 5 faults (ctest -L soak).
 bench: build
 	@$(BUILD_DIR)/bin/allreduce_bench 256
 	@bash bench/train_scaling.sh $(BUILD_DIR)
@@ -45,6 +46,7 @@ bench: build
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 	@bash bench/ddp_compare.sh $(BUILD_DIR)
 	@bash bench/precision_compare.sh $(BUILD_DIR)
+	@$(BUILD_DIR)/bin/chaos_soak $(BUILD_DIR)/bin --faults 12
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
