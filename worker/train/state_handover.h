@@ -64,6 +64,10 @@ struct StateHeader {
   uint64_t pack_bytes = 0;
 };
 
+// The header and the start of the layout travel in one message of this
+// size.
+inline constexpr int64_t kFirstMessageBytes = int64_t{16} << 10;
+
 // What a header may claim; anything beyond is refused before allocating.
 inline constexpr size_t kMaxLayoutBytes = size_t{16} << 20;
 inline constexpr uint64_t kMaxStateTensors = uint64_t{1} << 18;
