@@ -283,16 +283,16 @@ absl::StatusOr<SlotsByParam> CheckOptimizerEntries(
       return Mismatch(rank, source, i, entry.ToString(), expected.ToString());
     }
     if (!slots[param->second].insert(slot).second) {
-      return Mismatch(rank, source, i, entry.ToString(), "it once");
+      return Malformed(i, absl::StrCat(entry.name, " is sent twice"));
     }
   }
   for (const auto& [index, held] : slots) {
     for (const Slot& s : SlotsOf(type)) {
       if (s.required && held.count(s.name) == 0) {
-        return Mismatch(
-            rank, source, sent.size(),
-            absl::StrCat("no ", s.name, " for ", params[index].layout.name),
-            "state that needs it");
+        return Malformed(
+            sent.size(),
+            absl::StrCat(params[index].layout.name,
+                         " has optimizer state without its ", s.name));
       }
     }
   }
@@ -585,6 +585,12 @@ absl::Status AgreeToReceive(Communicator& comm, const absl::Status& mine,
 absl::StatusOr<HandoverStats> HandOver(Communicator& comm, int source,
                                        Replica& replica,
                                        const HandoverOptions& options) {
+  if (replica.model == nullptr || replica.optimizer == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", comm.rank(),
+                     " has no replica to hand the state to or from; "
+                     "initialize it first"));
+  }
   torch::NoGradGuard no_grad;
   const bool sending = comm.rank() == source;
   HandoverStats stats;
