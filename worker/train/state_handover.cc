@@ -222,6 +222,22 @@ absl::StatusOr<TensorLayout> DecodeEntry(Reader& in, uint64_t index) {
   return layout;
 }
 
+// The model's parameters (their number in `params`), then its buffers.
+std::vector<StateTensor> ModelTensors(const torch::nn::Module& model,
+                                      size_t* params) {
+  std::vector<StateTensor> tensors;
+  for (const auto& p : model.named_parameters()) {
+    tensors.push_back(
+        {LayoutOf(StateKind::kParameter, p.key(), p.value()), p.value()});
+  }
+  *params = tensors.size();
+  for (const auto& b : model.named_buffers()) {
+    tensors.push_back(
+        {LayoutOf(StateKind::kBuffer, b.key(), b.value()), b.value()});
+  }
+  return tensors;
+}
+
 // ---- the receiver's side ---------------------------------------------------
 
 absl::Status Mismatch(int rank, int source, size_t index,
@@ -266,11 +282,14 @@ absl::StatusOr<SlotsByParam> CheckOptimizerEntries(
     const bool slot_known =
         std::any_of(known.begin(), known.end(),
                     [&](const Slot& s) { return slot == s.name; });
-    if (entry.kind != StateKind::kOptimizer || param == param_index.end() ||
-        !slot_known) {
+    if (entry.kind != StateKind::kOptimizer) {
+      return Mismatch(rank, source, i, entry.ToString(), "nothing");
+    }
+    if (param == param_index.end() || !slot_known) {
       return Mismatch(rank, source, i, entry.ToString(),
-                      "no such optimizer state for its parameters and "
-                      "optimizer");
+                      absl::StrCat("no such state for its ",
+                                   type == OptimizerType::kSgd ? "SGD" : "Adam",
+                                   " optimizer"));
     }
     TensorLayout expected = params[param->second].layout;
     expected.kind = StateKind::kOptimizer;
@@ -312,15 +331,7 @@ absl::StatusOr<Accepted> CheckLayout(const std::vector<TensorLayout>& sent,
                                      int source) {
   Accepted accepted;
   ASSIGN_OR_RETURN(accepted.type, TypeOf(*replica.optimizer));
-  for (const auto& p : replica.model->named_parameters()) {
-    accepted.own.push_back(
-        {LayoutOf(StateKind::kParameter, p.key(), p.value()), p.value()});
-  }
-  accepted.params = accepted.own.size();
-  for (const auto& b : replica.model->named_buffers()) {
-    accepted.own.push_back(
-        {LayoutOf(StateKind::kBuffer, b.key(), b.value()), b.value()});
-  }
+  accepted.own = ModelTensors(*replica.model, &accepted.params);
   const std::vector<StateTensor>& own = accepted.own;
   for (size_t i = 0; i < own.size(); ++i) {
     if (i >= sent.size()) {
@@ -706,26 +717,20 @@ absl::StatusOr<std::vector<TensorLayout>> DecodeLayout(absl::string_view bytes,
 
 absl::StatusOr<std::vector<StateTensor>> CollectState(const Replica& replica) {
   ASSIGN_OR_RETURN(OptimizerType type, TypeOf(*replica.optimizer));
-  std::vector<StateTensor> state;
-  const auto params = replica.model->named_parameters();
-  for (const auto& p : params) {
-    state.push_back(
-        {LayoutOf(StateKind::kParameter, p.key(), p.value()), p.value()});
-  }
-  for (const auto& b : replica.model->named_buffers()) {
-    state.push_back(
-        {LayoutOf(StateKind::kBuffer, b.key(), b.value()), b.value()});
-  }
+  size_t params = 0;
+  std::vector<StateTensor> state = ModelTensors(*replica.model, &params);
   const auto& optimizer_state = replica.optimizer->state();
-  for (const auto& p : params) {
-    auto held = optimizer_state.find(StateKey(p.value()));
+  for (size_t i = 0; i < params; ++i) {
+    const StateTensor param = state[i];  // a copy: `state` grows below
+    auto held = optimizer_state.find(StateKey(param.tensor));
     if (held == optimizer_state.end()) continue;
     for (const Slot& slot : SlotsOf(type)) {
       torch::Tensor value = GetSlot(type, *held->second, slot.name);
       if (!value.defined()) continue;
-      state.push_back({LayoutOf(StateKind::kOptimizer,
-                                absl::StrCat(p.key(), "/", slot.name), value),
-                       value});
+      state.push_back(
+          {LayoutOf(StateKind::kOptimizer,
+                    absl::StrCat(param.layout.name, "/", slot.name), value),
+           value});
     }
   }
   return state;
