@@ -39,6 +39,8 @@ demo: build
 # soak with a fixed seed and 5 faults (ctest -L soak).
 bench: build
 	@$(BUILD_DIR)/bin/allreduce_bench 256
+	@$(BUILD_DIR)/bin/handover_bench examples/fashion_mnist_resnet.json 50
+	@$(BUILD_DIR)/bin/handover_bench examples/fashion_mnist_cnn.json 50
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore

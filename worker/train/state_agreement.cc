@@ -2,11 +2,11 @@
 #include "worker/train/state_agreement.h"
 
 #include <cstring>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/store.h"
+#include "worker/train/state_handover.h"
 
 namespace lockstep::worker {
 namespace {
@@ -16,36 +16,6 @@ struct Position {
   int64_t step = 0;               // the last step this rank applied
   int64_t newest_checkpoint = 0;  // rank 0 only
 };
-
-// What travels ahead of the state archive.
-struct StateHeader {
-  uint64_t archive_bytes = 0;
-  int64_t global_batch = 0;
-  double loss_scale = 1;
-  int64_t good_steps = 0;
-  int64_t skipped_steps = 0;
-};
-
-std::string SerializeState(const Replica& replica) {
-  torch::serialize::OutputArchive archive;
-  replica.model->save(archive);
-  torch::serialize::OutputArchive optimizer;
-  replica.optimizer->save(optimizer);
-  archive.write("optimizer", optimizer);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-void LoadState(const std::string& bytes, Replica& replica) {
-  std::istringstream in(bytes);
-  torch::serialize::InputArchive archive;
-  archive.load_from(in, replica.device);  // the sender's device may differ
-  replica.model->load(archive);
-  torch::serialize::InputArchive optimizer;
-  archive.read("optimizer", optimizer);
-  replica.optimizer->load(optimizer);
-}
 
 }  // namespace
 
@@ -95,23 +65,7 @@ absl::StatusOr<AgreedState> AgreeOnState(Communicator& comm, Replica& replica,
 }
 
 absl::Status BroadcastState(Communicator& comm, int source, Replica& replica) {
-  const bool sending = comm.rank() == source;
-  std::string archive;
-  if (sending) archive = SerializeState(replica);
-  StateHeader header;
-  header.archive_bytes = archive.size();
-  header.global_batch = replica.global_batch;
-  header.loss_scale = replica.scaler.scale();
-  header.good_steps = replica.scaler.good_steps();
-  header.skipped_steps = replica.scaler.skipped_steps();
-  RETURN_IF_ERROR(comm.Broadcast(&header, sizeof(header), source));
-  replica.global_batch = static_cast<int>(header.global_batch);
-  replica.scaler.Restore(header.loss_scale, static_cast<int>(header.good_steps),
-                         header.skipped_steps);
-  if (!sending) archive.resize(header.archive_bytes);
-  RETURN_IF_ERROR(comm.Broadcast(archive.data(), archive.size(), source));
-  if (!sending) LoadState(archive, replica);
-  return absl::OkStatus();
+  return HandOverState(comm, source, replica).status();
 }
 
 absl::Status CheckIdenticalInit(Communicator& comm,

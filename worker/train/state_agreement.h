@@ -4,7 +4,7 @@
 // that has not trained yet, that every rank built the same initial
 // parameters; before evaluating and saving, the average of batch norm's
 // running statistics. Integers travel as integers (all-gather, byte
-// broadcast), the model and optimizer as one LibTorch archive.
+// broadcast), the model and optimizer as raw tensors (state_handover.h).
 //
 // Every function is collective: each rank of the communicator calls it, in
 // the same order. Thread-compatible.
@@ -54,7 +54,7 @@ absl::StatusOr<AgreedState> AgreeOnState(Communicator& comm, Replica& replica,
                                          const RestoreNewest& restore);
 
 // Overwrites every rank's model, optimizer, global batch and loss scaler
-// state with `source`'s.
+// state with `source`'s (HandOverState, whose errors it returns).
 absl::Status BroadcastState(Communicator& comm, int source, Replica& replica);
 
 // Rank 0's parameters are broadcast and compared bit for bit: a mismatch
