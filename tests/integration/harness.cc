@@ -202,6 +202,7 @@ void ClusterTest::StartCluster(
   for (int i = 0; i < workers; ++i) {
     worker_pids_.push_back(StartWorker(i, worker_env[i]));
   }
+  for (int i = 0; i < spares_; ++i) spare_pids_.push_back(StartSpare(i));
 }
 
 void ClusterTest::StartCoordinator(const std::string& listen) {
@@ -229,18 +230,28 @@ void ClusterTest::StartCoordinator(const std::string& listen) {
 }
 
 std::string ClusterTest::ClusterJson() const {
-  std::vector<std::string> addresses;
-  for (int i = 0; i < workers_; ++i) addresses.push_back("\"127.0.0.1:1\"");
-  return absl::StrCat(R"({"cluster": {"worker": [)",
-                      absl::StrJoin(addresses, ", "), "]}}");
+  auto list = [](int count) {
+    std::vector<std::string> addresses(count, "\"127.0.0.1:1\"");
+    return absl::StrCat("[", absl::StrJoin(addresses, ", "), "]");
+  };
+  return absl::StrCat(
+      R"({"cluster": {"worker": )", list(workers_),
+      spares_ > 0 ? absl::StrCat(R"(, "spare": )", list(spares_)) : "", "}}");
 }
 
 pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
+  return StartTask("worker", index, std::move(env));
+}
+
+pid_t ClusterTest::StartSpare(int index) { return StartTask("spare", index); }
+
+pid_t ClusterTest::StartTask(const std::string& type, int index,
+                             std::vector<std::string> env) {
   std::string tf_config = absl::StrCat(
       R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
-      R"(, "task": {"type": "worker", "index": )", index, "}}");
+      R"(, "task": {"type": ")", type, R"(", "index": )", index, "}}");
   auto pid = processes_.Spawn(
-      absl::StrCat("worker ", index, " #", ++spawned_),
+      absl::StrCat(type, " ", index, " #", ++spawned_),
       {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1",
        "--device", "cpu"},
       [&] {
@@ -248,7 +259,7 @@ pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
                                "OPENBLAS_NUM_THREADS=1"});
         return env;
       }(),
-      absl::StrCat(dir_, "/worker-", index, "-", spawned_, ".log"));
+      absl::StrCat(dir_, "/", type, "-", index, "-", spawned_, ".log"));
   EXPECT_TRUE(pid.ok()) << pid.status();
   return pid.value_or(-1);
 }
