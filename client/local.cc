@@ -497,7 +497,9 @@ int LocalRun::Run() {
   }
   progress() << "lockstep local: coordinator on " << address_ << ", "
              << workers_ << " workers"
-             << (spares_ > 0 ? absl::StrCat(" + ", spares_, " spares") : "")
+             << (spares_ > 0 ? absl::StrCat(" + ", spares_,
+                                            spares_ == 1 ? " spare" : " spares")
+                             : "")
              << " x " << threads_ << " threads"
              << (gpus_.empty()
                      ? std::string(" on the CPU")

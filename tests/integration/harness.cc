@@ -68,6 +68,49 @@ Result RunCommand(const std::vector<std::string>& argv,
 }
 
 // The JSON object on the last line of `text`.
+Result RunAndKillAWorker(const std::vector<std::string>& argv) {
+  Result result;
+  // With --json, progress goes to stderr: read it through a pipe.
+  std::string dir = TempDir("local_kill");
+  int err_pipe[2];
+  if (pipe(err_pipe) != 0) return result;
+  pid_t local = fork();
+  if (local == 0) {
+    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) {
+      args.push_back(const_cast<char*>(arg.c_str()));
+    }
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  char buffer[4096];
+  ssize_t n;
+  pid_t victim = -1;
+  while ((n = read(err_pipe[0], buffer, sizeof(buffer))) > 0) {
+    result.err.append(buffer, static_cast<size_t>(n));
+    // A progress line of a generation that trains.
+    if (victim < 0 && result.err.find("samples/s  ETA") != std::string::npos) {
+      victim = FindChild(local, "lockstep-worker");
+      if (victim > 0) kill(victim, SIGKILL);
+    }
+  }
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(local, &status, 0);
+  result.out = ReadFileToString(dir + "/out").value_or("");
+  const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  result.code = exited_ok && victim > 0 ? 0 : 1;
+  if (victim <= 0)
+    result.err += "\n(training never started: no worker was killed)";
+  return result;
+}
+
 google::protobuf::Struct LastJsonLine(const std::string& text) {
   std::vector<std::string> lines =
       absl::StrSplit(text, '\n', absl::SkipEmpty());

@@ -44,6 +44,11 @@ std::string TempDir(const std::string& name);
 Result RunCommand(const std::vector<std::string>& argv,
                   const std::vector<std::string>& env = {});
 
+// Runs `lockstep local ... --json` (`argv`) and SIGKILLs its first
+// lockstep-worker child once a progress line shows training; code is 0 only
+// when the run exited 0 and a worker was killed.
+Result RunAndKillAWorker(const std::vector<std::string>& argv);
+
 // The JSON object on the last line of `text`.
 google::protobuf::Struct LastJsonLine(const std::string& text);
 

@@ -1,7 +1,8 @@
 // Hot spares end to end (docs/DESIGN.md §3): a static cluster of two ranks
-// and one spare task; a rank is SIGKILLed mid-training and the spare takes
-// its rank at once, without the killed task coming back, and the job ends
-// with the model of a run that never failed.
+// and one spare task, and `lockstep local --spares 1`; a rank is SIGKILLed
+// mid-training and the spare takes its rank at once, without the killed
+// worker coming back, and the job ends with the model of a run that never
+// failed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -54,6 +55,39 @@ TEST_F(ClusterTest, SpareTakesTheRankOfAKilledWorker) {
   ASSERT_EQ(workers.code, 0) << workers.err;
   EXPECT_THAT(workers.out, AllOf(HasSubstr("ROLE"), HasSubstr("spare:0"),
                                  HasSubstr("spare ")));
+}
+
+// `lockstep local --spares 1`: a worker with a rank is killed; the spare
+// takes its rank and the restarted worker stands by, so there is no third
+// generation.
+TEST(LocalSpareTest, SpareTakesTheRankOfAKilledWorker) {
+  std::vector<std::string> run = {kBin + "/lockstep",
+                                  "local",
+                                  "--workers",
+                                  "2",
+                                  "--json",
+                                  "--set",
+                                  "max_steps=200",
+                                  "--set",
+                                  "global_batch_size=64",
+                                  "--set",
+                                  "log_every_steps=1",
+                                  kMlp};
+  Result reference = RunCommand(run);
+  ASSERT_EQ(reference.code, 0) << reference.err;
+
+  run.insert(run.begin() + 4, {"--spares", "1"});
+  Result killed = RunAndKillAWorker(run);
+  ASSERT_EQ(killed.code, 0) << killed.err;
+  EXPECT_THAT(killed.err, AllOf(HasSubstr("2 workers + 1 spare "),
+                                HasSubstr("rank_replaced: spare free:"),
+                                HasSubstr("restarting it")));
+  const auto summary = LastJsonLine(killed.out).fields();
+  EXPECT_EQ(summary.at("state").string_value(), "succeeded");
+  EXPECT_EQ(summary.at("generations").number_value(), 2);
+  EXPECT_EQ(
+      summary.at("model_digest").string_value(),
+      LastJsonLine(reference.out).fields().at("model_digest").string_value());
 }
 
 }  // namespace
