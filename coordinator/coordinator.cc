@@ -348,10 +348,17 @@ void Coordinator::StartNextGenerationLocked() {
   if (shutdown_) return;
   if (Job* job = RunningJobLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) return;
-    static const std::vector<std::string> kNoRanks;
-    std::vector<Worker*> workers = workers_.Pick(
-        job->status.spec(),
-        job->generation ? job->generation->rank_workers() : kNoRanks);
+    // The previous generation's ranks; after a coordinator restart, as
+    // persisted (a spare may hold a rank whose own task never came back).
+    std::vector<std::string> previous;
+    if (job->generation != nullptr) {
+      previous = job->generation->rank_workers();
+    } else {
+      for (const v1::RankResult& rank : job->status.ranks()) {
+        previous.push_back(rank.worker_id());
+      }
+    }
+    std::vector<Worker*> workers = workers_.Pick(job->status.spec(), previous);
     if (!workers.empty()) StartGenerationLocked(*job, workers);
     return;
   }

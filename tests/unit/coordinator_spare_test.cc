@@ -4,6 +4,7 @@
 // failed task that comes back stands by in its turn.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/tf_config.h"
@@ -259,6 +260,35 @@ TEST_F(SpareTest, StaticClusterTakesASpareByFlagAndRefusesOtherFreeWorkers) {
   EXPECT_EQ(status.generation(), 2);
   EXPECT_EQ(status.ranks(0).worker_id(), "worker:0");
   EXPECT_EQ(status.ranks(1).worker_id(), spare);
+}
+
+// A coordinator restart after a spare took a rank: the job re-forms with the
+// spare in that rank, without waiting for the task that failed.
+TEST_F(SpareTest, SpareKeepsItsRankAcrossACoordinatorRestart) {
+  auto config = ParseTfConfig(
+      R"({"cluster": {"worker": ["a:1", "b:1"], "spare": ["s:1"]}})");
+  std::string tmpl = ::testing::TempDir() + "coordinator_spare_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  Make(config->cluster, *JobStore::Open(dir));
+  FakeSink a, b, s;
+  ConnectAs("worker", 0, 10, &a);
+  ConnectAs("worker", 1, 11, &b);
+  ConnectAs("spare", 0, 30, &s);
+  std::string job = *coordinator_->SubmitJob(Spec(0));
+  coordinator_->CloseSession("worker:1", 11, &b, absl::UnavailableError("x"));
+  ASSERT_EQ(Status(job).ranks(1).worker_id(), "spare:0");
+  coordinator_.reset();
+
+  Make(config->cluster, *JobStore::Open(dir));
+  FakeSink a2, s2;
+  ConnectAs("worker", 0, 10, &a2);
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+  ConnectAs("spare", 0, 30, &s2);
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 3);
+  EXPECT_EQ(status.ranks(0).worker_id(), "worker:0");
+  EXPECT_EQ(status.ranks(1).worker_id(), "spare:0");
 }
 
 TEST_F(SpareTest, StandbysAreForgottenWhenTheJobEnds) {
