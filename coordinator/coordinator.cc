@@ -286,6 +286,22 @@ void Coordinator::Sweep() {
             ": it hung or is partitioned"));
   }
   Job* job = RunningJobLocked();
+  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING) {
+    // A rank that never started its part (its previous task could not
+    // unwind, or the assignment was lost) is named, rather than left to time
+    // the other ranks' rendezvous out.
+    for (Worker* worker : workers_.NotJoined(
+             job->status.job_id(), job->generation->rank_workers(), now)) {
+      WorkerFailedLocked(
+          *worker, "worker_failed",
+          absl::StrCat(WorkerRegistry::Describe(*worker),
+                       " did not join generation ", job->status.generation(),
+                       " within ", absl::FormatDuration(heartbeat_timeout_),
+                       " of its assignment: its previous part of the job has "
+                       "not ended (see its log); the job re-forms"));
+      if (job->status.state() != v1::JOB_STATE_RUNNING) break;
+    }
+  }
   if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING &&
       job->generation->SuspectDue(now)) {
     std::string cause = job->generation->suspect();

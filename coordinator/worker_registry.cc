@@ -105,6 +105,7 @@ void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
   worker.collective_seq = 0;
   worker.seq_changed = now;
   worker.seq_reported = absl::InfinitePast();
+  worker.assigned_at = now;
 }
 
 void WorkerRegistry::Unassign(Worker& worker) {
@@ -134,6 +135,20 @@ std::vector<Worker*> WorkerRegistry::Silent(absl::Time now) {
     }
   }
   return silent;
+}
+
+std::vector<Worker*> WorkerRegistry::NotJoined(
+    const std::string& job_id, const std::vector<std::string>& rank_workers,
+    absl::Time now) {
+  std::vector<Worker*> late;
+  for (Worker* worker : RanksOf(job_id, rank_workers)) {
+    if (worker->sink != nullptr &&
+        worker->seq_reported == absl::InfinitePast() &&
+        now - worker->assigned_at > heartbeat_timeout_) {
+      late.push_back(worker);
+    }
+  }
+  return late;
 }
 
 bool WorkerRegistry::Available(const Worker& worker) {

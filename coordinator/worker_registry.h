@@ -47,6 +47,9 @@ struct Worker {
   int64_t collective_seq = 0;
   absl::Time seq_changed;
   absl::Time seq_reported = absl::InfinitePast();
+  // When it was given its rank; until a heartbeat names the generation
+  // (seq_reported), it has not joined it.
+  absl::Time assigned_at;
   // Asked to be preempted (SIGTERM): not picked for a generation until it
   // registers again as a new process.
   bool leaving = false;
@@ -94,6 +97,12 @@ class WorkerRegistry {
 
   // Connected workers not heard from for longer than the heartbeat timeout.
   std::vector<Worker*> Silent(absl::Time now);
+  // The workers of `rank_workers` holding a rank of `job_id` whose
+  // heartbeats have not named their generation for longer than the
+  // heartbeat timeout since they were assigned it: they never joined it.
+  std::vector<Worker*> NotJoined(const std::string& job_id,
+                                 const std::vector<std::string>& rank_workers,
+                                 absl::Time now);
   // Picks the workers for a generation of a job with `spec`, in rank order,
   // or none if not enough are here. A first generation (`previous` empty)
   // takes the static cluster's own tasks, or the connected idle workers

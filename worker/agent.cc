@@ -174,6 +174,13 @@ void Agent::StartTask(const v1::Assignment& assignment,
     absl::MutexLock lock(&mu_);
     task_ = task;
   }
+  // Tells the coordinator at once that this worker joined the generation
+  // (a rank that does not, say one whose previous task cannot unwind, is
+  // named by the coordinator after its join timeout).
+  v1::WorkerMessage joined;
+  joined.mutable_heartbeat()->set_job_id(assignment.job_id());
+  joined.mutable_heartbeat()->set_generation(assignment.generation());
+  session->Send(joined);
   task_thread_ = std::thread([this, task, session] {
     v1::TaskResult result = runner_(*task);
     v1::WorkerMessage message;

@@ -25,6 +25,9 @@ class KeyValueClient {
   // the generation is over.
   virtual absl::StatusOr<std::string> Get(const std::string& key,
                                           absl::Duration timeout) = 0;
+  // Ends every pending call at once, and every later one, with Aborted: the
+  // generation is over on this worker, and no rendezvous may hold it.
+  virtual void Cancel() = 0;
 };
 
 // One long-lived worker session. Send is thread-safe; Receive is called by

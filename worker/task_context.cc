@@ -9,6 +9,9 @@ namespace lockstep::worker {
 void TaskContext::Abort() {
   absl::MutexLock lock(&mu_);
   aborted_ = true;
+  // Both blocking points of a rendezvous: the key-value store and the
+  // communicator's connection (registered before it connects).
+  if (kv != nullptr) kv->Cancel();
   if (comm_ != nullptr) comm_->Abort();
 }
 

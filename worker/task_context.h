@@ -58,10 +58,12 @@ class TaskContext {
   void MarkDone();
   bool WaitUntilDone(absl::Duration timeout);
 
-  // Ends the generation: a collective pending on the task thread fails.
+  // Ends the generation: a key-value call, a connection being made or a
+  // collective pending on the task thread fails promptly with Aborted.
   void Abort();
   bool aborted() const;
-  // The task's communicator, so Abort can close it; nullptr to forget it.
+  // The task's communicator, so Abort can close it (register it before it
+  // connects, so the connection can be aborted too); nullptr to forget it.
   // Registering after Abort aborts it at once.
   void SetCommunicator(Communicator* comm);
 

@@ -31,13 +31,15 @@ class ScopedKeyValue : public worker::KeyValueClient {
   ScopedKeyValue(FakeControlPlane* plane, std::string job_id,
                  int64_t generation)
       : plane_(plane), job_id_(std::move(job_id)), generation_(generation) {}
+  ~ScopedKeyValue() override { plane_->ForgetClient(this); }
   absl::Status Set(const std::string& key, const std::string& value) override {
-    return plane_->Set(job_id_, generation_, key, value);
+    return plane_->Set(job_id_, generation_, key, value, this);
   }
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override {
-    return plane_->Get(job_id_, generation_, key, timeout);
+    return plane_->Get(job_id_, generation_, key, timeout, this);
   }
+  void Cancel() override { plane_->CancelClient(this); }
 
  private:
   FakeControlPlane* const plane_;
@@ -271,8 +273,12 @@ std::unique_ptr<worker::KeyValueClient> FakeControlPlane::KeyValue(
 
 absl::Status FakeControlPlane::Set(const std::string& job_id,
                                    int64_t generation, const std::string& key,
-                                   const std::string& value) {
+                                   const std::string& value,
+                                   const void* client) {
   absl::MutexLock lock(&mu_);
+  if (cancelled_clients_.count(client)) {
+    return absl::AbortedError(absl::StrCat("key '", key, "': cancelled"));
+  }
   if (ended_generations_.count({job_id, generation})) {
     return absl::AbortedError(
         absl::StrCat("generation ", generation, " of ", job_id, " is over"));
@@ -284,22 +290,37 @@ absl::Status FakeControlPlane::Set(const std::string& job_id,
 absl::StatusOr<std::string> FakeControlPlane::Get(const std::string& job_id,
                                                   int64_t generation,
                                                   const std::string& key,
-                                                  absl::Duration timeout) {
+                                                  absl::Duration timeout,
+                                                  const void* client) {
   absl::MutexLock lock(&mu_);
   const auto entry = std::make_tuple(job_id, generation, key);
   auto settled = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return values_.count(entry) > 0 ||
-           ended_generations_.count({job_id, generation}) > 0;
+           ended_generations_.count({job_id, generation}) > 0 ||
+           cancelled_clients_.count(client) > 0;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "key '", key, "' was not set within ", absl::FormatDuration(timeout)));
+  }
+  if (cancelled_clients_.count(client)) {
+    return absl::AbortedError(absl::StrCat("key '", key, "': cancelled"));
   }
   if (ended_generations_.count({job_id, generation})) {
     return absl::AbortedError(
         absl::StrCat("generation ", generation, " of ", job_id, " is over"));
   }
   return values_[entry];
+}
+
+void FakeControlPlane::CancelClient(const void* client) {
+  absl::MutexLock lock(&mu_);
+  cancelled_clients_.insert(client);
+}
+
+void FakeControlPlane::ForgetClient(const void* client) {
+  absl::MutexLock lock(&mu_);
+  cancelled_clients_.erase(client);
 }
 
 }  // namespace lockstep::fakes

@@ -133,12 +133,16 @@ class FakeControlPlane : public worker::ControlPlane {
   std::unique_ptr<worker::KeyValueClient> KeyValue(const std::string& job_id,
                                                    int64_t generation) override;
 
-  // The store behind KeyValue clients.
+  // The store behind KeyValue clients; `client` is the one calling, and
+  // fails with Aborted once it was cancelled.
   absl::Status Set(const std::string& job_id, int64_t generation,
-                   const std::string& key, const std::string& value);
+                   const std::string& key, const std::string& value,
+                   const void* client);
   absl::StatusOr<std::string> Get(const std::string& job_id, int64_t generation,
                                   const std::string& key,
-                                  absl::Duration timeout);
+                                  absl::Duration timeout, const void* client);
+  void CancelClient(const void* client);
+  void ForgetClient(const void* client);
 
  private:
   using Scope = std::pair<std::string, int64_t>;
@@ -153,6 +157,7 @@ class FakeControlPlane : public worker::ControlPlane {
   std::vector<std::shared_ptr<FakeSession>> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<Scope> kv_scopes_ ABSL_GUARDED_BY(mu_);
   std::set<Scope> ended_generations_ ABSL_GUARDED_BY(mu_);
+  std::set<const void*> cancelled_clients_ ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> values_
       ABSL_GUARDED_BY(mu_);
 };

@@ -348,6 +348,26 @@ v1::JobStatus ClusterTest::WatchUntil(
   return status;
 }
 
+std::string ClusterTest::History(const std::string& job) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job);
+  request.set_include_history(true);
+  v1::GetJobStatusResponse response;
+  grpc::Status status = stub_->GetJobStatus(&context, request, &response);
+  if (!status.ok() || response.jobs_size() == 0) {
+    return "(no history: " + status.error_message() + ")";
+  }
+  std::string history;
+  for (const v1::JobEvent& event : response.jobs(0).events()) {
+    absl::StrAppend(&history, "generation ", event.generation(), " ",
+                    event.kind(), ": ", event.message(), "\n");
+  }
+  return history;
+}
+
 bool ClusterTest::Ended(const v1::JobStatus& s) {
   return IsTerminal(s.state());
 }

@@ -107,6 +107,10 @@ class ClusterTest : public ::testing::Test {
   static void ExpectAllRanks(const v1::JobStatus& status,
                              const std::string& digest);
 
+  // Every event of the job, one per line ("generation 3 worker_failed:
+  // ..."), for failure messages.
+  std::string History(const std::string& job);
+
   // The last event of `kind`, or null.
   static const v1::JobEvent* FindEvent(const v1::JobStatus& status,
                                        const std::string& kind);

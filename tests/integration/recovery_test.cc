@@ -59,6 +59,55 @@ TEST_F(ClusterTest, KilledWorkerIsReplacedAndNothingIsRolledBack) {
   EXPECT_TRUE(Alive(worker_pids_[1]));
 }
 
+// Issue 13, defect 1: the chief killed within milliseconds of a generation's
+// start, over and over. A survivor may then be anywhere in the rendezvous
+// (the key-value store, a Gloo pair waiting for the dead chief, the barrier
+// after it); the abort must release it at once, so every next generation
+// forms with all ranks: exactly one generation per kill, no rank that fails
+// to join (which would cost another generation), no rendezvous timeout.
+TEST_F(ClusterTest, ChiefKilledAsGenerationsStartNeverStallsTheNext) {
+  StartCluster(3);
+  const std::vector<std::string> sets = {
+      "max_steps=300", "global_batch_size=96", "log_every_steps=1",
+      "max_restarts=50"};
+  std::string reference = UninterruptedDigest(sets);
+
+  constexpr int kKills = 8;
+  std::string job = Submit(sets);
+  int64_t generation = 0;
+  for (int kill_count = 0; kill_count < kKills; ++kill_count) {
+    absl::Time waiting = absl::Now();
+    v1::JobStatus started =
+        WatchUntil(job, [generation](const v1::JobStatus& s) {
+          return Ended(s) || (s.state() == v1::JOB_STATE_RUNNING &&
+                              s.generation() > generation);
+        });
+    ASSERT_EQ(started.state(), v1::JOB_STATE_RUNNING)
+        << "after " << kill_count << " kills: " << started.error();
+    ASSERT_EQ(started.generation(), generation + 1)
+        << "a generation failed on its own:\n"
+        << History(job);
+    // From the previous kill (and the chief's restart) to this generation:
+    // a rendezvous stuck for its timeout (60 s) or a rank named after the
+    // join timeout (10 s) would show here.
+    EXPECT_LT(absl::Now() - waiting, absl::Seconds(8))
+        << "generation " << started.generation();
+    generation = started.generation();
+    ASSERT_EQ(kill(worker_pids_[0], SIGKILL), 0);
+    worker_pids_[0] = StartWorker(0);
+  }
+  v1::JobStatus done = WatchUntil(job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.generations(), kKills + 1);
+  ExpectAllRanks(done, reference);
+  for (const v1::JobEvent& event : done.events()) {
+    EXPECT_THAT(event.message(),
+                ::testing::Not(::testing::AnyOf(HasSubstr("did not join"),
+                                                HasSubstr("was not set"))))
+        << event.kind();
+  }
+}
+
 TEST_F(ClusterTest, JobSurvivesAKilledAndRestartedCoordinator) {
   StartCluster(2);
   const std::vector<std::string> sets = {"max_steps=80", "global_batch_size=64",

@@ -303,8 +303,9 @@ TEST_F(AgentTest, AssignmentRunsOnATaskThreadAndItsResultIsSentUp) {
   EXPECT_THAT(control_.kv_scopes(), ::testing::ElementsAre(Scope{"job-1", 3}));
   ASSERT_NE(context->kv, nullptr);
   ASSERT_TRUE(context->kv->Set("rank-1", "10.0.0.7:4000").ok());
-  EXPECT_EQ(control_.Get("job-1", 3, "rank-1", absl::ZeroDuration()).value(),
-            "10.0.0.7:4000");
+  EXPECT_EQ(
+      control_.Get("job-1", 3, "rank-1", absl::ZeroDuration(), nullptr).value(),
+      "10.0.0.7:4000");
 
   // Progress and any other message go up the session.
   v1::ProgressReport progress;

@@ -184,6 +184,33 @@ TEST_F(CoordinatorTest, HeartbeatTimeoutFailsTheWorkerExactlyAfterTheTimeout) {
   EXPECT_FALSE(a.closed);
 }
 
+// A rank that keeps heartbeating but never names the new generation (its
+// previous task cannot unwind) is named once the heartbeat timeout has
+// passed since its assignment, instead of timing out its peers' rendezvous.
+TEST_F(CoordinatorTest, ARankThatNeverJoinsItsGenerationIsNamed) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage idle;
+  idle.mutable_heartbeat();  // alive, but in no generation
+  clock_.Advance(absl::Seconds(10));
+  Beat(id_a, job, 0);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_b, idle).ok());
+  coordinator_->Sweep();  // exactly the timeout: not yet
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Milliseconds(1));
+  coordinator_->Sweep();
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_THAT(status.error(), AllOf(HasSubstr(id_b), HasSubstr("rank 1"),
+                                    HasSubstr("did not join generation 1")));
+  ASSERT_EQ(EventsOf(status, "worker_failed").size(), 1u);
+  EXPECT_TRUE(b.closed);
+  EXPECT_FALSE(a.closed);
+}
+
 TEST_F(CoordinatorTest, ReRegistrationWithNewIncarnationIsARestart) {
   auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
   Make(config->cluster);

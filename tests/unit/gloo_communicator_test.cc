@@ -103,6 +103,87 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorWithinTheTimeout) {
   EXPECT_THAT(comm.status().message(), ::testing::HasSubstr("rank 0 of 2"));
 }
 
+// The peer never shows up and the timeout is an hour: only Abort() can end
+// the wait for its address (an abort that does not work hangs the test into
+// ctest's timeout).
+TEST(GlooCommunicatorTest, AbortReleasesARankWaitingForAPeerThatNeverCame) {
+  InMemoryKeyValue kv;
+  GlooCommunicator::Options options;
+  options.rank = 0;
+  options.size = 2;
+  options.timeout = absl::Hours(1);
+  auto comm = GlooCommunicator::Create(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  absl::Status result;
+  std::thread connecting([&] { result = (*comm)->Connect(&kv); });
+  ASSERT_TRUE(kv.Get("0", absl::Minutes(1)).ok());  // published, now waiting
+  (*comm)->Abort();
+  connecting.join();
+  EXPECT_TRUE(absl::IsAborted(result)) << result;
+}
+
+// A key-value view whose Gets wait until Cancel() (a peer that published its
+// address and then hung or died before connecting), and that says when a Get
+// of `watched` returned.
+class StallingKeyValue : public KeyValueClient {
+ public:
+  StallingKeyValue(KeyValueClient* inner, bool stall, std::string watched)
+      : inner_(inner), stall_(stall), watched_(std::move(watched)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    if (stall_) {
+      cancelled_.WaitForNotification();
+      return absl::AbortedError("cancelled");
+    }
+    auto value = inner_->Get(key, timeout);
+    if (key == watched_) fetched_.Notify();
+    return value;
+  }
+  void Cancel() override {
+    if (!cancelled_.HasBeenNotified()) cancelled_.Notify();
+  }
+  absl::Notification fetched_;
+
+ private:
+  KeyValueClient* const inner_;
+  const bool stall_;
+  const std::string watched_;
+  absl::Notification cancelled_;
+};
+
+// Rank 1 publishes its address and never connects: rank 0 waits in Gloo's
+// pair connect (or, when it is the connecting side, in the barrier after
+// it). Abort() must release it wherever it is; the timeout is an hour.
+TEST(GlooCommunicatorTest, AbortReleasesARankWaitingForAPeerToConnect) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    InMemoryKeyValue kv;
+    StallingKeyValue hung(&kv, /*stall=*/true, "");
+    StallingKeyValue watched(&kv, /*stall=*/false, "1");
+    GlooCommunicator::Options options;
+    options.size = 2;
+    options.timeout = absl::Hours(1);
+    options.rank = 1;
+    auto peer = GlooCommunicator::Create(options);
+    options.rank = 0;
+    auto comm = GlooCommunicator::Create(options);
+    ASSERT_TRUE(peer.ok() && comm.ok());
+    absl::Status peer_result, result;
+    std::thread peer_thread([&] { peer_result = (*peer)->Connect(&hung); });
+    std::thread connecting([&] { result = (*comm)->Connect(&watched); });
+    watched.fetched_.WaitForNotification();  // rank 0 has rank 1's address
+    (*comm)->Abort();
+    connecting.join();
+    EXPECT_TRUE(absl::IsAborted(result)) << result;
+    hung.Cancel();
+    (*peer)->Abort();
+    peer_thread.join();
+    EXPECT_FALSE(peer_result.ok());
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::worker
 

@@ -2,11 +2,13 @@
 // and ring all-reduce, broadcast, all-gather, barrier (gloo_communicator.h).
 #include "worker/collective/gloo_communicator.h"
 
-#include <gloo/barrier.h>
-#include <gloo/rendezvous/context.h>
+#include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <exception>
@@ -14,8 +16,8 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/collective/half.h"
-#include "worker/collective/kv_store.h"
 
 namespace lockstep::worker {
 namespace {
@@ -76,30 +78,130 @@ void IgnoreSigpipeUnlessHandled() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
-    KeyValueClient* kv, const Options& options) {
+namespace {
+
+// The collectives' context over pairs connected by lockstep: Gloo's
+// Context holds the transport it hands out buffers of.
+class MeshContext : public gloo::Context {
+ public:
+  MeshContext(int rank, int size,
+              std::shared_ptr<gloo::transport::Device> device,
+              std::shared_ptr<gloo::transport::Context> transport)
+      : gloo::Context(rank, size) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+};
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(Options options)
+    : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    const Options& options) {
   IgnoreSigpipeUnlessHandled();
+  std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context =
-        std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    KvStore store(kv, options.timeout);
-    context->connectFullMesh(store, device);
-    // A rank's connectFullMesh can return before its peers' have; closing
-    // early (a short task, an abort) would break theirs. Leave together.
-    gloo::BarrierOptions barrier(context);
-    barrier.setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    gloo::barrier(barrier);
-    return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(options, std::move(context)));
+    comm->device_ = gloo::transport::tcp::CreateDevice(attr);
+    comm->transport_ = comm->device_->createContext(options.rank, options.size);
+    // Gloo waits five times this for a pair to connect; Abort() ends the
+    // wait sooner.
+    comm->transport_->setTimeout(absl::ToChronoMilliseconds(
+        std::max(options.timeout / 5, absl::Milliseconds(1))));
+    for (int peer = 0; peer < options.size; ++peer) {
+      if (peer != options.rank) comm->transport_->createPair(peer);
+    }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "Gloo rendezvous of rank ", options.rank, " of ", options.size, " on ",
-        options.host, " failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("Gloo set-up of rank ", options.rank, " of ", options.size,
+                     " on ", options.host, " failed: ", e.what()));
   }
+  return comm;
+}
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+    KeyValueClient* kv, const Options& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm, Create(options));
+  RETURN_IF_ERROR(comm->Connect(kv));
+  return comm;
+}
+
+absl::Status GlooCommunicator::Connect(KeyValueClient* kv) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return absl::AbortedError("the communicator was aborted");
+    connecting_ = kv;
+  }
+  absl::Status status;
+  try {
+    status = ConnectPairs(kv);
+  } catch (const std::exception& e) {
+    status = absl::UnavailableError(
+        absl::StrCat("Gloo rendezvous of rank ", rank(), " of ", size(), " on ",
+                     options_.host, " failed: ", e.what()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    connecting_ = nullptr;
+    if (aborted_) {
+      return absl::AbortedError(
+          absl::StrCat("the Gloo rendezvous of rank ", rank(), " was aborted"));
+    }
+  }
+  RETURN_IF_ERROR(status);
+  context_ = std::make_shared<MeshContext>(rank(), size(), device_, transport_);
+  // A rank's pairs can all be connected before its peers' are; closing
+  // early (a short task, an abort) would break theirs. Leave together.
+  return Barrier();
+}
+
+absl::Status GlooCommunicator::ConnectPairs(KeyValueClient* kv) {
+  // Every rank publishes the addresses of its pairs in peer order (itself
+  // skipped) under its rank; each pair connects to the address its peer
+  // listed for this rank.
+  std::string mine;
+  size_t address_size = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    std::vector<char> bytes = transport_->getPair(peer)->address().bytes();
+    address_size = bytes.size();
+    mine.append(bytes.data(), bytes.size());
+  }
+  RETURN_IF_ERROR(kv->Set(absl::StrCat(rank()), mine));
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    auto theirs = kv->Get(absl::StrCat(peer), options_.timeout);
+    if (!theirs.ok()) {
+      if (absl::IsDeadlineExceeded(theirs.status())) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rank ", rank(), " of ", size(), " waited ",
+            absl::FormatDuration(options_.timeout), " for rank ", peer,
+            " to publish its Gloo address: rank ", peer,
+            " did not join the generation (see lockstep workers and its log)"));
+      }
+      return theirs.status();
+    }
+    // Untrusted: exactly one address of our size per peer of rank `peer`.
+    if (theirs->size() != address_size * (size() - 1)) {
+      return absl::DataLossError(
+          absl::StrCat("rank ", peer, " published ", theirs->size(),
+                       " bytes of Gloo addresses; rank ", rank(), " expected ",
+                       address_size * (size() - 1),
+                       ": it runs another lockstep or Gloo build"));
+    }
+    const size_t slot = rank() > peer ? rank() - 1 : rank();
+    const char* begin = theirs->data() + slot * address_size;
+    std::vector<char> address(begin, begin + address_size);
+    {
+      absl::MutexLock lock(&mu_);
+      if (aborted_) return absl::AbortedError("aborted");
+    }
+    transport_->getPair(peer)->connect(address);
+  }
+  return absl::OkStatus();
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -107,6 +209,15 @@ GlooCommunicator::~GlooCommunicator() = default;
 void GlooCommunicator::Abort() {
   absl::MutexLock lock(&mu_);
   aborted_ = true;
+  if (connecting_ != nullptr) {
+    // Ends Connect's waits: for a peer's address, and a pair's for its
+    // peer (the pair moves to closed, which Gloo's connect wait takes as
+    // done); Connect then sees aborted_.
+    connecting_->Cancel();
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank()) transport_->getPair(peer)->close();
+    }
+  }
   for (UnboundBuffer* buffer : active_) {
     buffer->abortWaitSend();
     buffer->abortWaitRecv();

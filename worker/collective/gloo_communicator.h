@@ -1,5 +1,9 @@
 // Communicator over Gloo's TCP transport. The full mesh is bootstrapped
-// through the coordinator's key-value store (KvStore). The collectives are
+// through the coordinator's key-value store: each rank publishes the
+// addresses of its listening sockets, one per peer, and connects each pair.
+// lockstep does this itself rather than with Gloo's connectFullMesh so that
+// Abort() reaches a rank waiting for a peer that died (closing the pairs
+// ends Gloo's connect wait). The collectives are
 // lockstep's own algorithms over Gloo's unbound buffers, because their waits
 // can be aborted from another thread (Gloo's built-in algorithms can only
 // time out, and a hung peer keeps its sockets open), and because the direct
@@ -24,8 +28,10 @@
 namespace gloo {
 class Context;
 namespace transport {
+class Context;
+class Device;
 class UnboundBuffer;
-}
+}  // namespace transport
 }  // namespace gloo
 
 namespace lockstep::worker {
@@ -57,10 +63,19 @@ class GlooCommunicator : public Communicator {
     Algorithm algorithm = Algorithm::kDirect;
   };
 
-  // Connects the full mesh. Errors: DeadlineExceeded/Aborted from the key-
-  // value store when a peer does not show up, Unavailable on socket errors.
-  // Sets SIGPIPE to ignored if the process left it at its default, so that a
-  // dead peer fails the collective instead of killing the process.
+  // Binds this rank's listening sockets, one per peer; nothing is connected
+  // yet. Errors: Unavailable when the address cannot be bound. Sets SIGPIPE
+  // to ignored if the process left it at its default, so that a dead peer
+  // fails the collective instead of killing the process.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      const Options& options);
+  // Connects the full mesh through `kv`, then waits until every rank has.
+  // Call once, before any collective. Abort() from another thread ends it
+  // promptly. Errors: Aborted; DeadlineExceeded when a peer does not
+  // publish its address in time (naming the rank); Unavailable on socket
+  // errors; DataLoss for a malformed address.
+  absl::Status Connect(KeyValueClient* kv);
+  // Create, then Connect.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       KeyValueClient* kv, const Options& options);
   ~GlooCommunicator() override;
@@ -76,8 +91,9 @@ class GlooCommunicator : public Communicator {
   void Abort() override;
 
  private:
-  GlooCommunicator(Options options, std::shared_ptr<gloo::Context> context)
-      : options_(std::move(options)), context_(std::move(context)) {}
+  explicit GlooCommunicator(Options options);
+  // Connects the pair of every peer; throws on Gloo's errors.
+  absl::Status ConnectPairs(KeyValueClient* kv);
 
   // Runs `body` with `buffers` registered for Abort; turns Gloo exceptions
   // and aborts into a Status.
@@ -100,6 +116,10 @@ class GlooCommunicator : public Communicator {
   uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 20); }
 
   const Options options_;
+  // The transport and its pairs, made by Create; the collectives' context
+  // wraps them once Connect has connected them.
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::transport::Context> transport_;
   std::shared_ptr<gloo::Context> context_;
   uint64_t next_call_ = 0;
   // Per peer: sends and receives posted and completed in the current call.
@@ -111,6 +131,9 @@ class GlooCommunicator : public Communicator {
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  // The store Connect is using while it runs: Abort cancels it and closes
+  // the pairs to end Connect's waits.
+  KeyValueClient* connecting_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -15,6 +15,7 @@ class InMemoryKeyValue : public KeyValueClient {
  public:
   absl::Status Set(const std::string& key, const std::string& value) override {
     absl::MutexLock lock(&mu_);
+    if (cancelled_) return Cancelled(key);
     values_[key] = value;
     return absl::OkStatus();
   }
@@ -23,17 +24,28 @@ class InMemoryKeyValue : public KeyValueClient {
                                   absl::Duration timeout) override {
     absl::MutexLock lock(&mu_);
     auto present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
+      return cancelled_ || values_.count(key) > 0;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
       return absl::DeadlineExceededError("key '" + key +
                                          "' was not set in time");
     }
+    if (cancelled_) return Cancelled(key);
     return values_[key];
   }
 
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+
  private:
+  static absl::Status Cancelled(const std::string& key) {
+    return absl::AbortedError("key '" + key + "': the store was cancelled");
+  }
+
   absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -99,14 +99,28 @@ int NcclCommunicator::DeviceCount() {
 NcclCommunicator::NcclCommunicator(Options options, std::unique_ptr<Impl> impl)
     : options_(std::move(options)), impl_(std::move(impl)) {}
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
-    KeyValueClient* kv, const Options& options) {
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    const Options& options) {
   if (DeviceCount() <= options.device) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", options.rank, " wants CUDA device ",
                      options.device, " but this worker sees ", DeviceCount(),
                      "; use the gloo backend on CPU workers"));
   }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(options, std::make_unique<Impl>()));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
+    KeyValueClient* kv, const Options& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, Create(options));
+  RETURN_IF_ERROR(comm->Connect(kv));
+  return comm;
+}
+
+absl::Status NcclCommunicator::Connect(KeyValueClient* kv) {
+  const Options& options = options_;
+  if (aborted_) return absl::AbortedError("the communicator was aborted");
   cudaError_t error = cudaSetDevice(options.device);
   if (error != cudaSuccess) return CudaError(error, "cudaSetDevice");
 
@@ -130,9 +144,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
 
   // The communicator owns what follows from here: its destructor frees
   // whatever was made when a later step fails.
-  std::unique_ptr<NcclCommunicator> comm(
-      new NcclCommunicator(options, std::make_unique<Impl>()));
-  Impl& impl = *comm->impl_;
+  Impl& impl = *impl_;
   error = cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking);
   if (error != cudaSuccess) return CudaError(error, "cudaStreamCreate");
   error = cudaMalloc(&impl.barrier, sizeof(float));
@@ -140,11 +152,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
   error = cudaMemsetAsync(impl.barrier, 0, sizeof(float), impl.stream);
   if (error != cudaSuccess) return CudaError(error, "cudaMemsetAsync");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // so initialization can be abandoned at the deadline
+  // Non-blocking, so initialization can be abandoned at the deadline or
+  // on Abort() (a peer that died before joining never completes it).
+  config.blocking = 0;
   ncclResult_t result = ncclCommInitRankConfig(&impl.comm, options.size, id,
                                                options.rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
-    comm->AbortComm();
+    AbortComm();
     return absl::UnavailableError(
         absl::StrCat("NCCL init of rank ", options.rank, " of ", options.size,
                      ": ", ncclGetErrorString(result)));
@@ -156,8 +170,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
       state = ncclInternalError;
     }
     if (state == ncclInProgress) {
+      if (aborted_) {
+        AbortComm();
+        return absl::AbortedError(
+            absl::StrCat("NCCL init of rank ", options.rank, " was aborted"));
+      }
       if (absl::Now() > deadline) {
-        comm->AbortComm();
+        AbortComm();
         return absl::DeadlineExceededError(absl::StrCat(
             "NCCL init of rank ", options.rank, " of ", options.size,
             " did not finish within ", absl::FormatDuration(options.timeout),
@@ -167,12 +186,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     }
   }
   if (state != ncclSuccess) {
-    comm->AbortComm();
+    AbortComm();
     return absl::UnavailableError(
         absl::StrCat("NCCL init of rank ", options.rank, " of ", options.size,
                      ": ", ncclGetErrorString(state)));
   }
-  return comm;
+  return absl::OkStatus();
 }
 
 NcclCommunicator::~NcclCommunicator() {

@@ -52,9 +52,17 @@ class NcclCommunicator : public Communicator {
   // The number of CUDA devices this process sees; 0 without a GPU or driver.
   static int DeviceCount();
 
-  // Errors: FailedPrecondition without a usable GPU; DeadlineExceeded or
-  // Aborted from the key-value store; Unavailable when NCCL cannot connect.
-  // Leaves options.device current on the calling thread.
+  // A communicator not connected yet. Errors: FailedPrecondition without a
+  // usable GPU.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      const Options& options);
+  // Exchanges NCCL's unique id through `kv` and initializes NCCL. Call once,
+  // before any collective; Abort() from another thread ends it promptly.
+  // Errors: Aborted; DeadlineExceeded from the key-value store or when a
+  // peer does not join; Unavailable when NCCL cannot connect. Leaves
+  // options.device current on the calling thread.
+  absl::Status Connect(KeyValueClient* kv);
+  // Create, then Connect.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Connect(
       KeyValueClient* kv, const Options& options);
   // Without Abort(): finalizes the NCCL communicator (bounded by the

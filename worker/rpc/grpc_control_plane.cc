@@ -2,6 +2,8 @@
 // (grpc_control_plane.h).
 #include "worker/rpc/grpc_control_plane.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
@@ -71,14 +73,16 @@ class GrpcKeyValue : public KeyValueClient {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(30));
+    if (!Track(&context)) return Cancelled(key);
     v1::KvSetRequest request;
     request.set_job_id(job_id_);
     request.set_generation(generation_);
     request.set_key(key);
     request.set_value(value);
     v1::KvSetResponse response;
-    return Annotate(stub_->KvSet(&context, request, &response), address_,
-                    absl::StrCat("setting key '", key, "'"));
+    grpc::Status status = stub_->KvSet(&context, request, &response);
+    if (!Untrack(&context)) return Cancelled(key);
+    return Annotate(status, address_, absl::StrCat("setting key '", key, "'"));
   }
 
   absl::StatusOr<std::string> Get(const std::string& key,
@@ -87,6 +91,7 @@ class GrpcKeyValue : public KeyValueClient {
     // The coordinator enforces `timeout`; the RPC deadline is a backstop.
     context.set_deadline(
         absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(10)));
+    if (!Track(&context)) return Cancelled(key);
     v1::KvGetRequest request;
     request.set_job_id(job_id_);
     request.set_generation(generation_);
@@ -94,6 +99,7 @@ class GrpcKeyValue : public KeyValueClient {
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
     v1::KvGetResponse response;
     grpc::Status status = stub_->KvGet(&context, request, &response);
+    if (!Untrack(&context)) return Cancelled(key);
     if (!status.ok()) {
       return Annotate(status, address_,
                       absl::StrCat("getting key '", key, "'"));
@@ -101,11 +107,39 @@ class GrpcKeyValue : public KeyValueClient {
     return std::move(*response.mutable_value());
   }
 
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* context : pending_) context->TryCancel();
+  }
+
  private:
+  // Registers a call for Cancel(); false once cancelled.
+  bool Track(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return false;
+    pending_.insert(context);
+    return true;
+  }
+  // The call is over; false when Cancel() ended it (or came after it).
+  bool Untrack(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(context);
+    return !cancelled_;
+  }
+  absl::Status Cancelled(const std::string& key) const {
+    return absl::AbortedError(
+        absl::StrCat("key '", key, "' of job ", job_id_, " generation ",
+                     generation_, ": this worker left the generation"));
+  }
+
   v1::Coordinator::Stub* const stub_;
   const std::string address_;
   const std::string job_id_;
   const int64_t generation_;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -122,15 +122,25 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
   if (world_ == 1) return std::make_unique<SingleRankCommunicator>();
+  // Each backend's communicator is registered with the task before it
+  // connects, so an abort reaches a rank still waiting for its peers.
+  auto connect =
+      [this](auto created) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    if (!created.ok()) return created.status();
+    auto comm = *std::move(created);
+    task_.SetCommunicator(comm.get());
+    absl::Status connected = comm->Connect(task_.kv.get());
+    task_.SetCommunicator(nullptr);
+    if (!connected.ok()) return connected;
+    return std::unique_ptr<Communicator>(std::move(comm));
+  };
   if (Backend() == "nccl") {
 #ifdef LOCKSTEP_HAVE_NCCL
     NcclCommunicator::Options options;
     options.rank = rank_;
     options.size = world_;
     options.device = device_.has_index() ? device_.index() : 0;
-    ASSIGN_OR_RETURN(auto nccl,
-                     NcclCommunicator::Connect(task_.kv.get(), options));
-    return std::unique_ptr<Communicator>(std::move(nccl));
+    return connect(NcclCommunicator::Create(options));
 #else
     return absl::FailedPreconditionError(absl::StrCat(
         "worker rank ", rank_, " on ", task_.host,
@@ -146,9 +156,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
   options.algorithm = spec_.communication().algorithm() == "ring"
                           ? GlooCommunicator::Algorithm::kRing
                           : GlooCommunicator::Algorithm::kDirect;
-  ASSIGN_OR_RETURN(auto gloo,
-                   GlooCommunicator::Connect(task_.kv.get(), options));
-  return std::unique_ptr<Communicator>(std::move(gloo));
+  return connect(GlooCommunicator::Create(options));
 }
 
 absl::Status Generation::PlanBatches() {
