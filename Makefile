@@ -44,6 +44,7 @@ bench: build
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
+	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --spare
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/checkpoint_io_bench $${TMPDIR:-/tmp} 256
 	@bash bench/ddp_compare.sh $(BUILD_DIR)

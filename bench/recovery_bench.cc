@@ -12,11 +12,16 @@
 // restarted at once, and the job restores its newest checkpoint (saved every
 // 20 steps): resume is then SIGKILL to the first step after the restore.
 //
+// With --spare, the cluster has a hot spare task (TF_CONFIG type "spare")
+// standing by: it takes the killed rank at once, and the killed task is
+// restarted only after the job resumed (it then stands by in its turn).
+// "start" is then SIGKILL to the start of the next generation.
+//
 // A trial that does not resume fails the run (exit 1); the run's folder, with
 // every process's log, is then kept.
 //
-//   recovery_bench BIN_DIR [TRIALS] [--restore]   default 7 trials
-//   recovery_bench BIN_DIR 1 [--restore]          a smoke run (~10 s)
+//   recovery_bench BIN_DIR [TRIALS] [--restore|--spare]   default 7 trials
+//   recovery_bench BIN_DIR 1 [--restore|--spare]          a smoke run (~10 s)
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -40,24 +45,28 @@
 namespace lockstep {
 namespace {
 
-constexpr char kCluster[] =
-    R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1"]}})";
+// The cluster's tasks, as TF_CONFIG's "cluster" value.
+std::string Cluster(bool spare) {
+  return absl::StrCat(R"({"worker": ["127.0.0.1:1", "127.0.0.1:1"])",
+                      spare ? R"(, "spare": ["127.0.0.1:1"])" : "", "}");
+}
 
-std::string TfConfig(int index) {
-  return absl::StrCat(
-      R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": )",
-      index, "}}");
+std::string TfConfig(bool spare, const std::string& type, int index) {
+  return absl::StrCat(R"({"cluster": )", Cluster(spare),
+                      R"(, "task": {"type": ")", type, R"(", "index": )", index,
+                      "}}");
 }
 
 struct Trial {
   double detect_s = -1;
+  double start_s = -1;
   double resume_s = -1;
   int64_t repeated = -1;
 };
 
 class Bench {
  public:
-  explicit Bench(std::string bin) : bin_(std::move(bin)) {}
+  Bench(std::string bin, bool spare) : bin_(std::move(bin)), spare_(spare) {}
 
   bool Start() {
     char tmpl[] = "/tmp/lockstep-recovery-XXXXXX";
@@ -67,7 +76,8 @@ class Bench {
     auto pid = processes_.Spawn(
         "coordinator",
         {bin_ + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
-         "--state-dir", dir_ + "/state", "--cluster", kCluster},
+         "--state-dir", dir_ + "/state", "--cluster",
+         absl::StrCat(R"({"cluster": )", Cluster(spare_), "}")},
         {}, dir_ + "/coordinator.log", &out);
     if (!pid.ok()) return false;
     std::string line;
@@ -78,17 +88,20 @@ class Bench {
     stub_ = v1::Coordinator::NewStub(
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     for (int i = 0; i < 2; ++i) workers_.push_back(StartWorker(i));
+    if (spare_) StartTask("spare", 0);
     return true;
   }
 
-  pid_t StartWorker(int index) {
+  pid_t StartWorker(int index) { return StartTask("worker", index); }
+
+  pid_t StartTask(const std::string& type, int index) {
     auto pid =
-        processes_.Spawn(absl::StrCat("worker ", index, " #", ++spawned_),
+        processes_.Spawn(absl::StrCat(type, " ", index, " #", ++spawned_),
                          {bin_ + "/lockstep-worker", "--coordinator", address_,
                           "--threads", "1"},
-                         {"TF_CONFIG=" + TfConfig(index), "OMP_NUM_THREADS=1",
-                          "OPENBLAS_NUM_THREADS=1"},
-                         absl::StrCat(dir_, "/worker-", spawned_, ".log"));
+                         {"TF_CONFIG=" + TfConfig(spare_, type, index),
+                          "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
+                         absl::StrCat(dir_, "/", type, "-", spawned_, ".log"));
     return pid.value_or(-1);
   }
 
@@ -150,7 +163,7 @@ class Bench {
     } else {
       kill(workers_[1], SIGKILL);
     }
-    workers_[1] = StartWorker(1);
+    if (!spare_) workers_[1] = StartWorker(1);
     auto later = [](const v1::JobEvent& e) { return e.generation() > 1; };
     v1::JobStatus resumed = WatchUntil(job, [&](const v1::JobStatus& s) {
       for (const v1::JobEvent& e : s.events()) {
@@ -158,7 +171,11 @@ class Bench {
       }
       return false;
     });
+    if (spare_) workers_[1] = StartWorker(1);  // it stands by from now on
     for (const v1::JobEvent& e : resumed.events()) {
+      if (e.kind() == "generation_started" && later(e) && trial.start_s < 0) {
+        trial.start_s = e.time() - killed;
+      }
       bool failure = e.kind() == "worker_failed" ||
                      e.kind() == "worker_restarted" ||
                      e.kind() == "generation_failed";
@@ -192,6 +209,7 @@ class Bench {
 
  private:
   const std::string bin_;
+  const bool spare_;
   std::string dir_;
   std::string address_;
   int spawned_ = 0;
@@ -211,38 +229,42 @@ double Median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: recovery_bench BIN_DIR [TRIALS] [--restore]\n";
+    std::cerr << "usage: recovery_bench BIN_DIR [TRIALS] [--restore|--spare]\n";
     return 2;
   }
   int trials = argc > 2 ? atoi(argv[2]) : 7;
   bool restore = argc > 3 && std::string(argv[3]) == "--restore";
+  bool spare = argc > 3 && std::string(argv[3]) == "--spare";
   if (trials < 1) {
     std::cerr << "recovery_bench: TRIALS must be positive\n";
     return 2;
   }
-  auto bench = std::make_unique<lockstep::Bench>(argv[1]);
+  auto bench = std::make_unique<lockstep::Bench>(argv[1], spare);
   if (!bench->Start()) {
     std::cerr << "cannot start the cluster (logs in " << bench->dir() << ")\n";
     return 1;
   }
   std::mt19937 random(42);
-  std::vector<double> detect, resume, repeated;
+  std::vector<double> detect, start, resume, repeated;
   int failed = 0;
   std::printf("%s\n", restore ? "every worker killed; restore from the newest "
                                 "checkpoint (saved every 20 steps)"
+                      : spare ? "one worker killed; a hot spare takes its rank"
                               : "one worker killed; live recovery");
-  std::printf("%-6s %10s %10s %9s\n", "trial", "detect s", "resume s",
-              "repeated");
+  std::printf("%-6s %10s %10s %10s %9s\n", "trial", "detect s", "start s",
+              "resume s", "repeated");
   for (int i = 0; i < trials; ++i) {
     lockstep::Trial t = bench->RunTrial(random, restore);
     if (t.detect_s < 0 || t.resume_s < 0) ++failed;
-    std::printf("%-6d %10.3f %10.3f %9lld\n", i + 1, t.detect_s, t.resume_s,
-                static_cast<long long>(t.repeated));
+    std::printf("%-6d %10.3f %10.3f %10.3f %9lld\n", i + 1, t.detect_s,
+                t.start_s, t.resume_s, static_cast<long long>(t.repeated));
     detect.push_back(t.detect_s);
+    start.push_back(t.start_s);
     resume.push_back(t.resume_s);
     repeated.push_back(static_cast<double>(t.repeated));
   }
-  std::printf("%-6s %10.3f %10.3f %9.0f\n", "median", lockstep::Median(detect),
+  std::printf("%-6s %10.3f %10.3f %10.3f %9.0f\n", "median",
+              lockstep::Median(detect), lockstep::Median(start),
               lockstep::Median(resume), lockstep::Median(repeated));
   const std::string dir = bench->dir();
   bench.reset();  // stops every process before their folder goes

@@ -57,10 +57,12 @@ Examples:
 
 constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
 
-Lists every worker the coordinator knows: id (task type:index), state, job,
-rank, generation, host, incarnation, how long ago it was last heard from, and
-the device it trains on ("cpu", or "cuda:N" with the GPU's model; --json adds
-the GPU's UUID).
+Lists every worker the coordinator knows: id (task type:index), state
+(training, standby, idle, disconnected), role ("rank N", or "spare" for a hot
+spare without a rank), job (the one it trains, or "for JOB" when it stands by
+to take a failed rank of JOB), generation, host, incarnation, how long ago it
+was last heard from, and the device it trains on ("cpu", or "cuda:N" with the
+GPU's model; --json adds the GPU's UUID).
 
 Examples:
   lockstep workers
@@ -359,6 +361,24 @@ int RunStatus(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
+namespace {
+
+// "rank 1", "spare" (registered as a hot spare, no rank now) or "-".
+std::string WorkerRole(const v1::WorkerInfo& w) {
+  if (w.rank() >= 0) return absl::StrCat("rank ", w.rank());
+  return w.spare() ? "spare" : "-";
+}
+
+// The job a worker trains, or "for JOB" when it stands by for one (it takes
+// a failed rank of that job).
+std::string WorkerJob(const v1::WorkerInfo& w) {
+  if (!w.job_id().empty()) return w.job_id();
+  if (!w.standby_job_id().empty()) return "for " + w.standby_job_id();
+  return "-";
+}
+
+}  // namespace
+
 int RunWorkers(const std::vector<std::string>& argv) {
   int exit = kExitOk;
   auto call = Begin(argv, {}, {"json"}, kWorkersUsage, 0, 0, &exit);
@@ -374,15 +394,14 @@ int RunWorkers(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   std::cout << absl::StrFormat(
-      "%-12s %-13s %-24s %-5s %-4s %-16s %-17s %-12s %s\n", "WORKER", "STATE",
-      "JOB", "RANK", "GEN", "HOST", "INCARNATION", "LAST SEEN", "DEVICE");
+      "%-12s %-13s %-8s %-24s %-4s %-16s %-17s %-12s %s\n", "WORKER", "STATE",
+      "ROLE", "JOB", "GEN", "HOST", "INCARNATION", "LAST SEEN", "DEVICE");
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
     const v1::Device& device = w.device();
     std::cout << absl::StrFormat(
-        "%-12s %-13s %-24s %-5s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
-        w.state(), w.job_id().empty() ? "-" : w.job_id(),
-        w.rank() >= 0 ? absl::StrCat(w.rank()) : "-",
+        "%-12s %-13s %-8s %-24s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
+        w.state(), WorkerRole(w), WorkerJob(w),
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
         w.incarnation(),
         absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),

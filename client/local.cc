@@ -33,7 +33,7 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kLocalUsage[] =
-    R"(Usage: lockstep local --workers N [--gpus] [--json] [--set field=value ...] JOB.json
+    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--set field=value ...] JOB.json
 
 Runs JOB.json on an embedded coordinator and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -43,6 +43,10 @@ surviving workers or, with checkpoint.backup_dir, from the last checkpoint.
 
 Flags:
   --workers N          worker processes (replicas); default 2
+  --spares N           extra worker processes started as hot spares
+                       (lockstep-worker --spare): they load the job's data
+                       and take the rank of a worker that dies at once,
+                       instead of waiting for its restart; default 0
   --gpus               train on this machine's GPUs: worker i gets GPU
                        i mod G of the G GPUs (those in CUDA_VISIBLE_DEVICES
                        when it is set, else every GPU nvidia-smi -L lists)
@@ -66,6 +70,7 @@ Flags:
 Examples:
   lockstep local --workers 2 examples/fashion_mnist_mlp.json
   lockstep local --workers 2 --gpus examples/fashion_mnist_cnn.json
+  lockstep local --workers 2 --spares 1 examples/fashion_mnist_mlp.json
 )";
 
 // Reads the coordinator's "listening on HOST:PORT" line from its stdout.
@@ -166,6 +171,7 @@ class LocalRun {
   const std::string bin_dir_;
   bool json_ = false;
   int workers_ = 2;
+  int spares_ = 0;  // worker indexes workers_.. are spares
   int threads_ = 1;
   // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
   std::vector<std::string> gpus_;
@@ -194,6 +200,11 @@ absl::Status LocalRun::Prepare() {
   if (workers_ < 1 || workers_ > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--workers must be between 1 and 64, got ", workers_));
+  }
+  ASSIGN_OR_RETURN(spares_, args_.GetInt("spares", 0));
+  if (spares_ < 0 || spares_ > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spares must be between 0 and 64, got ", spares_));
   }
   if (args_.positional().size() != 1) {
     return absl::InvalidArgumentError(
@@ -244,7 +255,9 @@ absl::Status LocalRun::StartProcesses() {
                      TailOfFile(run_dir_ + "/coordinator.log", 20)));
   }
   address_ = *address;
-  for (int i = 0; i < workers_; ++i) RETURN_IF_ERROR(SpawnWorker(i));
+  for (int i = 0; i < workers_ + spares_; ++i) {
+    RETURN_IF_ERROR(SpawnWorker(i));
+  }
   processes_.StartReaper([this](const std::string& name, int status) {
     OnChildExit(name, status);
   });
@@ -270,11 +283,19 @@ absl::Status LocalRun::SpawnWorker(int index) {
     env.push_back("CUDA_VISIBLE_DEVICES=" + gpus_[index % gpus_.size()]);
     device = "auto";
   }
+  std::vector<std::string> command = {bin_dir_ + "/lockstep-worker",
+                                      "--coordinator",
+                                      address_,
+                                      "--host",
+                                      "127.0.0.1",
+                                      "--threads",
+                                      threads,
+                                      "--device",
+                                      device};
+  if (index >= workers_) command.push_back("--spare");
   return processes_
-      .Spawn(absl::StrCat("worker ", index),
-             {bin_dir_ + "/lockstep-worker", "--coordinator", address_,
-              "--host", "127.0.0.1", "--threads", threads, "--device", device},
-             env, absl::StrCat(run_dir_, "/worker-", index, ".log"))
+      .Spawn(absl::StrCat("worker ", index), command, env,
+             absl::StrCat(run_dir_, "/worker-", index, ".log"))
       .status();
 }
 
@@ -452,13 +473,14 @@ absl::Status LocalRun::WaitForWorkers(absl::Duration timeout) {
       for (const v1::WorkerInfo& worker : response.workers()) {
         if (worker.connected()) ++registered;
       }
-      if (registered >= workers_) return absl::OkStatus();
+      if (registered >= workers_ + spares_) return absl::OkStatus();
     }
     absl::SleepFor(absl::Milliseconds(10));  // a poll, not a wait for time
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "only ", registered, " of ", workers_, " workers registered within ",
-      absl::FormatDuration(timeout), "; see their logs"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("only ", registered, " of ", workers_ + spares_,
+                   " workers registered within ", absl::FormatDuration(timeout),
+                   "; see their logs"));
 }
 
 int LocalRun::Run() {
@@ -474,7 +496,11 @@ int LocalRun::Run() {
     return kExitJobFailed;
   }
   progress() << "lockstep local: coordinator on " << address_ << ", "
-             << workers_ << " workers x " << threads_ << " threads"
+             << workers_ << " workers"
+             << (spares_ > 0 ? absl::StrCat(" + ", spares_,
+                                            spares_ == 1 ? " spare" : " spares")
+                             : "")
+             << " x " << threads_ << " threads"
              << (gpus_.empty()
                      ? std::string(" on the CPU")
                      : absl::StrCat(" on ", gpus_.size(),
@@ -522,8 +548,9 @@ int LocalRun::Run() {
 }  // namespace
 
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
-  auto args = Args::Parse(argv, {"workers", "set", "metrics-out", "threads"},
-                          {"json", "keep-logs", "gpus", "help"});
+  auto args =
+      Args::Parse(argv, {"workers", "spares", "set", "metrics-out", "threads"},
+                  {"json", "keep-logs", "gpus", "help"});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;

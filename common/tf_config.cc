@@ -21,7 +21,11 @@ namespace {
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-constexpr const char* kKnownTypes[] = {"chief", "worker", "ps", "evaluator"};
+// "spare" is lockstep's own: hot spares that take a failed rank
+// (docs/DESIGN.md §3). TensorFlow accepts any job name, so TF_CONFIG with
+// spares stays valid for it.
+constexpr const char* kKnownTypes[] = {"chief", "worker", "ps", "evaluator",
+                                       "spare"};
 
 bool IsKnownType(const std::string& type) {
   return std::find(std::begin(kKnownTypes), std::end(kKnownTypes), type) !=
@@ -98,7 +102,7 @@ absl::Status ValidateCluster(const v1::ClusterSpec& cluster) {
     if (!IsKnownType(type)) {
       return Invalid(absl::StrCat("unknown task type \"", type,
                                   "\"; known types are chief, worker, ps, "
-                                  "evaluator"));
+                                  "evaluator, spare"));
     }
     if ((type == "chief" || type == "evaluator") && list.addresses_size() > 1) {
       return Invalid(absl::StrCat("there can be at most one ", type,
@@ -144,7 +148,7 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
     if (!IsKnownType(task.type())) {
       return Invalid(absl::StrCat("task.type \"", task.type(),
                                   "\" is unknown; known types are chief, "
-                                  "worker, ps, evaluator"));
+                                  "worker, ps, evaluator, spare"));
     }
     auto it = config.cluster.tasks().find(task.type());
     int count =
@@ -182,6 +186,12 @@ std::vector<v1::TaskId> TrainingTasks(const v1::ClusterSpec& cluster) {
   add_all("chief");
   add_all("worker");
   return tasks;
+}
+
+bool IsSpareTask(const v1::ClusterSpec& cluster, const v1::TaskId& task) {
+  auto it = cluster.tasks().find("spare");
+  return task.type() == "spare" && it != cluster.tasks().end() &&
+         task.index() >= 0 && task.index() < it->second.addresses_size();
 }
 
 absl::StatusOr<int> RankOf(const v1::ClusterSpec& cluster,

@@ -1,6 +1,8 @@
 // TF_CONFIG: the cluster description TensorFlow and Kubeflow's TFJob use,
 //   {"cluster": {"chief": ["h:p"], "worker": ["h:p", ...]},
 //    "task": {"type": "worker", "index": 0}}
+// plus lockstep's "spare" task type: hot spares, which train only in place
+// of a failed chief or worker (TensorFlow accepts any job name).
 // Parsed and validated with TensorFlow's rules, stricter where TensorFlow is
 // silent: known task types only, at most one chief and one evaluator, every
 // address non-empty, the task present in the cluster with its index in range.
@@ -37,8 +39,12 @@ absl::Status ValidateCluster(const v1::ClusterSpec& cluster);
 std::vector<v1::TaskId> TrainingTasks(const v1::ClusterSpec& cluster);
 
 // Rank of `task` in TrainingTasks(cluster); NotFound if it does not train.
+// A "spare" task has no rank of its own (IsSpareTask).
 absl::StatusOr<int> RankOf(const v1::ClusterSpec& cluster,
                            const v1::TaskId& task);
+
+// Whether `task` is one of the cluster's "spare" tasks (index in range).
+bool IsSpareTask(const v1::ClusterSpec& cluster, const v1::TaskId& task);
 
 // "worker:1".
 std::string TaskName(const v1::TaskId& task);

@@ -338,13 +338,43 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
 }
 
 void Coordinator::MaybeStartJobLocked() {
+  StartNextGenerationLocked();
+  StandbyLocked();
+}
+
+void Coordinator::StandbyLocked() {
+  Job* job = RunningJobLocked();
+  v1::CoordinatorCommand command;
+  if (job != nullptr) {
+    command.mutable_standby()->set_job_id(job->status.job_id());
+    *command.mutable_standby()->mutable_spec() = job->status.spec();
+  }
+  for (Worker* worker : workers_.StandingBy()) {
+    if (job == nullptr) {
+      worker->standby_job.clear();
+    } else if (worker->standby_job != job->status.job_id()) {
+      worker->standby_job = job->status.job_id();
+      LogInfo(worker->id, " stands by for job ", job->status.job_id());
+      worker->sink->Send(command);
+    }
+  }
+}
+
+void Coordinator::StartNextGenerationLocked() {
   if (shutdown_) return;
   if (Job* job = RunningJobLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) return;
-    static const std::vector<std::string> kNoRanks;
-    std::vector<Worker*> workers = workers_.Pick(
-        job->status.spec(),
-        job->generation ? job->generation->rank_workers() : kNoRanks);
+    // The previous generation's ranks; after a coordinator restart, as
+    // persisted (a spare may hold a rank whose own task never came back).
+    std::vector<std::string> previous;
+    if (job->generation != nullptr) {
+      previous = job->generation->rank_workers();
+    } else {
+      for (const v1::RankResult& rank : job->status.ranks()) {
+        previous.push_back(rank.worker_id());
+      }
+    }
+    std::vector<Worker*> workers = workers_.Pick(job->status.spec(), previous);
     if (!workers.empty()) StartGenerationLocked(*job, workers);
     return;
   }
@@ -388,6 +418,7 @@ void Coordinator::StartGenerationLocked(Job& job,
   status.clear_ranks();
   std::vector<std::string> rank_workers, names;
   for (const Worker* worker : workers) rank_workers.push_back(worker->id);
+  NoteReplacementsLocked(job, rank_workers);
   // The previous generation, ended already, is dropped whole here.
   job.generation = std::make_unique<Generation>(
       status.job_id(), status.generation(), std::move(rank_workers));
@@ -413,6 +444,27 @@ void Coordinator::StartGenerationLocked(Job& job,
   AddEventLocked(job, "generation_started", nullptr, message);
   ChangedLocked(job);
   PersistLocked(job);
+}
+
+void Coordinator::NoteReplacementsLocked(
+    Job& job, const std::vector<std::string>& rank_workers) {
+  if (job.generation == nullptr) return;
+  const std::vector<std::string>& previous = job.generation->rank_workers();
+  for (size_t rank = 0; rank < rank_workers.size() && rank < previous.size();
+       ++rank) {
+    if (rank_workers[rank] == previous[rank]) continue;
+    const Worker* taker = workers_.Find(rank_workers[rank]);
+    if (taker == nullptr) continue;
+    std::string message =
+        absl::StrCat(taker->spare ? "spare " : "worker ", taker->id, " (host ",
+                     taker->host, ") took rank ", rank, " of job ",
+                     job.status.job_id(), " after ", previous[rank], " failed",
+                     job.status.error().empty()
+                         ? ""
+                         : absl::StrCat(" (", job.status.error(), ")"));
+    LogInfo(message);
+    AddEventLocked(job, "rank_replaced", taker, message);
+  }
 }
 
 void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,

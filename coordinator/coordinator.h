@@ -165,8 +165,19 @@ class Coordinator {
 
   // ---- the job queue and state machine (coordinator.cc) ----
   // Starts the oldest queued job, or re-forms the recovering one, if its
-  // workers are there.
+  // workers are there; then tells every idle worker to stand by for the
+  // running job.
   void MaybeStartJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartNextGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends Standby{running job} to each idle worker not yet standing by for
+  // it, so that it loads the job's data and can take a failed rank at once
+  // (docs/DESIGN.md §3). Forgets the standbys when no job runs.
+  void StandbyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a "rank_replaced" event for each rank that the new generation
+  // (`rank_workers`) gives to another worker than the previous one did.
+  void NoteReplacementsLocked(Job& job,
+                              const std::vector<std::string>& rank_workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces the job's generation with a new one on `workers` (rank order),
   // resolves its communication backend from their devices, and sends each
   // its assignment.

@@ -18,16 +18,20 @@ absl::StatusOr<std::string> RegistrationId(
   if (!cluster.has_value()) {
     return request.task().type().empty() ? "" : TaskName(request.task());
   }
+  if (request.task().type().empty() && request.spare()) {
+    return "";  // a spare by flag: free registration beside the cluster
+  }
   if (request.task().type().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker on ", request.host(),
         " registered without a task identity, but this coordinator runs "
         "the static cluster ",
         DescribeCluster(*cluster),
-        "; give the worker TF_CONFIG or --task-type/--task-index"));
+        "; give the worker TF_CONFIG or --task-type/--task-index, or "
+        "--spare to stand by as a hot spare"));
   }
   auto rank = RankOf(*cluster, request.task());
-  if (!rank.ok()) {
+  if (!rank.ok() && !IsSpareTask(*cluster, request.task())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "refusing worker on ", request.host(), ": ", rank.status().message()));
   }
@@ -80,17 +84,22 @@ void WorkerRegistry::Register(Worker& worker,
                               const v1::RegisterWorkerRequest& request,
                               absl::Time now) {
   worker.task = request.task();
-  worker.incarnation = request.incarnation();
   worker.host = request.host();
   worker.device = request.device();
+  worker.spare = request.spare() || request.task().type() == "spare";
+  // A new process has loaded nothing yet.
+  if (request.incarnation() != worker.incarnation) worker.standby_job.clear();
   // A worker that says nothing of its device trains on the CPU.
   if (worker.device.name().empty()) worker.device.set_name("cpu");
+  worker.incarnation = request.incarnation();
   worker.last_heartbeat = now;
 }
 
 void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
                             int64_t generation, int rank, absl::Time now) {
   worker.job_id = job_id;
+  // A rank loads the job's data: once its part ends it stands by already.
+  worker.standby_job = job_id;
   worker.rank = rank;
   worker.generation = generation;
   worker.collective_seq = 0;
@@ -142,55 +151,116 @@ std::vector<Worker*> WorkerRegistry::NotJoined(
   return late;
 }
 
+bool WorkerRegistry::Available(const Worker& worker) {
+  return worker.sink != nullptr && worker.job_id.empty() && !worker.leaving;
+}
+
 std::vector<Worker*> WorkerRegistry::Pick(
     const v1::JobSpec& spec, const std::vector<std::string>& previous) {
-  return cluster_.has_value() ? PickStatic() : PickFree(spec, previous);
+  if (!cluster_.has_value()) return PickFree(spec, previous);
+  return previous.empty() ? PickStatic() : RefillStatic(previous);
 }
 
 std::vector<Worker*> WorkerRegistry::PickStatic() {
   std::vector<Worker*> picked;
   for (const v1::TaskId& task : TrainingTasks(*cluster_)) {
     Worker* worker = Find(TaskName(task));
-    if (worker == nullptr || worker->sink == nullptr ||
-        !worker->job_id.empty() || worker->leaving) {
-      return {};
-    }
+    if (worker == nullptr || !Available(*worker)) return {};
     picked.push_back(worker);
   }
   return picked;
 }
 
+std::vector<Worker*> WorkerRegistry::Replacements(
+    const std::vector<Worker*>& taken) {
+  std::vector<Worker*> candidates;
+  for (auto& [id, worker] : workers_) {
+    if (Available(worker) &&
+        std::find(taken.begin(), taken.end(), &worker) == taken.end()) {
+      candidates.push_back(&worker);
+    }
+  }
+  // Workers that are not spares first (a static task back from a failure
+  // comes first anyway: it registered after everyone it is ranked with),
+  // then spares, each by registration.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Worker* a, const Worker* b) {
+                     return std::pair(a->spare, a->order) <
+                            std::pair(b->spare, b->order);
+                   });
+  return candidates;
+}
+
+std::vector<Worker*> WorkerRegistry::RefillStatic(
+    const std::vector<std::string>& previous) {
+  const std::vector<v1::TaskId> tasks = TrainingTasks(*cluster_);
+  std::vector<Worker*> slots(tasks.size(), nullptr);
+  // Each rank stays with the process that held it; a rank whose holder is
+  // gone goes back to its own task if that is here again.
+  for (size_t rank = 0; rank < tasks.size(); ++rank) {
+    for (const std::string& id : {rank < previous.size() ? previous[rank] : "",
+                                  TaskName(tasks[rank])}) {
+      Worker* worker = id.empty() ? nullptr : Find(id);
+      if (slots[rank] == nullptr && worker != nullptr && Available(*worker) &&
+          std::find(slots.begin(), slots.end(), worker) == slots.end()) {
+        slots[rank] = worker;
+      }
+    }
+  }
+  // The rest go to whoever stands by: a spare, or a task whose own rank
+  // another process took.
+  std::vector<Worker*> spares = Replacements(slots);
+  auto next = spares.begin();
+  for (Worker*& slot : slots) {
+    if (slot != nullptr) continue;
+    if (next == spares.end()) return {};
+    slot = *next++;
+  }
+  return slots;
+}
+
 std::vector<Worker*> WorkerRegistry::PickFree(
     const v1::JobSpec& spec, const std::vector<std::string>& previous) {
-  std::vector<Worker*> picked;
-  for (auto& [id, worker] : workers_) {
-    if (worker.sink != nullptr && worker.job_id.empty() && !worker.leaving) {
-      picked.push_back(&worker);
-    }
-  }
-  // The previous generation's ranks first, in rank order: they hold the
-  // job's state. Then the others by registration.
-  auto key = [&](const Worker* w) {
-    auto it = std::find(previous.begin(), previous.end(), w->id);
-    return std::pair<int64_t, int64_t>(
-        it == previous.end() ? 1 : 0,
-        it == previous.end() ? w->order : it - previous.begin());
-  };
-  std::sort(picked.begin(), picked.end(),
-            [&](const Worker* a, const Worker* b) { return key(a) < key(b); });
-  const int here = static_cast<int>(picked.size());
-  if (spec.min_workers() > 0) {
-    if (here < spec.min_workers()) return {};
-    if (spec.max_workers() > 0 && here > spec.max_workers()) {
-      picked.resize(spec.max_workers());
-    }
-    return picked;
-  }
+  const bool elastic = spec.min_workers() > 0;
   const int wanted = spec.num_workers();
-  if (wanted == 0) return picked;
-  if (here < wanted) return {};
-  picked.resize(wanted);
-  return picked;
+  const size_t most =
+      elastic ? (spec.max_workers() > 0 ? spec.max_workers() : workers_.size())
+      : wanted > 0 ? wanted
+                   : workers_.size();
+  // The previous generation's ranks keep their rank numbers: they hold the
+  // job's state. A rank whose holder is gone goes to a worker standing by
+  // (workers that are not spares first).
+  std::vector<Worker*> slots;
+  for (const std::string& id : previous) {
+    Worker* worker = Find(id);
+    slots.push_back(worker != nullptr && Available(*worker) ? worker : nullptr);
+  }
+  std::vector<Worker*> others = Replacements(slots);
+  auto next = others.begin();
+  for (Worker*& slot : slots) {
+    if (slot == nullptr && next != others.end()) slot = *next++;
+  }
+  // An elastic job shrinks when nobody can fill a hole: the survivors move
+  // up, keeping their order.
+  slots.erase(std::remove(slots.begin(), slots.end(), nullptr), slots.end());
+  // Then it grows with workers that are not spares: a spare is held back
+  // for failures while the job can run at its size.
+  for (; next != others.end() && slots.size() < most; ++next) {
+    if ((*next)->spare) break;
+    slots.push_back(*next);
+  }
+  if (slots.size() > most) slots.resize(most);
+  const size_t least = elastic ? spec.min_workers() : wanted > 0 ? wanted : 1;
+  if (slots.size() < least) return {};
+  return slots;
+}
+
+std::vector<Worker*> WorkerRegistry::StandingBy() {
+  std::vector<Worker*> idle;
+  for (auto& [id, worker] : workers_) {
+    if (Available(worker)) idle.push_back(&worker);
+  }
+  return idle;
 }
 
 std::vector<Worker*> WorkerRegistry::RanksOf(
@@ -245,9 +315,12 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     info.set_collective_seq(worker.collective_seq);
     info.set_last_heartbeat(
         absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
-    info.set_state(worker.sink == nullptr  ? "disconnected"
-                   : worker.job_id.empty() ? "idle"
-                                           : "training");
+    info.set_spare(worker.spare);
+    if (worker.job_id.empty()) info.set_standby_job_id(worker.standby_job);
+    info.set_state(worker.sink == nullptr        ? "disconnected"
+                   : !worker.job_id.empty()      ? "training"
+                   : !worker.standby_job.empty() ? "standby"
+                                                 : "idle");
   }
   return infos;
 }

@@ -53,6 +53,11 @@ struct Worker {
   // Asked to be preempted (SIGTERM): not picked for a generation until it
   // registers again as a new process.
   bool leaving = false;
+  // Registered as a hot spare: picked only to fill the rank of a failed
+  // worker (docs/DESIGN.md §3).
+  bool spare = false;
+  // The job this process was told to stand by for (it loaded its data).
+  std::string standby_job;
 };
 
 // The id a registering worker gets: its task name ("worker:1") when it
@@ -98,12 +103,19 @@ class WorkerRegistry {
   std::vector<Worker*> NotJoined(const std::string& job_id,
                                  const std::vector<std::string>& rank_workers,
                                  absl::Time now);
-  // Picks the workers for a generation of a job with `spec`, in rank order:
-  // the static cluster's tasks, or the connected idle workers with the
-  // previous generation's ranks (`previous`, worker ids by rank) first.
-  // Empty if not enough are here.
+  // Picks the workers for a generation of a job with `spec`, in rank order,
+  // or none if not enough are here. A first generation (`previous` empty)
+  // takes the static cluster's own tasks, or the connected idle workers
+  // that are not spares. A later one keeps each rank of the previous
+  // generation (`previous`, worker ids by rank) with the worker that held
+  // it, and gives a rank whose worker is gone to a worker standing by at
+  // once: in a static cluster the rank's own task if it is back, else an
+  // idle worker that is not a spare, else a spare. An elastic job that
+  // cannot fill a rank shrinks; spares never make it grow.
   std::vector<Worker*> Pick(const v1::JobSpec& spec,
                             const std::vector<std::string>& previous);
+  // Connected idle workers that could take a rank (not leaving).
+  std::vector<Worker*> StandingBy();
   // The workers of `rank_workers` that still hold a rank of `job_id`.
   std::vector<Worker*> RanksOf(const std::string& job_id,
                                const std::vector<std::string>& rank_workers);
@@ -121,7 +133,13 @@ class WorkerRegistry {
   static std::string Describe(const Worker& worker);
 
  private:
+  // Connected, idle and not leaving.
+  static bool Available(const Worker& worker);
   std::vector<Worker*> PickStatic();
+  std::vector<Worker*> RefillStatic(const std::vector<std::string>& previous);
+  // The available workers not in `taken`, the ones that are not spares
+  // first, each by registration order.
+  std::vector<Worker*> Replacements(const std::vector<Worker*>& taken);
   std::vector<Worker*> PickFree(const v1::JobSpec& spec,
                                 const std::vector<std::string>& previous);
 

@@ -32,6 +32,10 @@
 //   indexed-job-parallelism an Indexed Job of workers runs every index at once
 //   cluster-matches-workers the coordinator's --cluster lists exactly the
 //                          worker pods: NAME-N.SERVICE:PORT for N < replicas
+//                          (hot spares, lockstep-worker --spare, are not in it)
+//   spare-identity         a worker started with --spare names no task
+//                          identity (--task-type/--task-index) other than a
+//                          "spare" task: a spare by flag registers freely
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { parseAllDocuments } from 'yaml';
@@ -120,6 +124,9 @@ const commandLine = (c) => [...(c.command || []), ...(c.args || [])];
 const runs = (c, binary) => commandLine(c).some((a) => typeof a === 'string' && a.split('/').pop() === binary);
 const isWorker = (c) => runs(c, 'lockstep-worker');
 const isCoordinator = (c) => runs(c, 'lockstep-coordinator');
+// A hot spare by flag: it registers freely and is not a task of --cluster.
+const isFreeSpare = (c) => isWorker(c) && commandLine(c).includes('--spare') &&
+  flag(c, '--task-type') === undefined;
 
 function flag(c, name) {
   const line = commandLine(c);
@@ -277,11 +284,24 @@ function checkRendering(name, objects) {
     }
   }
 
-  // The coordinator's static cluster against the worker pods.
+  // Hot spares: --spare with a task identity would make the coordinator
+  // refuse them or count them as ranks.
+  for (const { obj, template } of templates) {
+    for (const c of containersOf(template.spec).filter(isWorker)) {
+      if (!commandLine(c).includes('--spare')) continue;
+      const type = flag(c, '--task-type');
+      if ((type !== undefined && type !== 'spare') ||
+          (type === undefined && flag(c, '--task-index') !== undefined)) {
+        report(obj, 'spare-identity', `container ${c.name}: --spare with task identity ${type ?? '(index only)'}; a spare by flag registers without --task-type/--task-index (or use --task-type spare with a "spare" list in --cluster)`);
+      }
+    }
+  }
+
+  // The coordinator's static cluster against the worker pods (spares apart).
   const workerSets = [];
   for (const obj of objects) {
     const pod = obj.spec?.template?.spec;
-    if (!pod || !containersOf(pod).some(isWorker)) continue;
+    if (!pod || !containersOf(pod).some((c) => isWorker(c) && !isFreeSpare(c))) continue;
     if (obj.kind === 'StatefulSet') {
       workerSets.push({ obj, replicas: obj.spec.replicas ?? 1, service: obj.spec.serviceName });
     } else if (obj.kind === 'Job' && obj.spec.completionMode === 'Indexed') {

@@ -123,6 +123,9 @@ void Agent::Serve(std::shared_ptr<Session> session,
         }
         break;
       }
+      case v1::CoordinatorCommand::kStandby:
+        if (options_.standby) options_.standby(command.standby());
+        break;
       case v1::CoordinatorCommand::kAbort: {
         const v1::Abort& abort = command.abort();
         bool current;

@@ -7,7 +7,8 @@
 // aborts the running generation and reconnects with the same incarnation:
 // the process, and the training state it holds, survive. Assignment starts a
 // task; Stop asks it to stop at a step all ranks agree on; Abort tears down
-// its communicator so it returns promptly.
+// its communicator so it returns promptly; Standby (to an idle worker) lets
+// it prepare for the job whose failed rank it may take.
 //
 // Thread-safety: Run() is called once, from one thread. TaskContext is shared
 // by the agent and the task thread and is thread-safe.
@@ -54,6 +55,10 @@ class Agent {
     // How long to keep trying to reach the coordinator, at start and after
     // losing it.
     absl::Duration connect_timeout = absl::Seconds(60);
+    // Called on the session's thread when the coordinator says which job
+    // this idle worker stands by for (docs/DESIGN.md §3); it must return
+    // promptly. May be empty.
+    std::function<void(const v1::Standby&)> standby;
   };
 
   Agent(ControlPlane* control, TaskRunner runner, Options options,

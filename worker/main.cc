@@ -48,6 +48,9 @@ Flags:
   --coordinator HOST:PORT  the lockstep-coordinator (or $LOCKSTEP_COORDINATOR)
   --task-type TYPE         chief or worker (overrides TF_CONFIG's task)
   --task-index N           index of this task among its type
+  --spare                  register as a hot spare: stand by for the running
+                           job (its data loaded) and take the rank of a worker
+                           that fails (also TF_CONFIG task type "spare")
   --host HOST              address peers reach this worker's data plane on
                            (default: its TF_CONFIG address, else the host name)
   --threads N              compute threads (default: all cores)
@@ -247,7 +250,7 @@ int Run(int argc, char** argv) {
       std::vector<std::string>(argv + 1, argv + argc),
       {"coordinator", "task-type", "task-index", "host", "threads",
        "connect-timeout", "health-listen", "preempt-grace", "device"},
-      {"help"});
+      {"help", "spare"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -289,6 +292,8 @@ int Run(int argc, char** argv) {
                     "--task-index needs --task-type (or TF_CONFIG)"),
                 2);
   }
+  registration.set_spare(args->Has("spare") ||
+                         registration.task().type() == "spare");
   host = args->Get("host", host);
   if (host.empty()) {
     char name[256] = {};
@@ -341,6 +346,9 @@ int Run(int argc, char** argv) {
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
   TrainingRunner runner(device->name());
+  options.standby = [&runner](const v1::Standby& standby) {
+    runner.Standby(standby);
+  };
   Agent agent(
       &control, [&runner](TaskContext& task) { return runner.Run(task); },
       options, [&runner] { return runner.SaveLiveState(); });

@@ -68,6 +68,49 @@ Result RunCommand(const std::vector<std::string>& argv,
 }
 
 // The JSON object on the last line of `text`.
+Result RunAndKillAWorker(const std::vector<std::string>& argv) {
+  Result result;
+  // With --json, progress goes to stderr: read it through a pipe.
+  std::string dir = TempDir("local_kill");
+  int err_pipe[2];
+  if (pipe(err_pipe) != 0) return result;
+  pid_t local = fork();
+  if (local == 0) {
+    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) {
+      args.push_back(const_cast<char*>(arg.c_str()));
+    }
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  char buffer[4096];
+  ssize_t n;
+  pid_t victim = -1;
+  while ((n = read(err_pipe[0], buffer, sizeof(buffer))) > 0) {
+    result.err.append(buffer, static_cast<size_t>(n));
+    // A progress line of a generation that trains.
+    if (victim < 0 && result.err.find("samples/s  ETA") != std::string::npos) {
+      victim = FindChild(local, "lockstep-worker");
+      if (victim > 0) kill(victim, SIGKILL);
+    }
+  }
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(local, &status, 0);
+  result.out = ReadFileToString(dir + "/out").value_or("");
+  const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  result.code = exited_ok && victim > 0 ? 0 : 1;
+  if (victim <= 0)
+    result.err += "\n(training never started: no worker was killed)";
+  return result;
+}
+
 google::protobuf::Struct LastJsonLine(const std::string& text) {
   std::vector<std::string> lines =
       absl::StrSplit(text, '\n', absl::SkipEmpty());
@@ -202,6 +245,7 @@ void ClusterTest::StartCluster(
   for (int i = 0; i < workers; ++i) {
     worker_pids_.push_back(StartWorker(i, worker_env[i]));
   }
+  for (int i = 0; i < spares_; ++i) spare_pids_.push_back(StartSpare(i));
 }
 
 void ClusterTest::StartCoordinator(const std::string& listen) {
@@ -229,19 +273,29 @@ void ClusterTest::StartCoordinator(const std::string& listen) {
 }
 
 std::string ClusterTest::ClusterJson() const {
-  std::vector<std::string> addresses;
-  for (int i = 0; i < workers_; ++i) addresses.push_back("\"127.0.0.1:1\"");
-  return absl::StrCat(R"({"cluster": {"worker": [)",
-                      absl::StrJoin(addresses, ", "), "]}}");
+  auto list = [](int count) {
+    std::vector<std::string> addresses(count, "\"127.0.0.1:1\"");
+    return absl::StrCat("[", absl::StrJoin(addresses, ", "), "]");
+  };
+  return absl::StrCat(
+      R"({"cluster": {"worker": )", list(workers_),
+      spares_ > 0 ? absl::StrCat(R"(, "spare": )", list(spares_)) : "", "}}");
 }
 
 pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
+  return StartTask("worker", index, std::move(env));
+}
+
+pid_t ClusterTest::StartSpare(int index) { return StartTask("spare", index); }
+
+pid_t ClusterTest::StartTask(const std::string& type, int index,
+                             std::vector<std::string> env) {
   std::string tf_config = absl::StrCat(
       R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
-      R"(, "task": {"type": "worker", "index": )", index, "}}");
+      R"(, "task": {"type": ")", type, R"(", "index": )", index, "}}");
   const int nth = ++spawned_;  // sequenced: both names below use it
   auto pid = processes_.Spawn(
-      absl::StrCat("worker ", index, " #", nth),
+      absl::StrCat(type, " ", index, " #", nth),
       {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1",
        "--device", "cpu"},
       [&] {
@@ -249,7 +303,7 @@ pid_t ClusterTest::StartWorker(int index, std::vector<std::string> env) {
                                "OPENBLAS_NUM_THREADS=1"});
         return env;
       }(),
-      absl::StrCat(dir_, "/worker-", index, "-", nth, ".log"));
+      absl::StrCat(dir_, "/", type, "-", index, "-", nth, ".log"));
   EXPECT_TRUE(pid.ok()) << pid.status();
   return pid.value_or(-1);
 }

@@ -4,7 +4,7 @@
 // helpers that read what they print and write. Waits are on events (process
 // exit, the WatchJob stream), never on fixed sleeps.
 //
-// Each test file holds one concern: recovery_test, cli_test,
+// Each test file holds one concern: recovery_test, spare_test, cli_test,
 // equivalence_test, bad_input_test, checkpoint_test, failure_point_test.
 #ifndef LOCKSTEP_TESTS_INTEGRATION_HARNESS_H_
 #define LOCKSTEP_TESTS_INTEGRATION_HARNESS_H_
@@ -44,6 +44,11 @@ std::string TempDir(const std::string& name);
 Result RunCommand(const std::vector<std::string>& argv,
                   const std::vector<std::string>& env = {});
 
+// Runs `lockstep local ... --json` (`argv`) and SIGKILLs its first
+// lockstep-worker child once a progress line shows training; code is 0 only
+// when the run exited 0 and a worker was killed.
+Result RunAndKillAWorker(const std::vector<std::string>& argv);
+
 // The JSON object on the last line of `text`.
 google::protobuf::Struct LastJsonLine(const std::string& text);
 
@@ -65,8 +70,8 @@ std::map<std::string, google::protobuf::Struct> ListCheckpoints(
 // The first child of `parent` whose command name is `comm`, or -1.
 pid_t FindChild(pid_t parent, const std::string& comm);
 
-// A coordinator with a static cluster of N workers, all started and killed by
-// pid.
+// A coordinator with a static cluster of N workers (and spares_ hot spares,
+// TF_CONFIG task type "spare"), all started and killed by pid.
 class ClusterTest : public ::testing::Test {
  protected:
   // `worker_env` adds variables to the first process of some workers.
@@ -75,9 +80,13 @@ class ClusterTest : public ::testing::Test {
                     std::map<int, std::vector<std::string>> worker_env = {});
   void StartCoordinator(const std::string& listen);
   std::string ClusterJson() const;
-  // Worker `index`'s process number n (from 1, counting every worker
-  // started) logs to dir_/worker-<index>-<n>.log.
   pid_t StartWorker(int index, std::vector<std::string> env = {});
+  pid_t StartSpare(int index);
+  // Starts task `type`:`index` of the cluster with its TF_CONFIG. The n-th
+  // process started (from 1, counting every task) logs to
+  // dir_/<type>-<index>-<n>.log.
+  pid_t StartTask(const std::string& type, int index,
+                  std::vector<std::string> env = {});
 
   // Submits the MLP example with `sets`; returns the job id.
   std::string Submit(const std::vector<std::string>& sets);
@@ -116,11 +125,13 @@ class ClusterTest : public ::testing::Test {
   std::string dir_;
   std::string address_;
   int workers_ = 0;
+  int spares_ = 0;  // set before StartCluster
   int spawned_ = 0;
   int coordinators_ = 0;
   std::vector<std::string> coordinator_flags_;
   pid_t coordinator_pid_ = -1;
   std::vector<pid_t> worker_pids_;
+  std::vector<pid_t> spare_pids_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 

@@ -168,45 +168,11 @@ TEST(LocalTest, SurvivesKillOfAWorker) {
   Result reference = RunCommand(run);
   ASSERT_EQ(reference.code, 0) << reference.err;
 
-  // With --json, progress goes to stderr: read it through a pipe.
-  std::string dir = TempDir("local_kill");
-  int err_pipe[2];
-  ASSERT_EQ(pipe(err_pipe), 0);
-  pid_t local = fork();
-  if (local == 0) {
-    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err_pipe[1], 2);
-    close(err_pipe[0]);
-    std::vector<char*> argv;
-    for (const std::string& arg : run)
-      argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(err_pipe[1]);
-  std::string err;
-  char buffer[4096];
-  ssize_t n;
-  pid_t victim = -1;
-  while ((n = read(err_pipe[0], buffer, sizeof(buffer))) > 0) {
-    err.append(buffer, static_cast<size_t>(n));
-    // A progress line of a generation that trains.
-    if (victim < 0 && err.find("samples/s  ETA") != std::string::npos) {
-      victim = FindChild(local, "lockstep-worker");
-      ASSERT_GT(victim, 0) << err;
-      ASSERT_EQ(kill(victim, SIGKILL), 0);
-    }
-  }
-  close(err_pipe[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(local, &status, 0), local);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
-  ASSERT_GT(victim, 0) << "training never started: " << err;
+  Result killed = RunAndKillAWorker(run);
+  ASSERT_EQ(killed.code, 0) << killed.err;
+  const std::string& err = killed.err;
   EXPECT_THAT(err, HasSubstr("restarting it"));
-  const auto summary =
-      LastJsonLine(ReadFileToString(dir + "/out").value_or("")).fields();
+  const auto summary = LastJsonLine(killed.out).fields();
   EXPECT_EQ(summary.at("state").string_value(), "succeeded");
   EXPECT_GE(summary.at("generations").number_value(), 2);
   EXPECT_EQ(

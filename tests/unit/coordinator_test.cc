@@ -330,12 +330,15 @@ TEST_F(CoordinatorTest, ElasticJobRunsBetweenMinAndMaxWorkers) {
   Connect(3, &c);
   Connect(4, &d);
   coordinator_->CloseSession(id_a, 1, &a, absl::UnavailableError("gone"));
-  // Survivor b keeps rank 0; c and d join up to max_workers.
+  // Survivor b keeps rank 1; c takes a's rank 0 and d joins up to
+  // max_workers.
   v1::JobStatus status = Status(job);
   EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(status.generation(), 2);
   EXPECT_EQ(status.world_size(), 3);
-  EXPECT_EQ(status.ranks(0).worker_id(), "free:1");
+  EXPECT_EQ(status.ranks(0).worker_id(), "free:2");
+  EXPECT_EQ(status.ranks(1).worker_id(), "free:1");
+  EXPECT_EQ(status.ranks(2).worker_id(), "free:3");
 }
 
 TEST_F(CoordinatorTest, ElasticJobWaitsBelowMinWorkers) {

@@ -53,6 +53,25 @@ TEST(TfConfigTest, PsAndEvaluatorAreNotTrainingTasks) {
   EXPECT_FALSE(RankOf(config->cluster, ps).ok());
 }
 
+// Hot spares: a "spare" job is valid TF_CONFIG (TensorFlow accepts any job
+// name), trains in no rank of its own, and is out of range past its list.
+TEST(TfConfigTest, SpareTasksAreKnownButNotTrainingTasks) {
+  auto config = ParseTfConfig(
+      R"({"cluster": {"worker": ["a:1", "b:1"], "spare": ["s:1"]},
+          "task": {"type": "spare", "index": 0}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(TrainingTasks(config->cluster).size(), 2u);
+  EXPECT_TRUE(IsSpareTask(config->cluster, *config->task));
+  EXPECT_FALSE(RankOf(config->cluster, *config->task).ok());
+  v1::TaskId worker;
+  worker.set_type("worker");
+  EXPECT_FALSE(IsSpareTask(config->cluster, worker));
+  auto out_of_range = ParseTfConfig(
+      R"({"cluster": {"worker": ["a:1"], "spare": ["s:1"]},
+          "task": {"type": "spare", "index": 1}})");
+  EXPECT_FALSE(out_of_range.ok());
+}
+
 TEST(TfConfigTest, IndexAsStringIsAccepted) {
   auto config = ParseTfConfig(
       R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": "1"}})");

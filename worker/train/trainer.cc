@@ -1,5 +1,6 @@
-// Runs each generation of the worker's job on its replica, and turns how it
-// ended (including a LibTorch exception) into the rank's result (trainer.h).
+// Runs each generation of the worker's job on its replica, turns how it
+// ended (including a LibTorch exception) into the rank's result, and loads
+// a job's data while this worker stands by for it (trainer.h).
 #include "worker/train/trainer.h"
 
 #include <exception>
@@ -7,10 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "worker/checkpoint/store.h"
 #include "worker/train/generation.h"
 #include "worker/train/replica.h"
+#include "worker/train/tensor_dataset.h"
 
 namespace lockstep::worker {
 
@@ -18,7 +21,43 @@ TrainingRunner::TrainingRunner(std::string device)
     : device_(std::move(device)) {}
 TrainingRunner::~TrainingRunner() = default;
 
+void TrainingRunner::Standby(const v1::Standby& standby) {
+  absl::MutexLock lock(&standby_mu_);
+  if (standby_.valid() &&
+      standby_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;  // one load at a time; the task loads what this one did not
+  }
+  LogInfo("standing by for job ", standby.job_id(), ": loading its data");
+  standby_ =
+      std::async(std::launch::async, [standby] {
+        const absl::Time start = absl::Now();
+        for (bool train : {true, false}) {
+          absl::StatusOr<TensorDataset> data =
+              LoadSplit(standby.spec().data(), train);
+          if (!data.ok()) {
+            LogWarning("standing by for job ", standby.job_id(),
+                       ": cannot load its data: ", data.status().message());
+            return;
+          }
+        }
+        LogInfo("standing by for job ", standby.job_id(), ": data loaded in ",
+                absl::FormatDuration(
+                    absl::Trunc(absl::Now() - start, absl::Milliseconds(1))));
+      }).share();
+}
+
+void TrainingRunner::WaitForStandby() {
+  std::shared_future<void> standby;
+  {
+    absl::MutexLock lock(&standby_mu_);
+    standby = standby_;
+  }
+  if (standby.valid()) standby.wait();
+}
+
 v1::TaskResult TrainingRunner::Run(TaskContext& task) {
+  // A load the standby started is what this generation would load.
+  WaitForStandby();
   const v1::Assignment& assignment = task.assignment;
   if (replica_ == nullptr || replica_->job_id != assignment.job_id()) {
     // A new job: the previous job's replica is no longer needed.

@@ -9,9 +9,12 @@
 #ifndef LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 #define LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 
+#include <future>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/agent.h"
 #include "worker/task_context.h"
@@ -21,7 +24,14 @@ namespace lockstep::worker {
 struct Replica;
 struct ReplicaPosition;
 
-// Thread-compatible: the agent runs one task at a time.
+// Hot spares: Standby() loads the data set of the job this worker stands by
+// for, in the background, into the process's data set cache (LoadSplit), so
+// that a spare given a failed rank, like a survivor starting its next
+// generation, does not load it again. It builds no replica: the state
+// comes from a survivor through state agreement.
+//
+// Thread-safety: the agent runs one task at a time; Standby() may be called
+// from the agent's thread while a task runs.
 class TrainingRunner {
  public:
   // Trains on `device`: "cpu" or "cuda:N" (lockstep-worker --device, as
@@ -41,8 +51,18 @@ class TrainingRunner {
   // older one. Call only while Run is not running.
   LiveStateOutcome SaveLiveState();
 
+  // Starts loading the data of the job `standby` names and returns; Run()
+  // waits for a load under way before it starts. A failed load is only
+  // logged: the rank that would need it reports the error itself.
+  void Standby(const v1::Standby& standby);
+
  private:
+  // Waits for the standby's load, if one is under way.
+  void WaitForStandby();
+
   const std::string device_;
+  absl::Mutex standby_mu_;
+  std::shared_future<void> standby_ ABSL_GUARDED_BY(standby_mu_);
   std::unique_ptr<Replica> replica_;
   // Of the last generation run: the job's spec, where the replica stood,
   // and whether the job ended there (its checkpoints are then gone).
