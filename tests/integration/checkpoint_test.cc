@@ -53,33 +53,14 @@ int64_t StepRankZeroEndedAt(const std::string& log_path) {
   return std::atoll(log->c_str() + at + marker.size());
 }
 
-// The job of the two tests below: the chief reports progress only at a
-// generation's first step (log_every_steps beyond the run), so only what
-// the ranks report when their generation ends says where they stopped.
-const std::vector<std::string> kQuietJob = {
-    "max_steps=200", "global_batch_size=64", "log_every_steps=1000"};
-
 // Issue 13, defect 2: rank 1 dies past a checkpoint, the surviving chief
 // reports where it stopped and then dies too, so the job restores the
 // checkpoint: the resume counts exactly the steps trained twice.
 TEST_F(CheckpointTest, AResumePastACheckpointCountsTheStepsRepeatedExactly) {
   StartCluster(2);
-  std::string job = Submit(WithCheckpoints(kQuietJob, 40));
-  v1::JobStatus saved = WatchUntil(job, [](const v1::JobStatus& s) {
-    return HasCheckpointAtLeast(s, 40) || Ended(s);
-  });
-  ASSERT_EQ(saved.state(), v1::JOB_STATE_RUNNING) << saved.error();
-  const int64_t saved_step =
-      saved.checkpoints(saved.checkpoints_size() - 1).step();
-  ASSERT_EQ(kill(worker_pids_[1], SIGKILL), 0);
-  waitpid(worker_pids_[1], nullptr, 0);
-  // Rank 0's result (aborted) says where it stopped.
-  v1::JobStatus recovering =
-      WatchUntil(job, [saved_step](const v1::JobStatus& s) {
-        return Ended(s) || (s.state() == v1::JOB_STATE_RECOVERING &&
-                            s.applied_step() > saved_step);
-      });
-  ASSERT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  int64_t saved_step = 0;
+  std::string job = KillRankOnePastACheckpoint(&saved_step);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(kill(worker_pids_[0], SIGKILL), 0);
   waitpid(worker_pids_[0], nullptr, 0);
   const int64_t stopped_at = StepRankZeroEndedAt(dir_ + "/worker-0-1.log");
@@ -110,22 +91,11 @@ TEST_F(CheckpointTest, AResumePastACheckpointCountsTheStepsRepeatedExactly) {
 TEST_F(CheckpointTest, SigtermDuringRecoverySavesTheNewestLiveState) {
   StartCluster(2);
   std::string reference = UninterruptedDigest(kQuietJob);
-  std::string job = Submit(WithCheckpoints(kQuietJob, 40));
-  v1::JobStatus saved = WatchUntil(job, [](const v1::JobStatus& s) {
-    return HasCheckpointAtLeast(s, 40) || Ended(s);
-  });
-  ASSERT_EQ(saved.state(), v1::JOB_STATE_RUNNING) << saved.error();
-  const int64_t saved_step =
-      saved.checkpoints(saved.checkpoints_size() - 1).step();
-  ASSERT_EQ(kill(worker_pids_[1], SIGKILL), 0);
-  waitpid(worker_pids_[1], nullptr, 0);
-  v1::JobStatus recovering =
-      WatchUntil(job, [saved_step](const v1::JobStatus& s) {
-        return Ended(s) || (s.state() == v1::JOB_STATE_RECOVERING &&
-                            s.applied_step() > saved_step);
-      });
-  ASSERT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
-  const int64_t live_step = recovering.applied_step();
+  int64_t saved_step = 0;
+  std::string job = KillRankOnePastACheckpoint(&saved_step);
+  ASSERT_FALSE(job.empty());
+  const int64_t live_step =
+      WatchUntil(job, [](const v1::JobStatus&) { return true; }).applied_step();
 
   ASSERT_EQ(kill(worker_pids_[0], SIGTERM), 0);
   int exit_status = -1;

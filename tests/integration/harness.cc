@@ -420,6 +420,31 @@ void ClusterTest::TearDown() { processes_.TerminateAll(absl::Seconds(5)); }
 const std::vector<std::string> kCheckpointJob = {
     "max_steps=60", "global_batch_size=64", "log_every_steps=1"};
 
+// log_every_steps beyond the run: the chief reports progress only at a
+// generation's first step.
+const std::vector<std::string> kQuietJob = {
+    "max_steps=200", "global_batch_size=64", "log_every_steps=1000"};
+
+std::string CheckpointTest::KillRankOnePastACheckpoint(int64_t* saved_step) {
+  std::string job = Submit(WithCheckpoints(kQuietJob, 40));
+  v1::JobStatus saved = WatchUntil(job, [](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 40) || Ended(s);
+  });
+  EXPECT_EQ(saved.state(), v1::JOB_STATE_RUNNING) << saved.error();
+  if (saved.state() != v1::JOB_STATE_RUNNING) return "";
+  *saved_step = saved.checkpoints(saved.checkpoints_size() - 1).step();
+  EXPECT_EQ(kill(worker_pids_[1], SIGKILL), 0);
+  waitpid(worker_pids_[1], nullptr, 0);
+  // Rank 0's result (aborted) says where it stopped.
+  v1::JobStatus recovering =
+      WatchUntil(job, [saved = *saved_step](const v1::JobStatus& s) {
+        return Ended(s) || (s.state() == v1::JOB_STATE_RECOVERING &&
+                            s.applied_step() > saved);
+      });
+  EXPECT_EQ(recovering.state(), v1::JOB_STATE_RECOVERING);
+  return recovering.state() == v1::JOB_STATE_RECOVERING ? job : "";
+}
+
 void CheckpointTest::SetUp() { backup_ = TempDir("backup") + "/ckpt"; }
 
 // The job's settings with checkpoints every `every` steps, kept after

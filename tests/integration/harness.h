@@ -137,6 +137,9 @@ class ClusterTest : public ::testing::Test {
 
 // The job the checkpoint tests run: 60 steps of the MLP.
 extern const std::vector<std::string> kCheckpointJob;
+// 200 steps of the MLP whose chief reports progress only at a generation's
+// first step: only the ranks' results say where a generation stopped.
+extern const std::vector<std::string> kQuietJob;
 
 // A cluster whose jobs save BackupAndRestore checkpoints (docs/DESIGN.md §6)
 // into backup_.
@@ -158,6 +161,11 @@ class CheckpointTest : public ClusterTest {
   // for the checkpoint of step 20, and SIGKILLs every worker (reaped): no
   // live state survives.
   std::string TrainThenKillEveryWorker(const std::vector<std::string>& sets);
+  // Submits kQuietJob saving every 40 steps, SIGKILLs rank 1 (reaped) once
+  // a checkpoint is committed, and returns the job once the surviving
+  // chief's result says it stopped past *saved_step (the newest checkpoint
+  // then); "" with a test failure otherwise.
+  std::string KillRankOnePastACheckpoint(int64_t* saved_step);
   std::string TrainThenKillEveryWorker();
 
   std::string backup_;
