@@ -1,0 +1,186 @@
+// The Coordinator's side of the workers: registration, the session of each
+// worker process, its messages, and failure detection (a broken session, a
+// new incarnation, silence past the heartbeat timeout, a rank that never
+// joins its generation).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator.h"
+
+namespace lockstep::coordinator {
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  ASSIGN_OR_RETURN(std::string id, RegistrationId(cluster_, request));
+  absl::MutexLock lock(&mu_);
+  if (id.empty()) id = workers_.FreeId(request.incarnation());
+  Worker* worker = workers_.Find(id);
+  if (worker == nullptr) {
+    worker = &workers_.Add(id);
+  } else if (worker->incarnation != request.incarnation()) {
+    worker->leaving = false;
+    WorkerFailedLocked(
+        *worker, "worker_restarted",
+        absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
+                     " restarted (incarnation ", absl::Hex(worker->incarnation),
+                     " is now ", absl::Hex(request.incarnation()), ")"));
+  }
+  workers_.Register(*worker, request, clock_->Now());
+  LogInfo("registered ", id, " (host ", worker->host, ", device ",
+          worker->device.name(),
+          worker->device.gpu_name().empty()
+              ? ""
+              : absl::StrCat(" ", worker->device.gpu_name()),
+          ", incarnation ", absl::Hex(worker->incarnation), ")");
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(id);
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(heartbeat_timeout_ / 2));
+  return response;
+}
+
+absl::Status Coordinator::OpenSession(const std::string& worker_id,
+                                      uint64_t incarnation, SessionSink* sink) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
+  Worker* worker = workers_.Find(worker_id);
+  if (worker == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", worker_id, " opened a session without registering"));
+  }
+  if (worker->incarnation != incarnation) {
+    return absl::AbortedError(absl::StrCat(
+        "worker ", worker_id, " session has incarnation ",
+        absl::Hex(incarnation), " but the registered one is ",
+        absl::Hex(worker->incarnation), "; the process restarted"));
+  }
+  if (worker->sink != nullptr && worker->sink != sink) {
+    // The same process reconnected; its previous session is dead.
+    WorkerFailedLocked(
+        *worker, "worker_reconnected",
+        absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
+                     " opened a new session"));
+  }
+  worker->sink = sink;
+  worker->last_heartbeat = clock_->Now();
+  MaybeStartJobLocked();
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+void Coordinator::CloseSession(const std::string& worker_id,
+                               uint64_t incarnation, SessionSink* sink,
+                               const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  Worker* worker = workers_.Find(worker_id);
+  if (worker == nullptr || worker->sink != sink ||
+      worker->incarnation != incarnation) {
+    return;  // already declared failed, or replaced by a newer session
+  }
+  WorkerFailedLocked(*worker, "worker_failed",
+                     absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
+                                  " lost its session: the process exited or "
+                                  "its network broke (",
+                                  cause.message(), ")"));
+}
+
+void Coordinator::WorkerFailedLocked(Worker& worker, const std::string& kind,
+                                     const std::string& cause) {
+  LogWarning(cause);
+  if (worker.sink != nullptr) {
+    worker.sink->Close();
+    worker.sink = nullptr;
+  }
+  Job* job = RunningJobLocked();
+  if (job == nullptr || worker.job_id != job->status.job_id()) return;
+  if (job->status.state() != v1::JOB_STATE_RUNNING ||
+      worker.generation != job->status.generation()) {
+    return;
+  }
+  AddEventLocked(*job, kind, &worker, cause);
+  FailGenerationLocked(*job, cause);
+}
+
+absl::Status Coordinator::HandleWorkerMessage(
+    const std::string& worker_id, const v1::WorkerMessage& message) {
+  absl::MutexLock lock(&mu_);
+  Worker* worker = workers_.Find(worker_id);
+  if (worker == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
+  }
+  worker->last_heartbeat = clock_->Now();
+  switch (message.kind_case()) {
+    case v1::WorkerMessage::kHeartbeat:
+      workers_.Heartbeat(*worker, message.heartbeat(), clock_->Now());
+      break;
+    case v1::WorkerMessage::kProgress:
+      if (worker->job_id == message.progress().job_id()) {
+        HandleProgressLocked(message.progress());
+      }
+      break;
+    case v1::WorkerMessage::kResult:
+      HandleResultLocked(*worker, message.result());
+      break;
+    case v1::WorkerMessage::kPrepared:
+      HandlePreparedLocked(*worker, message.prepared());
+      break;
+    case v1::WorkerMessage::kCommitted:
+      HandleCommittedLocked(*worker, message.committed());
+      break;
+    case v1::WorkerMessage::kPreempt:
+      HandlePreemptLocked(*worker, message.preempt());
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Sweep() {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = clock_->Now();
+  for (Worker* worker : workers_.Silent(now)) {
+    if (worker->sink == nullptr) continue;  // failed by an earlier one
+    absl::Duration silent = now - worker->last_heartbeat;
+    WorkerFailedLocked(
+        *worker, "worker_failed",
+        absl::StrCat(
+            "worker ", WorkerRegistry::Describe(*worker),
+            " missed heartbeats for ",
+            absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+            ": it hung or is partitioned"));
+  }
+  Job* job = RunningJobLocked();
+  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING) {
+    // A rank that never started its part (its previous task could not
+    // unwind, or the assignment was lost) is named, rather than left to time
+    // the other ranks' rendezvous out.
+    for (Worker* worker : workers_.NotJoined(
+             job->status.job_id(), job->generation->rank_workers(), now)) {
+      WorkerFailedLocked(
+          *worker, "worker_failed",
+          absl::StrCat(WorkerRegistry::Describe(*worker),
+                       " did not join generation ", job->status.generation(),
+                       " within ", absl::FormatDuration(heartbeat_timeout_),
+                       " of its assignment: its previous part of the job has "
+                       "not ended (see its log); the job re-forms"));
+      if (job->status.state() != v1::JOB_STATE_RUNNING) break;
+    }
+  }
+  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING &&
+      job->generation->SuspectDue(now)) {
+    std::string cause = job->generation->suspect();
+    AddEventLocked(*job, "generation_failed", nullptr, cause);
+    FailGenerationLocked(*job, cause);
+  }
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  return workers_.List();
+}
+
+}  // namespace lockstep::coordinator
