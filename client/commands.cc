@@ -21,6 +21,7 @@
 #include "common/job_state.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "common/terminal_text.h"
 #include "worker/checkpoint/store.h"
 
 namespace lockstep::client {
@@ -176,7 +177,7 @@ absl::StatusOr<v1::JobStatus> GetJob(Invocation& call, const std::string& job,
 }
 
 int Fail(const absl::Status& status) {
-  std::cerr << "lockstep: " << status.message() << "\n";
+  std::cerr << "lockstep: " << TerminalSafe(status.message()) << "\n";
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
       return kExitUnreachable;
@@ -344,7 +345,7 @@ int RunStatus(const std::vector<std::string>& argv) {
                                "JOB", "STATE", "STEP", "WORKERS", "BACKEND",
                                "LOSS", "TEST ACC", "SAMPLES/S");
   for (const v1::JobStatus& job : response.jobs()) {
-    std::cout << absl::StrFormat(
+    std::cout << TerminalSafe(absl::StrFormat(
         "%-28s %-10s %-13s %-7d %-7s %-8.4f %-9s %.0f\n", job.job_id(),
         StateName(job.state()),
         absl::StrCat(job.step(), "/", job.total_steps()), job.world_size(),
@@ -352,11 +353,13 @@ int RunStatus(const std::vector<std::string>& argv) {
         job.has_test_accuracy()
             ? absl::StrFormat("%.2f%%", 100 * job.test_accuracy())
             : "-",
-        job.samples_per_second());
+        job.samples_per_second()));
     if (!job.error().empty() && job.state() != v1::JOB_STATE_SUCCEEDED) {
-      std::cout << "  " << job.error() << "\n";
+      std::cout << "  " << TerminalSafe(job.error()) << "\n";
     }
-    if (!job.stall().empty()) std::cout << "  " << job.stall() << "\n";
+    if (!job.stall().empty()) {
+      std::cout << "  " << TerminalSafe(job.stall()) << "\n";
+    }
   }
   return kExitOk;
 }
@@ -399,7 +402,7 @@ int RunWorkers(const std::vector<std::string>& argv) {
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
     const v1::Device& device = w.device();
-    std::cout << absl::StrFormat(
+    std::cout << TerminalSafe(absl::StrFormat(
         "%-12s %-13s %-8s %-24s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
         w.state(), WorkerRole(w), WorkerJob(w),
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
@@ -407,7 +410,7 @@ int RunWorkers(const std::vector<std::string>& argv) {
         absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),
         device.gpu_name().empty()
             ? (device.name().empty() ? "-" : device.name())
-            : absl::StrCat(device.name(), " (", device.gpu_name(), ")"));
+            : absl::StrCat(device.name(), " (", device.gpu_name(), ")")));
   }
   return kExitOk;
 }
@@ -431,9 +434,10 @@ int RunEvents(const std::vector<std::string>& argv) {
     absl::Time time = absl::UnixEpoch() + absl::Seconds(event.time());
     std::cout << absl::FormatTime("%Y-%m-%d %H:%M:%E3S", time,
                                   absl::LocalTimeZone())
-              << absl::StrFormat("  gen %-3d %-22s ", event.generation(),
-                                 event.kind())
-              << event.message() << "\n";
+              << TerminalSafe(absl::StrFormat("  gen %-3d %-22s %s",
+                                              event.generation(), event.kind(),
+                                              event.message()))
+              << "\n";
   }
   return kExitOk;
 }

@@ -19,6 +19,7 @@
 #include "client/commands.h"
 #include "common/job_state.h"
 #include "common/proto_json.h"
+#include "common/terminal_text.h"
 
 namespace lockstep::client {
 namespace {
@@ -172,7 +173,7 @@ ProgressView::ProgressView(std::ostream& out, bool tty,
 
 void ProgressView::Print(const std::string& line) {
   if (tty_ && bar_shown_) out_ << "\r\033[K";
-  out_ << line << "\n";
+  out_ << TerminalSafe(line) << "\n";
   bar_shown_ = false;
 }
 
@@ -550,15 +551,15 @@ int RunCompare(const std::vector<std::string>& argv) {
       "PER-REPLICA", "GLOBAL", "LR", "STEPS/EP", "STEPS", "LOSS", "TEST ACC",
       "SAMPLES/S");
   for (const v1::JobStatus& job : jobs) {
-    std::cout << absl::StrFormat(
+    std::cout << TerminalSafe(absl::StrFormat(
         "%-24s %8d %11d %7d %10.4g %10d %7d %10.4f %7.2f%% %10.0f\n",
         job.job_id(), job.plan().replicas(),
         job.plan().per_replica_batch_size(), GlobalBatch(job),
         job.plan().scaled_lr(), job.plan().steps_per_epoch(), job.step(),
-        job.loss(), 100 * job.test_accuracy(), job.samples_per_second());
+        job.loss(), 100 * job.test_accuracy(), job.samples_per_second()));
   }
   for (const std::string& w : warnings) {
-    std::cerr << "lockstep: warning: " << w << "\n";
+    std::cerr << "lockstep: warning: " << TerminalSafe(w) << "\n";
   }
   std::cout << "loss curves: " << svg_path << " (open it in a browser)"
             << std::endl;

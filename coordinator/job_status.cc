@@ -75,9 +75,16 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
   status.set_total_steps(report.total_steps());
   status.set_samples_per_second(report.samples_per_second());
   if (report.first_step() >= 0 && report.step_losses_size() > 0) {
-    auto* losses = status.mutable_step_losses();
-    losses->Resize(static_cast<int>(report.first_step()), 0.0f);
-    for (float loss : report.step_losses()) losses->Add(loss);
+    // The history keeps the losses of the first kMaxLossHistory steps; the
+    // current loss is shown whatever the step.
+    if (report.first_step() < kMaxLossHistory) {
+      auto* losses = status.mutable_step_losses();
+      losses->Resize(static_cast<int>(report.first_step()), 0.0f);
+      for (float loss : report.step_losses()) {
+        if (losses->size() >= kMaxLossHistory) break;
+        losses->Add(loss);
+      }
+    }
     status.set_loss(report.step_losses(report.step_losses_size() - 1));
   }
   if (report.has_test_loss()) status.set_test_loss(report.test_loss());

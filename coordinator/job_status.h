@@ -17,6 +17,10 @@
 
 namespace lockstep::coordinator {
 
+// Per-step losses a job's status keeps (4 MiB of floats): the loss curve of
+// the first million steps; a longer job's later losses are not kept.
+inline constexpr int kMaxLossHistory = 1 << 20;
+
 // Appends an event of the job's current generation; `worker`, when given,
 // names who it concerns.
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,

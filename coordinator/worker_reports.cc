@@ -8,13 +8,11 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/log.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_status.h"
-#include "worker/checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -200,16 +198,7 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
   Job& job = it->second;
   const int64_t step = request.live_step();
   const std::string& saved = request.saved_checkpoint();
-  // Untrusted: a step that is a step, a name that is that step's, bounded
-  // sizes and text.
-  if (step < 0 || request.saved_bytes() < 0 || request.saved_epoch() < 0 ||
-      (!saved.empty() &&
-       (step == 0 || saved != checkpoint::CheckpointName(step)))) {
-    LogWarning("ignoring a malformed live-state report from ",
-               WorkerRegistry::Describe(worker), ": step ", step,
-               ", checkpoint \"", absl::CHexEscape(saved.substr(0, 64)), "\"");
-    return;
-  }
+  // Its numbers and name were checked with the message (message_checks.h).
   const std::string who =
       absl::StrCat(WorkerRegistry::Describe(worker), " received SIGTERM while ",
                    job.status.state() == v1::JOB_STATE_RECOVERING
@@ -231,7 +220,7 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
                                 " as ", saved, ": the job resumes from it"));
   } else {
     AddEventLocked(job, "live_state_not_saved", &worker,
-                   absl::StrCat(who, ": ", request.note().substr(0, 1000)));
+                   absl::StrCat(who, ": ", request.note()));
   }
   ChangedLocked(job);
   PersistLocked(job);

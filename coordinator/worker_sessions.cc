@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
 
@@ -110,6 +111,11 @@ absl::Status Coordinator::HandleWorkerMessage(
   Worker* worker = workers_.Find(worker_id);
   if (worker == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
+  }
+  if (absl::Status bad = CheckWorkerMessage(message); !bad.ok()) {
+    LogWarning("refusing a message from ", WorkerRegistry::Describe(*worker),
+               ": ", bad.message());
+    return bad;
   }
   worker->last_heartbeat = clock_->Now();
   switch (message.kind_case()) {

@@ -377,7 +377,8 @@ TEST_F(CoordinatorTest, ALiveStateNotSavedIsAnEventAndAForgedNameIsIgnored) {
   for (const v1::WorkerMessage& forged :
        {LiveState(job, 57, "../../etc", ""), LiveState(job, 57, "ckpt-1", ""),
         LiveState(job, -3, "", "x")}) {
-    ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, forged).ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        coordinator_->HandleWorkerMessage(id_a, forged)));
   }
   v1::JobStatus status = Status(job);
   EXPECT_EQ(status.checkpoints_size(), 0);
@@ -395,6 +396,30 @@ TEST_F(CoordinatorTest, ALiveStateNotSavedIsAnEventAndAForgedNameIsIgnored) {
   EXPECT_THAT(events[0].message(),
               AllOf(HasSubstr(id_a), HasSubstr("no checkpoints")));
   EXPECT_EQ(status.applied_step(), 57);
+}
+
+// Issue 14: a prepare may name only the folder its rank prepares its step
+// in; "../victim" would have moved a file from outside the backup folder
+// into the checkpoint.
+TEST_F(CoordinatorTest, APrepareNamingAnotherFolderIsRefused) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 10)).ok());
+  v1::WorkerMessage forged = Prepared(job, 1, 1, 10);
+  forged.mutable_prepared()->set_dir("../victim");
+  absl::Status refused = coordinator_->HandleWorkerMessage(id_b, forged);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_THAT(refused.message(), HasSubstr(".tmp/worker-00001/ckpt-000000010"));
+  // Not counted: the chief is not told to commit.
+  EXPECT_TRUE(CommandsOf(a, v1::CoordinatorCommand::kCommit).empty());
+  // The rank's real prepare still completes the step.
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 10)).ok());
+  EXPECT_EQ(CommandsOf(a, v1::CoordinatorCommand::kCommit).size(), 1u);
 }
 
 // ---- what a stopping generation reports about its final save -------------

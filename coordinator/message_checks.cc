@@ -1,0 +1,188 @@
+// CheckWorkerMessage (message_checks.h): one check per message kind. Rates,
+// times and losses are only shown, never acted on, so a non-finite one (a
+// diverged loss) is let through rather than losing the message.
+#include "coordinator/message_checks.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/checkpoint/store.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+absl::Status Refuse(absl::string_view message, absl::string_view field,
+                    absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(message, ": ", field, " ", why,
+                   "; the worker runs another lockstep build or is not a "
+                   "lockstep-worker"));
+}
+
+// Accumulates the first failed check of a message.
+class Checker {
+ public:
+  explicit Checker(absl::string_view message) : message_(message) {}
+
+  void Range(absl::string_view field, int64_t value, int64_t low,
+             int64_t high) {
+    if (status_.ok() && (value < low || value > high)) {
+      status_ = Refuse(
+          message_, field,
+          absl::StrCat("is ", value, ", outside [", low, ", ", high, "]"));
+    }
+  }
+  void Text(absl::string_view field, const std::string& value) {
+    if (status_.ok() && value.size() > kMaxTextBytes) {
+      status_ = Refuse(message_, field,
+                       absl::StrCat("has ", value.size(), " bytes, more than ",
+                                    kMaxTextBytes));
+    }
+  }
+  void That(bool holds, absl::string_view field, absl::string_view why) {
+    if (status_.ok() && !holds) status_ = Refuse(message_, field, why);
+  }
+  absl::Status status() const { return status_; }
+
+ private:
+  const std::string message_;
+  absl::Status status_;
+};
+
+absl::Status CheckProgress(const v1::ProgressReport& report) {
+  Checker check("progress report");
+  check.Range("generation", report.generation(), 1, kMaxGeneration);
+  check.Range("step", report.step(), 0, kMaxStep);
+  check.Range("total_steps", report.total_steps(), 0, kMaxStep);
+  check.Range("epoch", report.epoch(), 0, kMaxStep);
+  check.Range("first_step", report.first_step(), 0, report.step());
+  check.Range("step_losses", report.step_losses_size(), 0, kMaxLossesPerReport);
+  // The losses are those of steps first_step + 1 ... step.
+  check.That(
+      report.step_losses_size() == 0 ||
+          report.first_step() + report.step_losses_size() == report.step(),
+      "step_losses",
+      absl::StrCat("holds ", report.step_losses_size(), " losses, but steps ",
+                   report.first_step() + 1, " to ", report.step(), " are ",
+                   report.step() - report.first_step()));
+  if (report.has_resumed_at_step()) {
+    check.Range("resumed_at_step", report.resumed_at_step(), 0, report.step());
+  }
+  check.Range("state_source_rank", report.state_source_rank(), -1, kMaxRank);
+  check.Text("restored_checkpoint", report.restored_checkpoint());
+  check.Range("warnings", report.warnings_size(), 0, kMaxWarningsPerReport);
+  for (const std::string& warning : report.warnings()) {
+    check.Text("warning", warning);
+  }
+  const v1::TrainingPlan& plan = report.plan();
+  check.Range("plan.replicas", plan.replicas(), 0, kMaxRank);
+  check.Range("plan.per_replica_batch_size", plan.per_replica_batch_size(), 0,
+              int64_t{1} << 30);
+  check.Range("plan.global_batch_size", plan.global_batch_size(), 0,
+              int64_t{1} << 30);
+  check.Range("plan.steps_per_epoch", plan.steps_per_epoch(), 0, kMaxStep);
+  check.Range("plan.total_steps", plan.total_steps(), 0, kMaxStep);
+  check.Range("plan.warmup_steps", plan.warmup_steps(), 0, kMaxStep);
+  check.Text("plan.lr_scaling", plan.lr_scaling());
+  return check.status();
+}
+
+absl::Status CheckResult(const v1::TaskResult& result) {
+  Checker check("task result");
+  check.Range("generation", result.generation(), 1, kMaxGeneration);
+  check.Range("rank", result.rank(), 0, kMaxRank);
+  check.Range("steps", result.steps(), 0, kMaxStep);
+  check.Range("code", result.code(), 0, 16);
+  check.Text("error", result.error());
+  check.Text("stop_save_error", result.stop_save_error());
+  check.Text("model_digest", result.model_digest());
+  check.Range("breakdown.saves", result.breakdown().saves(), 0, kMaxStep);
+  return check.status();
+}
+
+absl::Status CheckPrepared(const v1::CheckpointPrepared& prepared) {
+  Checker check("checkpoint prepare");
+  check.Range("generation", prepared.generation(), 1, kMaxGeneration);
+  check.Range("rank", prepared.rank(), 0, kMaxRank);
+  check.Range("step", prepared.step(), 1, kMaxStep);
+  check.Text("error", prepared.error());
+  if (!check.status().ok() || !prepared.ok()) return check.status();
+  // The exact folder this rank prepares this step in: nothing else may be
+  // moved into a checkpoint.
+  const std::string expected =
+      checkpoint::PrepareDir(prepared.rank(), prepared.step());
+  check.That(prepared.dir() == expected, "dir",
+             absl::StrCat("is not ", expected));
+  check.Range("files", prepared.files_size(), 1, kMaxCheckpointFiles);
+  for (const v1::CheckpointFile& file : prepared.files()) {
+    check.Range("file size", file.size(), 0, kMaxCheckpointFileBytes);
+    check.That(!file.name().empty() && file.name().size() <= 255 &&
+                   file.name().find('/') == std::string::npos &&
+                   file.name() != "." && file.name() != "..",
+               "file name", "is not a plain file name");
+    check.That(file.sha256().size() == 64 &&
+                   file.sha256().find_first_not_of("0123456789abcdef") ==
+                       std::string::npos,
+               "sha256", "is not 64 lower-case hex digits");
+  }
+  return check.status();
+}
+
+absl::Status CheckCommitted(const v1::CheckpointCommitted& committed) {
+  Checker check("checkpoint commit");
+  check.Range("generation", committed.generation(), 1, kMaxGeneration);
+  check.Range("step", committed.step(), 1, kMaxStep);
+  check.Range("epoch", committed.epoch(), 0, kMaxStep);
+  check.Range("bytes", committed.bytes(), 0, kMaxCheckpointFileBytes);
+  check.Text("error", committed.error());
+  if (committed.ok()) {
+    check.That(committed.name() == checkpoint::CheckpointName(committed.step()),
+               "name", "is not the checkpoint of its step");
+  }
+  return check.status();
+}
+
+absl::Status CheckPreempt(const v1::PreemptRequest& request) {
+  Checker check("preemption request");
+  check.Text("reason", request.reason());
+  check.Text("note", request.note());
+  check.Range("live_step", request.live_step(), 0, kMaxStep);
+  check.Range("saved_epoch", request.saved_epoch(), 0, kMaxStep);
+  check.Range("saved_bytes", request.saved_bytes(), 0, kMaxCheckpointFileBytes);
+  if (!request.saved_checkpoint().empty()) {
+    check.That(request.live_step() > 0 &&
+                   request.saved_checkpoint() ==
+                       checkpoint::CheckpointName(request.live_step()),
+               "saved_checkpoint", "is not the checkpoint of live_step");
+  }
+  return check.status();
+}
+
+}  // namespace
+
+absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
+  switch (message.kind_case()) {
+    case v1::WorkerMessage::kHeartbeat: {
+      Checker check("heartbeat");
+      check.Range("generation", message.heartbeat().generation(), 0,
+                  kMaxGeneration);
+      check.Range("collective_seq", message.heartbeat().collective_seq(), 0,
+                  int64_t{1} << 62);
+      return check.status();
+    }
+    case v1::WorkerMessage::kProgress:
+      return CheckProgress(message.progress());
+    case v1::WorkerMessage::kResult:
+      return CheckResult(message.result());
+    case v1::WorkerMessage::kPrepared:
+      return CheckPrepared(message.prepared());
+    case v1::WorkerMessage::kCommitted:
+      return CheckCommitted(message.committed());
+    case v1::WorkerMessage::kPreempt:
+      return CheckPreempt(message.preempt());
+    default:
+      return absl::OkStatus();
+  }
+}
+
+}  // namespace lockstep::coordinator
