@@ -39,6 +39,20 @@ class Checker {
                                     kMaxTextBytes));
     }
   }
+  // Printable ASCII without spaces (spaces too when `spaces`), at most
+  // `max` bytes.
+  void Printable(absl::string_view field, const std::string& value, size_t max,
+                 bool spaces) {
+    bool printable = value.size() <= max;
+    for (char c : value) {
+      printable = printable && c >= (spaces ? 0x20 : 0x21) && c <= 0x7e;
+    }
+    if (status_.ok() && !printable) {
+      status_ = Refuse(
+          message_, field,
+          absl::StrCat("is not printable text of at most ", max, " bytes"));
+    }
+  }
   void That(bool holds, absl::string_view field, absl::string_view why) {
     if (status_.ok() && !holds) status_ = Refuse(message_, field, why);
   }
@@ -159,6 +173,17 @@ absl::Status CheckPreempt(const v1::PreemptRequest& request) {
 }
 
 }  // namespace
+
+absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
+  Checker check("registration");
+  check.Printable("host", request.host(), 253, /*spaces=*/false);
+  check.Printable("task type", request.task().type(), 64, false);
+  check.Range("task index", request.task().index(), 0, kMaxRank);
+  check.Printable("device name", request.device().name(), 64, false);
+  check.Printable("GPU name", request.device().gpu_name(), 256, true);
+  check.Printable("GPU UUID", request.device().gpu_uuid(), 128, false);
+  return check.status();
+}
 
 absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
   switch (message.kind_case()) {

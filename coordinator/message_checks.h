@@ -33,6 +33,11 @@ inline constexpr size_t kMaxTextBytes = 64 << 10;
 // Errors: InvalidArgument naming the message, the field and its bound.
 absl::Status CheckWorkerMessage(const v1::WorkerMessage& message);
 
+// A registration: the host is a host name or address (printable, no
+// spaces, at most 253 bytes), the device's names are printable and short,
+// a task index is in range. Errors: InvalidArgument.
+absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request);
+
 }  // namespace lockstep::coordinator
 
 #endif  // LOCKSTEP_COORDINATOR_MESSAGE_CHECKS_H_

@@ -15,6 +15,10 @@ namespace lockstep::coordinator {
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
+  if (absl::Status bad = CheckRegistration(request); !bad.ok()) {
+    LogWarning("refusing a registration: ", bad.message());
+    return bad;
+  }
   ASSIGN_OR_RETURN(std::string id, RegistrationId(cluster_, request));
   absl::MutexLock lock(&mu_);
   if (id.empty()) id = workers_.FreeId(request.incarnation());

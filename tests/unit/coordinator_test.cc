@@ -269,6 +269,26 @@ TEST_F(CoordinatorTest, OutOfRangeWorkerMessagesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(a.closed || b.closed);
 }
 
+// Issue 14: a host name carrying terminal escape codes was printed raw by
+// `lockstep workers`; it is refused at registration, as are other
+// unprintable or oversized names.
+TEST_F(CoordinatorTest, UnprintableOrHugeRegistrationNamesAreRefused) {
+  Make();
+  for (const std::string& host :
+       {std::string("evil\x1b]0;pwned\x07"), std::string(300, 'h'),
+        std::string("two words")}) {
+    v1::RegisterWorkerRequest request = Free(7);
+    request.set_host(host);
+    auto refused = coordinator_->RegisterWorker(request);
+    EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << host;
+  }
+  v1::RegisterWorkerRequest gpu = Free(8);
+  gpu.mutable_device()->set_name("cuda:0");
+  gpu.mutable_device()->set_gpu_name("NVIDIA H200");
+  EXPECT_TRUE(coordinator_->RegisterWorker(gpu).ok());
+  EXPECT_EQ(coordinator_->ListWorkers().size(), 1u);
+}
+
 // A step far beyond the loss history's bound is shown, not recorded: the
 // history cannot be made to grow past kMaxLossHistory.
 TEST_F(CoordinatorTest, TheLossHistoryIsBounded) {
