@@ -2,13 +2,17 @@
 // their batch sizes (job_spec.h).
 #include "common/job_spec.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/struct.pb.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
@@ -23,6 +27,132 @@ using google::protobuf::Value;
 
 absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("job spec: ", message));
+}
+
+// The bound of every field, by dotted path: bytes for strings, the value for
+// numbers. A test checks that every scalar field of JobSpec has one, so a
+// new field cannot go unbounded unnoticed. README.md lists them.
+struct FieldBound {
+  const char* path;
+  double max;
+};
+constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+constexpr double kMaxChoiceBytes = 32;  // "constant", "cosine", ...
+constexpr FieldBound kFieldBounds[] = {
+    {"name", kMaxJobNameBytes},
+    {"model.name", kMaxChoiceBytes},
+    {"model.torchscript", kMaxPathBytes},
+    {"model.dropout", 1},
+    {"data.format", kMaxChoiceBytes},
+    {"data.dir", kMaxPathBytes},
+    {"epochs", kMaxEpochs},
+    {"global_batch_size", kMaxGlobalBatch},
+    {"per_replica_batch_size", kMaxPerReplicaBatch},
+    {"num_workers", kMaxReplicas},
+    {"base_lr", 1000},
+    {"reference_batch_size", kMaxGlobalBatch},
+    {"lr_scaling", kMaxChoiceBytes},
+    {"warmup_steps", kMaxSteps32},
+    {"optimizer.type", kMaxChoiceBytes},
+    {"optimizer.momentum", 1},
+    {"optimizer.weight_decay", 1000},
+    {"seed", kUnbounded},  // every 64-bit seed is a valid seed
+    {"max_steps", kMaxSteps},
+    {"log_every_steps", kMaxSteps32},
+    {"max_restarts", kMaxRestarts},
+    {"min_workers", kMaxReplicas},
+    {"max_workers", kMaxReplicas},
+    {"communication.backend", kMaxChoiceBytes},
+    {"communication.bucket_mb", 65536},
+    {"communication.algorithm", kMaxChoiceBytes},
+    {"checkpoint.backup_dir", kMaxPathBytes},
+    {"checkpoint.save_every_steps", kMaxSteps},
+    {"checkpoint.keep", 1000},
+    {"export", kMaxPathBytes},
+    {"accumulation_steps", kMaxAccumulationSteps},
+    {"lr_decay", kMaxChoiceBytes},
+    {"lr_decay_steps", kMaxSteps},
+    {"lr_decay_rate", 1},
+    {"min_lr", 1000},
+    {"clip_grad_norm", 1e12},
+    {"precision", kMaxChoiceBytes},
+    {"loss_scale", 1e12},
+    {"loss_scale_growth_interval", kMaxSteps32},
+};
+
+// A number as a user wrote it: 65536, 0.5, 1e+12 (not 1.07374e+09).
+std::string Number(double value) { return absl::StrFormat("%.15g", value); }
+
+// Checks every scalar field of `message` (and of the messages it holds)
+// against its bound, and every float field for NaN and infinities. The
+// paths use the JSON name where the proto sets one (export_path: "export").
+absl::Status CheckFieldBounds(const google::protobuf::Message& message,
+                              const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    if (field->is_repeated()) continue;  // a job spec has none
+    const std::string path = absl::StrCat(
+        prefix, field->has_json_name() ? field->json_name() : field->name());
+    const std::optional<double> bound = JobSpecFieldBound(path);
+    std::string text;  // the value, for the error
+    double value = 0;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        if (reflection->HasField(message, field)) {
+          RETURN_IF_ERROR(CheckFieldBounds(
+              reflection->GetMessage(message, field), path + "."));
+        }
+        continue;
+      case FieldDescriptor::CPPTYPE_STRING: {
+        std::string scratch;
+        const size_t size =
+            reflection->GetStringReference(message, field, &scratch).size();
+        if (bound.has_value() && static_cast<double>(size) > *bound) {
+          return Invalid(absl::StrCat(path, " is ", size,
+                                      " bytes long; at most ", Number(*bound)));
+        }
+        continue;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        value = reflection->GetDouble(message, field);
+        text = Number(value);
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        value = reflection->GetFloat(message, field);
+        text = Number(value);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        value = reflection->GetInt32(message, field);
+        text = absl::StrCat(reflection->GetInt32(message, field));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        value = static_cast<double>(reflection->GetInt64(message, field));
+        text = absl::StrCat(reflection->GetInt64(message, field));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        value = reflection->GetUInt32(message, field);
+        text = absl::StrCat(reflection->GetUInt32(message, field));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        value = static_cast<double>(reflection->GetUInt64(message, field));
+        text = absl::StrCat(reflection->GetUInt64(message, field));
+        break;
+      default:  // bool, enum: their type bounds them
+        continue;
+    }
+    if (!std::isfinite(value)) {
+      return Invalid(
+          absl::StrCat(path, " is ", text, "; give a finite number"));
+    }
+    if (bound.has_value() && value > *bound) {
+      return Invalid(
+          absl::StrCat(path, " is ", text, "; at most ", Number(*bound)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool OneOf(const std::string& value, std::initializer_list<const char*> set) {
@@ -209,66 +339,114 @@ void ApplyDefaults(v1::JobSpec* spec) {
   }
 }
 
+std::optional<double> JobSpecFieldBound(absl::string_view path) {
+  for (const FieldBound& bound : kFieldBounds) {
+    if (path == bound.path) return bound.max;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas) {
-  if (replicas <= 0) {
+  if (replicas <= 0 || replicas > kMaxReplicas) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a job needs at least one replica, got ", replicas));
+        absl::StrCat("a job needs between 1 and ", kMaxReplicas,
+                     " replicas, got ", replicas));
   }
-  BatchPlan plan;
-  plan.replicas = replicas;
-  plan.accumulation = std::max(1, spec.accumulation_steps());
+  // Range checks first, so the 64-bit products below cannot overflow and
+  // nothing divides by zero: at most 2^20 x 2^16 x 2^16.
+  if (spec.accumulation_steps() < 0 ||
+      spec.accumulation_steps() > kMaxAccumulationSteps) {
+    return Invalid(
+        absl::StrCat("accumulation_steps is ", spec.accumulation_steps(),
+                     "; it must be in [0, ", kMaxAccumulationSteps, "]"));
+  }
+  const int64_t accumulation = std::max(1, spec.accumulation_steps());
+  const int64_t parts = replicas * accumulation;
+  int64_t global = 0;
+  int64_t per_replica = 0;
   if (spec.has_per_replica_batch_size()) {
-    plan.per_replica = spec.per_replica_batch_size();
-    plan.global = plan.per_replica * replicas * plan.accumulation;
-    return plan;
+    per_replica = spec.per_replica_batch_size();
+    if (per_replica < 1 || per_replica > kMaxPerReplicaBatch) {
+      return Invalid(absl::StrCat("per_replica_batch_size is ", per_replica,
+                                  "; it must be in [1, ", kMaxPerReplicaBatch,
+                                  "]"));
+    }
+    global = per_replica * parts;
+  } else {
+    global = spec.global_batch_size();
+    if (global < 1 || global > kMaxGlobalBatch) {
+      return Invalid(absl::StrCat("global_batch_size is ", global,
+                                  "; it must be in [1, ", kMaxGlobalBatch,
+                                  "]"));
+    }
+    if (global % parts != 0) {
+      const int64_t lower = global / parts * parts;
+      const int64_t upper = lower + parts;
+      std::string suggestion =
+          lower > 0 ? absl::StrCat(lower, " or ", upper) : absl::StrCat(upper);
+      return Invalid(absl::StrCat(
+          "global_batch_size ", global, " does not divide by ", replicas,
+          " replicas",
+          accumulation > 1
+              ? absl::StrCat(" x ", accumulation, " accumulation steps")
+              : "",
+          "; use a multiple of ", parts, " (e.g. ", suggestion,
+          "), or set per_replica_batch_size instead"));
+    }
+    per_replica = global / parts;
   }
-  plan.global = spec.global_batch_size();
-  const int parts = replicas * plan.accumulation;
-  if (plan.global % parts != 0) {
-    int lower = plan.global / parts * parts;
-    int upper = lower + parts;
-    std::string suggestion =
-        lower > 0 ? absl::StrCat(lower, " or ", upper) : absl::StrCat(upper);
-    return Invalid(absl::StrCat(
-        "global_batch_size ", plan.global, " does not divide by ", replicas,
-        " replicas",
-        plan.accumulation > 1
-            ? absl::StrCat(" x ", plan.accumulation, " accumulation steps")
-            : "",
-        "; use a multiple of ", parts, " (e.g. ", suggestion,
-        "), or set per_replica_batch_size instead"));
+  if (global > kMaxGlobalBatch) {
+    return Invalid(
+        absl::StrCat("the global batch per_replica_batch_size x replicas x "
+                     "accumulation_steps is ",
+                     per_replica, " x ", replicas, " x ", accumulation, " = ",
+                     global, "; at most ", kMaxGlobalBatch));
   }
-  plan.per_replica = plan.global / parts;
-  return plan;
+  // Every value is now within [1, kMaxGlobalBatch]: it fits an int.
+  return BatchPlan{replicas, static_cast<int>(per_replica),
+                   static_cast<int>(global), static_cast<int>(accumulation)};
 }
 
 absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
                                       int accumulation,
                                       absl::string_view origin) {
-  accumulation = std::max(1, accumulation);
-  if (replicas > 0 && global > 0 && global % (replicas * accumulation) == 0) {
-    return BatchPlan{replicas, global / (replicas * accumulation), global,
-                     accumulation};
+  // `global` and `accumulation` come from a checkpoint: range-check them
+  // before any product or division.
+  if (global < 1 || global > kMaxGlobalBatch || accumulation < 0 ||
+      accumulation > kMaxAccumulationSteps || replicas < 1 ||
+      replicas > kMaxReplicas) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        origin, " holds global batch ", global, " and ", accumulation,
+        " accumulation steps for ", replicas,
+        " replicas; a job needs a global batch in [1, ", kMaxGlobalBatch,
+        "], at most ", kMaxAccumulationSteps, " accumulation steps and 1 to ",
+        kMaxReplicas, " replicas"));
+  }
+  const int64_t steps = std::max(1, accumulation);
+  if (global % (replicas * steps) == 0) {
+    return BatchPlan{replicas, static_cast<int>(global / (replicas * steps)),
+                     global, static_cast<int>(steps)};
   }
   // The world sizes near `replicas` the global batch divides by.
   std::vector<std::string> fits;
-  for (int w = 1; w <= global && fits.size() < 4; ++w) {
-    if (global % (w * accumulation) == 0 && w > replicas / 2) {
+  for (int64_t w = 1; w * steps <= global && fits.size() < 4; ++w) {
+    if (global % (w * steps) == 0 && w > replicas / 2) {
       fits.push_back(absl::StrCat(w));
     }
   }
   return absl::FailedPreconditionError(absl::StrCat(
       origin, " was trained with global batch ", global,
       ", which does not divide by ", replicas, " replicas",
-      accumulation > 1
-          ? absl::StrCat(" x ", accumulation, " accumulation steps")
-          : "",
+      steps > 1 ? absl::StrCat(" x ", steps, " accumulation steps") : "",
       "; the resumed job keeps the global batch, so run it on a "
       "number of workers it divides by (e.g. ",
       absl::StrJoin(fits, ", "), ")"));
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
+  // Bounds and finiteness first: the rules below echo values, and compare
+  // and multiply them.
+  RETURN_IF_ERROR(CheckFieldBounds(spec, ""));
   const v1::ModelSpec& model = spec.model();
   if (model.torchscript().empty()) {
     RETURN_IF_ERROR(
@@ -377,6 +555,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
     return Invalid(
         "checkpoint.save_every_steps/save_every_epoch need "
         "checkpoint.backup_dir: a shared folder every worker can write");
+  }
+  if (spec.has_per_replica_batch_size() &&
+      int64_t{spec.per_replica_batch_size()} *
+              std::max(1, spec.accumulation_steps()) >
+          kMaxGlobalBatch) {
+    return Invalid(absl::StrCat(
+        "per_replica_batch_size x accumulation_steps is ",
+        spec.per_replica_batch_size(), " x ", spec.accumulation_steps(),
+        ", more than the largest global batch, ", kMaxGlobalBatch,
+        ", on one replica"));
   }
   if (replicas > 0) RETURN_IF_ERROR(ResolveBatch(spec, replicas).status());
   return absl::OkStatus();

@@ -4,6 +4,8 @@
 #ifndef LOCKSTEP_COMMON_JOB_SPEC_H_
 #define LOCKSTEP_COMMON_JOB_SPEC_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,6 +15,26 @@
 namespace lockstep {
 
 inline constexpr char kDefaultDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+// Upper bounds far beyond any real job (README.md, "Job spec reference",
+// lists every field's). They keep every product of sizes and counts well
+// inside 64 bits, and the resolved batch sizes inside `int`.
+inline constexpr int64_t kMaxReplicas = 65536;  // num/min/max_workers
+inline constexpr int64_t kMaxAccumulationSteps = 65536;
+inline constexpr int64_t kMaxPerReplicaBatch = 1 << 20;
+inline constexpr int64_t kMaxGlobalBatch = 1 << 24;  // also the product
+inline constexpr int64_t kMaxEpochs = 1000000;
+inline constexpr int64_t kMaxRestarts = 10000;
+inline constexpr int64_t kMaxSteps = 1000000000000;  // int64 step counts
+inline constexpr int64_t kMaxSteps32 = 1000000000;   // int32 step counts
+inline constexpr int64_t kMaxJobNameBytes = 256;
+inline constexpr int64_t kMaxPathBytes = 4096;
+
+// The upper bound of the job spec field at `path` (dotted, proto field
+// names: "communication.bucket_mb"): bytes for strings, the value for
+// numbers (infinity where the field's whole range is valid, as for seed).
+// nullopt for an unknown path or a message field.
+std::optional<double> JobSpecFieldBound(absl::string_view path);
 
 // Parses a job spec; the error names `origin` (a file name, say).
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view json,
@@ -39,7 +61,10 @@ struct BatchPlan {
 };
 
 // Errors: InvalidArgument when the global batch does not divide by
-// `replicas`; the message names both numbers and suggests sizes.
+// `replicas` (the message names both numbers and suggests sizes), when a
+// size is out of its range, or when the product per_replica x replicas x
+// accumulation (computed in 64 bits) passes kMaxGlobalBatch. Never divides
+// by zero, whatever the spec holds.
 absl::StatusOr<BatchPlan> ResolveBatch(const v1::JobSpec& spec, int replicas);
 
 // The split of a resumed job: the global batch it was trained with, over
@@ -49,8 +74,11 @@ absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
                                       int accumulation,
                                       absl::string_view origin);
 
-// Checks every rule of a spec with defaults applied. `replicas` > 0 also
-// checks the batch split for that many replicas.
+// Checks every rule of a spec with defaults applied: every float field
+// (nested ones too, found by reflection) is finite, every field is within
+// its JobSpecFieldBound, and the rules of README.md hold. `replicas` > 0
+// also checks the batch split for that many replicas. Errors:
+// InvalidArgument naming the field and its bound.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas = 0);
 
 // JSON with the proto field names, for logs and `--json` output.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/job_state.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -109,6 +110,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     job.status = std::move(status);
     c.job_order_.push_back(job.status.job_id());
     v1::JobState state = job.status.state();
+    if (!IsTerminal(state)) {
+      // A newer rule or a corrupted row: the job must not start (or crash
+      // the coordinator at every restart); it fails with the reason.
+      absl::Status valid = ValidateSubmission(job.status.spec(), c.cluster_);
+      if (!valid.ok()) {
+        c.FailStoredJobLocked(
+            job, absl::StrCat("the stored spec no longer validates: ",
+                              valid.message()));
+        continue;
+      }
+    }
     if (state == v1::JOB_STATE_QUEUED) {
       c.queue_.push_back(job.status.job_id());
     } else if (state == v1::JOB_STATE_RUNNING ||
@@ -132,6 +144,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   c.next_job_seq_ = static_cast<int64_t>(c.job_order_.size()) + 1;
   return coordinator;
+}
+
+void Coordinator::FailStoredJobLocked(Job& job, const std::string& reason) {
+  job.status.set_state(v1::JOB_STATE_FAILED);
+  job.status.set_error(reason);
+  job.status.set_end_time(NowSeconds());
+  AddEventLocked(job, "job_failed", nullptr, reason);
+  LogInfo("job ", job.status.job_id(), " JOB_STATE_FAILED: ", reason);
+  PersistLocked(job);
 }
 
 double Coordinator::NowSeconds() const {

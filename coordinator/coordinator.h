@@ -188,6 +188,10 @@ class Coordinator {
   // on it (they see the fence).
   void ReleaseGenerationLocked(Job& job, bool abort, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At load, before anything runs: a stored job that cannot run becomes
+  // FAILED with `reason`, persisted; nothing else changes.
+  void FailStoredJobLocked(Job& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job for good, persists, and schedules the next job.
   void EndJobLocked(Job& job, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -49,6 +49,33 @@ TEST_F(ClusterTest, UnknownTaskAndConflictingTfConfigAreRefused) {
                     HasSubstr("worker:[127.0.0.1:1,127.0.0.1:1]")));
 }
 
+// Issue 14: 4 x 2^30 accumulation steps overflowed `int` to 0 and the CLI,
+// then the coordinator, died of SIGFPE on `% 0`. Both refuse the spec now,
+// naming the field and its bound, and the coordinator keeps serving.
+TEST_F(ClusterTest, OverflowingBatchSpecIsRefusedAndTheCoordinatorServes) {
+  StartCluster(2);
+  Result cli = RunCommand(
+      {kBin + "/lockstep", "submit", kMlp, "--set", "num_workers=4", "--set",
+       "accumulation_steps=1073741824", "--set", "global_batch_size=64"},
+      {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_THAT(cli.err, AllOf(HasSubstr("accumulation_steps is 1073741824"),
+                             HasSubstr("at most 65536")));
+  // A client that skips the CLI's check reaches the coordinator's.
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_num_workers(2);
+  request.mutable_spec()->set_accumulation_steps(1073741824);
+  request.mutable_spec()->set_global_batch_size(64);
+  grpc::ClientContext context;
+  v1::SubmitJobResponse response;
+  grpc::Status refused = stub_->SubmitJob(&context, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("accumulation_steps is 1073741824; at most 65536"));
+  v1::JobStatus done = WatchUntil(Submit({"max_steps=5"}), Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+}
+
 TEST(BadInputTest, CorruptStateDirIsAClearError) {
   std::string dir = TempDir("corrupt");
   ASSERT_TRUE(

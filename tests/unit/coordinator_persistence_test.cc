@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "common/job_spec.h"
 #include "coordinator/coordinator.h"
 #include "tests/unit/coordinator_fixture.h"
 
@@ -37,6 +38,48 @@ TEST_F(CoordinatorTest, JobsSurviveARestart) {
   std::string next = *coordinator_->SubmitJob(Spec(1));
   EXPECT_NE(next, running);
   EXPECT_NE(next, queued);
+}
+
+// Issue 14: a queued job whose stored spec crashed the coordinator at every
+// restart. One that no longer validates (a newer rule, a corrupted row)
+// fails on load with the reason and is never started; the next one runs.
+TEST_F(CoordinatorTest, StoredJobWhoseSpecNoLongerValidatesFailsOnLoad) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::JobStatus bad;
+    bad.set_job_id("bad-1");
+    bad.set_state(v1::JOB_STATE_QUEUED);
+    *bad.mutable_spec() = Spec(1);
+    ApplyDefaults(bad.mutable_spec());
+    bad.mutable_spec()->set_accumulation_steps(1073741824);
+    ASSERT_TRUE((*store)->Save(bad).ok());
+    v1::JobStatus good = bad;
+    good.set_job_id("good-2");
+    good.mutable_spec()->set_accumulation_steps(1);
+    ASSERT_TRUE((*store)->Save(good).ok());
+  }
+  Make(std::nullopt, *JobStore::Open(dir));
+  v1::JobStatus failed = Status("bad-1");
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(),
+              ::testing::AllOf(
+                  ::testing::HasSubstr("the stored spec no longer validates"),
+                  ::testing::HasSubstr("accumulation_steps is 1073741824")));
+  EXPECT_EQ(EventsOf(failed, "job_failed").size(), 1u);
+  FakeSink a;
+  Connect(1, &a);
+  EXPECT_EQ(Status("bad-1").state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Status("good-2").state(), v1::JOB_STATE_RUNNING);
+  auto assignments = CommandsOf(a, v1::CoordinatorCommand::kAssignment);
+  ASSERT_EQ(assignments.size(), 1u);
+  EXPECT_EQ(assignments[0].assignment().job_id(), "good-2");
+  // Persisted as failed: a second restart does not queue it again.
+  coordinator_.reset();
+  Make(std::nullopt, *JobStore::Open(dir));
+  EXPECT_EQ(Status("bad-1").state(), v1::JOB_STATE_FAILED);
 }
 
 // ---- progress is persisted, at most once per interval ----------------------

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/sha256.h"
+#include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
 namespace {
@@ -120,13 +121,12 @@ class ScriptedNetwork : public Network {
     try {
       module = torch::jit::load(path);
     } catch (const std::exception& e) {
-      std::string what = e.what();
       return absl::InvalidArgumentError(absl::StrCat(
           "model.torchscript ", path,
           " is not a TorchScript module LibTorch can load (save it with "
           "torch.jit.save(torch.jit.script(model), path); see "
           "docs/MODELS.md): ",
-          what.substr(0, what.find('\n'))));
+          TorchErrorSentence(e.what())));
     }
     auto network = std::shared_ptr<ScriptedNetwork>(new ScriptedNetwork(path));
     network->module_ = std::move(module);
@@ -215,7 +215,8 @@ class ScriptedNetwork : public Network {
       module_.save(out);
     } catch (const std::exception& e) {
       return absl::InternalError(
-          absl::StrCat("cannot serialize TorchScript module: ", e.what()));
+          absl::StrCat("cannot serialize TorchScript module: ",
+                       TorchErrorSentence(e.what())));
     }
     return out.str();
   }
@@ -242,10 +243,9 @@ absl::Status CheckScriptedOutput(ScriptedNetwork& network,
     logits = network.forward(torch::zeros(shape));
     network.train(true);
   } catch (const std::exception& e) {
-    std::string what = e.what();
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript ", network.path(), " fails on images of shape [",
-        absl::StrJoin(shape, ", "), "]: ", what.substr(0, what.find('\n'))));
+        absl::StrJoin(shape, ", "), "]: ", TorchErrorSentence(e.what())));
   }
   if (logits.dim() != 2 || logits.size(0) != 2 ||
       logits.size(1) != options.classes) {

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/data/sampler.h"
+#include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
 namespace {
@@ -169,7 +170,7 @@ absl::Status LoadCheckpoint(const checkpoint::Found& found,
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint ", found.dir, " verifies but does not load into model \"",
         model_label, "\" with optimizer \"", spec.optimizer().type(),
-        "\": ", e.what()));
+        "\": ", TorchErrorSentence(e.what())));
   }
   replica.step = manifest.step();
   replica.global_batch = state.global_batch_size();

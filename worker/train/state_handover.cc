@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
 namespace {
@@ -463,7 +464,7 @@ absl::StatusOr<HandoverStats> HandOverState(Communicator& comm, int source,
     if (comm.rank() != source) Discard(replica);
     return absl::InternalError(absl::StrCat(
         "rank ", comm.rank(), " failed to hand over the state from rank ",
-        source, ": ", e.what()));
+        source, ": ", TorchErrorSentence(e.what())));
   }
 }
 

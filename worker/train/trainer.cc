@@ -14,6 +14,7 @@
 #include "worker/train/generation.h"
 #include "worker/train/replica.h"
 #include "worker/train/tensor_dataset.h"
+#include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
 
@@ -78,7 +79,8 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
       position_ = std::make_unique<ReplicaPosition>(*std::move(position));
     }
   } catch (const std::exception& e) {
-    result = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
+    result = absl::InternalError(
+        absl::StrCat("LibTorch error: ", TorchErrorSentence(e.what())));
   }
   // A job trained to its last step is done (the chief exported it and
   // removed its checkpoints); a stop saved its step as a checkpoint.
@@ -157,7 +159,8 @@ LiveStateOutcome TrainingRunner::SaveLiveState() {
       saved = files.status();
     }
   } catch (const std::exception& e) {
-    saved = absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
+    saved = absl::InternalError(
+        absl::StrCat("LibTorch error: ", TorchErrorSentence(e.what())));
   }
   out.note = absl::StrCat("saving its live state at step ", out.step, " in ",
                           backup_dir, " failed: ", saved.message());
