@@ -67,6 +67,21 @@ Result RunCommand(const std::vector<std::string>& argv,
   return result;
 }
 
+std::vector<std::string> LocalMlpRun() {
+  return {kBin + "/lockstep",
+          "local",
+          "--workers",
+          "2",
+          "--json",
+          "--set",
+          "max_steps=200",
+          "--set",
+          "global_batch_size=64",
+          "--set",
+          "log_every_steps=1",
+          kMlp};
+}
+
 // The JSON object on the last line of `text`.
 Result RunAndKillAWorker(const std::vector<std::string>& argv) {
   Result result;

@@ -44,6 +44,11 @@ std::string TempDir(const std::string& name);
 Result RunCommand(const std::vector<std::string>& argv,
                   const std::vector<std::string>& env = {});
 
+// `lockstep local --workers 2 --json` training 200 steps of the MLP
+// (global batch 64, a progress report every step): the run the kill tests
+// of local mode repeat.
+std::vector<std::string> LocalMlpRun();
+
 // Runs `lockstep local ... --json` (`argv`) and SIGKILLs its first
 // lockstep-worker child once a progress line shows training; code is 0 only
 // when the run exited 0 and a worker was killed.

@@ -153,18 +153,7 @@ TEST_F(ClusterTest, HungWorkerIsCaughtByTheHeartbeatTimeout) {
 
 // `lockstep local` restarts a worker process that dies, as Kubernetes would.
 TEST(LocalTest, SurvivesKillOfAWorker) {
-  const std::vector<std::string> run = {kBin + "/lockstep",
-                                        "local",
-                                        "--workers",
-                                        "2",
-                                        "--json",
-                                        "--set",
-                                        "max_steps=200",
-                                        "--set",
-                                        "global_batch_size=64",
-                                        "--set",
-                                        "log_every_steps=1",
-                                        kMlp};
+  const std::vector<std::string> run = LocalMlpRun();
   Result reference = RunCommand(run);
   ASSERT_EQ(reference.code, 0) << reference.err;
 

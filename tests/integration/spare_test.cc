@@ -61,18 +61,7 @@ TEST_F(ClusterTest, SpareTakesTheRankOfAKilledWorker) {
 // takes its rank and the restarted worker stands by, so there is no third
 // generation.
 TEST(LocalSpareTest, SpareTakesTheRankOfAKilledWorker) {
-  std::vector<std::string> run = {kBin + "/lockstep",
-                                  "local",
-                                  "--workers",
-                                  "2",
-                                  "--json",
-                                  "--set",
-                                  "max_steps=200",
-                                  "--set",
-                                  "global_batch_size=64",
-                                  "--set",
-                                  "log_every_steps=1",
-                                  kMlp};
+  std::vector<std::string> run = LocalMlpRun();
   Result reference = RunCommand(run);
   ASSERT_EQ(reference.code, 0) << reference.err;
 

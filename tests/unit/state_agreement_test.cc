@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "tests/unit/gloo_ranks.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/in_memory_kv.h"
 
@@ -31,7 +32,8 @@ Replica BuildReplica() {
   static absl::Mutex mu(absl::kConstInit);
   absl::MutexLock lock(&mu);
   Replica replica;
-  absl::Status built = InitializeReplica(MlpSpec(), 28, 28, torch::kCPU, &replica);
+  absl::Status built =
+      InitializeReplica(MlpSpec(), 28, 28, torch::kCPU, &replica);
   EXPECT_TRUE(built.ok()) << built;
   return replica;
 }
@@ -39,24 +41,6 @@ Replica BuildReplica() {
 void Shift(Replica& replica, float by) {
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : replica.model->parameters()) p.add_(by);
-}
-
-// Runs `body` on `world` ranks, each with its own communicator.
-void OnRanks(int world, const std::function<void(int, Communicator&)>& body) {
-  InMemoryKeyValue kv;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooCommunicator::Options options;
-      options.rank = rank;
-      options.size = world;
-      options.timeout = absl::Seconds(30);
-      auto comm = GlooCommunicator::Connect(&kv, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(rank, **comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 RestoreNewest NoRestore() {

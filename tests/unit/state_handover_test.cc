@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "tests/unit/gloo_ranks.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/in_memory_kv.h"
 
@@ -78,24 +79,6 @@ void ExpectSameState(const Replica& expected, const Replica& actual) {
     EXPECT_TRUE(BitwiseEqual((*want)[i].tensor, (*got)[i].tensor))
         << (*want)[i].layout.ToString();
   }
-}
-
-// Runs `body` on `world` ranks, each with its own Gloo communicator.
-void OnRanks(int world, const std::function<void(int, Communicator&)>& body) {
-  InMemoryKeyValue kv;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooCommunicator::Options options;
-      options.rank = rank;
-      options.size = world;
-      options.timeout = absl::Seconds(30);
-      auto comm = GlooCommunicator::Connect(&kv, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(rank, **comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 // Model, optimizer, pack size, whether the receiver trained before.
