@@ -230,6 +230,11 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
     }
     expected *= static_cast<size_t>(dim);
   }
+  if (expected > available) {
+    return absl::DataLossError(
+        absl::StrCat(origin, " is truncated: its shape ", shape_text, " needs ",
+                     expected, " bytes of data, the file has ", available));
+  }
   out.data = std::string(bytes.substr(header_start + header_length, expected));
   return out;
 }
