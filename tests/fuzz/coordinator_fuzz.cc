@@ -20,6 +20,7 @@
 #include "coordinator/session_sink.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "worker/checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -46,7 +47,7 @@ constexpr int kSinks = 4;
 
 class Driver {
  public:
-  Driver(FuzzedDataProvider& in) : in_(in) {}
+  explicit Driver(FuzzedDataProvider& in) : in_(in) {}
 
   bool Start() {
     Coordinator::Options options;
@@ -253,7 +254,38 @@ class Driver {
       message.GetReflection()->MutableMessage(&message, field);
     }
     if (in_.ConsumeIntegralInRange(0, 3) != 0) Aim(message);
+    if (in_.ConsumeBool()) Shape(message);
     return message;
+  }
+
+  // Makes a checkpoint report or preemption consistent in itself (folder,
+  // names and checksums as a real worker sends them), so the fuzzed steps
+  // reach the two-phase commit rather than the range checks.
+  void Shape(v1::WorkerMessage& message) {
+    const int64_t step = in_.ConsumeIntegralInRange<int64_t>(1, 20);
+    if (message.has_prepared()) {
+      v1::CheckpointPrepared& prepared = *message.mutable_prepared();
+      prepared.set_step(step);
+      prepared.set_ok(in_.ConsumeIntegralInRange(0, 7) != 0);
+      prepared.set_dir(checkpoint::PrepareDir(prepared.rank(), step));
+      prepared.clear_files();
+      v1::CheckpointFile* file = prepared.add_files();
+      file->set_name(checkpoint::RankStateName(prepared.rank()));
+      file->set_size(in_.ConsumeIntegralInRange<int64_t>(0, 4096));
+      file->set_sha256(std::string(64, in_.ConsumeBool() ? 'a' : '0'));
+    } else if (message.has_committed()) {
+      v1::CheckpointCommitted& committed = *message.mutable_committed();
+      committed.set_step(step);
+      committed.set_ok(in_.ConsumeIntegralInRange(0, 7) != 0);
+      committed.set_name(checkpoint::CheckpointName(step));
+      committed.set_epoch(in_.ConsumeIntegralInRange<int64_t>(0, 3));
+      committed.set_bytes(in_.ConsumeIntegralInRange<int64_t>(0, 1 << 20));
+    } else if (message.has_preempt()) {
+      v1::PreemptRequest& preempt = *message.mutable_preempt();
+      preempt.set_live_step(step);
+      preempt.set_saved_checkpoint(
+          in_.ConsumeBool() ? checkpoint::CheckpointName(step) : "");
+    }
   }
 
   // Sets the job_id, generation and rank fields of the message's kind, when
