@@ -334,6 +334,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     job.generation->End();
   }
   changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
+  WakeAllWaitersLocked();
 }
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
@@ -500,6 +501,7 @@ void Coordinator::AddEventLocked(Job& job, const std::string& kind,
 void Coordinator::ChangedLocked(Job& job) {
   job.status.set_version(job.status.version() + 1);
   changed_.SignalAll();
+  NotifyWatchersLocked(job);
 }
 
 void Coordinator::PersistLocked(Job& job) {
@@ -519,6 +521,12 @@ void Coordinator::Shutdown() {
   shutdown_ = true;
   workers_.CloseAll();
   changed_.SignalAll();
+  WakeAllWaitersLocked();  // each is Cancelled by the fence
+  std::map<WaitId, Watch> watches = std::move(watches_);
+  watches_.clear();
+  for (auto& [id, watch] : watches) {
+    watch.watcher(absl::CancelledError("the coordinator is stopping"));
+  }
 }
 
 }  // namespace lockstep::coordinator

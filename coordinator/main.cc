@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <iostream>
@@ -25,6 +26,7 @@ constexpr char kUsage[] =
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
                        [--heartbeat-timeout SECS]
+                       [--max-sessions N] [--max-watches N]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -35,7 +37,14 @@ Flags:
                        workers register freely.
   --heartbeat-timeout S a worker silent this long has failed (default 10);
                        workers send a heartbeat every S/2
+  --max-sessions N     worker sessions served at once (default 10000); one
+                       more is refused with RESOURCE_EXHAUSTED
+  --max-watches N      `lockstep status --watch` streams served at once
+                       (default 1000); one more is refused likewise
 
+Sessions and watches hold no thread each (gRPC's callback API); gRPC's
+own threads are capped. At start the open-file limit is raised to its hard
+limit: each client connection takes a descriptor.
 Serves the standard gRPC health service (grpc.health.v1) for probes.
 SIGTERM or SIGINT shuts it down cleanly; jobs and their state stay in the
 state dir and a running job re-forms when the coordinator comes back.
@@ -45,9 +54,38 @@ Example:
       --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
 )";
 
+// gRPC's threads for the whole server: the callback API needs few, however
+// many sessions and watches are open.
+constexpr int kMaxGrpcThreads = 64;
+
 int Fail(const absl::Status& status, int code) {
   std::cerr << "lockstep-coordinator: " << status.message() << "\n";
   return code;
+}
+
+// A positive integer flag with a default. Errors: InvalidArgument naming it.
+absl::StatusOr<int> PositiveFlag(const Args& args, const std::string& name,
+                                 int fallback) {
+  auto value = args.GetDouble(name, fallback);
+  if (!value.ok()) return value.status();
+  if (!(*value >= 1 && *value <= 1e9) || *value != static_cast<int>(*value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, " must be a whole number from 1 to 1000000000"));
+  }
+  return static_cast<int>(*value);
+}
+
+// Every client connection takes a descriptor: allow as many as the hard
+// limit does (often 1024 soft against 1048576 hard).
+void RaiseFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
+    return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LogWarning("cannot raise the open-file limit to ", limit.rlim_max,
+               "; many workers may exhaust it");
+  }
 }
 
 int Run(int argc, char** argv) {
@@ -59,9 +97,10 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"listen", "state-dir", "cluster", "heartbeat-timeout"}, {"help"});
+  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                          {"listen", "state-dir", "cluster",
+                           "heartbeat-timeout", "max-sessions", "max-watches"},
+                          {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -93,6 +132,14 @@ int Run(int argc, char** argv) {
                 2);
   }
   options.heartbeat_timeout = absl::Seconds(*heartbeat_timeout);
+  GrpcService::Limits limits;
+  auto max_sessions = PositiveFlag(*args, "max-sessions", limits.max_sessions);
+  if (!max_sessions.ok()) return Fail(max_sessions.status(), 2);
+  limits.max_sessions = *max_sessions;
+  auto max_watches = PositiveFlag(*args, "max-watches", limits.max_watches);
+  if (!max_watches.ok()) return Fail(max_watches.status(), 2);
+  limits.max_watches = *max_watches;
+  RaiseFileLimit();
   auto store = JobStore::Open(args->Get("state-dir"));
   if (!store.ok()) return Fail(store.status(), 1);
   options.store = *std::move(store);
@@ -100,9 +147,12 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  GrpcService service(coordinator->get());
+  GrpcService service(coordinator->get(), limits);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("lockstep-coordinator");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(args->Get("listen"),
                            grpc::InsecureServerCredentials(), &port);

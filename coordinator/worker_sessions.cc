@@ -186,6 +186,7 @@ void Coordinator::Sweep() {
     AddEventLocked(*job, "generation_failed", nullptr, cause);
     FailGenerationLocked(*job, cause);
   }
+  WakeAllWaitersLocked();  // those past their deadline time out
 }
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
