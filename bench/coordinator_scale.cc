@@ -181,11 +181,10 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage,
     get_.set_generation(set_.generation());
     get_.set_key("bench/0");
     get_.set_timeout_ms(absl::ToInt64Milliseconds(kPhaseLimit));
-    stub_->async()->KvGet(&get_context_, &get_, &get_response_,
-                          [this](grpc::Status status) {
-                            tally_->Add(status.ok() ? &Tally::rendezvous
-                                                    : &Tally::errors);
-                          });
+    stub_->async()->KvGet(
+        &get_context_, &get_, &get_response_, [this](grpc::Status status) {
+          tally_->Add(status.ok() ? &Tally::rendezvous : &Tally::errors);
+        });
   }
 
   v1::Coordinator::Stub* const stub_;
@@ -318,12 +317,12 @@ class Run {
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
     int out = -1;
-    auto pid = processes_.Spawn(
-        "coordinator",
-        {coordinator_, "--listen", "127.0.0.1:0", "--state-dir",
-         dir_ + "/state", "--heartbeat-timeout",
-         absl::StrCat(heartbeat_timeout_s)},
-        {}, dir_ + "/coordinator.log", &out);
+    auto pid =
+        processes_.Spawn("coordinator",
+                         {coordinator_, "--listen", "127.0.0.1:0",
+                          "--state-dir", dir_ + "/state", "--heartbeat-timeout",
+                          absl::StrCat(heartbeat_timeout_s)},
+                         {}, dir_ + "/coordinator.log", &out);
     if (!pid.ok()) return false;
     pid_ = *pid;
     std::string line;

@@ -195,6 +195,8 @@ class Coordinator {
     std::unique_ptr<Generation> generation;
   };
 
+  // What a waiter waits on: (job, generation, is_barrier, key or barrier).
+  using WaitKey = std::tuple<std::string, int64_t, bool, std::string>;
   // A KvGetAsync or BarrierAsync call waiting in waiters_.
   struct Waiter {
     std::string job_id;
@@ -204,9 +206,10 @@ class Coordinator {
     absl::Time deadline;       // on clock_
     KvGetDone kv_done;         // set for a KvGet
     BarrierDone barrier_done;  // set for a Barrier
+    // Its entry in waiting_on_: removed in O(1) when it completes, however
+    // many ranks wait on the same key.
+    std::multimap<WaitKey, WaitId>::iterator index;
   };
-  // What a waiter waits on: (job, generation, is_barrier, key or barrier).
-  using WaitKey = std::tuple<std::string, int64_t, bool, std::string>;
   struct Watch {
     std::string job_id;
     JobWatcher watcher;

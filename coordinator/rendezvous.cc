@@ -191,7 +191,7 @@ Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
 
 Coordinator::WaitId Coordinator::AddWaiterLocked(bool barrier, Waiter waiter) {
   WaitId id = next_wait_id_++;
-  waiting_on_.emplace(
+  waiter.index = waiting_on_.emplace(
       WaitKey{waiter.job_id, waiter.generation, barrier, waiter.name}, id);
   waiters_.emplace(id, std::move(waiter));
   return id;
@@ -247,14 +247,7 @@ void Coordinator::FinishWaiterLocked(WaitId id,
   }
   if (!status.has_value()) return;  // still waiting
   Waiter done = std::move(w);
-  auto [begin, end] = waiting_on_.equal_range(
-      WaitKey{done.job_id, done.generation, barrier, done.name});
-  for (auto entry = begin; entry != end; ++entry) {
-    if (entry->second == id) {
-      waiting_on_.erase(entry);
-      break;
-    }
-  }
+  waiting_on_.erase(done.index);
   waiters_.erase(it);
   if (barrier) {
     done.barrier_done(*status);
