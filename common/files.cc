@@ -75,8 +75,9 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, int64_t* size) {
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return absl::DataLossError(
-        absl::StrCat(path, " is not a regular file (a device, a FIFO or a "
-                           "folder); it is not read"));
+        absl::StrCat(path,
+                     " is not a regular file (a device, a FIFO or a "
+                     "folder); it is not read"));
   }
   *size = static_cast<int64_t>(st.st_size);
   return fd;
@@ -112,7 +113,8 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
 
 absl::Status WriteFileDurably(const std::string& path,
                               absl::string_view contents) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(),
+                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", path);
   // Chunks, each handed to writeback as soon as it is written: the disk works
   // while the next chunk is copied, and the final fsync has little left.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/export_file.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 
@@ -153,6 +154,10 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots,
   if (!spec.export_path().empty()) {
     RETURN_IF_ERROR(CheckUnderRoots("export", spec.export_path(), roots.exports,
                                     "--export-root", cwd));
+    // Refused now rather than after training: a file that is not a
+    // lockstep export is never replaced.
+    absl::Status target = CheckExportTarget(spec.export_path());
+    if (!target.ok()) return absl::PermissionDeniedError(target.message());
   }
   return absl::OkStatus();
 }
