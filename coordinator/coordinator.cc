@@ -175,8 +175,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
       c.PersistLocked(job);
     }
   }
-  c.next_job_seq_ =
-      c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
+  c.next_job_seq_ = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
   c.ForgetFinishedJobsLocked();
   return coordinator;
 }
@@ -306,9 +305,9 @@ void Coordinator::StartGenerationLocked(Job& job,
   for (const Worker* worker : workers) rank_workers.push_back(worker->id);
   NoteReplacementsLocked(job, rank_workers);
   // The previous generation, ended already, is dropped whole here.
-  job.generation = std::make_unique<Generation>(
-      status.job_id(), status.generation(), std::move(rank_workers),
-      kv_limits_);
+  job.generation =
+      std::make_unique<Generation>(status.job_id(), status.generation(),
+                                   std::move(rank_workers), kv_limits_);
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
@@ -637,7 +636,8 @@ void Coordinator::ForgetFinishedJobsLocked() {
   for (const std::string& id : expired) {
     LogInfo("job ", id, " deleted: finished jobs are kept for ",
             absl::FormatDuration(finished_job_ttl_), ", at most ",
-            keep_finished_jobs_, " of them (--finished-job-ttl, "
+            keep_finished_jobs_,
+            " of them (--finished-job-ttl, "
             "--keep-finished-jobs)");
     EraseJobLocked(id);
   }

@@ -19,17 +19,17 @@ Generation::Generation(std::string job_id, int64_t number,
 absl::Status Generation::Admit(int64_t entries, int64_t bytes) const {
   if (kv_entries_ + entries > limits_.max_entries) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "job ", job_id_, " generation ", number_, ": the rendezvous store holds ",
-        kv_entries_, " keys and barriers, the most --kv-max-entries (",
-        limits_.max_entries,
+        "job ", job_id_, " generation ", number_,
+        ": the rendezvous store holds ", kv_entries_,
+        " keys and barriers, the most --kv-max-entries (", limits_.max_entries,
         ") allows; a client writes keys without bound, or the coordinator "
         "needs a larger --kv-max-entries for this world size"));
   }
   if (kv_bytes_ + bytes > limits_.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "job ", job_id_, " generation ", number_, ": the rendezvous store holds ",
-        kv_bytes_, " bytes; ", bytes, " more would pass --kv-max-bytes (",
-        limits_.max_bytes,
+        "job ", job_id_, " generation ", number_,
+        ": the rendezvous store holds ", kv_bytes_, " bytes; ", bytes,
+        " more would pass --kv-max-bytes (", limits_.max_bytes,
         "); a client writes values without bound, or the coordinator needs a "
         "larger --kv-max-bytes for this world size"));
   }
@@ -39,10 +39,11 @@ absl::Status Generation::Admit(int64_t entries, int64_t bytes) const {
 absl::Status Generation::Set(const std::string& key, std::string value) {
   auto it = kv_.find(key);
   const int64_t old_bytes =
-      it == kv_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+      it == kv_.end() ? 0
+                      : static_cast<int64_t>(key.size() + it->second.size());
   const int64_t new_bytes = static_cast<int64_t>(key.size() + value.size());
-  absl::Status admitted =
-      Admit(it == kv_.end() ? 1 : 0, std::max<int64_t>(0, new_bytes - old_bytes));
+  absl::Status admitted = Admit(it == kv_.end() ? 1 : 0,
+                                std::max<int64_t>(0, new_bytes - old_bytes));
   if (!admitted.ok()) return admitted;
   if (it == kv_.end()) ++kv_entries_;
   kv_bytes_ += new_bytes - old_bytes;

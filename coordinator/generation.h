@@ -36,7 +36,7 @@ namespace lockstep::coordinator {
 // hold a Gloo full mesh of about 1,400 ranks; they stop a client that writes
 // without bound from exhausting the coordinator's memory.
 struct KvLimits {
-  int64_t max_entries = 1 << 18;          // --kv-max-entries
+  int64_t max_entries = 1 << 18;           // --kv-max-entries
   int64_t max_bytes = int64_t{256} << 20;  // --kv-max-bytes
 };
 

@@ -64,7 +64,8 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
   } else {
     // Cut on a character boundary: never inside a UTF-8 sequence.
     size_t cut = kMaxEventMessageBytes;
-    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) {
+    while (cut > 0 &&
+           (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) {
       --cut;
     }
     event->set_message(absl::StrCat(message.substr(0, cut), " [",

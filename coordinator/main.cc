@@ -63,9 +63,9 @@ absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
   auto value = args.GetDouble(flag, fallback);
   if (!value.ok()) return value.status();
   if (*value < low || *value > high || *value != static_cast<int64_t>(*value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, " is ", *value, "; give a whole number from ", low, " to ",
-        high));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " is ", *value, "; give a whole number from ",
+                     low, " to ", high));
   }
   return static_cast<int64_t>(*value);
 }
@@ -106,12 +106,12 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
-       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
-       "forget-workers-after"},
-      {"help"});
+  auto args =
+      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                  {"listen", "state-dir", "cluster", "heartbeat-timeout",
+                   "kv-max-entries", "kv-max-bytes", "keep-finished-jobs",
+                   "finished-job-ttl", "forget-workers-after"},
+                  {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;

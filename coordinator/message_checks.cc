@@ -74,9 +74,10 @@ class Checker {
 void JobId(Checker& check, const std::string& job_id, bool may_be_empty) {
   bool valid = (may_be_empty || !job_id.empty()) &&
                job_id.size() <= kMaxJobIdBytes &&
-               job_id.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789-_.") == std::string::npos;
+               job_id.find_first_not_of(
+                   "abcdefghijklmnopqrstuvwxyz"
+                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                   "0123456789-_.") == std::string::npos;
   check.That(valid, "job_id",
              absl::StrCat("is not a job id (1 to ", kMaxJobIdBytes,
                           " letters, digits, '-', '_' or '.')"));
