@@ -498,6 +498,15 @@ absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
     summary.clear_events();
     summary.clear_checkpoints();
     summary.clear_evals();
+    if (summary.ByteSizeLong() > kMaxStatusPageBytes) {
+      // A record stored before the bounds (a job named with megabytes of
+      // text): listed without its spec and with its error cut; `lockstep
+      // status JOB` has the whole record, `lockstep delete JOB` removes it.
+      summary.clear_spec();
+      if (summary.error().size() > kMaxTextBytes) {
+        summary.mutable_error()->resize(kMaxTextBytes);
+      }
+    }
     bytes += summary.ByteSizeLong();
     if (response.jobs_size() == page_size ||
         (response.jobs_size() > 0 && bytes > kMaxStatusPageBytes)) {

@@ -412,6 +412,33 @@ TEST_F(BoundsTest, APageStaysWithinItsByteBound) {
   EXPECT_FALSE(page->next_page_token().empty());
 }
 
+// Issue 14: a job named with 3 MB of text (stored before names were
+// bounded) broke `lockstep status` for good. Listed, such a record comes
+// without its spec and with its error cut, and it can be deleted.
+TEST_F(BoundsTest, AHugeStoredRecordIsListedSmallAndCanBeDeleted) {
+  const std::string dir = NewStateDir();
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::JobStatus huge;
+    huge.set_job_id("huge-1");
+    huge.set_state(v1::JOB_STATE_FAILED);
+    *huge.mutable_spec() = Spec(1);
+    huge.mutable_spec()->set_name(std::string(3 << 20, 'n'));
+    huge.set_error(std::string(1 << 20, 'e'));
+    ASSERT_TRUE((*store)->Save(huge).ok());
+  }
+  Make(std::nullopt, *JobStore::Open(dir));
+  std::string next = *coordinator_->SubmitJob(Spec(1));
+  auto page = coordinator_->GetJobStatus(Page(0, ""));
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs_size(), 2);
+  EXPECT_EQ(page->jobs(0).job_id(), next);
+  EXPECT_EQ(page->jobs(1).job_id(), "huge-1");
+  EXPECT_LT(page->ByteSizeLong(), kMaxStatusPageBytes);
+  ASSERT_TRUE(coordinator_->DeleteJob("huge-1").ok());
+}
+
 // A job keeps its newest kMaxEvents events, counting those dropped, and
 // cuts an event's message to kMaxEventMessageBytes.
 TEST_F(BoundsTest, EventsAreCappedAndCounted) {
