@@ -5,10 +5,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
+namespace {
+
+// Logs a refused rendezvous request once and passes the refusal on.
+absl::Status Refused(absl::Status refusal) {
+  LogWarning("refusing a rendezvous request: ", refusal.message());
+  return refusal;
+}
+
+}  // namespace
 
 absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
     const std::string& job_id, int64_t number) {
@@ -30,17 +41,22 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
 }
 
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
+  if (absl::Status bad = CheckKvSet(request); !bad.ok()) return Refused(bad);
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
-  generation->Set(request.key(), request.value());
+  if (absl::Status full = generation->Set(request.key(), request.value());
+      !full.ok()) {
+    return Refused(full);
+  }
   changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Coordinator::KvGet(
     const v1::KvGetRequest& request) {
+  if (absl::Status bad = CheckKvGet(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -63,6 +79,7 @@ absl::StatusOr<std::string> Coordinator::KvGet(
 }
 
 absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
+  if (absl::Status bad = CheckBarrier(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   {
@@ -75,7 +92,10 @@ absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
           " generation ", request.generation(), ": rank ", request.rank(),
           " is not one of its ", generation->world_size(), " ranks"));
     }
-    generation->Arrive(request.name(), request.rank());
+    if (absl::Status full = generation->Arrive(request.name(), request.rank());
+        !full.ok()) {
+      return Refused(full);
+    }
     changed_.SignalAll();
   }
   while (true) {

@@ -134,10 +134,9 @@ grpc::Status GrpcService::SubmitJob(grpc::ServerContext*,
 grpc::Status GrpcService::GetJobStatus(grpc::ServerContext*,
                                        const v1::GetJobStatusRequest* request,
                                        v1::GetJobStatusResponse* response) {
-  auto jobs =
-      coordinator_->GetJobStatus(request->job_id(), request->include_history());
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (v1::JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
+  auto page = coordinator_->GetJobStatus(*request);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  *response = *std::move(page);
   return grpc::Status::OK;
 }
 
@@ -161,6 +160,12 @@ grpc::Status GrpcService::StopJob(grpc::ServerContext*,
                                   const v1::StopJobRequest* request,
                                   v1::StopJobResponse*) {
   return ToGrpcStatus(coordinator_->StopJob(request->job_id()));
+}
+
+grpc::Status GrpcService::DeleteJob(grpc::ServerContext*,
+                                    const v1::DeleteJobRequest* request,
+                                    v1::DeleteJobResponse*) {
+  return ToGrpcStatus(coordinator_->DeleteJob(request->job_id()));
 }
 
 grpc::Status GrpcService::ListWorkers(grpc::ServerContext*,

@@ -42,6 +42,9 @@ class GrpcService final : public v1::Coordinator::Service {
   grpc::Status StopJob(grpc::ServerContext* context,
                        const v1::StopJobRequest* request,
                        v1::StopJobResponse* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context,
+                         const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;

@@ -78,6 +78,61 @@ TEST_F(ClusterTest, OverflowingBatchSpecIsRefusedAndTheCoordinatorServes) {
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
 }
 
+// Issue 14: 100 key-value writes of 4 MB took a coordinator from 18 MB to
+// 437 MB (its Kubernetes limit is 512 Mi). Past --kv-max-bytes a write is
+// refused with RESOURCE_EXHAUSTED naming the flag, the coordinator keeps
+// serving (the job trains on, the CLI works), and a finished job can be
+// deleted from the CLI while a running one cannot.
+TEST_F(ClusterTest, HugeKeyValueWritesAreRefusedPastTheCapAndJobsCanBeDeleted) {
+  StartCluster(2, {"--kv-max-bytes", "67108864"});  // 64 MiB: 16 writes
+  // The ranks' own rendezvous is over once the job trains.
+  std::string job = SubmitAndTrainTo({"max_steps=1000000", "epochs=50"}, 2);
+  ASSERT_FALSE(job.empty());
+  int accepted = 0;
+  grpc::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    v1::KvSetRequest request;
+    request.set_job_id(job);
+    request.set_generation(1);
+    request.set_key(absl::StrCat("bulk-", i));
+    request.set_value(std::string(4000000, 'x'));
+    grpc::ClientContext context;
+    v1::KvSetResponse response;
+    grpc::Status status = stub_->KvSet(&context, request, &response);
+    if (status.ok()) {
+      ++accepted;
+    } else if (refused.ok()) {
+      refused = status;
+    }
+  }
+  EXPECT_EQ(accepted, 16);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              AllOf(HasSubstr(job), HasSubstr("--kv-max-bytes (67108864)")));
+
+  const std::vector<std::string> env = {"LOCKSTEP_COORDINATOR=" + address_};
+  Result running = RunCommand({kBin + "/lockstep", "delete", job}, env);
+  EXPECT_EQ(running.code, 1);
+  EXPECT_THAT(running.err, AllOf(HasSubstr("stop it first"),
+                                 HasSubstr("lockstep stop " + job)));
+  // Still serving: the job trains on and stops on request.
+  const int64_t step = WatchUntil(job, [](const v1::JobStatus& s) {
+                         return s.step() >= 4 || Ended(s);
+                       }).step();
+  EXPECT_GE(step, 4);
+  ASSERT_EQ(RunCommand({kBin + "/lockstep", "stop", job}, env).code, 0);
+  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+  Result deleted = RunCommand({kBin + "/lockstep", "delete", job}, env);
+  EXPECT_EQ(deleted.code, 0) << deleted.err;
+  EXPECT_EQ(deleted.out, "deleted " + job + "\n");
+  Result gone = RunCommand({kBin + "/lockstep", "status", job}, env);
+  EXPECT_EQ(gone.code, 2);
+  EXPECT_THAT(gone.err, HasSubstr("no job " + job));
+  Result list = RunCommand({kBin + "/lockstep", "status"}, env);
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(list.out, "no jobs\n");
+}
+
 TEST(BadInputTest, CorruptStateDirIsAClearError) {
   std::string dir = TempDir("corrupt");
   ASSERT_TRUE(
