@@ -25,7 +25,9 @@ constexpr char kUsage[] =
 
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
-                       [--heartbeat-timeout SECS]
+                       [--heartbeat-timeout SECS] [--kv-max-entries N]
+                       [--kv-max-bytes N] [--keep-finished-jobs N]
+                       [--finished-job-ttl SECS] [--forget-workers-after SECS]
                        [--max-sessions N] [--max-watches N]
 
 Flags:
@@ -37,6 +39,16 @@ Flags:
                        workers register freely.
   --heartbeat-timeout S a worker silent this long has failed (default 10);
                        workers send a heartbeat every S/2
+  --kv-max-entries N   keys and barriers one generation's rendezvous store
+                       may hold (default 262144); more is RESOURCE_EXHAUSTED
+  --kv-max-bytes N     bytes of keys, names and values it may hold (default
+                       268435456, 256 MiB: a Gloo full mesh of ~1,400 ranks)
+  --keep-finished-jobs N  finished jobs kept (default 1000); the oldest
+                       beyond it are deleted, from memory and the state dir
+  --finished-job-ttl S finished jobs that ended longer ago are deleted
+                       (default 0: kept until --keep-finished-jobs)
+  --forget-workers-after S  a free worker (free:N) without a session for S
+                       seconds is forgotten (default 3600); cluster tasks stay
   --max-sessions N     worker sessions served at once (default 10000); one
                        more is refused with RESOURCE_EXHAUSTED
   --max-watches N      `lockstep status --watch` streams served at once
@@ -58,21 +70,44 @@ Example:
 // many sessions and watches are open.
 constexpr int kMaxGrpcThreads = 64;
 
+// A flag holding a whole number in [low, high], or `fallback` when absent.
+absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
+                                double fallback, double low, double high) {
+  auto value = args.GetDouble(flag, fallback);
+  if (!value.ok()) return value.status();
+  if (*value < low || *value > high || *value != static_cast<int64_t>(*value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " is ", *value, "; give a whole number from ",
+                     low, " to ", high));
+  }
+  return static_cast<int64_t>(*value);
+}
+
+// The caps and retention flags (--kv-max-*, --keep-finished-jobs,
+// --finished-job-ttl, --forget-workers-after). Errors: InvalidArgument.
+absl::Status ApplyLimitFlags(const Args& args, Coordinator::Options& options) {
+  const KvLimits defaults;
+  auto entries = Bounded(args, "kv-max-entries", defaults.max_entries, 1, 1e9);
+  if (!entries.ok()) return entries.status();
+  auto bytes = Bounded(args, "kv-max-bytes", defaults.max_bytes, 1, 1e12);
+  if (!bytes.ok()) return bytes.status();
+  auto keep = Bounded(args, "keep-finished-jobs", 1000, 1, 1e7);
+  if (!keep.ok()) return keep.status();
+  auto ttl = Bounded(args, "finished-job-ttl", 0, 0, 1e9);
+  if (!ttl.ok()) return ttl.status();
+  auto forget = Bounded(args, "forget-workers-after", 3600, 1, 1e9);
+  if (!forget.ok()) return forget.status();
+  options.kv_limits = {*entries, *bytes};
+  options.keep_finished_jobs = *keep;
+  options.finished_job_ttl =
+      *ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(*ttl);
+  options.forget_workers_after = absl::Seconds(*forget);
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& status, int code) {
   std::cerr << "lockstep-coordinator: " << status.message() << "\n";
   return code;
-}
-
-// A positive integer flag with a default. Errors: InvalidArgument naming it.
-absl::StatusOr<int> PositiveFlag(const Args& args, const std::string& name,
-                                 int fallback) {
-  auto value = args.GetDouble(name, fallback);
-  if (!value.ok()) return value.status();
-  if (!(*value >= 1 && *value <= 1e9) || *value != static_cast<int>(*value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", name, " must be a whole number from 1 to 1000000000"));
-  }
-  return static_cast<int>(*value);
 }
 
 // Every client connection takes a descriptor: allow as many as the hard
@@ -97,10 +132,12 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                          {"listen", "state-dir", "cluster",
-                           "heartbeat-timeout", "max-sessions", "max-watches"},
-                          {"help"});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
+       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
+       "forget-workers-after", "max-sessions", "max-watches"},
+      {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -132,13 +169,17 @@ int Run(int argc, char** argv) {
                 2);
   }
   options.heartbeat_timeout = absl::Seconds(*heartbeat_timeout);
+  if (absl::Status limits = ApplyLimitFlags(*args, options); !limits.ok()) {
+    return Fail(limits, 2);
+  }
   GrpcService::Limits limits;
-  auto max_sessions = PositiveFlag(*args, "max-sessions", limits.max_sessions);
+  auto max_sessions =
+      Bounded(*args, "max-sessions", limits.max_sessions, 1, 1e9);
   if (!max_sessions.ok()) return Fail(max_sessions.status(), 2);
-  limits.max_sessions = *max_sessions;
-  auto max_watches = PositiveFlag(*args, "max-watches", limits.max_watches);
+  limits.max_sessions = static_cast<int>(*max_sessions);
+  auto max_watches = Bounded(*args, "max-watches", limits.max_watches, 1, 1e9);
   if (!max_watches.ok()) return Fail(max_watches.status(), 2);
-  limits.max_watches = *max_watches;
+  limits.max_watches = static_cast<int>(*max_watches);
   RaiseFileLimit();
   auto store = JobStore::Open(args->Get("state-dir"));
   if (!store.ok()) return Fail(store.status(), 1);

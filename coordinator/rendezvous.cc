@@ -8,10 +8,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
+namespace {
+
+// Logs a refused rendezvous request once and passes the refusal on.
+absl::Status Refused(absl::Status refusal) {
+  LogWarning("refusing a rendezvous request: ", refusal.message());
+  return refusal;
+}
+
+}  // namespace
 
 absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
     const std::string& job_id, int64_t number) {
@@ -33,11 +44,15 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
 }
 
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
+  if (absl::Status bad = CheckKvSet(request); !bad.ok()) return Refused(bad);
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
-  generation->Set(request.key(), request.value());
+  if (absl::Status full = generation->Set(request.key(), request.value());
+      !full.ok()) {
+    return Refused(full);
+  }
   changed_.SignalAll();
   WakeWaitersLocked(
       {request.job_id(), request.generation(), false, request.key()});
@@ -46,6 +61,7 @@ absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
 
 absl::StatusOr<std::string> Coordinator::KvGet(
     const v1::KvGetRequest& request) {
+  if (absl::Status bad = CheckKvGet(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -65,6 +81,7 @@ absl::StatusOr<std::string> Coordinator::KvGet(
 }
 
 absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
+  if (absl::Status bad = CheckBarrier(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ArriveLocked(request));
@@ -108,7 +125,10 @@ absl::Status Coordinator::ArriveLocked(const v1::BarrierRequest& request) {
         " generation ", request.generation(), ": rank ", request.rank(),
         " is not one of its ", generation->world_size(), " ranks"));
   }
-  generation->Arrive(request.name(), request.rank());
+  if (absl::Status full = generation->Arrive(request.name(), request.rank());
+      !full.ok()) {
+    return Refused(full);
+  }
   changed_.SignalAll();
   if (generation->AllArrived(request.name())) {
     WakeWaitersLocked(
@@ -148,6 +168,10 @@ std::string Coordinator::BarrierTimeoutMessage(
 
 Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
                                             KvGetDone done) {
+  if (absl::Status bad = CheckKvGet(request); !bad.ok()) {
+    done(Refused(bad));
+    return 0;
+  }
   absl::MutexLock lock(&mu_);
   if (auto ready = KvGetReadyLocked(request.job_id(), request.generation(),
                                     request.key())) {
@@ -167,6 +191,10 @@ Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
 
 Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
                                               BarrierDone done) {
+  if (absl::Status bad = CheckBarrier(request); !bad.ok()) {
+    done(Refused(bad));
+    return 0;
+  }
   absl::MutexLock lock(&mu_);
   absl::Status arrived = ArriveLocked(request);
   if (!arrived.ok()) {
@@ -262,6 +290,9 @@ void Coordinator::FinishWaiterLocked(WaitId id,
 
 absl::StatusOr<Coordinator::WaitId> Coordinator::WatchJob(
     const std::string& job_id, JobWatcher watcher) {
+  if (absl::Status bad = CheckJobId("WatchJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
   auto it = jobs_.find(job_id);

@@ -193,6 +193,13 @@ void Coordinator::Sweep() {
     AddEventLocked(*job, "generation_failed", nullptr, cause);
     FailGenerationLocked(*job, cause);
   }
+  ForgetFinishedJobsLocked();
+  for (const std::string& id :
+       workers_.ForgetVanished(now, forget_workers_after_)) {
+    LogInfo("forgot free worker ", id, ": no session for ",
+            absl::FormatDuration(forget_workers_after_),
+            " (--forget-workers-after)");
+  }
   WakeAllWaitersLocked();  // those past their deadline time out
 }
 

@@ -111,12 +111,9 @@ grpc::ServerUnaryReactor* GrpcService::GetJobStatus(
     grpc::CallbackServerContext* context,
     const v1::GetJobStatusRequest* request,
     v1::GetJobStatusResponse* response) {
-  auto jobs =
-      coordinator_->GetJobStatus(request->job_id(), request->include_history());
-  if (jobs.ok()) {
-    for (v1::JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
-  }
-  return Answer(context, jobs.status());
+  auto page = coordinator_->GetJobStatus(*request);
+  if (page.ok()) *response = *std::move(page);
+  return Answer(context, page.status());
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* GrpcService::WatchJob(
@@ -132,6 +129,12 @@ grpc::ServerUnaryReactor* GrpcService::StopJob(
     grpc::CallbackServerContext* context, const v1::StopJobRequest* request,
     v1::StopJobResponse*) {
   return Answer(context, coordinator_->StopJob(request->job_id()));
+}
+
+grpc::ServerUnaryReactor* GrpcService::DeleteJob(
+    grpc::CallbackServerContext* context, const v1::DeleteJobRequest* request,
+    v1::DeleteJobResponse*) {
+  return Answer(context, coordinator_->DeleteJob(request->job_id()));
 }
 
 grpc::ServerUnaryReactor* GrpcService::ListWorkers(

@@ -53,6 +53,9 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* context,
                                     const v1::StopJobRequest* request,
                                     v1::StopJobResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* context,
       const v1::ListWorkersRequest* request,

@@ -199,6 +199,22 @@ TEST_F(CoordinatorWaitTest, WatcherSeesEachChangeUntilRemoved) {
   EXPECT_EQ(seen.size(), before);
 }
 
+TEST_F(CoordinatorWaitTest, DeletingAJobEndsItsWatchesWithNotFound) {
+  StartJob();
+  std::vector<absl::Status> seen;
+  ASSERT_TRUE(
+      coordinator_
+          ->WatchJob(job_,
+                     [&seen](auto status) { seen.push_back(status.status()); })
+          .ok());
+  coordinator_->CloseSession(id_b_, 2, &b_, absl::UnavailableError("gone"));
+  ASSERT_TRUE(coordinator_->StopJob(job_).ok());  // RECOVERING: stops at once
+  ASSERT_TRUE(coordinator_->DeleteJob(job_).ok());
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(seen.back().message(), HasSubstr("was deleted"));
+}
+
 TEST_F(CoordinatorWaitTest, WatchingAnUnknownJobIsNotFound) {
   Make();
   bool called = false;
