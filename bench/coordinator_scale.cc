@@ -61,13 +61,15 @@ class Tally {
     ++(this->*field);
     if (field == &Tally::aborted) last_abort_ = absl::Now();
   }
-  // Waits until `field` reaches `count`; false after kPhaseLimit.
+  // Waits until `field` reaches `count`; false once a rendezvous call
+  // failed (the generation was aborted) or after kPhaseLimit.
   bool Await(int Tally::*field, int count) {
     absl::MutexLock lock(&mu_);
-    auto reached = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return this->*field >= count;
+    auto over = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return this->*field >= count || errors > 0;
     };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), kPhaseLimit);
+    mu_.AwaitWithTimeout(absl::Condition(&over), kPhaseLimit);
+    return this->*field >= count;
   }
   // When the last Abort arrived.
   absl::Time last_abort() {
