@@ -371,6 +371,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     job.generation->End();
   }
   changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
+  WakeAllWaitersLocked();
 }
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
@@ -622,6 +623,10 @@ void Coordinator::EraseJobLocked(const std::string& id) {
     }
   }
   changed_.SignalAll();  // its watchers see NotFound
+  EndWatchesLocked(id, absl::NotFoundError(absl::StrCat(
+                           "job ", id,
+                           " was deleted (`lockstep delete` or "
+                           "--keep-finished-jobs/--finished-job-ttl)")));
 }
 
 void Coordinator::ForgetFinishedJobsLocked() {
@@ -672,6 +677,7 @@ void Coordinator::AddEventLocked(Job& job, const std::string& kind,
 void Coordinator::ChangedLocked(Job& job) {
   job.status.set_version(job.status.version() + 1);
   changed_.SignalAll();
+  NotifyWatchersLocked(job);
 }
 
 void Coordinator::PersistLocked(Job& job) {
@@ -686,11 +692,27 @@ void Coordinator::PersistLocked(Job& job) {
   }
 }
 
+void Coordinator::EndWatchesLocked(const std::optional<std::string>& job_id,
+                                   const absl::Status& why) {
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (job_id.has_value() && it->second.job_id != *job_id) {
+      ++it;
+      continue;
+    }
+    JobWatcher watcher = std::move(it->second.watcher);
+    it = watches_.erase(it);
+    watcher(why);
+  }
+}
+
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   workers_.CloseAll();
   changed_.SignalAll();
+  WakeAllWaitersLocked();  // each is Cancelled by the fence
+  EndWatchesLocked(std::nullopt,
+                   absl::CancelledError("the coordinator is stopping"));
 }
 
 }  // namespace lockstep::coordinator

@@ -40,7 +40,10 @@
 // Thread-safe: every public method may be called from any gRPC thread. One
 // lock (mu_) guards all state. The blocking calls (KvGet, Barrier,
 // WaitForJobChange) wait on the real time deadline they are given and
-// return early on Shutdown().
+// return early on Shutdown(). Their non-blocking forms (KvGetAsync,
+// BarrierAsync, WatchJob) hold no thread: they register a callback that the
+// coordinator calls, with its lock held, when the wait is over; the rpc layer
+// serves thousands of sessions and watches this way (coordinator/rpc/).
 #ifndef LOCKSTEP_COORDINATOR_COORDINATOR_H_
 #define LOCKSTEP_COORDINATOR_COORDINATOR_H_
 
@@ -50,8 +53,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -137,6 +142,36 @@ class Coordinator {
   // for a new barrier name in a full store.
   absl::Status Barrier(const v1::BarrierRequest& request);
 
+  // ---- non-blocking waits ----
+  // The callbacks below run exactly once (watchers: once per change) with
+  // the coordinator's lock held: like SessionSink::Send they must not block
+  // and must not call back into the coordinator.
+  using WaitId = uint64_t;
+  using KvGetDone = absl::AnyInvocable<void(absl::StatusOr<std::string>)>;
+  using BarrierDone = absl::AnyInvocable<void(absl::Status)>;
+  // KvGet without a thread: `done` gets what KvGet would return, at once when
+  // the key is set or the call is fenced, else from the KvSet that sets it,
+  // the fence, Shutdown, or the first Sweep() at or after the deadline (on
+  // the injected clock). The id is for CancelWait.
+  WaitId KvGetAsync(const v1::KvGetRequest& request, KvGetDone done);
+  // Barrier without a thread: arrives at once, then like KvGetAsync.
+  WaitId BarrierAsync(const v1::BarrierRequest& request, BarrierDone done);
+  // The caller gave up (its RPC was cancelled): a wait still pending gets
+  // Cancelled now; one already done is left alone.
+  void CancelWait(WaitId id);
+
+  // A job's status as each change leaves it, shared between its watchers.
+  using JobWatcher = absl::AnyInvocable<void(
+      absl::StatusOr<std::shared_ptr<const v1::JobStatus>>)>;
+  // Calls `watcher` with the job's current status before returning, then
+  // after each change of the job, and a last time with Cancelled on
+  // Shutdown or NotFound when the job is deleted. Errors: NotFound;
+  // Unavailable once stopping.
+  absl::StatusOr<WaitId> WatchJob(const std::string& job_id,
+                                  JobWatcher watcher);
+  // Once this returns the watcher is never called again.
+  void Unwatch(WaitId id);
+
   // Validates and queues a job; returns its id. Errors: InvalidArgument.
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
   // One job, or every job (newest first) when `job_id` is empty.
@@ -193,7 +228,58 @@ class Coordinator {
     std::unique_ptr<Generation> generation;
   };
 
+  // What a waiter waits on: (job, generation, is_barrier, key or barrier).
+  using WaitKey = std::tuple<std::string, int64_t, bool, std::string>;
+  // A KvGetAsync or BarrierAsync call waiting in waiters_.
+  struct Waiter {
+    std::string job_id;
+    int64_t generation = 0;
+    std::string name;  // the key or the barrier
+    int64_t timeout_ms = 0;
+    absl::Time deadline;       // on clock_
+    KvGetDone kv_done;         // set for a KvGet
+    BarrierDone barrier_done;  // set for a Barrier
+    // Its entry in waiting_on_: removed in O(1) when it completes, however
+    // many ranks wait on the same key.
+    std::multimap<WaitKey, WaitId>::iterator index;
+  };
+  struct Watch {
+    std::string job_id;
+    JobWatcher watcher;
+  };
+
   explicit Coordinator(Options options);
+
+  // ---- rendezvous (rendezvous.cc) ----
+  // What KvGet returns now, or nullopt while it must wait.
+  std::optional<absl::StatusOr<std::string>> KvGetReadyLocked(
+      const std::string& job_id, int64_t generation, const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the rank's arrival. Errors: the fence's, InvalidArgument.
+  absl::Status ArriveLocked(const v1::BarrierRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What Barrier returns now, or nullopt while it must wait.
+  std::optional<absl::Status> BarrierReadyLocked(const std::string& job_id,
+                                                 int64_t generation,
+                                                 const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string KvTimeoutMessage(const std::string& job_id, int64_t generation,
+                               const std::string& key,
+                               int64_t timeout_ms) const;
+  std::string BarrierTimeoutMessage(
+      const std::string& name, int64_t timeout_ms,
+      const std::vector<std::string>& missing) const;
+  WaitId AddWaiterLocked(bool barrier, Waiter waiter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the waiters on `key` that can complete now.
+  void WakeWaitersLocked(const WaitKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes every waiter that can complete now, or whose deadline passed
+  // (after a fence, at Shutdown, from Sweep).
+  void WakeAllWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the waiter and completes it with `result` (nullopt: what it
+  // waits for is there, or its fence or deadline).
+  void FinishWaiterLocked(WaitId id, std::optional<absl::Status> forced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- the job queue and state machine (coordinator.cc) ----
   // Starts the oldest queued job, or re-forms the recovering one, if its
@@ -293,6 +379,13 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the job's version and wakes its watchers.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the job's watchers with its status (rendezvous.cc).
+  void NotifyWatchersLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the watchers of `job_id` (of every job if nullopt) and calls each
+  // a last time with `why`.
+  void EndWatchesLocked(const std::optional<std::string>& job_id,
+                        const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double NowSeconds() const;
 
@@ -330,6 +423,12 @@ class Coordinator {
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
   // The job that is RUNNING or RECOVERING, if any.
   std::string running_job_ ABSL_GUARDED_BY(mu_);
+  // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
+  // by what they wait on, and the job watchers.
+  WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::multimap<WaitKey, WaitId> waiting_on_ ABSL_GUARDED_BY(mu_);
+  std::map<WaitId, Watch> watches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::coordinator

@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <iostream>
@@ -27,6 +28,7 @@ Usage:
                        [--heartbeat-timeout SECS] [--kv-max-entries N]
                        [--kv-max-bytes N] [--keep-finished-jobs N]
                        [--finished-job-ttl SECS] [--forget-workers-after SECS]
+                       [--max-sessions N] [--max-watches N]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -47,7 +49,14 @@ Flags:
                        (default 0: kept until --keep-finished-jobs)
   --forget-workers-after S  a free worker (free:N) without a session for S
                        seconds is forgotten (default 3600); cluster tasks stay
+  --max-sessions N     worker sessions served at once (default 10000); one
+                       more is refused with RESOURCE_EXHAUSTED
+  --max-watches N      `lockstep status --watch` streams served at once
+                       (default 1000); one more is refused likewise
 
+Sessions and watches hold no thread each (gRPC's callback API); gRPC's
+own threads are capped. At start the open-file limit is raised to its hard
+limit: each client connection takes a descriptor.
 Serves the standard gRPC health service (grpc.health.v1) for probes.
 SIGTERM or SIGINT shuts it down cleanly; jobs and their state stay in the
 state dir and a running job re-forms when the coordinator comes back.
@@ -56,6 +65,10 @@ Example:
   lockstep-coordinator --listen 0.0.0.0:7070 --state-dir /var/lib/lockstep \
       --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
 )";
+
+// gRPC's threads for the whole server: the callback API needs few, however
+// many sessions and watches are open.
+constexpr int kMaxGrpcThreads = 64;
 
 // A flag holding a whole number in [low, high], or `fallback` when absent.
 absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
@@ -97,6 +110,19 @@ int Fail(const absl::Status& status, int code) {
   return code;
 }
 
+// Every client connection takes a descriptor: allow as many as the hard
+// limit does (often 1024 soft against 1048576 hard).
+void RaiseFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
+    return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LogWarning("cannot raise the open-file limit to ", limit.rlim_max,
+               "; many workers may exhaust it");
+  }
+}
+
 int Run(int argc, char** argv) {
   // Signals are taken synchronously by this thread; block them before any
   // other thread exists so every thread inherits the mask.
@@ -106,12 +132,12 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args =
-      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                  {"listen", "state-dir", "cluster", "heartbeat-timeout",
-                   "kv-max-entries", "kv-max-bytes", "keep-finished-jobs",
-                   "finished-job-ttl", "forget-workers-after"},
-                  {"help"});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
+       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
+       "forget-workers-after", "max-sessions", "max-watches"},
+      {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -146,6 +172,15 @@ int Run(int argc, char** argv) {
   if (absl::Status limits = ApplyLimitFlags(*args, options); !limits.ok()) {
     return Fail(limits, 2);
   }
+  GrpcService::Limits limits;
+  auto max_sessions =
+      Bounded(*args, "max-sessions", limits.max_sessions, 1, 1e9);
+  if (!max_sessions.ok()) return Fail(max_sessions.status(), 2);
+  limits.max_sessions = static_cast<int>(*max_sessions);
+  auto max_watches = Bounded(*args, "max-watches", limits.max_watches, 1, 1e9);
+  if (!max_watches.ok()) return Fail(max_watches.status(), 2);
+  limits.max_watches = static_cast<int>(*max_watches);
+  RaiseFileLimit();
   auto store = JobStore::Open(args->Get("state-dir"));
   if (!store.ok()) return Fail(store.status(), 1);
   options.store = *std::move(store);
@@ -153,9 +188,12 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  GrpcService service(coordinator->get());
+  GrpcService service(coordinator->get(), limits);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("lockstep-coordinator");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(args->Get("listen"),
                            grpc::InsecureServerCredentials(), &port);
