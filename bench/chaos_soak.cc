@@ -247,14 +247,23 @@ class Soak {
 
   pid_t StartWorker(int index) {
     worker_names_[index] = absl::StrCat("worker ", index, " #", ++spawned_);
-    auto pid =
-        processes_.Spawn(worker_names_[index],
-                         {options_.bin + "/lockstep-worker", "--coordinator",
-                          address_, "--threads", "1", "--device", "cpu",
-                          "--preempt-grace", absl::StrCat(kPreemptGrace)},
-                         {"TF_CONFIG=" + TfConfig(index), "OMP_NUM_THREADS=1",
-                          "OPENBLAS_NUM_THREADS=1"},
-                         absl::StrCat(dir_, "/worker-", index, ".log"));
+    std::vector<std::string> command = {options_.bin + "/lockstep-worker",
+                                        "--coordinator",
+                                        address_,
+                                        "--threads",
+                                        "1",
+                                        "--device",
+                                        "cpu",
+                                        "--preempt-grace",
+                                        absl::StrCat(kPreemptGrace)};
+    // The soak's data set lies outside the workers' default data roots.
+    if (!options_.data.empty()) {
+      command.insert(command.end(), {"--data-root", options_.data});
+    }
+    auto pid = processes_.Spawn(worker_names_[index], command,
+                                {"TF_CONFIG=" + TfConfig(index),
+                                 "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
+                                absl::StrCat(dir_, "/worker-", index, ".log"));
     if (!pid.ok()) std::cerr << pid.status() << "\n";
     return pid.value_or(-1);
   }

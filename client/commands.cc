@@ -1,10 +1,12 @@
 // The `lockstep` commands that talk to the coordinator (submit, status,
-// workers, events, stop, checkpoints) and the helpers they share (commands.h).
+// workers, events, stop, delete, checkpoints) and the helpers they share
+// (commands.h).
 #include "client/commands.h"
 
 #include <google/protobuf/struct.pb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -45,15 +47,37 @@ Examples:
   lockstep submit job.json --set checkpoint.backup_dir=/backup/run1 --json
 )";
 
-constexpr char kStatusUsage[] = R"(Usage: lockstep status [JOB] [--json]
+constexpr char kStatusUsage[] =
+    R"(Usage: lockstep status [JOB] [--limit N | --all] [--json]
 
-Shows one job, or every job (newest first): state, step, workers, the
+Shows one job, or the newest jobs first: state, step, workers, the
 communication backend of its latest generation (gloo or nccl), loss, test
-accuracy, samples/s, and why a job failed. --json gives the full status.
+accuracy, samples/s, and why a job failed. --json gives the full status of
+one job, or the summaries of the jobs listed (without loss history, events,
+checkpoints and evaluations).
+
+Without JOB it lists the newest 100 jobs and says when there are more.
+
+Flags:
+  --limit N   list the newest N jobs
+  --all       list every job the coordinator keeps
 
 Examples:
   lockstep status
+  lockstep status --all
   lockstep status fashion-mnist-mlp-1 --json
+)";
+
+constexpr char kDeleteUsage[] = R"(Usage: lockstep delete JOB [--json]
+
+Deletes a finished job (succeeded, failed or stopped) from the coordinator:
+its status, events and stored record. Its checkpoints in backup_dir stay. A
+job that has not ended is refused: stop it first with `lockstep stop JOB`.
+The coordinator also deletes old finished jobs by itself
+(--keep-finished-jobs, --finished-job-ttl).
+
+Example:
+  lockstep delete fashion-mnist-cnn-3
 )";
 
 constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
@@ -315,19 +339,60 @@ int RunSubmit(const std::vector<std::string>& argv) {
                                                           : kExitJobFailed;
 }
 
+namespace {
+
+// The jobs `lockstep status` lists: one job, or the newest `limit` (every
+// job when `limit` < 0) page by page. `*more` says whether older ones
+// were left out.
+absl::StatusOr<v1::GetJobStatusResponse> ListJobs(Invocation& call,
+                                                  int64_t limit, bool* more) {
+  v1::GetJobStatusResponse all;
+  v1::GetJobStatusRequest request;
+  if (!call.args.positional().empty()) {
+    request.set_job_id(call.args.positional()[0]);
+  }
+  *more = false;
+  do {
+    if (limit >= 0) {
+      request.set_page_size(
+          static_cast<int>(std::min<int64_t>(limit - all.jobs_size(), 1000)));
+    }
+    grpc::ClientContext context;
+    SetDeadline(&context, 10);
+    v1::GetJobStatusResponse page;
+    grpc::Status rpc = call.stub->GetJobStatus(&context, request, &page);
+    if (!rpc.ok()) return RpcError(rpc, call.address);
+    for (v1::JobStatus& job : *page.mutable_jobs()) {
+      *all.add_jobs() = std::move(job);
+    }
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty() &&
+           (limit < 0 || all.jobs_size() < limit));
+  *more = !request.page_token().empty();
+  return all;
+}
+
+}  // namespace
+
 int RunStatus(const std::vector<std::string>& argv) {
   int exit = kExitOk;
-  auto call = Begin(argv, {}, {"json"}, kStatusUsage, 0, 1, &exit);
+  auto call =
+      Begin(argv, {"limit"}, {"json", "all"}, kStatusUsage, 0, 1, &exit);
   if (!call) return exit;
-  grpc::ClientContext context;
-  SetDeadline(&context, 10);
-  v1::GetJobStatusRequest request;
-  if (!call->args.positional().empty()) {
-    request.set_job_id(call->args.positional()[0]);
+  auto limit = call->args.GetInt("limit", 100);
+  if (!limit.ok()) return Fail(limit.status());
+  if (*limit < 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--limit is ", *limit, "; give a number of jobs >= 1")));
   }
-  v1::GetJobStatusResponse response;
-  grpc::Status rpc = call->stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  bool more = false;
+  auto listed = ListJobs(*call, call->args.Has("all") ? -1 : *limit, &more);
+  if (!listed.ok()) return Fail(listed.status());
+  const v1::GetJobStatusResponse& response = *listed;
+  if (more) {
+    std::cerr << "lockstep: listing the newest " << response.jobs_size()
+              << " jobs; --limit N lists more, --all every job\n";
+  }
 
   if (call->args.Has("json")) {
     std::cout << "[";
@@ -458,6 +523,26 @@ int RunStop(const std::vector<std::string>& argv) {
               << std::endl;
   } else {
     std::cout << "stopping " << request.job_id() << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunDelete(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kDeleteUsage, 1, 1, &exit);
+  if (!call) return exit;
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  v1::DeleteJobRequest request;
+  request.set_job_id(call->args.positional()[0]);
+  v1::DeleteJobResponse response;
+  grpc::Status rpc = call->stub->DeleteJob(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  if (call->args.Has("json")) {
+    std::cout << "{\"job_id\":\"" << request.job_id() << "\",\"deleted\":true}"
+              << std::endl;
+  } else {
+    std::cout << "deleted " << request.job_id() << std::endl;
   }
   return kExitOk;
 }

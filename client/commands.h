@@ -80,6 +80,7 @@ std::string StateName(v1::JobState state);
 int RunSubmit(const std::vector<std::string>& argv);
 int RunStatus(const std::vector<std::string>& argv);
 int RunStop(const std::vector<std::string>& argv);
+int RunDelete(const std::vector<std::string>& argv);
 int RunWorkers(const std::vector<std::string>& argv);
 int RunEvents(const std::vector<std::string>& argv);
 int RunCheckpoints(const std::vector<std::string>& argv);

@@ -27,6 +27,7 @@
 #include "client/views.h"
 #include "common/files.h"
 #include "common/job_spec.h"
+#include "common/path_policy.h"
 #include "common/status_macros.h"
 
 namespace lockstep::client {
@@ -66,6 +67,12 @@ Flags:
   --metrics-out FILE   write the per-step loss history as CSV (step,loss)
   --threads N          compute threads per worker (default: cores / N)
   --keep-logs          keep the run directory (logs, state) after success
+
+The workers may use exactly the paths JOB.json names (data.dir,
+model.torchscript, checkpoint.backup_dir, export) and no others: you own
+this machine and chose them (lockstep-worker --data-root, --backup-root,
+--export-root). export still never replaces a file that is not a lockstep
+export, and clean-up after success removes only what lockstep wrote.
 
 Examples:
   lockstep local --workers 2 examples/fashion_mnist_mlp.json
@@ -194,6 +201,26 @@ class LocalRun {
   double first_step_seconds_ = -1;
 };
 
+// The worker flags that let a local worker use exactly the paths `spec`
+// names, made absolute against this folder (the workers inherit it): on
+// their own machine the person running `lockstep local` chose them.
+std::vector<std::string> RootFlags(const v1::JobSpec& spec) {
+  const std::string cwd = CurrentDirectory();
+  auto absolute = [&cwd](const std::string& path) {
+    return path[0] == '/' ? path : cwd + "/" + path;
+  };
+  std::vector<std::string> flags = {
+      "--data-root", absolute(spec.data().dir().empty() ? kDefaultDataDir
+                                                        : spec.data().dir())};
+  for (auto [flag, path] :
+       {std::pair{"--data-root", &spec.model().torchscript()},
+        std::pair{"--backup-root", &spec.checkpoint().backup_dir()},
+        std::pair{"--export-root", &spec.export_path()}}) {
+    if (!path->empty()) flags.insert(flags.end(), {flag, absolute(*path)});
+  }
+  return flags;
+}
+
 absl::Status LocalRun::Prepare() {
   json_ = args_.Has("json");
   ASSIGN_OR_RETURN(workers_, args_.GetInt("workers", 2));
@@ -293,6 +320,7 @@ absl::Status LocalRun::SpawnWorker(int index) {
                                       "--device",
                                       device};
   if (index >= workers_) command.push_back("--spare");
+  for (const std::string& flag : RootFlags(spec_)) command.push_back(flag);
   return processes_
       .Spawn(absl::StrCat("worker ", index), command, env,
              absl::StrCat(run_dir_, "/worker-", index, ".log"))

@@ -14,9 +14,10 @@ constexpr char kUsage[] = R"(lockstep: synchronous data-parallel training
 Usage:
   lockstep local --workers N [--json] [--set field=value ...] JOB.json
   lockstep submit JOB.json [--set field=value ...] [--watch] [--json]
-  lockstep status [JOB] [--json]
+  lockstep status [JOB] [--limit N | --all] [--json]
   lockstep watch JOB [--json]
   lockstep stop JOB [--json]
+  lockstep delete JOB [--json]
   lockstep workers [--json]
   lockstep events JOB [--json]
   lockstep checkpoints JOB [--json]
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   if (command == "submit") return RunSubmit(rest);
   if (command == "status") return RunStatus(rest);
   if (command == "stop") return RunStop(rest);
+  if (command == "delete") return RunDelete(rest);
   if (command == "workers") return RunWorkers(rest);
   if (command == "events") return RunEvents(rest);
   if (command == "checkpoints") return RunCheckpoints(rest);

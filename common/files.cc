@@ -61,9 +61,60 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return contents.str();
 }
 
+absl::StatusOr<int> OpenRegularFile(const std::string& path, int64_t* size) {
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::DataLossError(absl::StrCat(
+          path, " is a symbolic link, not a file; it is not followed"));
+    }
+    return ErrnoError("cannot open", path);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::DataLossError(
+        absl::StrCat(path,
+                     " is not a regular file (a device, a FIFO or a "
+                     "folder); it is not read"));
+  }
+  *size = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
+                                            int64_t max_bytes) {
+  int64_t size = 0;
+  ASSIGN_OR_RETURN(int fd, OpenRegularFile(path, &size));
+  if (size > max_bytes) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat(path, " has ", size,
+                                            " bytes; at most ", max_bytes,
+                                            " are expected there"));
+  }
+  std::string contents(static_cast<size_t>(size), '\0');
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = read(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status status =
+          n < 0 ? ErrnoError("error reading", path)
+                : absl::DataLossError(absl::StrCat(path, " shrank while read"));
+      close(fd);
+      return status;
+    }
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  return contents;
+}
+
 absl::Status WriteFileDurably(const std::string& path,
                               absl::string_view contents) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(),
+                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", path);
   // Chunks, each handed to writeback as soon as it is written: the disk works
   // while the next chunk is copied, and the final fsync has little left.

@@ -4,6 +4,7 @@
 #ifndef LOCKSTEP_COMMON_FILES_H_
 #define LOCKSTEP_COMMON_FILES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -13,6 +14,18 @@
 namespace lockstep {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Opens `path` for reading only if it is a regular file: a symbolic link is
+// not followed and a device or FIFO is refused without blocking. Returns the
+// descriptor (the caller closes it) and its size in `*size`. Errors: NotFound
+// when it is missing, DataLoss when it is something else.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, int64_t* size);
+
+// The contents of `path`, opened as OpenRegularFile does, when it holds at
+// most `max_bytes`; DataLoss naming the bound otherwise. For files that
+// another process or a job's submitter may have put there.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
+                                            int64_t max_bytes);
 
 // Atomically replaces `path` with `contents` (write temp, fsync, rename,
 // fsync the parent directory). A crash leaves either the old or new file.

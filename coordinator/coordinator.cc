@@ -5,11 +5,14 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -19,6 +22,7 @@
 #include "common/tf_config.h"
 #include "coordinator/backend_choice.h"
 #include "coordinator/job_status.h"
+#include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -34,6 +38,25 @@ std::string JobIdFor(const std::string& name, int64_t seq) {
   }
   if (clean.empty()) clean = "job";
   return absl::StrCat(clean, "-", seq);
+}
+
+// The sequence number that ends a job id ("name-<seq>"), or 0 when the id
+// does not end in one (a record written by hand).
+int64_t SeqOf(const std::string& id) {
+  size_t dash = id.rfind('-');
+  int64_t seq = 0;
+  if (dash == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(id).substr(dash + 1), &seq) ||
+      seq <= 0) {
+    return 0;
+  }
+  return seq;
+}
+
+// Logs a refused client request once and passes the refusal on.
+absl::Status Refused(absl::Status refusal) {
+  LogWarning("refusing a request: ", refusal.message());
+  return refusal;
 }
 
 int MaxRestarts(const v1::JobSpec& spec) {
@@ -92,6 +115,10 @@ Coordinator::Coordinator(Options options)
       store_(std::move(options.store)),
       error_grace_(options.error_grace),
       heartbeat_timeout_(options.heartbeat_timeout),
+      kv_limits_(options.kv_limits),
+      keep_finished_jobs_(options.keep_finished_jobs),
+      finished_job_ttl_(options.finished_job_ttl),
+      forget_workers_after_(options.forget_workers_after),
       workers_(cluster_, options.heartbeat_timeout, options.stall_after) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
@@ -106,9 +133,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   Coordinator& c = *coordinator;
   absl::MutexLock lock(&c.mu_);
   for (v1::JobStatus& status : saved) {
-    Job& job = c.jobs_[status.job_id()];
+    // Ids keep their number across restarts, so a new job never reuses the
+    // id of one that retention deleted.
+    int64_t seq = SeqOf(status.job_id());
+    if (seq == 0 || c.job_order_.count(seq) > 0 ||
+        (!c.job_order_.empty() && seq < c.job_order_.rbegin()->first)) {
+      seq = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
+    }
+    Job& job = c.AddJobLocked(status.job_id(), seq);
     job.status = std::move(status);
-    c.job_order_.push_back(job.status.job_id());
     v1::JobState state = job.status.state();
     if (!IsTerminal(state)) {
       // A newer rule or a corrupted row: the job must not start (or crash
@@ -142,7 +175,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
       c.PersistLocked(job);
     }
   }
-  c.next_job_seq_ = static_cast<int64_t>(c.job_order_.size()) + 1;
+  c.next_job_seq_ = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
+  c.ForgetFinishedJobsLocked();
   return coordinator;
 }
 
@@ -167,17 +201,19 @@ Coordinator::Job* Coordinator::RunningJobLocked() {
 // ---- the job queue and state machine ---------------------------------------
 
 absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
+  if (absl::Status bad = CheckSubmission(spec); !bad.ok()) return Refused(bad);
   ApplyDefaults(&spec);
   RETURN_IF_ERROR(ValidateSubmission(spec, cluster_));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
-  std::string id = JobIdFor(spec.name(), next_job_seq_++);
-  Job& job = jobs_[id];
+  ForgetFinishedJobsLocked();
+  const int64_t seq = next_job_seq_++;
+  std::string id = JobIdFor(spec.name(), seq);
+  Job& job = AddJobLocked(id, seq);
   job.status.set_job_id(id);
   job.status.set_state(v1::JOB_STATE_QUEUED);
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_submit_time(NowSeconds());
-  job_order_.push_back(id);
   queue_.push_back(id);
   LogInfo("job ", id, " queued");
   ChangedLocked(job);
@@ -269,8 +305,9 @@ void Coordinator::StartGenerationLocked(Job& job,
   for (const Worker* worker : workers) rank_workers.push_back(worker->id);
   NoteReplacementsLocked(job, rank_workers);
   // The previous generation, ended already, is dropped whole here.
-  job.generation = std::make_unique<Generation>(
-      status.job_id(), status.generation(), std::move(rank_workers));
+  job.generation =
+      std::make_unique<Generation>(status.job_id(), status.generation(),
+                                   std::move(rank_workers), kv_limits_);
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
@@ -334,6 +371,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     job.generation->End();
   }
   changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
+  WakeAllWaitersLocked();
 }
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
@@ -424,13 +462,69 @@ absl::StatusOr<std::vector<v1::JobStatus>> Coordinator::GetJobStatus(
     return result;
   }
   for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
-    result.push_back(ReportLocked(jobs_[*it], include_history));
+    result.push_back(ReportLocked(jobs_.at(it->second), include_history));
   }
   return result;
 }
 
+absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
+    const v1::GetJobStatusRequest& request) {
+  if (absl::Status bad = CheckStatusRequest(request); !bad.ok()) {
+    return Refused(bad);
+  }
+  v1::GetJobStatusResponse response;
+  if (!request.job_id().empty()) {
+    ASSIGN_OR_RETURN(std::vector<v1::JobStatus> one,
+                     GetJobStatus(request.job_id(), request.include_history()));
+    *response.add_jobs() = std::move(one[0]);
+    return response;
+  }
+  int64_t before = std::numeric_limits<int64_t>::max();
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &before) || before <= 0)) {
+    return Refused(absl::InvalidArgumentError(absl::StrCat(
+        "GetJobStatus: page_token '", request.page_token(),
+        "' is not a next_page_token this coordinator gave; start again "
+        "without one")));
+  }
+  const int page_size =
+      request.page_size() > 0 ? request.page_size() : kDefaultStatusPage;
+  absl::MutexLock lock(&mu_);
+  size_t bytes = 0;
+  for (auto it = std::make_reverse_iterator(job_order_.lower_bound(before));
+       it != job_order_.rend(); ++it) {
+    v1::JobStatus summary = ReportLocked(jobs_.at(it->second), false);
+    // A summary: what `lockstep status` shows; one job's full record has
+    // the rest.
+    summary.clear_events();
+    summary.clear_checkpoints();
+    summary.clear_evals();
+    if (summary.ByteSizeLong() > kMaxStatusPageBytes) {
+      // A record stored before the bounds (a job named with megabytes of
+      // text): listed without its spec and with its error cut; `lockstep
+      // status JOB` has the whole record, `lockstep delete JOB` removes it.
+      summary.clear_spec();
+      if (summary.error().size() > kMaxTextBytes) {
+        summary.mutable_error()->resize(kMaxTextBytes);
+      }
+    }
+    bytes += summary.ByteSizeLong();
+    if (response.jobs_size() == page_size ||
+        (response.jobs_size() > 0 && bytes > kMaxStatusPageBytes)) {
+      response.set_next_page_token(
+          absl::StrCat(std::prev(it)->first));  // the last one sent
+      break;
+    }
+    *response.add_jobs() = std::move(summary);
+  }
+  return response;
+}
+
 absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
     const std::string& job_id, int64_t after_version, absl::Time deadline) {
+  if (absl::Status bad = CheckJobId("WatchJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = jobs_.find(job_id);
@@ -447,6 +541,9 @@ absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
 }
 
 absl::Status Coordinator::StopJob(const std::string& job_id) {
+  if (absl::Status bad = CheckJobId("StopJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -480,6 +577,86 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
   }
 }
 
+absl::Status Coordinator::DeleteJob(const std::string& job_id) {
+  if (absl::Status bad = CheckJobId("DeleteJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
+  }
+  const v1::JobState state = it->second.status.state();
+  if (!IsTerminal(state)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ", v1::JobState_Name(state),
+        "; only a finished job can be deleted: stop it first with `lockstep "
+        "stop ",
+        job_id, "`"));
+  }
+  LogInfo("job ", job_id, " deleted on request");
+  EraseJobLocked(job_id);
+  return absl::OkStatus();
+}
+
+// ---- retention --------------------------------------------------------------
+
+Coordinator::Job& Coordinator::AddJobLocked(const std::string& id,
+                                            int64_t seq) {
+  Job& job = jobs_[id];
+  job.seq = seq;
+  job_order_[seq] = id;
+  return job;
+}
+
+void Coordinator::EraseJobLocked(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  job_order_.erase(it->second.seq);
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  jobs_.erase(it);
+  if (store_ != nullptr) {
+    if (absl::Status deleted = store_->Delete(id); !deleted.ok()) {
+      LogError(deleted.message(),
+               "; the job comes back on a coordinator restart");
+    }
+  }
+  changed_.SignalAll();  // its watchers see NotFound
+  EndWatchesLocked(id, absl::NotFoundError(absl::StrCat(
+                           "job ", id,
+                           " was deleted (`lockstep delete` or "
+                           "--keep-finished-jobs/--finished-job-ttl)")));
+}
+
+void Coordinator::ForgetFinishedJobsLocked() {
+  int64_t finished = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (IsTerminal(job.status.state())) ++finished;
+  }
+  const double now = NowSeconds();
+  std::vector<std::string> expired;
+  for (const auto& [seq, id] : job_order_) {  // oldest first
+    const v1::JobStatus& status = jobs_.at(id).status;
+    if (!IsTerminal(status.state())) continue;
+    const bool too_old =
+        finished_job_ttl_ != absl::InfiniteDuration() &&
+        now - status.end_time() > absl::ToDoubleSeconds(finished_job_ttl_);
+    if (finished > keep_finished_jobs_ || too_old) {
+      expired.push_back(id);
+      --finished;
+    }
+  }
+  for (const std::string& id : expired) {
+    LogInfo("job ", id, " deleted: finished jobs are kept for ",
+            absl::FormatDuration(finished_job_ttl_), ", at most ",
+            keep_finished_jobs_,
+            " of them (--finished-job-ttl, "
+            "--keep-finished-jobs)");
+    EraseJobLocked(id);
+  }
+}
+
 v1::JobStatus Coordinator::ReportLocked(const Job& job,
                                         bool include_history) const {
   v1::JobStatus status = job.status;
@@ -500,6 +677,7 @@ void Coordinator::AddEventLocked(Job& job, const std::string& kind,
 void Coordinator::ChangedLocked(Job& job) {
   job.status.set_version(job.status.version() + 1);
   changed_.SignalAll();
+  NotifyWatchersLocked(job);
 }
 
 void Coordinator::PersistLocked(Job& job) {
@@ -514,11 +692,27 @@ void Coordinator::PersistLocked(Job& job) {
   }
 }
 
+void Coordinator::EndWatchesLocked(const std::optional<std::string>& job_id,
+                                   const absl::Status& why) {
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (job_id.has_value() && it->second.job_id != *job_id) {
+      ++it;
+      continue;
+    }
+    JobWatcher watcher = std::move(it->second.watcher);
+    it = watches_.erase(it);
+    watcher(why);
+  }
+}
+
 void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   workers_.CloseAll();
   changed_.SignalAll();
+  WakeAllWaitersLocked();  // each is Cancelled by the fence
+  EndWatchesLocked(std::nullopt,
+                   absl::CancelledError("the coordinator is stopping"));
 }
 
 }  // namespace lockstep::coordinator

@@ -40,7 +40,10 @@
 // Thread-safe: every public method may be called from any gRPC thread. One
 // lock (mu_) guards all state. The blocking calls (KvGet, Barrier,
 // WaitForJobChange) wait on the real time deadline they are given and
-// return early on Shutdown().
+// return early on Shutdown(). Their non-blocking forms (KvGetAsync,
+// BarrierAsync, WatchJob) hold no thread: they register a callback that the
+// coordinator calls, with its lock held, when the wait is over; the rpc layer
+// serves thousands of sessions and watches this way (coordinator/rpc/).
 #ifndef LOCKSTEP_COORDINATOR_COORDINATOR_H_
 #define LOCKSTEP_COORDINATOR_COORDINATOR_H_
 
@@ -50,8 +53,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -80,6 +85,18 @@ class Coordinator {
     absl::Duration error_grace = absl::Seconds(1);
     // A rank behind the others this long is reported as stalled.
     absl::Duration stall_after = absl::Seconds(3);
+    // What one generation's rendezvous store may hold (--kv-max-entries,
+    // --kv-max-bytes).
+    KvLimits kv_limits;
+    // Finished jobs kept (--keep-finished-jobs): past it, the oldest finished
+    // jobs are deleted, from memory and the store.
+    int64_t keep_finished_jobs = 1000;
+    // Finished jobs that ended longer ago are deleted (--finished-job-ttl);
+    // infinite: kept until keep_finished_jobs pushes them out.
+    absl::Duration finished_job_ttl = absl::InfiniteDuration();
+    // A free worker (free:N) without a session and silent this long is
+    // forgotten (--forget-workers-after); a static cluster's tasks stay.
+    absl::Duration forget_workers_after = absl::Hours(1);
   };
 
   // Loads the jobs the store holds. A job that was running when the previous
@@ -110,20 +127,63 @@ class Coordinator {
   absl::Status HandleWorkerMessage(const std::string& worker_id,
                                    const v1::WorkerMessage& message);
 
-  // Errors: Aborted if (job, generation) is not the running generation.
+  // Every rendezvous call is range-checked first (message_checks.h):
+  // InvalidArgument, logged, for a field out of range.
+  //
+  // Errors: Aborted if (job, generation) is not the running generation;
+  // ResourceExhausted when the generation's store is full (KvLimits, named
+  // in the message).
   absl::Status KvSet(const v1::KvSetRequest& request);
   // Waits until the key is set. Errors: Aborted (fenced or the job ended),
   // DeadlineExceeded naming the key.
   absl::StatusOr<std::string> KvGet(const v1::KvGetRequest& request);
   // Waits until every rank of the generation arrived. Errors: Aborted,
-  // DeadlineExceeded naming the ranks that did not arrive.
+  // DeadlineExceeded naming the ranks that did not arrive, ResourceExhausted
+  // for a new barrier name in a full store.
   absl::Status Barrier(const v1::BarrierRequest& request);
+
+  // ---- non-blocking waits ----
+  // The callbacks below run exactly once (watchers: once per change) with
+  // the coordinator's lock held: like SessionSink::Send they must not block
+  // and must not call back into the coordinator.
+  using WaitId = uint64_t;
+  using KvGetDone = absl::AnyInvocable<void(absl::StatusOr<std::string>)>;
+  using BarrierDone = absl::AnyInvocable<void(absl::Status)>;
+  // KvGet without a thread: `done` gets what KvGet would return, at once when
+  // the key is set or the call is fenced, else from the KvSet that sets it,
+  // the fence, Shutdown, or the first Sweep() at or after the deadline (on
+  // the injected clock). The id is for CancelWait.
+  WaitId KvGetAsync(const v1::KvGetRequest& request, KvGetDone done);
+  // Barrier without a thread: arrives at once, then like KvGetAsync.
+  WaitId BarrierAsync(const v1::BarrierRequest& request, BarrierDone done);
+  // The caller gave up (its RPC was cancelled): a wait still pending gets
+  // Cancelled now; one already done is left alone.
+  void CancelWait(WaitId id);
+
+  // A job's status as each change leaves it, shared between its watchers.
+  using JobWatcher = absl::AnyInvocable<void(
+      absl::StatusOr<std::shared_ptr<const v1::JobStatus>>)>;
+  // Calls `watcher` with the job's current status before returning, then
+  // after each change of the job, and a last time with Cancelled on
+  // Shutdown or NotFound when the job is deleted. Errors: NotFound;
+  // Unavailable once stopping.
+  absl::StatusOr<WaitId> WatchJob(const std::string& job_id,
+                                  JobWatcher watcher);
+  // Once this returns the watcher is never called again.
+  void Unwatch(WaitId id);
 
   // Validates and queues a job; returns its id. Errors: InvalidArgument.
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
   // One job, or every job (newest first) when `job_id` is empty.
+  // Unbounded: for tests; clients use the paged form below.
   absl::StatusOr<std::vector<v1::JobStatus>> GetJobStatus(
       const std::string& job_id, bool include_history);
+  // One job (its full status), or without a job id a page of job
+  // summaries, newest first: at most page_size jobs and about
+  // kMaxStatusPageBytes, with next_page_token set when older jobs follow.
+  // Errors: InvalidArgument (a bad id, page size or token), NotFound.
+  absl::StatusOr<v1::GetJobStatusResponse> GetJobStatus(
+      const v1::GetJobStatusRequest& request);
   // Returns the job's status once its version is above `after_version`, or
   // the current status at `deadline`. Errors: NotFound, Cancelled on shutdown.
   absl::StatusOr<v1::JobStatus> WaitForJobChange(const std::string& job_id,
@@ -136,11 +196,16 @@ class Coordinator {
   // newest instead. Errors: NotFound; FailedPrecondition when the job
   // already ended.
   absl::Status StopJob(const std::string& job_id);
+  // Forgets a finished job, in memory and in the store. Errors:
+  // InvalidArgument (a bad id), NotFound, FailedPrecondition when the job
+  // has not ended (stop it first).
+  absl::Status DeleteJob(const std::string& job_id);
   std::vector<v1::WorkerInfo> ListWorkers();
 
-  // Declares workers that missed heartbeats failed and ends generations
-  // whose reported errors went unexplained past the grace period. Call it
-  // often (main: every 100 ms).
+  // Declares workers that missed heartbeats failed, ends generations whose
+  // reported errors went unexplained past the grace period, deletes the
+  // finished jobs past the retention limits and forgets free workers gone
+  // for forget_workers_after. Call it often (main: every 100 ms).
   void Sweep();
 
   // Wakes every blocked call; they return Cancelled.
@@ -148,6 +213,8 @@ class Coordinator {
 
  private:
   struct Job {
+    // Submission order: the number that ends the job id ("name-<seq>").
+    int64_t seq = 0;
     v1::JobStatus status;
     // StopJob asked the running generation to stop (it wins over a
     // preemption under way).
@@ -161,7 +228,58 @@ class Coordinator {
     std::unique_ptr<Generation> generation;
   };
 
+  // What a waiter waits on: (job, generation, is_barrier, key or barrier).
+  using WaitKey = std::tuple<std::string, int64_t, bool, std::string>;
+  // A KvGetAsync or BarrierAsync call waiting in waiters_.
+  struct Waiter {
+    std::string job_id;
+    int64_t generation = 0;
+    std::string name;  // the key or the barrier
+    int64_t timeout_ms = 0;
+    absl::Time deadline;       // on clock_
+    KvGetDone kv_done;         // set for a KvGet
+    BarrierDone barrier_done;  // set for a Barrier
+    // Its entry in waiting_on_: removed in O(1) when it completes, however
+    // many ranks wait on the same key.
+    std::multimap<WaitKey, WaitId>::iterator index;
+  };
+  struct Watch {
+    std::string job_id;
+    JobWatcher watcher;
+  };
+
   explicit Coordinator(Options options);
+
+  // ---- rendezvous (rendezvous.cc) ----
+  // What KvGet returns now, or nullopt while it must wait.
+  std::optional<absl::StatusOr<std::string>> KvGetReadyLocked(
+      const std::string& job_id, int64_t generation, const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the rank's arrival. Errors: the fence's, InvalidArgument.
+  absl::Status ArriveLocked(const v1::BarrierRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What Barrier returns now, or nullopt while it must wait.
+  std::optional<absl::Status> BarrierReadyLocked(const std::string& job_id,
+                                                 int64_t generation,
+                                                 const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string KvTimeoutMessage(const std::string& job_id, int64_t generation,
+                               const std::string& key,
+                               int64_t timeout_ms) const;
+  std::string BarrierTimeoutMessage(
+      const std::string& name, int64_t timeout_ms,
+      const std::vector<std::string>& missing) const;
+  WaitId AddWaiterLocked(bool barrier, Waiter waiter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the waiters on `key` that can complete now.
+  void WakeWaitersLocked(const WaitKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes every waiter that can complete now, or whose deadline passed
+  // (after a fence, at Shutdown, from Sweep).
+  void WakeAllWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the waiter and completes it with `result` (nullopt: what it
+  // waits for is there, or its fence or deadline).
+  void FinishWaiterLocked(WaitId id, std::optional<absl::Status> forced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- the job queue and state machine (coordinator.cc) ----
   // Starts the oldest queued job, or re-forms the recovering one, if its
@@ -261,8 +379,26 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the job's version and wakes its watchers.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the job's watchers with its status (rendezvous.cc).
+  void NotifyWatchersLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the watchers of `job_id` (of every job if nullopt) and calls each
+  // a last time with `why`.
+  void EndWatchesLocked(const std::optional<std::string>& job_id,
+                        const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double NowSeconds() const;
+
+  // ---- retention (coordinator.cc) ----
+  // Adds a job (new or loaded) to jobs_ and job_order_ under `seq`.
+  Job& AddJobLocked(const std::string& id, int64_t seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a finished job from memory and the store; watchers see NotFound.
+  void EraseJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes the oldest finished jobs past keep_finished_jobs_ and those that
+  // ended longer than finished_job_ttl_ ago. Called only where no Job& is
+  // held (Sweep, SubmitJob, Create).
+  void ForgetFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::optional<v1::ClusterSpec> cluster_;
@@ -270,6 +406,10 @@ class Coordinator {
   const std::unique_ptr<JobStore> store_;
   const absl::Duration error_grace_;
   const absl::Duration heartbeat_timeout_;
+  const KvLimits kv_limits_;
+  const int64_t keep_finished_jobs_;
+  const absl::Duration finished_job_ttl_;
+  const absl::Duration forget_workers_after_;
 
   mutable absl::Mutex mu_;
   // Signalled on every change a blocked call may wait for.
@@ -278,10 +418,17 @@ class Coordinator {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
+  // Every job by submission order (Job::seq).
+  std::map<int64_t, std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
   // The job that is RUNNING or RECOVERING, if any.
   std::string running_job_ ABSL_GUARDED_BY(mu_);
+  // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
+  // by what they wait on, and the job watchers.
+  WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::multimap<WaitKey, WaitId> waiting_on_ ABSL_GUARDED_BY(mu_);
+  std::map<WaitId, Watch> watches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::coordinator

@@ -1,6 +1,7 @@
 // One generation of a job: its ranks, reports and rendezvous state.
 #include "coordinator/generation.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,14 +9,46 @@
 namespace lockstep::coordinator {
 
 Generation::Generation(std::string job_id, int64_t number,
-                       std::vector<std::string> rank_workers)
+                       std::vector<std::string> rank_workers, KvLimits limits)
     : job_id_(std::move(job_id)),
       number_(number),
       rank_workers_(std::move(rank_workers)),
+      limits_(limits),
       checkpoints_(static_cast<int>(rank_workers_.size())) {}
 
-void Generation::Set(const std::string& key, std::string value) {
+absl::Status Generation::Admit(int64_t entries, int64_t bytes) const {
+  if (kv_entries_ + entries > limits_.max_entries) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job_id_, " generation ", number_,
+        ": the rendezvous store holds ", kv_entries_,
+        " keys and barriers, the most --kv-max-entries (", limits_.max_entries,
+        ") allows; a client writes keys without bound, or the coordinator "
+        "needs a larger --kv-max-entries for this world size"));
+  }
+  if (kv_bytes_ + bytes > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job_id_, " generation ", number_,
+        ": the rendezvous store holds ", kv_bytes_, " bytes; ", bytes,
+        " more would pass --kv-max-bytes (", limits_.max_bytes,
+        "); a client writes values without bound, or the coordinator needs a "
+        "larger --kv-max-bytes for this world size"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generation::Set(const std::string& key, std::string value) {
+  auto it = kv_.find(key);
+  const int64_t old_bytes =
+      it == kv_.end() ? 0
+                      : static_cast<int64_t>(key.size() + it->second.size());
+  const int64_t new_bytes = static_cast<int64_t>(key.size() + value.size());
+  absl::Status admitted = Admit(it == kv_.end() ? 1 : 0,
+                                std::max<int64_t>(0, new_bytes - old_bytes));
+  if (!admitted.ok()) return admitted;
+  if (it == kv_.end()) ++kv_entries_;
+  kv_bytes_ += new_bytes - old_bytes;
   kv_[key] = std::move(value);
+  return absl::OkStatus();
 }
 
 const std::string* Generation::Get(const std::string& key) const {
@@ -27,11 +60,22 @@ void Generation::End() {
   ended_ = true;
   kv_.clear();
   barriers_.clear();
+  kv_entries_ = 0;
+  kv_bytes_ = 0;
   checkpoints_.DropPending();
 }
 
-void Generation::Arrive(const std::string& name, int rank) {
-  barriers_[name].insert(rank);
+absl::Status Generation::Arrive(const std::string& name, int rank) {
+  auto it = barriers_.find(name);
+  if (it == barriers_.end()) {
+    absl::Status admitted = Admit(1, static_cast<int64_t>(name.size()));
+    if (!admitted.ok()) return admitted;
+    ++kv_entries_;
+    kv_bytes_ += static_cast<int64_t>(name.size());
+    it = barriers_.emplace(name, std::set<int>()).first;
+  }
+  it->second.insert(rank);
+  return absl::OkStatus();
 }
 
 bool Generation::AllArrived(const std::string& name) const {

@@ -23,17 +23,29 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/checkpoint_tally.h"
 
 namespace lockstep::coordinator {
+
+// What one generation's rendezvous may hold: key-value entries plus barrier
+// names, and the bytes of their keys, names and values. A real rendezvous
+// writes one entry per rank (a Gloo rank publishes one ~136-byte address per
+// peer; NCCL one 128-byte id), so the defaults, flags of the coordinator,
+// hold a Gloo full mesh of about 1,400 ranks; they stop a client that writes
+// without bound from exhausting the coordinator's memory.
+struct KvLimits {
+  int64_t max_entries = 1 << 18;           // --kv-max-entries
+  int64_t max_bytes = int64_t{256} << 20;  // --kv-max-bytes
+};
 
 class Generation {
  public:
   // Generation `number` of `job_id`; `rank_workers` holds the worker id of
   // each rank.
   Generation(std::string job_id, int64_t number,
-             std::vector<std::string> rank_workers);
+             std::vector<std::string> rank_workers, KvLimits limits = {});
 
   const std::string& job_id() const { return job_id_; }
   int64_t number() const { return number_; }
@@ -49,11 +61,17 @@ class Generation {
   void End();
 
   // ---- key-value store and barriers ----
-  void Set(const std::string& key, std::string value);
+  // Sets `key` (replacing its value). Errors: ResourceExhausted when the
+  // store would pass a KvLimits cap; nothing changes then.
+  absl::Status Set(const std::string& key, std::string value);
   // The value of `key`, or null while it is not set.
   const std::string* Get(const std::string& key) const;
-  // Records `rank`'s arrival at barrier `name`.
-  void Arrive(const std::string& name, int rank);
+  // Records `rank`'s arrival at barrier `name`. Errors: ResourceExhausted
+  // when a new barrier name would pass a KvLimits cap.
+  absl::Status Arrive(const std::string& name, int rank);
+  // What the store holds now (for tests and logs).
+  int64_t kv_entries() const { return kv_entries_; }
+  int64_t kv_bytes() const { return kv_bytes_; }
   bool AllArrived(const std::string& name) const;
   // "rank 1 (free:1)" for each rank that has not arrived at `name`.
   std::vector<std::string> Missing(const std::string& name) const;
@@ -82,9 +100,16 @@ class Generation {
   const std::string job_id_;
   const int64_t number_;
   const std::vector<std::string> rank_workers_;
+  const KvLimits limits_;
   bool ended_ = false;
 
+  // Refuses growing the store by `entries` and `bytes` past limits_.
+  absl::Status Admit(int64_t entries, int64_t bytes) const;
+
   std::map<std::string, std::string> kv_;
+  // Entries (keys and barrier names) and bytes in kv_ and barriers_.
+  int64_t kv_entries_ = 0;
+  int64_t kv_bytes_ = 0;
   std::map<std::string, std::set<int>> barriers_;
 
   int results_ok_ = 0;

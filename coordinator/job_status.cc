@@ -50,11 +50,27 @@ void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
 
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
               const Worker* worker, const std::string& message) {
+  if (status.events_size() >= kMaxEvents) {
+    const int drop = status.events_size() - kMaxEvents + 1;
+    status.mutable_events()->DeleteSubrange(0, drop);
+    status.set_dropped_events(status.dropped_events() + drop);
+  }
   v1::JobEvent* event = status.add_events();
   event->set_time(now);
   event->set_generation(status.generation());
   event->set_kind(kind);
-  event->set_message(message);
+  if (message.size() <= kMaxEventMessageBytes) {
+    event->set_message(message);
+  } else {
+    // Cut on a character boundary: never inside a UTF-8 sequence.
+    size_t cut = kMaxEventMessageBytes;
+    while (cut > 0 &&
+           (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) {
+      --cut;
+    }
+    event->set_message(absl::StrCat(message.substr(0, cut), " [",
+                                    message.size() - cut, " more bytes]"));
+  }
   event->set_rank(-1);
   if (worker != nullptr) {
     event->set_worker_id(worker->id);

@@ -21,8 +21,16 @@ namespace lockstep::coordinator {
 // the first million steps; a longer job's later losses are not kept.
 inline constexpr int kMaxLossHistory = 1 << 20;
 
+// Events a job keeps: the newest kMaxEvents, each message cut to
+// kMaxEventMessageBytes, so one job's status stays far below gRPC's 4 MiB
+// message limit whatever its workers report. JobStatus.dropped_events
+// counts the events dropped from the front.
+inline constexpr int kMaxEvents = 1000;
+inline constexpr size_t kMaxEventMessageBytes = 2048;
+
 // Appends an event of the job's current generation; `worker`, when given,
 // names who it concerns.
+// Past kMaxEvents the oldest event is dropped (and counted).
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
               const Worker* worker, const std::string& message);
 

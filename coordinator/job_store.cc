@@ -1,5 +1,5 @@
-// The coordinator's job state in SQLite: opening the database, saving and
-// loading every job's status (job_store.h).
+// The coordinator's job state in SQLite: opening the database, saving,
+// deleting and loading every job's status (job_store.h).
 #include "coordinator/job_store.h"
 
 #include <sqlite3.h>
@@ -102,6 +102,20 @@ absl::Status JobStore::Save(const v1::JobStatus& status) {
     return absl::UnavailableError(absl::StrCat("cannot save job ",
                                                status.job_id(), " to ", path_,
                                                ": ", sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::Delete(const std::string& job_id) {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_, "DELETE FROM jobs WHERE job_id = ?1", -1, &raw,
+                     nullptr);
+  Statement stmt(raw);
+  sqlite3_bind_text(raw, 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(raw) != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("cannot delete job ", job_id,
+                                               " from ", path_, ": ",
+                                               sqlite3_errmsg(db_)));
   }
   return absl::OkStatus();
 }

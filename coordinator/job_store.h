@@ -28,6 +28,8 @@ class JobStore {
 
   // Inserts or replaces the job's record.
   absl::Status Save(const v1::JobStatus& status);
+  // Removes the job's record; a job it does not hold is no error.
+  absl::Status Delete(const std::string& job_id);
   // Every job, in submission order.
   absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
 

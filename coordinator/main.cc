@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <iostream>
@@ -24,7 +25,10 @@ constexpr char kUsage[] =
 
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
-                       [--heartbeat-timeout SECS]
+                       [--heartbeat-timeout SECS] [--kv-max-entries N]
+                       [--kv-max-bytes N] [--keep-finished-jobs N]
+                       [--finished-job-ttl SECS] [--forget-workers-after SECS]
+                       [--max-sessions N] [--max-watches N]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -35,7 +39,24 @@ Flags:
                        workers register freely.
   --heartbeat-timeout S a worker silent this long has failed (default 10);
                        workers send a heartbeat every S/2
+  --kv-max-entries N   keys and barriers one generation's rendezvous store
+                       may hold (default 262144); more is RESOURCE_EXHAUSTED
+  --kv-max-bytes N     bytes of keys, names and values it may hold (default
+                       268435456, 256 MiB: a Gloo full mesh of ~1,400 ranks)
+  --keep-finished-jobs N  finished jobs kept (default 1000); the oldest
+                       beyond it are deleted, from memory and the state dir
+  --finished-job-ttl S finished jobs that ended longer ago are deleted
+                       (default 0: kept until --keep-finished-jobs)
+  --forget-workers-after S  a free worker (free:N) without a session for S
+                       seconds is forgotten (default 3600); cluster tasks stay
+  --max-sessions N     worker sessions served at once (default 10000); one
+                       more is refused with RESOURCE_EXHAUSTED
+  --max-watches N      `lockstep status --watch` streams served at once
+                       (default 1000); one more is refused likewise
 
+Sessions and watches hold no thread each (gRPC's callback API); gRPC's
+own threads are capped. At start the open-file limit is raised to its hard
+limit: each client connection takes a descriptor.
 Serves the standard gRPC health service (grpc.health.v1) for probes.
 SIGTERM or SIGINT shuts it down cleanly; jobs and their state stay in the
 state dir and a running job re-forms when the coordinator comes back.
@@ -45,9 +66,61 @@ Example:
       --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
 )";
 
+// gRPC's threads for the whole server: the callback API needs few, however
+// many sessions and watches are open.
+constexpr int kMaxGrpcThreads = 64;
+
+// A flag holding a whole number in [low, high], or `fallback` when absent.
+absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
+                                double fallback, double low, double high) {
+  auto value = args.GetDouble(flag, fallback);
+  if (!value.ok()) return value.status();
+  if (*value < low || *value > high || *value != static_cast<int64_t>(*value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " is ", *value, "; give a whole number from ",
+                     low, " to ", high));
+  }
+  return static_cast<int64_t>(*value);
+}
+
+// The caps and retention flags (--kv-max-*, --keep-finished-jobs,
+// --finished-job-ttl, --forget-workers-after). Errors: InvalidArgument.
+absl::Status ApplyLimitFlags(const Args& args, Coordinator::Options& options) {
+  const KvLimits defaults;
+  auto entries = Bounded(args, "kv-max-entries", defaults.max_entries, 1, 1e9);
+  if (!entries.ok()) return entries.status();
+  auto bytes = Bounded(args, "kv-max-bytes", defaults.max_bytes, 1, 1e12);
+  if (!bytes.ok()) return bytes.status();
+  auto keep = Bounded(args, "keep-finished-jobs", 1000, 1, 1e7);
+  if (!keep.ok()) return keep.status();
+  auto ttl = Bounded(args, "finished-job-ttl", 0, 0, 1e9);
+  if (!ttl.ok()) return ttl.status();
+  auto forget = Bounded(args, "forget-workers-after", 3600, 1, 1e9);
+  if (!forget.ok()) return forget.status();
+  options.kv_limits = {*entries, *bytes};
+  options.keep_finished_jobs = *keep;
+  options.finished_job_ttl =
+      *ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(*ttl);
+  options.forget_workers_after = absl::Seconds(*forget);
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& status, int code) {
   std::cerr << "lockstep-coordinator: " << status.message() << "\n";
   return code;
+}
+
+// Every client connection takes a descriptor: allow as many as the hard
+// limit does (often 1024 soft against 1048576 hard).
+void RaiseFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max)
+    return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LogWarning("cannot raise the open-file limit to ", limit.rlim_max,
+               "; many workers may exhaust it");
+  }
 }
 
 int Run(int argc, char** argv) {
@@ -61,7 +134,10 @@ int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
   auto args = Args::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
-      {"listen", "state-dir", "cluster", "heartbeat-timeout"}, {"help"});
+      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
+       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
+       "forget-workers-after", "max-sessions", "max-watches"},
+      {"help"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -93,6 +169,18 @@ int Run(int argc, char** argv) {
                 2);
   }
   options.heartbeat_timeout = absl::Seconds(*heartbeat_timeout);
+  if (absl::Status limits = ApplyLimitFlags(*args, options); !limits.ok()) {
+    return Fail(limits, 2);
+  }
+  GrpcService::Limits limits;
+  auto max_sessions =
+      Bounded(*args, "max-sessions", limits.max_sessions, 1, 1e9);
+  if (!max_sessions.ok()) return Fail(max_sessions.status(), 2);
+  limits.max_sessions = static_cast<int>(*max_sessions);
+  auto max_watches = Bounded(*args, "max-watches", limits.max_watches, 1, 1e9);
+  if (!max_watches.ok()) return Fail(max_watches.status(), 2);
+  limits.max_watches = static_cast<int>(*max_watches);
+  RaiseFileLimit();
   auto store = JobStore::Open(args->Get("state-dir"));
   if (!store.ok()) return Fail(store.status(), 1);
   options.store = *std::move(store);
@@ -100,9 +188,12 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  GrpcService service(coordinator->get());
+  GrpcService service(coordinator->get(), limits);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("lockstep-coordinator");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(args->Get("listen"),
                            grpc::InsecureServerCredentials(), &port);

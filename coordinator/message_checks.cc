@@ -1,6 +1,7 @@
-// CheckWorkerMessage (message_checks.h): one check per message kind. Rates,
-// times and losses are only shown, never acted on, so a non-finite one (a
-// diverged loss) is let through rather than losing the message.
+// The request checks of message_checks.h: one check per worker message kind,
+// registration, the rendezvous calls and the job calls. Rates, times and
+// losses are only shown, never acted on, so a non-finite one (a diverged
+// loss) is let through rather than losing the message.
 #include "coordinator/message_checks.h"
 
 #include <string>
@@ -11,18 +12,17 @@
 namespace lockstep::coordinator {
 namespace {
 
-absl::Status Refuse(absl::string_view message, absl::string_view field,
-                    absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(message, ": ", field, " ", why,
-                   "; the worker runs another lockstep build or is not a "
-                   "lockstep-worker"));
-}
+constexpr char kWorkerHint[] =
+    "the worker runs another lockstep build or is not a lockstep-worker";
+constexpr char kClientHint[] =
+    "the client runs another lockstep build or is not a lockstep client";
 
 // Accumulates the first failed check of a message.
 class Checker {
  public:
-  explicit Checker(absl::string_view message) : message_(message) {}
+  explicit Checker(absl::string_view message,
+                   absl::string_view hint = kWorkerHint)
+      : message_(message), hint_(hint) {}
 
   void Range(absl::string_view field, int64_t value, int64_t low,
              int64_t high) {
@@ -59,9 +59,39 @@ class Checker {
   absl::Status status() const { return status_; }
 
  private:
+  absl::Status Refuse(absl::string_view message, absl::string_view field,
+                      absl::string_view why) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(message, ": ", field, " ", why, "; ", hint_));
+  }
+
   const std::string message_;
+  const std::string hint_;
   absl::Status status_;
 };
+
+// A job id: letters, digits and "-_.", as JobIdFor makes them.
+void JobId(Checker& check, const std::string& job_id, bool may_be_empty) {
+  bool valid = (may_be_empty || !job_id.empty()) &&
+               job_id.size() <= kMaxJobIdBytes &&
+               job_id.find_first_not_of(
+                   "abcdefghijklmnopqrstuvwxyz"
+                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                   "0123456789-_.") == std::string::npos;
+  check.That(valid, "job_id",
+             absl::StrCat("is not a job id (1 to ", kMaxJobIdBytes,
+                          " letters, digits, '-', '_' or '.')"));
+}
+
+// What every rendezvous call names: the job, its generation and a key.
+void Rendezvous(Checker& check, const std::string& job_id, int64_t generation,
+                absl::string_view key_field, const std::string& key) {
+  JobId(check, job_id, /*may_be_empty=*/false);
+  // Generation 0 is no generation's: the fence answers it (Aborted).
+  check.Range("generation", generation, 0, kMaxGeneration);
+  check.That(!key.empty(), key_field, "is empty");
+  check.Printable(key_field, key, kMaxKeyBytes, /*spaces=*/false);
+}
 
 absl::Status CheckProgress(const v1::ProgressReport& report) {
   Checker check("progress report");
@@ -182,6 +212,54 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   check.Printable("device name", request.device().name(), 64, false);
   check.Printable("GPU name", request.device().gpu_name(), 256, true);
   check.Printable("GPU UUID", request.device().gpu_uuid(), 128, false);
+  return check.status();
+}
+
+absl::Status CheckKvSet(const v1::KvSetRequest& request) {
+  Checker check("KvSet");
+  Rendezvous(check, request.job_id(), request.generation(), "key",
+             request.key());
+  check.Range("value size", static_cast<int64_t>(request.value().size()), 0,
+              kMaxKvValueBytes);
+  return check.status();
+}
+
+absl::Status CheckKvGet(const v1::KvGetRequest& request) {
+  Checker check("KvGet");
+  Rendezvous(check, request.job_id(), request.generation(), "key",
+             request.key());
+  check.Range("timeout_ms", request.timeout_ms(), 0, kMaxWaitMs);
+  return check.status();
+}
+
+absl::Status CheckBarrier(const v1::BarrierRequest& request) {
+  Checker check("Barrier");
+  Rendezvous(check, request.job_id(), request.generation(), "name",
+             request.name());
+  check.Range("rank", request.rank(), 0, kMaxRank);
+  check.Range("timeout_ms", request.timeout_ms(), 0, kMaxWaitMs);
+  return check.status();
+}
+
+absl::Status CheckJobId(absl::string_view call, const std::string& job_id,
+                        bool may_be_empty) {
+  Checker check(call, kClientHint);
+  JobId(check, job_id, may_be_empty);
+  return check.status();
+}
+
+absl::Status CheckSubmission(const v1::JobSpec& spec) {
+  Checker check("SubmitJob", kClientHint);
+  check.Range("spec size", static_cast<int64_t>(spec.ByteSizeLong()), 0,
+              kMaxSpecBytes);
+  return check.status();
+}
+
+absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request) {
+  Checker check("GetJobStatus", kClientHint);
+  JobId(check, request.job_id(), /*may_be_empty=*/true);
+  check.Range("page_size", request.page_size(), 0, kMaxStatusPage);
+  check.Printable("page_token", request.page_token(), 32, /*spaces=*/false);
   return check.status();
 }
 

@@ -1,11 +1,13 @@
-// Range checks of what workers send up their sessions (docs/PROTOCOL.md):
-// every number a coordinator uses (steps, counts, sizes, ranks, times)
-// and every name that becomes a path, checked before any of it touches a
-// job. A worker message is untrusted: a rank's bug or a hostile client must
-// not crash the coordinator, make it allocate without bound, or move a
+// Range checks of every request the coordinator serves (docs/PROTOCOL.md):
+// what workers send up their sessions, their registrations, the key-value
+// and barrier calls of a rendezvous, and the job calls of the CLI. Every
+// number a coordinator uses (steps, counts, sizes, ranks, times) and every
+// name that becomes a path or a map key is checked before any of it
+// touches a job. A request is untrusted: a rank's bug or a hostile client
+// must not crash the coordinator, make it allocate without bound, or move a
 // file it did not mean to.
 //
-// Stateless and thread-safe; the Coordinator calls it on every message
+// Stateless and thread-safe; the Coordinator calls them on every request
 // and refuses a failing one (INVALID_ARGUMENT, logged) before it changes
 // anything.
 #ifndef LOCKSTEP_COORDINATOR_MESSAGE_CHECKS_H_
@@ -30,6 +32,26 @@ inline constexpr int64_t kMaxCheckpointFileBytes = int64_t{1} << 50;
 // Text that becomes part of a job's status (errors, reasons, notes).
 inline constexpr size_t kMaxTextBytes = 64 << 10;
 
+// Rendezvous requests: a key or barrier name of printable ASCII without
+// spaces, 1 to kMaxKeyBytes bytes; a value of at most kMaxKvValueBytes (a
+// Gloo rank publishes one address per peer, about 136 bytes each); a wait of
+// 0 to kMaxWaitMs.
+inline constexpr size_t kMaxKeyBytes = 256;
+inline constexpr size_t kMaxKvValueBytes = 4 << 20;
+inline constexpr int64_t kMaxWaitMs = int64_t{24} * 3600 * 1000;
+// A job id as the coordinator makes them: the job name's letters, digits
+// and "-_." plus "-<sequence>".
+inline constexpr size_t kMaxJobIdBytes = 300;
+// A submitted job spec, serialized. Validation bounds each field far
+// below this; the bound keeps what is stored and sent to every worker small.
+inline constexpr size_t kMaxSpecBytes = 64 << 10;
+// Job summaries in one GetJobStatus page without a job id.
+inline constexpr int kDefaultStatusPage = 100;
+inline constexpr int kMaxStatusPage = 1000;
+// A page ends before its summaries pass this many bytes (one job always
+// fits), far below gRPC's 4 MiB message limit.
+inline constexpr size_t kMaxStatusPageBytes = 1 << 20;
+
 // Errors: InvalidArgument naming the message, the field and its bound.
 absl::Status CheckWorkerMessage(const v1::WorkerMessage& message);
 
@@ -37,6 +59,24 @@ absl::Status CheckWorkerMessage(const v1::WorkerMessage& message);
 // spaces, at most 253 bytes), the device's names are printable and short,
 // a task index is in range. Errors: InvalidArgument.
 absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request);
+
+// Rendezvous calls (job id, generation >= 0, key or name, value size,
+// timeout, rank). Errors: InvalidArgument.
+absl::Status CheckKvSet(const v1::KvSetRequest& request);
+absl::Status CheckKvGet(const v1::KvGetRequest& request);
+absl::Status CheckBarrier(const v1::BarrierRequest& request);
+
+// A job id naming an existing job: 1 to kMaxJobIdBytes of letters, digits
+// and "-_.". With `may_be_empty`, "" (every job) passes. `call` names the
+// request in the error. Errors: InvalidArgument.
+absl::Status CheckJobId(absl::string_view call, const std::string& job_id,
+                        bool may_be_empty = false);
+// A submission: the serialized spec is at most kMaxSpecBytes. Errors:
+// InvalidArgument.
+absl::Status CheckSubmission(const v1::JobSpec& spec);
+// A status request: a valid job id or none, a page size of 0 (the default)
+// to kMaxStatusPage. Errors: InvalidArgument.
+absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request);
 
 }  // namespace lockstep::coordinator
 

@@ -1,14 +1,28 @@
 // The Coordinator's rendezvous entry points: the key-value store and the
 // barriers of a job's live generation, and the fence that refuses every
 // other generation.
+#include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
+namespace {
+
+// Logs a refused rendezvous request once and passes the refusal on.
+absl::Status Refused(absl::Status refusal) {
+  LogWarning("refusing a rendezvous request: ", refusal.message());
+  return refusal;
+}
+
+}  // namespace
 
 absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
     const std::string& job_id, int64_t number) {
@@ -30,66 +44,283 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
 }
 
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
+  if (absl::Status bad = CheckKvSet(request); !bad.ok()) return Refused(bad);
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
-  generation->Set(request.key(), request.value());
+  if (absl::Status full = generation->Set(request.key(), request.value());
+      !full.ok()) {
+    return Refused(full);
+  }
   changed_.SignalAll();
+  WakeWaitersLocked(
+      {request.job_id(), request.generation(), false, request.key()});
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Coordinator::KvGet(
     const v1::KvGetRequest& request) {
+  if (absl::Status bad = CheckKvGet(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
   while (true) {
     // Looked up again after every wait: the generation may have been
     // replaced meanwhile, and then this call is fenced.
-    ASSIGN_OR_RETURN(
-        Generation * generation,
-        CurrentGenerationLocked(request.job_id(), request.generation()));
-    if (const std::string* value = generation->Get(request.key())) {
-      return *value;
+    if (auto ready = KvGetReadyLocked(request.job_id(), request.generation(),
+                                      request.key())) {
+      return *std::move(ready);
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "key '", request.key(), "' of job ", request.job_id(), " generation ",
-          request.generation(), " was not set within ", request.timeout_ms(),
-          " ms; a peer did not reach rendezvous"));
+      return absl::DeadlineExceededError(
+          KvTimeoutMessage(request.job_id(), request.generation(),
+                           request.key(), request.timeout_ms()));
     }
     changed_.WaitWithDeadline(&mu_, deadline);
   }
 }
 
 absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
+  if (absl::Status bad = CheckBarrier(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
-  {
-    ASSIGN_OR_RETURN(
-        Generation * generation,
-        CurrentGenerationLocked(request.job_id(), request.generation()));
-    if (request.rank() < 0 || request.rank() >= generation->world_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "barrier '", request.name(), "' of job ", request.job_id(),
-          " generation ", request.generation(), ": rank ", request.rank(),
-          " is not one of its ", generation->world_size(), " ranks"));
-    }
-    generation->Arrive(request.name(), request.rank());
-    changed_.SignalAll();
-  }
+  RETURN_IF_ERROR(ArriveLocked(request));
   while (true) {
-    ASSIGN_OR_RETURN(
-        Generation * generation,
-        CurrentGenerationLocked(request.job_id(), request.generation()));
-    if (generation->AllArrived(request.name())) return absl::OkStatus();
+    if (auto ready = BarrierReadyLocked(request.job_id(), request.generation(),
+                                        request.name())) {
+      return *ready;
+    }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "barrier '", request.name(), "' timed out after ",
-          request.timeout_ms(), " ms; missing: ",
-          absl::StrJoin(generation->Missing(request.name()), ", ")));
+      ASSIGN_OR_RETURN(
+          Generation * generation,
+          CurrentGenerationLocked(request.job_id(), request.generation()));
+      return absl::DeadlineExceededError(
+          BarrierTimeoutMessage(request.name(), request.timeout_ms(),
+                                generation->Missing(request.name())));
     }
     changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+// ---- the checks both forms share
+// ---------------------------------------------
+
+std::optional<absl::StatusOr<std::string>> Coordinator::KvGetReadyLocked(
+    const std::string& job_id, int64_t generation_number,
+    const std::string& key) {
+  absl::StatusOr<Generation*> generation =
+      CurrentGenerationLocked(job_id, generation_number);
+  if (!generation.ok()) return generation.status();
+  if (const std::string* value = (*generation)->Get(key)) return *value;
+  return std::nullopt;
+}
+
+absl::Status Coordinator::ArriveLocked(const v1::BarrierRequest& request) {
+  ASSIGN_OR_RETURN(
+      Generation * generation,
+      CurrentGenerationLocked(request.job_id(), request.generation()));
+  if (request.rank() < 0 || request.rank() >= generation->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "barrier '", request.name(), "' of job ", request.job_id(),
+        " generation ", request.generation(), ": rank ", request.rank(),
+        " is not one of its ", generation->world_size(), " ranks"));
+  }
+  if (absl::Status full = generation->Arrive(request.name(), request.rank());
+      !full.ok()) {
+    return Refused(full);
+  }
+  changed_.SignalAll();
+  if (generation->AllArrived(request.name())) {
+    WakeWaitersLocked(
+        {request.job_id(), request.generation(), true, request.name()});
+  }
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> Coordinator::BarrierReadyLocked(
+    const std::string& job_id, int64_t generation_number,
+    const std::string& name) {
+  absl::StatusOr<Generation*> generation =
+      CurrentGenerationLocked(job_id, generation_number);
+  if (!generation.ok()) return generation.status();
+  if ((*generation)->AllArrived(name)) return absl::OkStatus();
+  return std::nullopt;
+}
+
+std::string Coordinator::KvTimeoutMessage(const std::string& job_id,
+                                          int64_t generation,
+                                          const std::string& key,
+                                          int64_t timeout_ms) const {
+  return absl::StrCat("key '", key, "' of job ", job_id, " generation ",
+                      generation, " was not set within ", timeout_ms,
+                      " ms; a peer did not reach rendezvous");
+}
+
+std::string Coordinator::BarrierTimeoutMessage(
+    const std::string& name, int64_t timeout_ms,
+    const std::vector<std::string>& missing) const {
+  return absl::StrCat("barrier '", name, "' timed out after ", timeout_ms,
+                      " ms; missing: ", absl::StrJoin(missing, ", "));
+}
+
+// ---- the non-blocking forms
+// --------------------------------------------------
+
+Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
+                                            KvGetDone done) {
+  if (absl::Status bad = CheckKvGet(request); !bad.ok()) {
+    done(Refused(bad));
+    return 0;
+  }
+  absl::MutexLock lock(&mu_);
+  if (auto ready = KvGetReadyLocked(request.job_id(), request.generation(),
+                                    request.key())) {
+    done(*std::move(ready));
+    return 0;
+  }
+  Waiter waiter;
+  waiter.job_id = request.job_id();
+  waiter.generation = request.generation();
+  waiter.name = request.key();
+  waiter.timeout_ms = request.timeout_ms();
+  waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
+                                        0, request.timeout_ms()));
+  waiter.kv_done = std::move(done);
+  return AddWaiterLocked(/*barrier=*/false, std::move(waiter));
+}
+
+Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
+                                              BarrierDone done) {
+  if (absl::Status bad = CheckBarrier(request); !bad.ok()) {
+    done(Refused(bad));
+    return 0;
+  }
+  absl::MutexLock lock(&mu_);
+  absl::Status arrived = ArriveLocked(request);
+  if (!arrived.ok()) {
+    done(arrived);
+    return 0;
+  }
+  if (auto ready = BarrierReadyLocked(request.job_id(), request.generation(),
+                                      request.name())) {
+    done(*ready);
+    return 0;
+  }
+  Waiter waiter;
+  waiter.job_id = request.job_id();
+  waiter.generation = request.generation();
+  waiter.name = request.name();
+  waiter.timeout_ms = request.timeout_ms();
+  waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
+                                        0, request.timeout_ms()));
+  waiter.barrier_done = std::move(done);
+  return AddWaiterLocked(/*barrier=*/true, std::move(waiter));
+}
+
+Coordinator::WaitId Coordinator::AddWaiterLocked(bool barrier, Waiter waiter) {
+  WaitId id = next_wait_id_++;
+  waiter.index = waiting_on_.emplace(
+      WaitKey{waiter.job_id, waiter.generation, barrier, waiter.name}, id);
+  waiters_.emplace(id, std::move(waiter));
+  return id;
+}
+
+void Coordinator::CancelWait(WaitId id) {
+  absl::MutexLock lock(&mu_);
+  if (waiters_.count(id) == 0) return;
+  FinishWaiterLocked(
+      id, absl::CancelledError("the caller cancelled its rendezvous call"));
+}
+
+void Coordinator::WakeWaitersLocked(const WaitKey& key) {
+  std::vector<WaitId> ids;
+  auto [begin, end] = waiting_on_.equal_range(key);
+  for (auto it = begin; it != end; ++it) ids.push_back(it->second);
+  for (WaitId id : ids) FinishWaiterLocked(id, std::nullopt);
+}
+
+void Coordinator::WakeAllWaitersLocked() {
+  std::vector<WaitId> ids;
+  for (const auto& [id, waiter] : waiters_) ids.push_back(id);
+  for (WaitId id : ids) FinishWaiterLocked(id, std::nullopt);
+}
+
+void Coordinator::FinishWaiterLocked(WaitId id,
+                                     std::optional<absl::Status> forced) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return;
+  Waiter& w = it->second;
+  const bool barrier = w.barrier_done != nullptr;
+  const bool expired = clock_->Now() >= w.deadline;
+  // What the call returns, if it is over: `status`, or for a KvGet `value`.
+  std::optional<absl::Status> status = forced;
+  std::string value;
+  if (status.has_value()) {
+  } else if (barrier) {
+    status = BarrierReadyLocked(w.job_id, w.generation, w.name);
+    if (!status.has_value() && expired) {
+      absl::StatusOr<Generation*> generation =
+          CurrentGenerationLocked(w.job_id, w.generation);
+      status = absl::DeadlineExceededError(
+          BarrierTimeoutMessage(w.name, w.timeout_ms,
+                                generation.ok() ? (*generation)->Missing(w.name)
+                                                : std::vector<std::string>{}));
+    }
+  } else if (auto ready = KvGetReadyLocked(w.job_id, w.generation, w.name)) {
+    status = ready->status();
+    if (ready->ok()) value = *std::move(*ready);
+  } else if (expired) {
+    status = absl::DeadlineExceededError(
+        KvTimeoutMessage(w.job_id, w.generation, w.name, w.timeout_ms));
+  }
+  if (!status.has_value()) return;  // still waiting
+  Waiter done = std::move(w);
+  waiting_on_.erase(done.index);
+  waiters_.erase(it);
+  if (barrier) {
+    done.barrier_done(*status);
+  } else if (status->ok()) {
+    done.kv_done(std::move(value));
+  } else {
+    done.kv_done(*status);
+  }
+}
+
+// ---- job watchers ----------------------------------------------------------
+
+absl::StatusOr<Coordinator::WaitId> Coordinator::WatchJob(
+    const std::string& job_id, JobWatcher watcher) {
+  if (absl::Status bad = CheckJobId("WatchJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
+  }
+  watcher(std::make_shared<const v1::JobStatus>(
+      ReportLocked(it->second, /*include_history=*/false)));
+  WaitId id = next_wait_id_++;
+  watches_.emplace(id, Watch{job_id, std::move(watcher)});
+  return id;
+}
+
+void Coordinator::Unwatch(WaitId id) {
+  absl::MutexLock lock(&mu_);
+  watches_.erase(id);
+}
+
+void Coordinator::NotifyWatchersLocked(const Job& job) {
+  std::shared_ptr<const v1::JobStatus> report;
+  for (auto& [id, watch] : watches_) {
+    if (watch.job_id != job.status.job_id()) continue;
+    if (report == nullptr) {
+      report = std::make_shared<const v1::JobStatus>(
+          ReportLocked(job, /*include_history=*/false));
+    }
+    watch.watcher(report);
   }
 }
 

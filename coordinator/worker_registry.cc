@@ -300,6 +300,22 @@ std::string WorkerRegistry::Stall(const std::string& job_id,
   return "";
 }
 
+std::vector<std::string> WorkerRegistry::ForgetVanished(absl::Time now,
+                                                        absl::Duration after) {
+  std::vector<std::string> forgotten;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const Worker& worker = it->second;
+    if (worker.task.type().empty() && worker.sink == nullptr &&
+        worker.job_id.empty() && now - worker.last_heartbeat > after) {
+      forgotten.push_back(it->first);
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return forgotten;
+}
+
 std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
   std::vector<v1::WorkerInfo> infos;
   for (const auto& [id, worker] : workers_) {

@@ -125,6 +125,11 @@ class WorkerRegistry {
                     const std::vector<std::string>& rank_workers,
                     absl::Time now) const;
 
+  // Forgets the free workers (free:N, no task identity) that have had no
+  // session, no rank and no message for longer than `after`: processes that
+  // went away. A static cluster's tasks stay. Returns their ids.
+  std::vector<std::string> ForgetVanished(absl::Time now, absl::Duration after);
+
   std::vector<v1::WorkerInfo> List() const;
   // Closes every open session (the coordinator is stopping).
   void CloseAll();

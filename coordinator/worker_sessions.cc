@@ -71,7 +71,14 @@ absl::Status Coordinator::OpenSession(const std::string& worker_id,
   }
   worker->sink = sink;
   worker->last_heartbeat = clock_->Now();
-  MaybeStartJobLocked();
+  StartNextGenerationLocked();
+  if (RunningJobLocked() != nullptr) {
+    StandbyLocked();
+  } else {
+    // What StandbyLocked would do with no job running, for this worker only:
+    // a scan of every worker per session made connecting N workers O(N^2).
+    worker->standby_job.clear();
+  }
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -186,6 +193,14 @@ void Coordinator::Sweep() {
     AddEventLocked(*job, "generation_failed", nullptr, cause);
     FailGenerationLocked(*job, cause);
   }
+  ForgetFinishedJobsLocked();
+  for (const std::string& id :
+       workers_.ForgetVanished(now, forget_workers_after_)) {
+    LogInfo("forgot free worker ", id, ": no session for ",
+            absl::FormatDuration(forget_workers_after_),
+            " (--forget-workers-after)");
+  }
+  WakeAllWaitersLocked();  // those past their deadline time out
 }
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {

@@ -189,12 +189,31 @@ void Agent::StartTask(const v1::Assignment& assignment,
   joined.mutable_heartbeat()->set_generation(assignment.generation());
   session->Send(joined);
   task_thread_ = std::thread([this, task, session] {
-    v1::TaskResult result = runner_(*task);
+    v1::TaskResult result = RunIfPathsAllowed(*task);
     v1::WorkerMessage message;
     *message.mutable_result() = std::move(result);
     session->Send(message);
     task->MarkDone();
   });
+}
+
+v1::TaskResult Agent::RunIfPathsAllowed(TaskContext& task) {
+  const v1::Assignment& assignment = task.assignment;
+  absl::Status allowed = options_.check_paths
+                             ? options_.check_paths(assignment.spec())
+                             : absl::OkStatus();
+  if (allowed.ok()) return runner_(task);
+  LogError("refusing job ", assignment.job_id(), ": ", allowed.message());
+  v1::TaskResult result;
+  result.set_job_id(assignment.job_id());
+  result.set_generation(assignment.generation());
+  result.set_rank(assignment.rank());
+  result.set_ok(false);
+  result.set_code(static_cast<int>(allowed.code()));
+  result.set_error(absl::StrCat("worker ", task.host, " (rank ",
+                                assignment.rank(),
+                                ") refuses the job: ", allowed.message()));
+  return result;
 }
 
 void Agent::Preempt(absl::Duration grace) {

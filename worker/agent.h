@@ -59,6 +59,11 @@ class Agent {
     // this idle worker stands by for (docs/DESIGN.md §3); it must return
     // promptly. May be empty.
     std::function<void(const v1::Standby&)> standby;
+    // Checks the paths an assignment's job names against the folders this
+    // worker lets jobs use (common/path_policy.h). A refusal ends the task
+    // before it runs, with the refusal as the rank's result (not retried:
+    // another generation would be refused alike). May be empty.
+    std::function<absl::Status(const v1::JobSpec&)> check_paths;
   };
 
   Agent(ControlPlane* control, TaskRunner runner, Options options,
@@ -91,6 +96,8 @@ class Agent {
   // Serves one session until it ends.
   void Serve(std::shared_ptr<Session> session,
              absl::Duration heartbeat_interval);
+  // The runner's result, or the path check's refusal without running it.
+  v1::TaskResult RunIfPathsAllowed(TaskContext& task);
   void StartTask(const v1::Assignment& assignment,
                  const std::shared_ptr<Session>& session);
   void AbortTask(const std::string& why);

@@ -17,9 +17,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/args.h"
 #include "common/health_service.h"
 #include "common/log.h"
+#include "common/path_policy.h"
+#include "common/status_macros.h"
 #include "common/tf_config.h"
 #include "worker/agent.h"
 #include "worker/rpc/grpc_control_plane.h"
@@ -66,6 +69,17 @@ Flags:
   --preempt-grace SECS     on SIGTERM, how long to wait for the job to stop at
                            an agreed step and save it before exiting (25; keep
                            it below Kubernetes' terminationGracePeriodSeconds)
+  --data-root DIRS         folders a job's data.dir and model.torchscript may
+                           lie under (default: /usr/share/datasets,
+                           /var/lib/lockstep and $TMPDIR or /tmp)
+  --backup-root DIRS       folders a job's checkpoint.backup_dir may lie under
+                           (default: /var/lib/lockstep and $TMPDIR or /tmp)
+  --export-root DIRS       folders a job's export may lie under (default: as
+                           --backup-root)
+                           DIRS: absolute paths separated by ':'; each flag
+                           may be repeated and replaces that default. A job
+                           naming a path elsewhere (after resolving '..' and
+                           symbolic links) fails with the field and the roots.
 
 Example:
   TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
@@ -229,6 +243,23 @@ void KeepLargeBlocksInTheHeap() {
   }
 }
 
+// The roots of --data-root, --backup-root and --export-root; a kind whose
+// flag is not given keeps its default (common/path_policy.h).
+absl::StatusOr<PathRoots> PathRootsOf(const Args& args) {
+  PathRoots roots = DefaultPathRoots();
+  for (auto [flag, list] : {std::pair{"data-root", &roots.data},
+                            std::pair{"backup-root", &roots.backup},
+                            std::pair{"export-root", &roots.exports}}) {
+    if (!args.Has(flag)) continue;
+    ASSIGN_OR_RETURN(*list,
+                     ParseRoots(args.GetAll(flag), absl::StrCat("--", flag)));
+  }
+  LogInfo("jobs may read data under ", absl::StrJoin(roots.data, ":"),
+          ", save checkpoints under ", absl::StrJoin(roots.backup, ":"),
+          " and export under ", absl::StrJoin(roots.exports, ":"));
+  return roots;
+}
+
 int Run(int argc, char** argv) {
   KeepLargeBlocksInTheHeap();
   // SIGTERM (Kubernetes eviction, preemption, lockstep local) stops the job
@@ -246,11 +277,12 @@ int Run(int argc, char** argv) {
   // end (an aborted generation) must be an error on this rank, not SIGPIPE
   // silently killing the process.
   signal(SIGPIPE, SIG_IGN);
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "task-type", "task-index", "host", "threads",
-       "connect-timeout", "health-listen", "preempt-grace", "device"},
-      {"help", "spare"});
+  auto args =
+      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                  {"coordinator", "task-type", "task-index", "host", "threads",
+                   "connect-timeout", "health-listen", "preempt-grace",
+                   "device", "data-root", "backup-root", "export-root"},
+                  {"help", "spare"});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -313,6 +345,8 @@ int Run(int argc, char** argv) {
   if (!connect_timeout.ok()) return Fail(connect_timeout.status(), 2);
   auto preempt_grace = args->GetDouble("preempt-grace", 25);
   if (!preempt_grace.ok()) return Fail(preempt_grace.status(), 2);
+  auto roots = PathRootsOf(*args);
+  if (!roots.ok()) return Fail(roots.status(), 2);
   ConfigureThreads(*threads);
   LogInfo("device: ", device->name(),
           device->gpu_name().empty()
@@ -346,7 +380,18 @@ int Run(int argc, char** argv) {
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
   TrainingRunner runner(device->name());
-  options.standby = [&runner](const v1::Standby& standby) {
+  const std::string cwd = CurrentDirectory();
+  options.check_paths = [roots = *roots, cwd](const v1::JobSpec& spec) {
+    return CheckJobPaths(spec, roots, cwd);
+  };
+  options.standby = [&runner, roots = *roots, cwd](const v1::Standby& standby) {
+    // A spare loads only data it would be allowed to train on.
+    if (absl::Status allowed = CheckJobPaths(standby.spec(), roots, cwd);
+        !allowed.ok()) {
+      LogWarning("not standing by for job ", standby.job_id(), ": ",
+                 allowed.message());
+      return;
+    }
     runner.Standby(standby);
   };
   Agent agent(

@@ -1,53 +1,70 @@
 // gRPC adapter for the Coordinator: translates protos and statuses, nothing
-// else. Each worker session runs its command writer on the handler thread and
-// reads heartbeats and reports on a second thread.
+// else. Every method is served on gRPC's callback API, so no call holds a
+// thread while it waits: worker sessions and job watches are reactors fed by
+// the coordinator (grpc_streams.h), and KvGet and Barrier finish from the
+// coordinator's non-blocking waits. The number of sessions and watches is
+// capped; over a cap a new one gets RESOURCE_EXHAUSTED naming the cap.
 #ifndef LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 #define LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 
 #include "coordinator/coordinator.h"
+#include "coordinator/rpc/grpc_streams.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
 namespace lockstep::coordinator {
 
-class GrpcService final : public v1::Coordinator::Service {
+class GrpcService final : public v1::Coordinator::CallbackService {
  public:
-  // `coordinator` must outlive the service.
-  explicit GrpcService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  struct Limits {
+    // Open worker sessions (lockstep-coordinator --max-sessions).
+    int max_sessions = 10000;
+    // Open WatchJob streams (lockstep-coordinator --max-watches).
+    int max_watches = 1000;
+  };
 
-  grpc::Status RegisterWorker(grpc::ServerContext* context,
-                              const v1::RegisterWorkerRequest* request,
-                              v1::RegisterWorkerResponse* response) override;
-  grpc::Status WorkerSession(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::CoordinatorCommand, v1::WorkerMessage>*
-          stream) override;
-  grpc::Status KvSet(grpc::ServerContext* context,
-                     const v1::KvSetRequest* request,
-                     v1::KvSetResponse* response) override;
-  grpc::Status KvGet(grpc::ServerContext* context,
-                     const v1::KvGetRequest* request,
-                     v1::KvGetResponse* response) override;
-  grpc::Status Barrier(grpc::ServerContext* context,
-                       const v1::BarrierRequest* request,
-                       v1::BarrierResponse* response) override;
-  grpc::Status SubmitJob(grpc::ServerContext* context,
-                         const v1::SubmitJobRequest* request,
-                         v1::SubmitJobResponse* response) override;
-  grpc::Status GetJobStatus(grpc::ServerContext* context,
-                            const v1::GetJobStatusRequest* request,
-                            v1::GetJobStatusResponse* response) override;
-  grpc::Status WatchJob(grpc::ServerContext* context,
-                        const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::JobStatus>* writer) override;
-  grpc::Status StopJob(grpc::ServerContext* context,
-                       const v1::StopJobRequest* request,
-                       v1::StopJobResponse* response) override;
-  grpc::Status ListWorkers(grpc::ServerContext* context,
-                           const v1::ListWorkersRequest* request,
-                           v1::ListWorkersResponse* response) override;
+  // `coordinator` must outlive the service and every call it serves.
+  GrpcService(Coordinator* coordinator, Limits limits);
+
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* context,
+      const v1::RegisterWorkerRequest* request,
+      v1::RegisterWorkerResponse* response) override;
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorCommand>*
+  WorkerSession(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
+                                    const v1::BarrierRequest* request,
+                                    v1::BarrierResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJobStatus(
+      grpc::CallbackServerContext* context,
+      const v1::GetJobStatusRequest* request,
+      v1::GetJobStatusResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
+      grpc::CallbackServerContext* context,
+      const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* context,
+                                    const v1::StopJobRequest* request,
+                                    v1::StopJobResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(
+      grpc::CallbackServerContext* context,
+      const v1::ListWorkersRequest* request,
+      v1::ListWorkersResponse* response) override;
 
  private:
   Coordinator* const coordinator_;
+  StreamSlots sessions_;
+  StreamSlots watches_;
 };
 
 }  // namespace lockstep::coordinator

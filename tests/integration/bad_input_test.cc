@@ -3,9 +3,11 @@
 // an unknown task, and ranks that built different initial parameters.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "tests/integration/harness.h"
@@ -74,6 +76,61 @@ TEST_F(ClusterTest, OverflowingBatchSpecIsRefusedAndTheCoordinatorServes) {
               HasSubstr("accumulation_steps is 1073741824; at most 65536"));
   v1::JobStatus done = WatchUntil(Submit({"max_steps=5"}), Ended);
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+}
+
+// Issue 14: 100 key-value writes of 4 MB took a coordinator from 18 MB to
+// 437 MB (its Kubernetes limit is 512 Mi). Past --kv-max-bytes a write is
+// refused with RESOURCE_EXHAUSTED naming the flag, the coordinator keeps
+// serving (the job trains on, the CLI works), and a finished job can be
+// deleted from the CLI while a running one cannot.
+TEST_F(ClusterTest, HugeKeyValueWritesAreRefusedPastTheCapAndJobsCanBeDeleted) {
+  StartCluster(2, {"--kv-max-bytes", "67108864"});  // 64 MiB: 16 writes
+  // The ranks' own rendezvous is over once the job trains.
+  std::string job = SubmitAndTrainTo({"max_steps=1000000", "epochs=50"}, 2);
+  ASSERT_FALSE(job.empty());
+  int accepted = 0;
+  grpc::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    v1::KvSetRequest request;
+    request.set_job_id(job);
+    request.set_generation(1);
+    request.set_key(absl::StrCat("bulk-", i));
+    request.set_value(std::string(4000000, 'x'));
+    grpc::ClientContext context;
+    v1::KvSetResponse response;
+    grpc::Status status = stub_->KvSet(&context, request, &response);
+    if (status.ok()) {
+      ++accepted;
+    } else if (refused.ok()) {
+      refused = status;
+    }
+  }
+  EXPECT_EQ(accepted, 16);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              AllOf(HasSubstr(job), HasSubstr("--kv-max-bytes (67108864)")));
+
+  const std::vector<std::string> env = {"LOCKSTEP_COORDINATOR=" + address_};
+  Result running = RunCommand({kBin + "/lockstep", "delete", job}, env);
+  EXPECT_EQ(running.code, 1);
+  EXPECT_THAT(running.err, AllOf(HasSubstr("stop it first"),
+                                 HasSubstr("lockstep stop " + job)));
+  // Still serving: the job trains on and stops on request.
+  const int64_t step = WatchUntil(job, [](const v1::JobStatus& s) {
+                         return s.step() >= 4 || Ended(s);
+                       }).step();
+  EXPECT_GE(step, 4);
+  ASSERT_EQ(RunCommand({kBin + "/lockstep", "stop", job}, env).code, 0);
+  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+  Result deleted = RunCommand({kBin + "/lockstep", "delete", job}, env);
+  EXPECT_EQ(deleted.code, 0) << deleted.err;
+  EXPECT_EQ(deleted.out, "deleted " + job + "\n");
+  Result gone = RunCommand({kBin + "/lockstep", "status", job}, env);
+  EXPECT_EQ(gone.code, 2);
+  EXPECT_THAT(gone.err, HasSubstr("no job " + job));
+  Result list = RunCommand({kBin + "/lockstep", "status"}, env);
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(list.out, "no jobs\n");
 }
 
 TEST(BadInputTest, CorruptStateDirIsAClearError) {
@@ -160,6 +217,72 @@ TEST(BadInputTest, MissingDataFailsTheJobWithTheFileName) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err,
               AllOf(HasSubstr("/nonexistent/fmnist"), HasSubstr("rank")));
+}
+
+// Issue 14: `checkpoint.backup_dir: /etc` was accepted, and after success
+// the chief deleted ckpt-*, .tmp and LATEST in /etc. A worker now refuses a
+// path outside its --backup-root: the job fails at once, naming the field,
+// the path, the roots and the flag, and the daemons keep serving.
+TEST_F(ClusterTest, BackupDirOutsideTheWorkersRootsFailsTheJob) {
+  StartCluster(2);
+  v1::JobStatus done =
+      WatchUntil(Submit({"max_steps=20", "checkpoint.backup_dir=/etc",
+                         "checkpoint.save_every_steps=10"}),
+                 Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(done.error(), AllOf(HasSubstr("checkpoint.backup_dir \"/etc\""),
+                                  HasSubstr("/var/lib/lockstep"),
+                                  HasSubstr("--backup-root")));
+  EXPECT_EQ(done.generations(), 1);  // not retried: retrying cannot fix it
+  EXPECT_EQ(WatchUntil(Submit({"max_steps=5"}), Ended).state(),
+            v1::JOB_STATE_SUCCEEDED);
+}
+
+// Issue 14: `export` naming an existing file replaced it with the model. A
+// file that is not a lockstep export is refused before training and left as
+// it was; the daemons keep serving.
+TEST_F(ClusterTest, ExportOverAForeignFileIsRefusedAndTheFileIsUntouched) {
+  StartCluster(2);
+  const std::string foreign = TempDir("export") + "/passwd";
+  ASSERT_TRUE(WriteFileAtomically(foreign, "root:x:0:0::/root:/bin/sh\n").ok());
+  v1::JobStatus done =
+      WatchUntil(Submit({"max_steps=5", "export=" + foreign}), Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(done.error(),
+              AllOf(HasSubstr(foreign), HasSubstr("not a lockstep export")));
+  EXPECT_EQ(*ReadFileToString(foreign), "root:x:0:0::/root:/bin/sh\n");
+  // A new path is exported, and the same job exported again replaces it.
+  const std::string fresh = TempDir("export") + "/model.pt";
+  for (int run = 0; run < 2; ++run) {
+    EXPECT_EQ(
+        WatchUntil(Submit({"max_steps=5", "export=" + fresh}), Ended).state(),
+        v1::JOB_STATE_SUCCEEDED);
+  }
+  EXPECT_TRUE(PathExists(fresh));
+}
+
+// Issue 14: with the newest checkpoint's model.pt a link to /dev/zero the
+// chief hashed forever and `lockstep checkpoints` hung. Links are not
+// followed: the listing returns and marks that checkpoint corrupt.
+TEST_F(CheckpointTest, CheckpointsListsAModelLinkedToDevZeroAsCorrupt) {
+  StartCluster(2);
+  const std::string job = Submit(WithCheckpoints(kQuietJob, 100));
+  ASSERT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+  auto latest = ReadFileToString(backup_ + "/LATEST");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  const std::string newest(absl::StripAsciiWhitespace(*latest));
+  const std::string model = backup_ + "/" + newest + "/model.pt";
+  ASSERT_EQ(unlink(model.c_str()), 0);
+  ASSERT_EQ(symlink("/dev/zero", model.c_str()), 0);
+
+  auto listed = ListCheckpoints(address_, job);
+  ASSERT_TRUE(listed.count(newest)) << newest;
+  EXPECT_FALSE(listed[newest].fields().at("verified").bool_value());
+  EXPECT_THAT(listed[newest].fields().at("check").string_value(),
+              AllOf(HasSubstr("model.pt"), HasSubstr("symbolic link")));
+  for (const auto& [name, row] : listed) {  // any older one is intact
+    if (name != newest) EXPECT_TRUE(row.fields().at("verified").bool_value());
+  }
 }
 
 }  // namespace

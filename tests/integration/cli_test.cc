@@ -170,8 +170,9 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
   EXPECT_THAT(unknown.err, HasSubstr("nope-1"));
 
   // Every command: --help with an example, exit 3 without a coordinator.
-  for (const char* command : {"submit", "status", "watch", "stop", "workers",
-                              "events", "checkpoints", "metrics", "compare"}) {
+  for (const char* command :
+       {"submit", "status", "watch", "stop", "delete", "workers", "events",
+        "checkpoints", "metrics", "compare"}) {
     Result help = RunCommand({kBin + "/lockstep", command, "--help"});
     EXPECT_EQ(help.code, 0) << command;
     EXPECT_THAT(help.out, AllOf(HasSubstr("Usage: lockstep"),
@@ -201,6 +202,18 @@ TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
   ASSERT_EQ(WatchUntil(a, Ended).state(), v1::JOB_STATE_SUCCEEDED);
   std::string b = Submit({"max_steps=30", "global_batch_size=128"});
   ASSERT_EQ(WatchUntil(b, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+  // The job list in pages: the newest first, and a word when more are left.
+  Result newest = RunCommand({kBin + "/lockstep", "status", "--limit", "1",
+                              "--coordinator", address_});
+  ASSERT_EQ(newest.code, 0) << newest.err;
+  EXPECT_THAT(newest.out, HasSubstr(b));
+  EXPECT_THAT(newest.out, ::testing::Not(HasSubstr(a)));
+  EXPECT_THAT(newest.err,
+              AllOf(HasSubstr("newest 1 jobs"), HasSubstr("--all")));
+  Result every = RunCommand(
+      {kBin + "/lockstep", "status", "--all", "--coordinator", address_});
+  EXPECT_THAT(every.out, AllOf(HasSubstr(a), HasSubstr(b)));
+  EXPECT_EQ(every.err, "");
   const std::string svg = TempDir("compare") + "/curves.svg";
   Result compare = RunCommand({kBin + "/lockstep", "compare", a, b, "--svg",
                                svg, "--coordinator", address_});

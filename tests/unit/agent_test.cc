@@ -173,6 +173,7 @@ class AgentTest : public ::testing::Test {
     options.registration.set_incarnation(kIncarnation);
     options.registration.set_host("10.0.0.7");
     options.connect_timeout = connect_timeout;
+    options.check_paths = check_paths_;
     agent_ = std::make_unique<Agent>(&control_, task_.Runner(), options,
                                      save_live_state_);
     run_thread_ = std::thread([this] {
@@ -222,6 +223,8 @@ class AgentTest : public ::testing::Test {
   FakeControlPlane control_;
   ScriptedTask task_;
   LiveStateSaver save_live_state_;  // set before StartAgent, or none
+  // Set before StartAgent, or none.
+  std::function<absl::Status(const v1::JobSpec&)> check_paths_;
   std::unique_ptr<Agent> agent_;
   std::thread run_thread_;
   std::thread::id run_thread_id_;
@@ -334,6 +337,37 @@ TEST_F(AgentTest, AssignmentRunsOnATaskThreadAndItsResultIsSentUp) {
   EXPECT_TRUE(result->result().ok());
   EXPECT_EQ(result->result().rank(), 1);
   EXPECT_FALSE(result->result().stopped());
+}
+
+TEST_F(AgentTest, AssignmentWhosePathsAreRefusedFailsWithoutRunning) {
+  check_paths_ = [](const v1::JobSpec& spec) {
+    return spec.checkpoint().backup_dir() == "/etc"
+               ? absl::PermissionDeniedError(
+                     "checkpoint.backup_dir \"/etc\" is outside the roots")
+               : absl::OkStatus();
+  };
+  StartAgent();
+  std::shared_ptr<FakeSession> session = control_.WaitForSession(0);
+  ASSERT_NE(session, nullptr);
+  v1::CoordinatorCommand assign = Assign("job-1", 3);
+  assign.mutable_assignment()
+      ->mutable_spec()
+      ->mutable_checkpoint()
+      ->set_backup_dir("/etc");
+  session->Push(assign);
+  auto result = session->WaitForMessage(ResultOf("job-1", 3));
+  ASSERT_TRUE(result.has_value());
+  EXPECT_FALSE(result->result().ok());
+  EXPECT_EQ(result->result().code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(result->result().error(),
+              ::testing::HasSubstr("worker 10.0.0.7 (rank 1) refuses the job: "
+                                   "checkpoint.backup_dir \"/etc\""));
+  EXPECT_EQ(task_.runs(), 0);
+
+  // The agent keeps serving: an allowed assignment runs.
+  session->Push(Assign("job-1", 4));
+  ASSERT_NE(task_.WaitStarted(1), nullptr);
 }
 
 TEST_F(AgentTest, StopReachesTheTaskOfItsJobOnly) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,7 @@ class CoordinatorTest : public ::testing::Test {
     options.error_grace = absl::Seconds(1);
     options.stall_after = absl::Seconds(3);
     options.store = std::move(store);
+    if (configure_) configure_(options);
     auto created = Coordinator::Create(std::move(options));
     ASSERT_TRUE(created.ok()) << created.status();
     coordinator_ = *std::move(created);
@@ -107,6 +109,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  // Set before Make() to change more options (caps, retention).
+  std::function<void(Coordinator::Options&)> configure_;
   std::unique_ptr<Coordinator> coordinator_;
 };
 

@@ -36,16 +36,16 @@ TEST(GenerationTest, AdmitsOnlyItsOwnNumberWhileLive) {
 TEST(GenerationTest, KeyValueStore) {
   Generation generation = Two();
   EXPECT_EQ(generation.Get("k"), nullptr);
-  generation.Set("k", "v1");
-  generation.Set("k", "v2");
+  ASSERT_TRUE(generation.Set("k", "v1").ok());
+  ASSERT_TRUE(generation.Set("k", "v2").ok());
   ASSERT_NE(generation.Get("k"), nullptr);
   EXPECT_EQ(*generation.Get("k"), "v2");
 }
 
 TEST(GenerationTest, AnEndedGenerationDropsWhatNoOneMayRead) {
   Generation generation = Two();
-  generation.Set("k", "v");
-  generation.Arrive("start", 0);
+  ASSERT_TRUE(generation.Set("k", "v").ok());
+  ASSERT_TRUE(generation.Arrive("start", 0).ok());
   generation.End();
   EXPECT_EQ(generation.Get("k"), nullptr);
   EXPECT_TRUE(generation.Missing("start").size() == 2u);
@@ -56,11 +56,11 @@ TEST(GenerationTest, BarrierCompletesWhenEveryRankArrived) {
   EXPECT_FALSE(generation.AllArrived("start"));
   EXPECT_THAT(generation.Missing("start"),
               ElementsAre("rank 0 (worker:0)", "rank 1 (worker:1)"));
-  generation.Arrive("start", 1);
-  generation.Arrive("start", 1);  // twice counts once
+  ASSERT_TRUE(generation.Arrive("start", 1).ok());
+  ASSERT_TRUE(generation.Arrive("start", 1).ok());  // twice counts once
   EXPECT_FALSE(generation.AllArrived("start"));
   EXPECT_THAT(generation.Missing("start"), ElementsAre("rank 0 (worker:0)"));
-  generation.Arrive("start", 0);
+  ASSERT_TRUE(generation.Arrive("start", 0).ok());
   EXPECT_TRUE(generation.AllArrived("start"));
   EXPECT_THAT(generation.Missing("start"), IsEmpty());
   EXPECT_FALSE(generation.AllArrived("other"));

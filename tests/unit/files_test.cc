@@ -73,5 +73,23 @@ TEST(FilesTest, RemoveRecursivelyNamesWhatItCannotRemove) {
       << status;
 }
 
+TEST(FilesTest, ReadRegularFileRefusesLinksDevicesAndLargeFiles) {
+  std::string dir = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/small", "abc").ok());
+  EXPECT_EQ(*ReadRegularFile(dir + "/small", 3), "abc");
+  EXPECT_EQ(ReadRegularFile(dir + "/small", 2).status().code(),
+            absl::StatusCode::kDataLoss);
+  ASSERT_EQ(symlink((dir + "/small").c_str(), (dir + "/link").c_str()), 0);
+  EXPECT_EQ(ReadRegularFile(dir + "/link", 100).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadRegularFile("/dev/zero", 100).status().code(),
+            absl::StatusCode::kDataLoss);
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(ReadRegularFile(dir + "/fifo", 100).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadRegularFile(dir + "/missing", 100).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace lockstep

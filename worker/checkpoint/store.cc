@@ -11,8 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,50 +34,103 @@ namespace fs = std::filesystem;
 constexpr char kCheckpointPrefix[] = "ckpt-";
 constexpr char kTmp[] = ".tmp";
 
+// Bounds on what a manifest (or a LATEST) read from the folder can make a
+// reader allocate or trust; far above any real checkpoint.
+constexpr int64_t kMaxManifestBytes = int64_t{16} << 20;
+constexpr int kMaxManifestFiles = 1 << 16;
+constexpr size_t kMaxFileNameLength = 255;
+constexpr int64_t kMaxFileBytes = int64_t{1} << 42;  // 4 TiB
+constexpr int64_t kMaxLatestBytes = 64;
+
 std::string Join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-// The step of a "ckpt-000001200" name, or -1.
+// The step of a "ckpt-000001200" name, or -1: only the exact name
+// CheckpointName() gives a step ("ckpt-7" and "ckpt-+7" are not lockstep's).
 int64_t StepOfName(absl::string_view name) {
+  absl::string_view digits = name;
   int64_t step = -1;
-  if (!absl::ConsumePrefix(&name, kCheckpointPrefix)) return -1;
-  if (name.empty() || !absl::SimpleAtoi(name, &step)) return -1;
+  if (!absl::ConsumePrefix(&digits, kCheckpointPrefix) || digits.empty() ||
+      digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &step) || CheckpointName(step) != name) {
+    return -1;
+  }
   return step;
 }
 
-// The step of a ".tmp" entry: "ckpt-000001200", "ckpt-000001200.staging".
+// The step of a ".tmp" entry lockstep makes: "ckpt-000001200" (in a
+// worker-NNNNN folder), "ckpt-000001200.staging", "ckpt-000001200.replaced";
+// -1 for any other name.
 int64_t StepOfTemporary(absl::string_view name) {
   size_t dot = name.find('.');
-  return StepOfName(name.substr(0, dot));
+  int64_t step = StepOfName(name.substr(0, dot));
+  if (dot == absl::string_view::npos) return step;
+  absl::string_view suffix = name.substr(dot);
+  return suffix == ".staging" || suffix == ".replaced" ? step : -1;
 }
 
-struct Hashed {
-  int64_t size = 0;
-  std::string sha256;
-};
+// The rank of a "worker-00001" folder of .tmp, or -1.
+int RankOfWorkerFolder(absl::string_view name) {
+  absl::string_view digits = name;
+  int rank = -1;
+  if (!absl::ConsumePrefix(&digits, "worker-") || digits.empty() ||
+      digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &rank) ||
+      absl::StrFormat("worker-%05d", rank) != name) {
+    return -1;
+  }
+  return rank;
+}
 
-absl::StatusOr<Hashed> HashFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+// Whether `path` is a folder itself, not a symbolic link to one.
+bool IsRealDirectory(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The SHA-256 of a checkpoint file that must hold `expected_size` bytes.
+// Opened without following a link and only if it is a regular file whose
+// size is `expected_size`, so a link to /dev/zero or a FIFO is refused at
+// once instead of being hashed forever. NotFound when missing, DataLoss
+// otherwise.
+absl::StatusOr<std::string> HashFile(const std::string& path,
+                                     int64_t expected_size,
+                                     absl::string_view expected_by) {
+  int64_t size = 0;
+  ASSIGN_OR_RETURN(int fd, OpenRegularFile(path, &size));
+  auto fail = [&](absl::Status status) {
+    close(fd);
+    return status;
+  };
+  if (size != expected_size) {
+    return fail(absl::DataLossError(absl::StrCat(
+        path, " has ", size, " bytes; ", expected_by, " ", expected_size)));
   }
   Sha256 sha;
-  Hashed out;
   std::vector<char> buffer(1 << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    std::streamsize n = in.gcount();
-    if (n > 0) {
-      sha.Update(buffer.data(), static_cast<size_t>(n));
-      out.size += n;
+  int64_t total = 0;
+  while (true) {
+    ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return fail(absl::DataLossError(
+          absl::StrCat("error reading ", path, ": ", std::strerror(errno))));
     }
+    if (n == 0) break;
+    total += n;
+    if (total > expected_size) break;
+    sha.Update(buffer.data(), static_cast<size_t>(n));
   }
-  if (in.bad())
-    return absl::DataLossError(absl::StrCat("error reading ", path));
-  out.sha256 = sha.HexDigest();
-  return out;
+  if (total != expected_size) {
+    return fail(absl::DataLossError(
+        absl::StrCat(path, " changed size while it was read (", expected_by,
+                     " ", expected_size, " bytes)")));
+  }
+  close(fd);
+  return sha.HexDigest();
 }
 
 absl::Status RemoveTree(const std::string& path) {
@@ -96,22 +151,23 @@ absl::Status Rename(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
+// The bytes of the regular files directly in `dir` (links not followed).
 int64_t SizeOfTree(const std::string& dir) {
   int64_t bytes = 0;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    std::error_code size_error;
-    if (entry.is_regular_file(size_error)) {
-      uintmax_t size = entry.file_size(size_error);
-      if (!size_error) bytes += static_cast<int64_t>(size);
+    struct stat st;
+    if (lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      bytes += static_cast<int64_t>(st.st_size);
     }
   }
   return bytes;
 }
 
 bool IsPlainName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos;
+  return !name.empty() && name.size() <= kMaxFileNameLength && name != "." &&
+         name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
 }
 
 }  // namespace
@@ -162,11 +218,98 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> Prepare(
   return out;
 }
 
+namespace {
+
+// Refuses a prepared part whose folder is not exactly what Prepare() makes
+// for a rank at `step` (".tmp/worker-00001/ckpt-000001200"): no "..", no
+// absolute path, no symbolic link on the way, each rank once. Defence in
+// depth beside the coordinator's check of the CheckpointPrepared message.
+absl::Status CheckPreparedDir(const std::string& backup_dir,
+                              const std::string& dir, int64_t step,
+                              std::set<int>* ranks) {
+  const std::string name = CheckpointName(step);
+  absl::string_view rest = dir;
+  int rank = -1;
+  if (absl::ConsumePrefix(&rest, absl::StrCat(kTmp, "/"))) {
+    rank = RankOfWorkerFolder(rest.substr(0, rest.find('/')));
+  }
+  if (rank < 0 || dir != PrepareDir(rank, step)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", name, ": a rank's part names the folder \"", dir,
+        "\", which is not the staging folder of any rank for step ", step, " (",
+        kTmp, "/worker-NNNNN/", name, "); not committed"));
+  }
+  if (!ranks->insert(rank).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", name, ": the part of rank ", rank, " (",
+                     dir, ") is listed twice; not committed"));
+  }
+  for (const std::string& folder :
+       {Join(backup_dir, kTmp),
+        Join(backup_dir,
+             absl::StrCat(kTmp, "/", rest.substr(0, rest.find('/')))),
+        Join(backup_dir, dir)}) {
+    if (!IsRealDirectory(folder)) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", name, ": ", folder,
+          " is missing or not a folder (a symbolic link is not followed); "
+          "not committed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Moves one prepared file into `staging` and returns its manifest entry,
+// with the SHA-256 the chief computed from the staged bytes; a file that is
+// not a regular file of the prepared size, or whose bytes do not match the
+// digest its rank reported, is refused.
+absl::StatusOr<v1::CheckpointFile> StageFile(const std::string& backup_dir,
+                                             const std::string& name,
+                                             const PreparedPart& part,
+                                             const v1::CheckpointFile& file,
+                                             const std::string& staging) {
+  const std::string source = Join(Join(backup_dir, part.dir), file.name());
+  struct stat st = {};
+  if (file.size() < 0 || file.size() > kMaxFileBytes ||
+      lstat(source.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size != file.size()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", name, ": ", part.dir, "/", file.name(), " has ",
+        S_ISREG(st.st_mode)
+            ? absl::StrCat(static_cast<int64_t>(st.st_size), " bytes")
+            : "no regular file",
+        ", but ", file.size(), " were prepared"));
+  }
+  const std::string target = Join(staging, file.name());
+  RETURN_IF_ERROR(Rename(source, target));
+  ASSIGN_OR_RETURN(std::string sha256,
+                   HashFile(target, file.size(), "its rank prepared"));
+  if (sha256 != file.sha256()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", name, ": ", part.dir, "/", file.name(),
+                     " does not hold what its rank reported (SHA-256 ", sha256,
+                     ", reported ", file.sha256().substr(0, 64),
+                     "): it changed after the prepare; not committed"));
+  }
+  v1::CheckpointFile staged;
+  staged.set_name(file.name());
+  staged.set_size(file.size());
+  staged.set_sha256(sha256);
+  return staged;
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
                                v1::Manifest manifest,
                                const std::vector<PreparedPart>& parts) {
   FailPoint("checkpoint_before_commit");
   const std::string name = CheckpointName(manifest.step());
+  std::set<int> ranks;
+  for (const PreparedPart& part : parts) {
+    RETURN_IF_ERROR(
+        CheckPreparedDir(backup_dir, part.dir, manifest.step(), &ranks));
+  }
   const std::string staging =
       Join(backup_dir, absl::StrCat(kTmp, "/", name, ".staging"));
   RETURN_IF_ERROR(RemoveTree(staging));
@@ -183,19 +326,11 @@ absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
             absl::StrCat("checkpoint ", name, ": file name \"", file.name(),
                          "\" from ", part.dir, " is invalid or used twice"));
       }
-      const std::string target = Join(staging, file.name());
-      RETURN_IF_ERROR(
-          Rename(Join(Join(backup_dir, part.dir), file.name()), target));
+      ASSIGN_OR_RETURN(v1::CheckpointFile staged,
+                       StageFile(backup_dir, name, part, file, staging));
       if (names.size() == 1) FailPoint("checkpoint_during_rename");
-      struct stat st = {};
-      if (stat(target.c_str(), &st) != 0 || st.st_size != file.size()) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", name, ": ", part.dir, "/", file.name(),
-                         " has ", static_cast<int64_t>(st.st_size),
-                         " bytes, but ", file.size(), " were prepared"));
-      }
-      bytes += file.size();
-      *manifest.add_files() = file;
+      bytes += staged.size();
+      *manifest.add_files() = std::move(staged);
     }
   }
   const std::string json = ToJson(manifest);
@@ -226,12 +361,13 @@ absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
 
 absl::StatusOr<v1::Manifest> Verify(const std::string& checkpoint_dir) {
   const std::string path = Join(checkpoint_dir, kManifestName);
-  auto json = ReadFileToString(path);
+  auto json = ReadRegularFile(path, kMaxManifestBytes);
   if (!json.ok()) {
     return absl::DataLossError(
         absl::StrCat(path,
                      " is missing or unreadable: the checkpoint was "
-                     "never committed or was damaged"));
+                     "never committed or was damaged (",
+                     json.status().message(), ")"));
   }
   v1::Manifest manifest;
   RETURN_IF_ERROR(FromJson(*json, path, &manifest));
@@ -245,23 +381,30 @@ absl::StatusOr<v1::Manifest> Verify(const std::string& checkpoint_dir) {
   if (manifest.files_size() == 0) {
     return absl::DataLossError(absl::StrCat(path, " lists no files"));
   }
+  if (manifest.files_size() > kMaxManifestFiles) {
+    return absl::DataLossError(
+        absl::StrCat(path, " lists ", manifest.files_size(), " files; at most ",
+                     kMaxManifestFiles, " are read"));
+  }
   for (const v1::CheckpointFile& file : manifest.files()) {
-    if (!IsPlainName(file.name())) {
-      return absl::DataLossError(absl::StrCat(
-          path, " lists an invalid file name \"", file.name(), "\""));
+    if (!IsPlainName(file.name()) || file.name() == kManifestName) {
+      return absl::DataLossError(
+          absl::StrCat(path, " lists an invalid file name \"",
+                       file.name().substr(0, kMaxFileNameLength), "\""));
+    }
+    if (file.size() < 0 || file.size() > kMaxFileBytes) {
+      return absl::DataLossError(absl::StrCat(path, " lists ", file.name(),
+                                              " with an impossible size ",
+                                              file.size()));
     }
     const std::string file_path = Join(checkpoint_dir, file.name());
-    auto hashed = HashFile(file_path);
-    if (!hashed.ok()) {
+    auto sha256 = HashFile(file_path, file.size(), "the manifest says");
+    if (absl::IsNotFound(sha256.status())) {
       return absl::DataLossError(
           absl::StrCat(file_path, " is missing (listed in the manifest)"));
     }
-    if (hashed->size != file.size()) {
-      return absl::DataLossError(absl::StrCat(file_path, " has ", hashed->size,
-                                              " bytes; the manifest says ",
-                                              file.size()));
-    }
-    if (hashed->sha256 != file.sha256()) {
+    if (!sha256.ok()) return sha256.status();
+    if (*sha256 != file.sha256()) {
       return absl::DataLossError(
           absl::StrCat(file_path,
                        " does not match its SHA-256 in the manifest (the "
@@ -287,9 +430,10 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> CheckpointFolders(
   for (const auto& entry : entries) {
     std::string name = entry.path().filename().string();
     int64_t step = StepOfName(name);
-    std::error_code type_error;
-    if (step >= 0 && entry.is_directory(type_error))
+    // A link named like a checkpoint is not followed: it is not lockstep's.
+    if (step >= 0 && IsRealDirectory(entry.path().string())) {
       out.emplace_back(step, name);
+    }
   }
   std::sort(out.rbegin(), out.rend());
   return out;
@@ -318,7 +462,7 @@ int64_t NewestStep(const std::string& backup_dir) {
 }
 
 absl::StatusOr<std::string> ReadLatest(const std::string& backup_dir) {
-  auto latest = ReadFileToString(Join(backup_dir, kLatestName));
+  auto latest = ReadRegularFile(Join(backup_dir, kLatestName), kMaxLatestBytes);
   if (!latest.ok()) return latest.status();
   return std::string(absl::StripAsciiWhitespace(*latest));
 }
@@ -359,71 +503,120 @@ absl::StatusOr<Found> FindNewest(
       " verifies"));
 }
 
+namespace {
+
+// Whether backup_dir/`name` is a checkpoint lockstep committed: its exact
+// name, a folder (not a link), and a MANIFEST.json of lockstep's format for
+// that step. Clean-up removes nothing else.
+bool IsLockstepCheckpoint(const std::string& backup_dir,
+                          const std::string& name) {
+  const int64_t step = StepOfName(name);
+  const std::string dir = Join(backup_dir, name);
+  if (step < 0 || !IsRealDirectory(dir)) return false;
+  auto json = ReadRegularFile(Join(dir, kManifestName), kMaxManifestBytes);
+  v1::Manifest manifest;
+  return json.ok() && FromJson(*json, name, &manifest).ok() &&
+         manifest.format_version() >= 1 &&
+         manifest.format_version() <= kFormatVersion &&
+         manifest.step() == step && manifest.files_size() > 0;
+}
+
+// The names in `dir`, or none when it cannot be listed.
+std::vector<std::string> NamesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+void KeepFirstError(absl::Status* result, absl::Status status) {
+  if (result->ok()) *result = std::move(status);
+}
+
+// Removes the temporary folders lockstep made for steps up to `up_to_step`:
+// .tmp/worker-NNNNN/ckpt-S and .tmp/ckpt-S.staging|.replaced, folders with
+// exactly those names and no links; anything else in .tmp stays. With
+// `remove_empty`, then the worker-NNNNN folders and .tmp if that emptied
+// them (not while a job runs: a rank may be creating its folder).
+absl::Status RemoveTemporaryFolders(const std::string& backup_dir,
+                                    int64_t up_to_step, bool remove_empty) {
+  absl::Status result = absl::OkStatus();
+  const std::string tmp = Join(backup_dir, kTmp);
+  if (!IsRealDirectory(tmp)) return result;
+  for (const std::string& name : NamesIn(tmp)) {
+    const std::string path = Join(tmp, name);
+    if (!IsRealDirectory(path)) continue;
+    if (RankOfWorkerFolder(name) >= 0) {
+      for (const std::string& prepared : NamesIn(path)) {
+        int64_t step = StepOfName(prepared);
+        if (step >= 0 && step <= up_to_step &&
+            IsRealDirectory(Join(path, prepared))) {
+          KeepFirstError(&result, RemoveTree(Join(path, prepared)));
+        }
+      }
+      if (remove_empty) (void)rmdir(path.c_str());
+    } else if (int64_t step = StepOfTemporary(name);
+               step >= 0 && step <= up_to_step && name.find('.') != name.npos) {
+      KeepFirstError(&result, RemoveTree(path));
+    }
+  }
+  if (remove_empty) (void)rmdir(tmp.c_str());
+  return result;
+}
+
+}  // namespace
+
 absl::Status Prune(const std::string& backup_dir, int keep,
                    int64_t committed_step) {
   absl::Status result = absl::OkStatus();
-  std::error_code error;
   std::vector<int64_t> older;
-  for (const auto& entry : fs::directory_iterator(backup_dir, error)) {
-    int64_t step = StepOfName(entry.path().filename().string());
-    if (step >= 0 && step < committed_step) older.push_back(step);
+  for (const std::string& name : NamesIn(backup_dir)) {
+    int64_t step = StepOfName(name);
+    if (step >= 0 && step < committed_step &&
+        IsLockstepCheckpoint(backup_dir, name)) {
+      older.push_back(step);
+    }
   }
   std::sort(older.rbegin(), older.rend());
   for (size_t i = std::max(0, keep - 1); i < older.size(); ++i) {
-    absl::Status removed =
-        RemoveTree(Join(backup_dir, CheckpointName(older[i])));
-    if (result.ok()) result = removed;
+    KeepFirstError(&result,
+                   RemoveTree(Join(backup_dir, CheckpointName(older[i]))));
   }
   // Temporary folders: per-worker prepares and staging of finished steps.
-  const std::string tmp = Join(backup_dir, kTmp);
-  for (const auto& entry : fs::directory_iterator(tmp, error)) {
-    std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "worker-")) {
-      std::error_code inner_error;
-      for (const auto& prepared :
-           fs::directory_iterator(entry.path(), inner_error)) {
-        int64_t step = StepOfTemporary(prepared.path().filename().string());
-        if (step >= 0 && step <= committed_step) {
-          absl::Status removed = RemoveTree(prepared.path().string());
-          if (result.ok()) result = removed;
-        }
-      }
-    } else {
-      int64_t step = StepOfTemporary(name);
-      if (step >= 0 && step <= committed_step) {
-        absl::Status removed = RemoveTree(entry.path().string());
-        if (result.ok()) result = removed;
-      }
-    }
-  }
+  KeepFirstError(&result, RemoveTemporaryFolders(backup_dir, committed_step,
+                                                 /*remove_empty=*/false));
   return result;
 }
 
 absl::Status RemoveAll(const std::string& backup_dir) {
+  if (!IsRealDirectory(backup_dir)) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", backup_dir,
+                     ": it is missing or not a folder (a link is not "
+                     "followed)"));
+  }
   absl::Status result = absl::OkStatus();
-  std::error_code error;
-  std::vector<std::string> doomed;
-  for (const auto& entry : fs::directory_iterator(backup_dir, error)) {
-    std::string name = entry.path().filename().string();
-    if (StepOfName(name) >= 0 || name == kTmp || name == kLatestName) {
-      doomed.push_back(entry.path().string());
+  // LATEST first, and only lockstep's (one checkpoint name): a crash halfway
+  // leaves no name pointing at a removed checkpoint.
+  const std::string latest_path = Join(backup_dir, kLatestName);
+  if (auto latest = ReadLatest(backup_dir);
+      latest.ok() && StepOfName(*latest) >= 0) {
+    if (unlink(latest_path.c_str()) != 0 && errno != ENOENT) {
+      KeepFirstError(&result, absl::FailedPreconditionError(
+                                  absl::StrCat("cannot remove ", latest_path,
+                                               ": ", std::strerror(errno))));
     }
   }
-  // LATEST first: a crash halfway leaves no name pointing at a removed
-  // checkpoint.
-  std::sort(doomed.begin(), doomed.end(),
-            [](const std::string& a, const std::string& b) {
-              return absl::EndsWith(a, kLatestName) >
-                     absl::EndsWith(b, kLatestName);
-            });
-  for (const std::string& path : doomed) {
-    absl::Status removed = RemoveTree(path);
-    if (result.ok()) result = removed;
+  for (const std::string& name : NamesIn(backup_dir)) {
+    if (IsLockstepCheckpoint(backup_dir, name)) {
+      KeepFirstError(&result, RemoveTree(Join(backup_dir, name)));
+    }
   }
-  if (error) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read ", backup_dir, ": ", error.message()));
-  }
+  KeepFirstError(&result, RemoveTemporaryFolders(
+                              backup_dir, std::numeric_limits<int64_t>::max(),
+                              /*remove_empty=*/true));
   return result;
 }
 

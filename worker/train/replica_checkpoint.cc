@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/export_file.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -215,7 +216,7 @@ absl::Status ExportModel(const v1::JobSpec& spec, const Replica& replica) {
                    ? replica.model->Export()
                    : absl::StatusOr<std::string>(SerializeModelOnHost(replica));
   absl::Status exported =
-      bytes.ok() ? WriteFileAtomically(path, *bytes) : bytes.status();
+      bytes.ok() ? WriteExport(path, *bytes) : bytes.status();
   if (!exported.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job trained to the end but the final model could not be "

@@ -1,0 +1,224 @@
+// A backup_dir that someone else put things in: links to devices, files that
+// changed after their prepare, a prepare naming another folder, and foreign
+// files named like lockstep's. Each is refused or left alone, promptly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tests/unit/checkpoint_store_fixture.h"
+#include "worker/checkpoint/store.h"
+
+namespace lockstep::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+std::set<std::string> NamesIn(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// ---- reading ----------------------------------------------------------------
+
+TEST_F(CheckpointStoreTest, ModelLinkedToDevZeroIsCorruptNotHashedForever) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  const std::string model = CheckpointDir(20) + "/model.pt";
+  fs::remove(model);
+  ASSERT_EQ(symlink("/dev/zero", model.c_str()), 0);
+
+  auto verified = Verify(CheckpointDir(20));
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(verified.status().message(),
+              AllOf(HasSubstr("model.pt"), HasSubstr("symbolic link")));
+  // The restore falls back to the checkpoint before it, and says why.
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback());
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->manifest.step(), 10);
+  EXPECT_THAT(skipped.Names(),
+              UnorderedElementsAre(kLatestName, "ckpt-000000020"));
+  // `lockstep checkpoints` lists it as corrupt.
+  auto listed = List(dir_);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].verified.code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointStoreTest, ManifestLinkedToDevZeroIsCorrupt) {
+  ASSERT_TRUE(Save(10).ok());
+  const std::string manifest = CheckpointDir(10) + "/" + kManifestName;
+  fs::remove(manifest);
+  ASSERT_EQ(symlink("/dev/zero", manifest.c_str()), 0);
+  EXPECT_EQ(Verify(CheckpointDir(10)).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointStoreTest, FifoInPlaceOfAFileIsRefusedWithoutBlocking) {
+  ASSERT_TRUE(Save(10).ok());
+  const std::string model = CheckpointDir(10) + "/model.pt";
+  fs::remove(model);
+  ASSERT_EQ(mkfifo(model.c_str(), 0600), 0);
+  auto verified = Verify(CheckpointDir(10));
+  EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(verified.status().message(), HasSubstr("not a regular file"));
+}
+
+TEST_F(CheckpointStoreTest, CheckpointFolderThatIsALinkIsNotListed) {
+  ASSERT_TRUE(Save(10).ok());
+  fs::rename(CheckpointDir(10), dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", CheckpointDir(10));
+  auto listed = List(dir_);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  EXPECT_EQ(NewestStep(dir_), 0);
+}
+
+// ---- committing -------------------------------------------------------------
+
+TEST_F(CheckpointStoreTest, CommitRefusesAPrepareNamingAFolderOutsideItsOwn) {
+  ASSERT_TRUE(Save(10).ok());
+  // A file outside the backup folder, named like a prepared file.
+  const std::string victim_dir = dir_ + "-victim";
+  fs::create_directories(victim_dir);
+  WriteAll(victim_dir + "/model.pt", "not yours");
+  std::vector<PreparedPart> parts = PrepareBoth(20);
+  ASSERT_EQ(parts.size(), 2u);
+  for (const std::string& dir :
+       {std::string("../") + fs::path(victim_dir).filename().string(),
+        victim_dir, PrepareDir(1, 20) + "/../../worker-00000/ckpt-000000020",
+        PrepareDir(0, 19), std::string(".tmp/worker-1/ckpt-000000020")}) {
+    std::vector<PreparedPart> evil = parts;
+    evil[1].dir = dir;
+    auto committed = Commit(dir_, ManifestOf(20, 0), evil);
+    EXPECT_EQ(committed.status().code(), absl::StatusCode::kInvalidArgument)
+        << dir;
+    EXPECT_THAT(committed.status().message(),
+                AllOf(HasSubstr(dir), HasSubstr("staging folder")));
+  }
+  EXPECT_EQ(ReadAll(victim_dir + "/model.pt"), "not yours");
+  EXPECT_EQ(*ReadLatest(dir_), "ckpt-000000010");
+  EXPECT_FALSE(fs::exists(CheckpointDir(20)));
+  fs::remove_all(victim_dir);
+}
+
+TEST_F(CheckpointStoreTest, CommitRefusesTheSameRankTwice) {
+  std::vector<PreparedPart> parts = PrepareBoth(20);
+  ASSERT_EQ(parts.size(), 2u);
+  parts[1].dir = parts[0].dir;
+  auto committed = Commit(dir_, ManifestOf(20, 0), parts);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(committed.status().message(), HasSubstr("listed twice"));
+}
+
+TEST_F(CheckpointStoreTest, CommitRefusesAStagingFolderThatIsALink) {
+  std::vector<PreparedPart> parts = PrepareBoth(20);
+  ASSERT_EQ(parts.size(), 2u);
+  const std::string rank1 = dir_ + "/" + PrepareDir(1, 20);
+  fs::rename(rank1, dir_ + "/moved");
+  fs::create_directory_symlink(dir_ + "/moved", rank1);
+  auto committed = Commit(dir_, ManifestOf(20, 0), parts);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(committed.status().message(), HasSubstr("not followed"));
+}
+
+TEST_F(CheckpointStoreTest, CommitHashesWhatItCommitsInsteadOfTheReport) {
+  ASSERT_TRUE(Save(10).ok());
+  std::vector<PreparedPart> parts = PrepareBoth(20);
+  ASSERT_EQ(parts.size(), 2u);
+  // Same size, other bytes: only the chief's own hash can tell.
+  const std::string state =
+      dir_ + "/" + PrepareDir(1, 20) + "/" + RankStateName(1);
+  std::string contents = ReadAll(state);
+  contents[0] ^= 1;
+  WriteAll(state, contents);
+  auto committed = Commit(dir_, ManifestOf(20, 0), parts);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(committed.status().message(),
+              AllOf(HasSubstr(RankStateName(1)),
+                    HasSubstr("does not hold what its rank reported")));
+  EXPECT_EQ(*ReadLatest(dir_), "ckpt-000000010");
+  EXPECT_FALSE(fs::exists(CheckpointDir(20)));
+}
+
+TEST_F(CheckpointStoreTest, CommitRefusesAPreparedFileThatIsALink) {
+  std::vector<PreparedPart> parts = PrepareBoth(20);
+  ASSERT_EQ(parts.size(), 2u);
+  const std::string model = dir_ + "/" + PrepareDir(0, 20) + "/model.pt";
+  fs::remove(model);
+  ASSERT_EQ(symlink("/dev/zero", model.c_str()), 0);
+  auto committed = Commit(dir_, ManifestOf(20, 0), parts);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(committed.status().message(),
+              AllOf(HasSubstr("model.pt"), HasSubstr("no regular file")));
+}
+
+// ---- cleaning up ------------------------------------------------------------
+
+TEST_F(CheckpointStoreTest, RemoveAllLeavesForeignLookalikesAlone) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Prepare(dir_, 1, 30, FilesOfRank(1, 30)).ok());
+  // Named like lockstep's, but not lockstep's.
+  fs::create_directories(dir_ + "/ckpt-7");
+  WriteAll(dir_ + "/ckpt-7/data", "a");
+  fs::create_directories(dir_ + "/ckpt-000000008");  // no manifest
+  WriteAll(dir_ + "/ckpt-000000008/data", "b");
+  fs::create_directories(dir_ + "/ckpt-000000009");
+  WriteAll(dir_ + "/ckpt-000000009/" + kManifestName, "{\"step\": 3}");
+  fs::create_directories(dir_ + "/.tmp/notes");
+  WriteAll(dir_ + "/.tmp/notes/n", "c");
+  WriteAll(dir_ + "/.tmp/worker-00001/keep.txt", "d");
+  // A link named like a checkpoint, to a real checkpoint elsewhere.
+  const std::string outside = dir_ + "-outside";
+  fs::create_directories(outside);
+  fs::rename(CheckpointDir(10), outside + "/ckpt-000000010");
+  fs::create_directory_symlink(outside + "/ckpt-000000010", CheckpointDir(5));
+  ASSERT_TRUE(Save(11).ok());
+  WriteAll(dir_ + "/unrelated.txt", "e");
+
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_THAT(NamesIn(dir_),
+              UnorderedElementsAre("ckpt-7", "ckpt-000000008", "ckpt-000000009",
+                                   "ckpt-000000005", ".tmp", "unrelated.txt"));
+  EXPECT_THAT(NamesIn(dir_ + "/.tmp"),
+              UnorderedElementsAre("notes", "worker-00001"));
+  EXPECT_THAT(NamesIn(dir_ + "/.tmp/worker-00001"),
+              UnorderedElementsAre("keep.txt"));
+  EXPECT_TRUE(Verify(outside + "/ckpt-000000010").ok());
+  fs::remove_all(outside);
+}
+
+TEST_F(CheckpointStoreTest, RemoveAllLeavesAForeignLatest) {
+  ASSERT_TRUE(Save(10).ok());
+  WriteAll(dir_ + "/" + kLatestName, "my own notes\n");
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_THAT(NamesIn(dir_), UnorderedElementsAre(kLatestName));
+  EXPECT_EQ(ReadAll(dir_ + "/" + kLatestName), "my own notes\n");
+}
+
+TEST_F(CheckpointStoreTest, PruneLeavesForeignLookalikesAlone) {
+  fs::create_directories(dir_ + "/ckpt-000000001");
+  WriteAll(dir_ + "/ckpt-000000001/data", "foreign");
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  ASSERT_TRUE(Save(30).ok());
+  ASSERT_TRUE(Prune(dir_, 1, 30).ok());
+  EXPECT_THAT(CheckpointFolders(),
+              UnorderedElementsAre("ckpt-000000001", "ckpt-000000030"));
+}
+
+}  // namespace
+}  // namespace lockstep::checkpoint
