@@ -3,11 +3,17 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The Clang build with ASan + UBSan, the fuzzers and the thread-safety
+# analysis (`make sanitize`, `make fuzz`, `make thread-safety`).
+SAN_DIR ?= build-san
+# Inputs per fuzz target in `make fuzz` (ctest runs LOCKSTEP_FUZZ_RUNS).
+FUZZ_RUNS ?= 1000000
 # ccache keys on paths relative to the checkout, so a second clone (CI's, a
 # worktree) reuses what the first compiled.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build test demo bench clean format thread-safety
+.PHONY: all deps configure build test demo bench clean format thread-safety \
+	san-configure sanitize fuzz
 
 all: build
 
@@ -20,16 +26,42 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build thread-safety
+test: build thread-safety sanitize
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+san-configure: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=Release \
+	    -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_THREAD_SAFETY=ON >/dev/null
 
 # Clang's thread-safety analysis over every library: the coordinator, the
 # worker (agent, collectives, checkpointer, trainer) and the CLI's processes.
-thread-safety: deps
-	@CC=clang CXX=clang++ cmake -S . -B build-tsa -DCMAKE_BUILD_TYPE=Release \
-	    -DLOCKSTEP_THREAD_SAFETY=ON >/dev/null
-	@cmake --build build-tsa -j $(JOBS) --target lockstep_coordinator_lib \
+# It shares the sanitizer build's folder; the trainer (LibTorch) is only
+# compiled there, never linked or run.
+thread-safety: san-configure
+	@cmake --build $(SAN_DIR) -j $(JOBS) --target lockstep_coordinator_lib \
 	    lockstep_worker_core lockstep_trainer lockstep_process
+
+# The unit tests that need no LibTorch under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and every fuzzer over its corpus
+# (tests/fuzz/corpus/) plus a fixed number of inputs from a fixed seed.
+sanitize: san-configure
+	@cmake --build $(SAN_DIR) -j $(JOBS) --target sanitize_tests
+	@cd $(SAN_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Each fuzzer for FUZZ_RUNS inputs (FUZZ_TARGETS: a subset), its new inputs
+# kept in $(SAN_DIR)/fuzz-corpus/NAME between runs. A crash stops it and
+# leaves crash-* there: add it to tests/fuzz/corpus/NAME/ with the fix.
+FUZZ_TARGETS ?= job_spec tf_config checkpoint idx npy coordinator
+fuzz: san-configure
+	@cmake --build $(SAN_DIR) -j $(JOBS) --target sanitize_tests
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(SAN_DIR)/fuzz-corpus/$$t && \
+	  UBSAN_OPTIONS=print_stacktrace=1 $(SAN_DIR)/bin/$${t}_fuzz \
+	    -runs=$(FUZZ_RUNS) -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=$(SAN_DIR)/fuzz-corpus/$$t/ \
+	    $$( [ $$t = coordinator ] && echo -close_fd_mask=2 ) \
+	    $(SAN_DIR)/fuzz-corpus/$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
@@ -56,4 +88,4 @@ format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsa
+	@rm -rf $(BUILD_DIR) build-tsa $(SAN_DIR)

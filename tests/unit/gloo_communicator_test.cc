@@ -36,7 +36,11 @@ struct Case {
 class GlooAllReduceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GlooAllReduceTest, SumsAndBroadcastsOnEveryRank) {
-  const auto [world, count, algorithm] = GetParam();
+  // Plain copies, not a structured binding: Clang 14 (the sanitizer build)
+  // cannot capture bindings in lambdas.
+  const int world = GetParam().world;
+  const size_t count = GetParam().count;
+  const Algorithm algorithm = GetParam().algorithm;
   InMemoryKeyValue kv;
   std::vector<std::thread> threads;
   std::vector<absl::Status> errors(world);
@@ -257,7 +261,8 @@ class GlooWorldTest
     : public ::testing::TestWithParam<std::tuple<int, Algorithm>> {};
 
 TEST_P(GlooWorldTest, AllGatherAndBarrier) {
-  const auto [world, algorithm] = GetParam();
+  const int world = std::get<0>(GetParam());
+  const Algorithm algorithm = std::get<1>(GetParam());
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{13}, size_t{100000}}) {
     OnRanks(
         world, absl::Seconds(30),
@@ -282,7 +287,8 @@ TEST_P(GlooWorldTest, AllGatherAndBarrier) {
 // the pieces agree with the flat sum only to rounding, and every rank must
 // still hold the same bits.
 TEST_P(GlooWorldTest, SplitReductionIsBitwiseTheFlatOne) {
-  const auto [world, algorithm] = GetParam();
+  const int world = std::get<0>(GetParam());
+  const Algorithm algorithm = std::get<1>(GetParam());
   const size_t n = 10007;
   std::vector<std::vector<float>> results(world);
   OnRanks(
@@ -318,7 +324,8 @@ TEST_P(GlooWorldTest, SplitReductionIsBitwiseTheFlatOne) {
 }
 
 TEST_P(GlooWorldTest, HalfPrecisionSumsAreWithinTheirPrecision) {
-  const auto [world, algorithm] = GetParam();
+  const int world = std::get<0>(GetParam());
+  const Algorithm algorithm = std::get<1>(GetParam());
   // The direct algorithm rounds once; the ring at each of its W-1 hops.
   const int roundings =
       algorithm == Algorithm::kRing ? std::max(1, world - 1) : 1;

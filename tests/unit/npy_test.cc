@@ -89,6 +89,13 @@ TEST_F(NpyTest, ReadsFormatVersionTwo) {
   EXPECT_EQ(array->shape, (std::vector<int64_t>{2}));
 }
 
+TEST_F(NpyTest, AZeroDimensionHoldsNoDataWhateverTheOthers) {
+  auto array = ParseNpy(Npy("<i8", "(4294967296, 0)", ""), "x.npy");
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->shape, (std::vector<int64_t>{4294967296, 0}));
+  EXPECT_TRUE(array->data.empty());
+}
+
 struct Broken {
   const char* name;
   std::string bytes;
@@ -104,6 +111,12 @@ TEST_F(NpyTest, EveryMalformedFileIsNamed) {
        "Fortran order"},
       {"big-endian", Npy(">i8", "(3,)", Int64s({0, 1, 2})), "little-endian"},
       {"shape", Npy("|u1", "(3, x)", std::string(12, '\0')), "does not parse"},
+      // A shape whose product passes 64 bits (signed overflow before).
+      {"overflow",
+       Npy("<i8", "(4294967296, 4294967296, 4294967296)", std::string(8, '\0')),
+       "truncated"},
+      {"huge-element", Npy("<u2147483647", "(3,)", std::string(8, '\0')),
+       "truncated"},
   };
   for (const Broken& c : cases) {
     const std::string path = dir_ + "/" + c.name + ".npy";

@@ -488,6 +488,9 @@ void Accumulate(const char* in, size_t count, DataType type, bool first,
 void GlooCommunicator::SumInRankOrder(void* data, const char* scratch,
                                       size_t begin, size_t count, size_t stride,
                                       DataType type) {
+  // A rank's chunk is empty when there are fewer elements than ranks; the
+  // empty accumulator's null data() must not reach memcpy (UBSan).
+  if (count == 0) return;
   const int me = rank();
   const size_t esize = ElementSize(type);
   if (accumulator_.size() < count) accumulator_.resize(count);

@@ -3,6 +3,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/status_macros.h"
@@ -11,6 +13,7 @@ namespace lockstep::worker {
 namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 34;
+constexpr int64_t kReadChunk = int64_t{1} << 24;
 
 // Reads exactly `size` bytes; false on a short read.
 bool ReadExactly(gzFile file, void* out, size_t size) {
@@ -69,17 +72,26 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
     int64_t dim = (int64_t{raw[0]} << 24) | (int64_t{raw[1]} << 16) |
                   (int64_t{raw[2]} << 8) | int64_t{raw[3]};
     array.dims.push_back(dim);
-    elements *= std::max<int64_t>(dim, 1);
-    if (elements > kMaxElements) {
+    // Divided, not multiplied: elements * dim could pass 64 bits.
+    if (dim != 0 && elements > kMaxElements / dim) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": IDX dimensions are implausibly large"));
     }
+    elements *= dim;
   }
-  array.data.resize(static_cast<size_t>(elements));
-  if (!ReadExactly(file, array.data.data(), array.data.size())) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": truncated: the header promises ", elements,
-                     " bytes of data; re-download or reinstall the file"));
+  // The header is untrusted and a gzip stream's length is unknown until it
+  // is read: memory grows with the bytes actually there, never with the
+  // promise alone.
+  while (static_cast<int64_t>(array.data.size()) < elements) {
+    const size_t at = array.data.size();
+    const size_t chunk = static_cast<size_t>(
+        std::min<int64_t>(elements - static_cast<int64_t>(at), kReadChunk));
+    array.data.resize(at + chunk);
+    if (!ReadExactly(file, array.data.data() + at, chunk)) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": truncated: the header promises ", elements,
+                       " bytes of data; re-download or reinstall the file"));
+    }
   }
   char extra;
   if (gzread(file, &extra, 1) > 0) {

@@ -205,7 +205,6 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
   }
   absl::string_view inside =
       absl::StripSuffix(absl::StripPrefix(shape_text, "("), ")");
-  int64_t elements = 1;
   for (absl::string_view part :
        absl::StrSplit(inside, ',', absl::SkipWhitespace())) {
     int64_t dim = 0;
@@ -214,11 +213,24 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
                  absl::StrCat("its shape ", shape_text, " does not parse"));
     }
     out.shape.push_back(dim);
-    elements *= dim;
   }
-  const size_t expected = static_cast<size_t>(elements) * element;
+  // The shape is untrusted: its product is checked against the bytes the
+  // file has before it is formed, so it cannot pass 64 bits.
   const size_t available = bytes.size() - header_start - header_length;
-  if (available < expected) {
+  size_t expected = static_cast<size_t>(element);
+  for (int64_t dim : out.shape) {
+    if (dim == 0) expected = 0;
+  }
+  for (int64_t dim : out.shape) {
+    if (expected == 0) break;
+    if (static_cast<uint64_t>(dim) > available / expected) {
+      return absl::DataLossError(absl::StrCat(
+          origin, " is truncated: its shape ", shape_text, " of dtype ", descr,
+          " needs more than the ", available, " bytes of data the file has"));
+    }
+    expected *= static_cast<size_t>(dim);
+  }
+  if (expected > available) {
     return absl::DataLossError(
         absl::StrCat(origin, " is truncated: its shape ", shape_text, " needs ",
                      expected, " bytes of data, the file has ", available));
