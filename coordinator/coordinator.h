@@ -271,6 +271,10 @@ class Coordinator {
       const std::vector<std::string>& missing) const;
   WaitId AddWaiterLocked(bool barrier, Waiter waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AddWaiterLocked, then completes the waiter at once if it can (its
+  // deadline already passed); returns 0 when it completed.
+  WaitId AddWaiterAndCheckLocked(bool barrier, Waiter waiter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes the waiters on `key` that can complete now.
   void WakeWaitersLocked(const WaitKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes every waiter that can complete now, or whose deadline passed

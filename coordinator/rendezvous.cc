@@ -186,7 +186,7 @@ Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
   waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
                                         0, request.timeout_ms()));
   waiter.kv_done = std::move(done);
-  return AddWaiterLocked(/*barrier=*/false, std::move(waiter));
+  return AddWaiterAndCheckLocked(/*barrier=*/false, std::move(waiter));
 }
 
 Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
@@ -214,7 +214,16 @@ Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
   waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
                                         0, request.timeout_ms()));
   waiter.barrier_done = std::move(done);
-  return AddWaiterLocked(/*barrier=*/true, std::move(waiter));
+  return AddWaiterAndCheckLocked(/*barrier=*/true, std::move(waiter));
+}
+
+Coordinator::WaitId Coordinator::AddWaiterAndCheckLocked(bool barrier,
+                                                         Waiter waiter) {
+  WaitId id = AddWaiterLocked(barrier, std::move(waiter));
+  // A deadline already reached (timeout_ms 0) answers now, as the blocking
+  // form does, instead of at the next Sweep.
+  FinishWaiterLocked(id, std::nullopt);
+  return waiters_.count(id) == 0 ? 0 : id;
 }
 
 Coordinator::WaitId Coordinator::AddWaiterLocked(bool barrier, Waiter waiter) {

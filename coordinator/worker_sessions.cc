@@ -92,6 +92,13 @@ void Coordinator::CloseSession(const std::string& worker_id,
       worker->incarnation != incarnation) {
     return;  // already declared failed, or replaced by a newer session
   }
+  if (shutdown_) {
+    // The coordinator itself is stopping and closed every session: that is
+    // no worker's failure, and must not spend one of the job's restarts. A
+    // restarted coordinator marks the running job RECOVERING (§1).
+    worker->sink = nullptr;
+    return;
+  }
   WorkerFailedLocked(*worker, "worker_failed",
                      absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
                                   " lost its session: the process exited or "

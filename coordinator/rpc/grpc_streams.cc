@@ -74,8 +74,15 @@ void SessionReactor::OnReadDone(bool ok) {
   if (!opened_) {
     if (!Open()) return;
   } else {
-    // A refused message is logged by the coordinator; the session goes on.
-    (void)coordinator_->HandleWorkerMessage(worker_id_, incoming_);
+    bool ending;
+    {
+      absl::MutexLock lock(&mu_);
+      ending = ending_;
+    }
+    // A read that completed after the coordinator closed this session (the
+    // worker was declared failed) is not handled. A refused message is
+    // logged by the coordinator; the session goes on.
+    if (!ending) (void)coordinator_->HandleWorkerMessage(worker_id_, incoming_);
   }
   absl::MutexLock lock(&mu_);
   if (!ending_) StartRead(&incoming_);

@@ -40,6 +40,29 @@ TEST_F(CoordinatorTest, JobsSurviveARestart) {
   EXPECT_NE(next, queued);
 }
 
+// A coordinator that stops closes every session; the rpc layer then closes
+// each one (CloseSession). That is not a worker failure: a job with no
+// restarts left must come back RECOVERING, not FAILED.
+TEST_F(CoordinatorTest, AStoppingCoordinatorSpendsNoRestartOfTheRunningJob) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  v1::JobSpec spec = Spec(1);
+  spec.set_max_restarts(0);
+  std::string running = *coordinator_->SubmitJob(spec);
+  ASSERT_EQ(Status(running).state(), v1::JOB_STATE_RUNNING);
+  coordinator_->Shutdown();
+  coordinator_->CloseSession(worker, 1, &a,
+                             absl::UnavailableError("the server stopped"));
+  EXPECT_EQ(Status(running).generations(), 1);
+  coordinator_.reset();
+
+  Make(std::nullopt, *JobStore::Open(dir));
+  EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RECOVERING);
+}
+
 // Issue 14: a queued job whose stored spec crashed the coordinator at every
 // restart. One that no longer validates (a newer rule, a corrupted row)
 // fails on load with the reason and is never started; the next one runs.

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,10 @@ class CoordinatorRpcTest : public ::testing::Test {
 
   void TearDown() override {
     if (coordinator_ != nullptr) coordinator_->Shutdown();
-    if (server_ != nullptr) server_->Shutdown();
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(5));
+    }
   }
 
   // Registers a free worker; returns its id.

@@ -73,6 +73,27 @@ class CoordinatorWaitTest : public CoordinatorTest {
   std::string job_;
 };
 
+// timeout_ms 0 is a poll: answered at once, as the blocking form does, not
+// at the next Sweep.
+TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
+  StartJob();
+  KvResults got;
+  EXPECT_EQ(coordinator_->KvGetAsync(Get(job_, "missing", 0), got.Callback()),
+            0);
+  ASSERT_EQ(got.results.size(), 1u);
+  EXPECT_EQ(got.results[0].status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::vector<absl::Status> arrived;
+  v1::BarrierRequest poll = Arrive(job_, 0);
+  poll.set_timeout_ms(0);
+  EXPECT_EQ(coordinator_->BarrierAsync(
+                poll, [&](absl::Status s) { arrived.push_back(s); }),
+            0);
+  ASSERT_EQ(arrived.size(), 1u);
+  EXPECT_EQ(arrived[0].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(arrived[0].message(), HasSubstr("missing"));
+}
+
 TEST_F(CoordinatorWaitTest, KvGetAsyncAnswersAtOnceWhenTheKeyIsSet) {
   StartJob();
   ASSERT_TRUE(coordinator_->KvSet(Set(job_, "k", "v")).ok());
