@@ -66,8 +66,10 @@ Example:
       --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
 )";
 
-// gRPC's threads for the whole server: the callback API needs few, however
-// many sessions and watches are open.
+// A bound on gRPC's synchronous-server threads (the health service). The
+// callback API's reactions run on gRPC's own small pool, which this quota
+// does not size; they never block, so few are needed however many sessions
+// and watches are open.
 constexpr int kMaxGrpcThreads = 64;
 
 // A flag holding a whole number in [low, high], or `fallback` when absent.
