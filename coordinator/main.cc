@@ -66,7 +66,7 @@ Example:
       --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
 )";
 
-// A bound on gRPC's synchronous-server threads (the health service). The
+// A bound on the threads of gRPC's synchronous-server machinery. The
 // callback API's reactions run on gRPC's own small pool, which this quota
 // does not size; they never block, so few are needed however many sessions
 // and watches are open.
