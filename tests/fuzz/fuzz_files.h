@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -77,6 +78,20 @@ inline void Check(bool ok, const char* what) {
   if (ok) return;
   std::fprintf(stderr, "fuzz invariant broken: %s\n", what);
   std::abort();
+}
+
+// What a data set that loaded must hold, from either reader: one label per
+// image, count x rows x cols pixels, every label a class.
+template <typename Dataset>
+void CheckDataset(const Dataset& dataset, int num_classes) {
+  Check(static_cast<int64_t>(dataset.labels.size()) == dataset.count,
+        "label count differs from the image count");
+  Check(static_cast<int64_t>(dataset.pixels.size()) ==
+            dataset.count * dataset.rows * dataset.cols,
+        "pixel count differs from count x rows x cols");
+  for (auto label : dataset.labels) {
+    Check(static_cast<int>(label) < num_classes, "label out of range");
+  }
 }
 
 }  // namespace lockstep::fuzz

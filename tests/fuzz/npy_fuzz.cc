@@ -38,14 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lockstep::fuzz::WriteFile(dir + "/train_labels.npy", b);
   auto dataset = lockstep::worker::LoadNpyDataset(dir, /*train=*/true);
   if (dataset.ok()) {
-    Check(static_cast<int64_t>(dataset->labels.size()) == dataset->count,
-          "label count differs from the image count");
-    Check(static_cast<int64_t>(dataset->pixels.size()) ==
-              dataset->count * dataset->rows * dataset->cols,
-          "pixel count differs from count x rows x cols");
-    for (uint8_t label : dataset->labels) {
-      Check(label < lockstep::worker::kNumClasses, "label out of range");
-    }
+    lockstep::fuzz::CheckDataset(*dataset, lockstep::worker::kNumClasses);
   }
   return 0;
 }
