@@ -58,6 +58,64 @@ TEST_F(CheckpointStoreTest, ModelLinkedToDevZeroIsCorruptNotHashedForever) {
   EXPECT_EQ((*listed)[0].verified.code(), absl::StatusCode::kDataLoss);
 }
 
+// Verify checks only what the manifest lists; the restore reads model.pt
+// whatever it lists. A manifest that omits model.pt must not let a link to
+// /dev/zero be read until memory runs out.
+TEST_F(CheckpointStoreTest, ARestoreReadsOnlyFilesTheManifestLists) {
+  ASSERT_TRUE(Save(10).ok());
+  const std::string dir = CheckpointDir(10);
+  auto manifest = Verify(dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  v1::Manifest without_model = *manifest;
+  without_model.clear_files();
+  for (const v1::CheckpointFile& file : manifest->files()) {
+    if (file.name() != "model.pt") *without_model.add_files() = file;
+  }
+  WriteAll(dir + "/" + kManifestName, ToJson(without_model));
+  fs::remove(dir + "/model.pt");
+  ASSERT_EQ(symlink("/dev/zero", (dir + "/model.pt").c_str()), 0);
+
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback());
+  ASSERT_TRUE(found.ok()) << found.status();  // what it lists verifies
+  auto model = ReadCheckpointFile(*found, "model.pt");
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("checkpoint " + dir + " is corrupt"),
+                    HasSubstr("does not list model.pt")));
+  auto trainer = ReadCheckpointFile(*found, "trainer.state");
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+}
+
+// A listed file swapped after Verify: for a link, for a file longer than
+// the manifest says (never read past that size), for the same size with
+// other bytes.
+TEST_F(CheckpointStoreTest, ARestoreChecksTheBytesItLoads) {
+  ASSERT_TRUE(Save(10).ok());
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback());
+  ASSERT_TRUE(found.ok()) << found.status();
+  const std::string model = CheckpointDir(10) + "/model.pt";
+  const std::string original = ReadAll(model);
+  fs::remove(model);
+  ASSERT_EQ(symlink("/dev/zero", model.c_str()), 0);
+  EXPECT_EQ(ReadCheckpointFile(*found, "model.pt").status().code(),
+            absl::StatusCode::kDataLoss);
+  fs::remove(model);
+  WriteAll(model, original + "x");
+  EXPECT_THAT(ReadCheckpointFile(*found, "model.pt").status().message(),
+              HasSubstr("at most"));
+  std::string flipped = original;
+  flipped[0] ^= 1;
+  WriteAll(model, flipped);
+  EXPECT_THAT(ReadCheckpointFile(*found, "model.pt").status().message(),
+              HasSubstr("SHA-256"));
+  WriteAll(model, original);
+  auto bytes = ReadCheckpointFile(*found, "model.pt");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, original);
+}
+
 TEST_F(CheckpointStoreTest, ManifestLinkedToDevZeroIsCorrupt) {
   ASSERT_TRUE(Save(10).ok());
   const std::string manifest = CheckpointDir(10) + "/" + kManifestName;

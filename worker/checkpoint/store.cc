@@ -503,6 +503,34 @@ absl::StatusOr<Found> FindNewest(
       " verifies"));
 }
 
+absl::StatusOr<std::string> ReadCheckpointFile(const Found& found,
+                                               const std::string& name) {
+  const std::string path = Join(found.dir, name);
+  const auto& files = found.manifest.files();
+  auto listed = std::find_if(files.begin(), files.end(),
+                             [&](const auto& f) { return f.name() == name; });
+  if (listed == files.end()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", found.dir, " is corrupt: its ",
+                     kManifestName, " does not list ", name,
+                     ", which a restore reads; restore an earlier "
+                     "checkpoint or remove this one"));
+  }
+  auto bytes = ReadRegularFile(path, listed->size());
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", found.dir, " is corrupt: ", bytes.status().message()));
+  }
+  if (static_cast<int64_t>(bytes->size()) != listed->size() ||
+      Sha256Hex(*bytes) != listed->sha256()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", found.dir, " is corrupt: ", path, " (", bytes->size(),
+        " bytes) does not match the size (", listed->size(),
+        ") and SHA-256 its manifest records; it changed after the commit"));
+  }
+  return bytes;
+}
+
 namespace {
 
 // Whether backup_dir/`name` is a checkpoint lockstep committed: its exact
