@@ -278,5 +278,63 @@ TEST_F(CheckpointStoreTest, PruneLeavesForeignLookalikesAlone) {
               UnorderedElementsAre("ckpt-000000001", "ckpt-000000030"));
 }
 
+// A person's file inside a checkpoint lockstep committed: clean-up removes
+// the files the manifest lists and MANIFEST.json, and leaves the folder with
+// the person's file in it.
+TEST_F(CheckpointStoreTest, PruneAndRemoveAllLeaveForeignFilesInACheckpoint) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  ASSERT_TRUE(Save(30).ok());
+  WriteAll(CheckpointDir(10) + "/notes.txt", "mine");
+  ASSERT_TRUE(Prune(dir_, 2, 30).ok());
+  EXPECT_THAT(NamesIn(CheckpointDir(10)), UnorderedElementsAre("notes.txt"));
+  EXPECT_EQ(ReadAll(CheckpointDir(10) + "/notes.txt"), "mine");
+  EXPECT_TRUE(Verify(CheckpointDir(20)).ok());
+
+  WriteAll(CheckpointDir(30) + "/results.csv", "also mine");
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_THAT(CheckpointFolders(),
+              UnorderedElementsAre("ckpt-000000010", "ckpt-000000030"));
+  EXPECT_THAT(NamesIn(CheckpointDir(30)), UnorderedElementsAre("results.csv"));
+}
+
+// A manifest naming a file outside its folder is not lockstep's: nothing it
+// names is removed.
+TEST_F(CheckpointStoreTest, CleanUpNeverFollowsAManifestOutOfItsFolder) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  WriteAll(dir_ + "/precious", "x");
+  auto manifest = Verify(CheckpointDir(10));
+  ASSERT_TRUE(manifest.ok());
+  manifest->mutable_files(0)->set_name("../precious");
+  WriteAll(CheckpointDir(10) + "/" + kManifestName, ToJson(*manifest));
+  ASSERT_TRUE(Prune(dir_, 1, 20).ok());
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_EQ(ReadAll(dir_ + "/precious"), "x");
+  EXPECT_TRUE(fs::exists(CheckpointDir(10) + "/" + kManifestName));
+}
+
+// A folder named ckpt-<step> that lockstep did not commit is not replaced
+// by a commit of that step.
+TEST_F(CheckpointStoreTest, CommitRefusesToReplaceAForeignFolder) {
+  fs::create_directories(CheckpointDir(20));
+  WriteAll(CheckpointDir(20) + "/data", "someone's");
+  auto committed = Save(20);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(committed.status().message(),
+              AllOf(HasSubstr(CheckpointDir(20)),
+                    HasSubstr("not a checkpoint lockstep committed")));
+  EXPECT_EQ(ReadAll(CheckpointDir(20) + "/data"), "someone's");
+  EXPECT_FALSE(ReadLatest(dir_).ok());
+  // Nor a link named like one.
+  fs::remove_all(CheckpointDir(20));
+  const std::string outside = dir_ + "-elsewhere";
+  fs::create_directories(outside);
+  fs::create_directory_symlink(outside, CheckpointDir(20));
+  EXPECT_EQ(Save(20).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::is_symlink(CheckpointDir(20)));
+  fs::remove_all(outside);
+}
+
 }  // namespace
 }  // namespace lockstep::checkpoint
