@@ -336,5 +336,46 @@ TEST_F(CheckpointStoreTest, CommitRefusesToReplaceAForeignFolder) {
   fs::remove_all(outside);
 }
 
+// Links planted inside backup_dir: Prepare neither writes through them nor
+// removes what they point at.
+TEST_F(CheckpointStoreTest, PrepareFollowsNoLinkInsideBackupDir) {
+  const std::string outside = dir_ + "-other";
+  fs::create_directories(outside + "/worker-00001/ckpt-000000020");
+  WriteAll(outside + "/worker-00001/ckpt-000000020/keep", "k");
+  WriteAll(outside + "/keep", "k");
+  fs::create_directory_symlink(outside, dir_ + "/.tmp");
+  auto prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(prepared.status().message(),
+              AllOf(HasSubstr(dir_ + "/.tmp"), HasSubstr("symbolic link")));
+  EXPECT_EQ(ReadAll(outside + "/worker-00001/ckpt-000000020/keep"), "k");
+
+  fs::remove(dir_ + "/.tmp");
+  fs::create_directories(dir_ + "/.tmp");
+  fs::create_directory_symlink(outside + "/worker-00001",
+                               dir_ + "/.tmp/worker-00001");
+  prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(prepared.status().message(), HasSubstr("worker-00001"));
+  EXPECT_EQ(ReadAll(outside + "/worker-00001/ckpt-000000020/keep"), "k");
+
+  // The step's own folder as a link: the link goes, its target stays.
+  fs::remove(dir_ + "/.tmp/worker-00001");
+  fs::create_directories(dir_ + "/.tmp/worker-00001");
+  fs::create_directory_symlink(outside + "/worker-00001/ckpt-000000020",
+                               dir_ + "/" + PrepareDir(1, 20));
+  prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_FALSE(fs::is_symlink(dir_ + "/" + PrepareDir(1, 20)));
+  EXPECT_THAT(NamesIn(outside + "/worker-00001/ckpt-000000020"),
+              UnorderedElementsAre("keep"));
+  // A file where a folder belongs is refused too.
+  fs::remove_all(dir_ + "/.tmp");
+  WriteAll(dir_ + "/.tmp", "not a folder");
+  EXPECT_EQ(Prepare(dir_, 1, 20, FilesOfRank(1, 20)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  fs::remove_all(outside);
+}
+
 }  // namespace
 }  // namespace lockstep::checkpoint

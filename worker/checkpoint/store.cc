@@ -166,6 +166,24 @@ int64_t SizeOfTree(const std::string& dir) {
   return bytes;
 }
 
+// Makes the folder `path` unless it is there already as a folder; a
+// symbolic link or anything else in its place is refused, never followed
+// (a link planted in backup_dir would send the writes, or the removal of an
+// earlier attempt, wherever it points).
+absl::Status MakeRealDirectory(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) == 0) return absl::OkStatus();
+  if (errno == EEXIST && IsRealDirectory(path)) return absl::OkStatus();
+  if (errno == EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path,
+        " is a symbolic link or not a folder; lockstep follows no link "
+        "inside checkpoint.backup_dir: remove it, or give the job another "
+        "checkpoint.backup_dir"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot create the folder ", path, ": ", std::strerror(errno)));
+}
+
 bool IsPlainName(const std::string& name) {
   return !name.empty() && name.size() <= kMaxFileNameLength && name != "." &&
          name != ".." && name.find('/') == std::string::npos &&
@@ -235,8 +253,12 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> Prepare(
     const std::vector<NamedFile>& files) {
   FailPoint("checkpoint_before_prepare");
   const std::string dir = Join(backup_dir, PrepareDir(rank, step));
-  RETURN_IF_ERROR(RemoveTree(dir));
-  RETURN_IF_ERROR(MakeDirectories(dir));
+  RETURN_IF_ERROR(MakeDirectories(backup_dir));
+  RETURN_IF_ERROR(MakeRealDirectory(Join(backup_dir, kTmp)));
+  RETURN_IF_ERROR(MakeRealDirectory(
+      Join(backup_dir, absl::StrFormat("%s/worker-%05d", kTmp, rank))));
+  RETURN_IF_ERROR(RemoveTree(dir));  // a link there is removed, not followed
+  RETURN_IF_ERROR(MakeRealDirectory(dir));
   std::vector<v1::CheckpointFile> out;
   for (const auto& [name, contents] : files) {
     RETURN_IF_ERROR(WriteFileDurably(Join(dir, name), contents));
@@ -358,7 +380,7 @@ absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
   const std::string staging =
       Join(backup_dir, absl::StrCat(kTmp, "/", name, ".staging"));
   RETURN_IF_ERROR(RemoveTree(staging));
-  RETURN_IF_ERROR(MakeDirectories(staging));
+  RETURN_IF_ERROR(MakeRealDirectory(staging));
   manifest.set_format_version(kFormatVersion);
   manifest.clear_files();
   std::set<std::string> names;
