@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -203,19 +204,26 @@ class LocalRun {
 
 // The worker flags that let a local worker use exactly the paths `spec`
 // names, made absolute against this folder (the workers inherit it): on
-// their own machine the person running `lockstep local` chose them.
+// their own machine the person running `lockstep local` chose them. An
+// export must lie strictly below its root, so its root is its folder.
 std::vector<std::string> RootFlags(const v1::JobSpec& spec) {
   const std::string cwd = CurrentDirectory();
   auto absolute = [&cwd](const std::string& path) {
     return path[0] == '/' ? path : cwd + "/" + path;
   };
+  std::string export_folder;
+  if (!spec.export_path().empty()) {
+    const std::string path = absolute(spec.export_path());
+    const size_t slash = path.find_last_of('/');
+    export_folder = slash == 0 ? "/" : path.substr(0, slash);
+  }
   std::vector<std::string> flags = {
       "--data-root", absolute(spec.data().dir().empty() ? kDefaultDataDir
                                                         : spec.data().dir())};
   for (auto [flag, path] :
        {std::pair{"--data-root", &spec.model().torchscript()},
         std::pair{"--backup-root", &spec.checkpoint().backup_dir()},
-        std::pair{"--export-root", &spec.export_path()}}) {
+        std::pair{"--export-root", &std::as_const(export_folder)}}) {
     if (!path->empty()) flags.insert(flags.end(), {flag, absolute(*path)});
   }
   return flags;

@@ -86,6 +86,17 @@ absl::Status CheckExportTarget(const std::string& path) {
   if (!marker.ok()) {
     return NotOurs(path, "exists and is not a lockstep export");
   }
+  // The size first: a file of another size is refused without reading it
+  // (it may be large, and is not ours either way).
+  const int64_t found_size = static_cast<int64_t>(st.st_size);
+  if (!absl::StartsWith(*marker, absl::StrCat(kMarkerHeader, "\nsize ",
+                                              found_size, "\nsha256 "))) {
+    return NotOurs(path, absl::StrCat("exists and is no longer the model "
+                                      "lockstep exported there (it has ",
+                                      found_size,
+                                      " bytes, not the size its marker "
+                                      "records)"));
+  }
   int64_t size = 0;
   auto sha256 = HashRegularFile(path, &size);
   if (!sha256.ok() || *marker != MarkerOf(size, *sha256)) {

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -111,11 +113,12 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
   return contents;
 }
 
-absl::Status WriteFileDurably(const std::string& path,
-                              absl::string_view contents) {
-  int fd = open(path.c_str(),
-                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", path);
+namespace {
+
+// Writes `contents` to the open `fd` (named `path` in errors), fsyncs it and
+// closes it, whatever happens.
+absl::Status WriteAndClose(int fd, const std::string& path,
+                           absl::string_view contents) {
   // Chunks, each handed to writeback as soon as it is written: the disk works
   // while the next chunk is copied, and the final fsync has little left.
   constexpr size_t kChunk = size_t{1} << 20;
@@ -144,14 +147,46 @@ absl::Status WriteFileDurably(const std::string& path,
   return absl::OkStatus();
 }
 
+// A temporary file beside `path` that this call created: "<path>.tmp.<16
+// random hex digits>", opened with O_EXCL and O_NOFOLLOW, so a file or link
+// another user planted under the name (in /tmp, say) is never written
+// through; a name taken is retried with another suffix.
+absl::StatusOr<int> CreateTemporaryBeside(const std::string& path,
+                                          std::string* tmp) {
+  static thread_local std::mt19937_64 random(std::random_device{}() ^
+                                             static_cast<uint64_t>(getpid()));
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    *tmp = absl::StrFormat("%s.tmp.%016x", path, random());
+    int fd = open(tmp->c_str(),
+                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return ErrnoError("cannot create", *tmp);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot create a temporary file beside ", path,
+      ": 16 random names were all taken; clear out the files named ", path,
+      ".tmp.* there"));
+}
+
+}  // namespace
+
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::string_view contents) {
+  int fd = open(path.c_str(),
+                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  return WriteAndClose(fd, path, contents);
+}
+
 absl::Status FsyncDirectory(const std::string& path) {
   return FsyncPath(path, O_RDONLY | O_DIRECTORY);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  absl::Status written = WriteFileDurably(tmp, contents);
+  std::string tmp;
+  ASSIGN_OR_RETURN(int fd, CreateTemporaryBeside(path, &tmp));
+  absl::Status written = WriteAndClose(fd, tmp, contents);
   if (!written.ok()) {
     unlink(tmp.c_str());
     return written;

@@ -29,6 +29,9 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
 
 // Atomically replaces `path` with `contents` (write temp, fsync, rename,
 // fsync the parent directory). A crash leaves either the old or new file.
+// The temporary file, "<path>.tmp.<random>", is created with O_EXCL and
+// O_NOFOLLOW: a name someone else made first (in /tmp, say) is never
+// written through, another is tried.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents);
 

@@ -83,6 +83,24 @@ constexpr FieldBound kFieldBounds[] = {
 // A number as a user wrote it: 65536, 0.5, 1e+12 (not 1.07374e+09).
 std::string Number(double value) { return absl::StrFormat("%.15g", value); }
 
+// A NUL ends the string every system call sees, while the checks before
+// them see all of it (a path "/etc\0/../tmp" passes as /tmp and then acts
+// on /etc); other control characters have no use in a job spec and garble
+// the messages and logs that echo it. Refused in every string field.
+absl::Status CheckNoControlCharacter(absl::string_view path,
+                                     absl::string_view value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return Invalid(absl::StrFormat(
+          "%s holds a control character (byte 0x%02x at offset %d); "
+          "remove it: no field of a job spec may hold one",
+          path, c, i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Checks every scalar field of `message` (and of the messages it holds)
 // against its bound, and every float field for NaN and infinities. The
 // paths use the JSON name where the proto sets one (export_path: "export").
@@ -114,6 +132,8 @@ absl::Status CheckFieldBounds(const google::protobuf::Message& message,
           return Invalid(absl::StrCat(path, " is ", size,
                                       " bytes long; at most ", Number(*bound)));
         }
+        RETURN_IF_ERROR(CheckNoControlCharacter(
+            path, reflection->GetStringReference(message, field, &scratch)));
         continue;
       }
       case FieldDescriptor::CPPTYPE_DOUBLE:

@@ -47,21 +47,31 @@ absl::StatusOr<std::vector<std::string>> ParseRoots(
     const std::vector<std::string>& values, const std::string& flag);
 
 // `path` made absolute against `cwd` and resolved as described above.
-// InvalidArgument for an empty path or a dangling link; FailedPrecondition
+// InvalidArgument for an empty path, a path holding a control character
+// (NUL included) or a dangling link; FailedPrecondition
 // when a folder on the way cannot be inspected.
 absl::StatusOr<std::string> ResolvePath(const std::string& path,
                                         const std::string& cwd);
 
-// Whether `path` (resolved) is one of `roots` (resolved) or lies below one.
-// PermissionDenied otherwise, naming the field, the path, what it resolved
-// to, the roots and `flag`, the worker option that would allow it.
-absl::Status CheckUnderRoots(const std::string& field, const std::string& path,
-                             const std::vector<std::string>& roots,
-                             const std::string& flag, const std::string& cwd);
+// Whether a path may be a root itself (a folder: data.dir, backup_dir) or
+// must lie strictly below one (a file that is replaced: export).
+enum class RootMatch { kRootOrBelow, kStrictlyBelow };
+
+// `path` resolved, when it is one of `roots` (resolved) or lies below one
+// (strictly below for kStrictlyBelow). InvalidArgument, naming the field,
+// for a path holding a control character (a NUL would end the path every
+// system call sees). PermissionDenied otherwise, naming the field, the path,
+// what it resolved to, the roots and `flag`, the worker option that would
+// allow it.
+absl::StatusOr<std::string> CheckUnderRoots(
+    const std::string& field, const std::string& path,
+    const std::vector<std::string>& roots, const std::string& flag,
+    const std::string& cwd, RootMatch match = RootMatch::kRootOrBelow);
 
 // Checks every path `spec` names: data.dir (its default when empty),
-// model.torchscript, checkpoint.backup_dir and export. The first violation,
-// as CheckUnderRoots reports it.
+// model.torchscript, checkpoint.backup_dir and export (strictly below an
+// export root: the root itself is a folder, never an export). The first
+// violation, as CheckUnderRoots reports it.
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots,
                            const std::string& cwd);
 

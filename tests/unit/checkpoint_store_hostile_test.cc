@@ -58,6 +58,64 @@ TEST_F(CheckpointStoreTest, ModelLinkedToDevZeroIsCorruptNotHashedForever) {
   EXPECT_EQ((*listed)[0].verified.code(), absl::StatusCode::kDataLoss);
 }
 
+// Verify checks only what the manifest lists; the restore reads model.pt
+// whatever it lists. A manifest that omits model.pt must not let a link to
+// /dev/zero be read until memory runs out.
+TEST_F(CheckpointStoreTest, ARestoreReadsOnlyFilesTheManifestLists) {
+  ASSERT_TRUE(Save(10).ok());
+  const std::string dir = CheckpointDir(10);
+  auto manifest = Verify(dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  v1::Manifest without_model = *manifest;
+  without_model.clear_files();
+  for (const v1::CheckpointFile& file : manifest->files()) {
+    if (file.name() != "model.pt") *without_model.add_files() = file;
+  }
+  WriteAll(dir + "/" + kManifestName, ToJson(without_model));
+  fs::remove(dir + "/model.pt");
+  ASSERT_EQ(symlink("/dev/zero", (dir + "/model.pt").c_str()), 0);
+
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback());
+  ASSERT_TRUE(found.ok()) << found.status();  // what it lists verifies
+  auto model = ReadCheckpointFile(*found, "model.pt");
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("checkpoint " + dir + " is corrupt"),
+                    HasSubstr("does not list model.pt")));
+  auto trainer = ReadCheckpointFile(*found, "trainer.state");
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+}
+
+// A listed file swapped after Verify: for a link, for a file longer than
+// the manifest says (never read past that size), for the same size with
+// other bytes.
+TEST_F(CheckpointStoreTest, ARestoreChecksTheBytesItLoads) {
+  ASSERT_TRUE(Save(10).ok());
+  Skipped skipped;
+  auto found = FindNewest(dir_, skipped.Callback());
+  ASSERT_TRUE(found.ok()) << found.status();
+  const std::string model = CheckpointDir(10) + "/model.pt";
+  const std::string original = ReadAll(model);
+  fs::remove(model);
+  ASSERT_EQ(symlink("/dev/zero", model.c_str()), 0);
+  EXPECT_EQ(ReadCheckpointFile(*found, "model.pt").status().code(),
+            absl::StatusCode::kDataLoss);
+  fs::remove(model);
+  WriteAll(model, original + "x");
+  EXPECT_THAT(ReadCheckpointFile(*found, "model.pt").status().message(),
+              HasSubstr("at most"));
+  std::string flipped = original;
+  flipped[0] ^= 1;
+  WriteAll(model, flipped);
+  EXPECT_THAT(ReadCheckpointFile(*found, "model.pt").status().message(),
+              HasSubstr("SHA-256"));
+  WriteAll(model, original);
+  auto bytes = ReadCheckpointFile(*found, "model.pt");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, original);
+}
+
 TEST_F(CheckpointStoreTest, ManifestLinkedToDevZeroIsCorrupt) {
   ASSERT_TRUE(Save(10).ok());
   const std::string manifest = CheckpointDir(10) + "/" + kManifestName;
@@ -218,6 +276,105 @@ TEST_F(CheckpointStoreTest, PruneLeavesForeignLookalikesAlone) {
   ASSERT_TRUE(Prune(dir_, 1, 30).ok());
   EXPECT_THAT(CheckpointFolders(),
               UnorderedElementsAre("ckpt-000000001", "ckpt-000000030"));
+}
+
+// A person's file inside a checkpoint lockstep committed: clean-up removes
+// the files the manifest lists and MANIFEST.json, and leaves the folder with
+// the person's file in it.
+TEST_F(CheckpointStoreTest, PruneAndRemoveAllLeaveForeignFilesInACheckpoint) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  ASSERT_TRUE(Save(30).ok());
+  WriteAll(CheckpointDir(10) + "/notes.txt", "mine");
+  ASSERT_TRUE(Prune(dir_, 2, 30).ok());
+  EXPECT_THAT(NamesIn(CheckpointDir(10)), UnorderedElementsAre("notes.txt"));
+  EXPECT_EQ(ReadAll(CheckpointDir(10) + "/notes.txt"), "mine");
+  EXPECT_TRUE(Verify(CheckpointDir(20)).ok());
+
+  WriteAll(CheckpointDir(30) + "/results.csv", "also mine");
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_THAT(CheckpointFolders(),
+              UnorderedElementsAre("ckpt-000000010", "ckpt-000000030"));
+  EXPECT_THAT(NamesIn(CheckpointDir(30)), UnorderedElementsAre("results.csv"));
+}
+
+// A manifest naming a file outside its folder is not lockstep's: nothing it
+// names is removed.
+TEST_F(CheckpointStoreTest, CleanUpNeverFollowsAManifestOutOfItsFolder) {
+  ASSERT_TRUE(Save(10).ok());
+  ASSERT_TRUE(Save(20).ok());
+  WriteAll(dir_ + "/precious", "x");
+  auto manifest = Verify(CheckpointDir(10));
+  ASSERT_TRUE(manifest.ok());
+  manifest->mutable_files(0)->set_name("../precious");
+  WriteAll(CheckpointDir(10) + "/" + kManifestName, ToJson(*manifest));
+  ASSERT_TRUE(Prune(dir_, 1, 20).ok());
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  EXPECT_EQ(ReadAll(dir_ + "/precious"), "x");
+  EXPECT_TRUE(fs::exists(CheckpointDir(10) + "/" + kManifestName));
+}
+
+// A folder named ckpt-<step> that lockstep did not commit is not replaced
+// by a commit of that step.
+TEST_F(CheckpointStoreTest, CommitRefusesToReplaceAForeignFolder) {
+  fs::create_directories(CheckpointDir(20));
+  WriteAll(CheckpointDir(20) + "/data", "someone's");
+  auto committed = Save(20);
+  EXPECT_EQ(committed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(committed.status().message(),
+              AllOf(HasSubstr(CheckpointDir(20)),
+                    HasSubstr("not a checkpoint lockstep committed")));
+  EXPECT_EQ(ReadAll(CheckpointDir(20) + "/data"), "someone's");
+  EXPECT_FALSE(ReadLatest(dir_).ok());
+  // Nor a link named like one.
+  fs::remove_all(CheckpointDir(20));
+  const std::string outside = dir_ + "-elsewhere";
+  fs::create_directories(outside);
+  fs::create_directory_symlink(outside, CheckpointDir(20));
+  EXPECT_EQ(Save(20).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::is_symlink(CheckpointDir(20)));
+  fs::remove_all(outside);
+}
+
+// Links planted inside backup_dir: Prepare neither writes through them nor
+// removes what they point at.
+TEST_F(CheckpointStoreTest, PrepareFollowsNoLinkInsideBackupDir) {
+  const std::string outside = dir_ + "-other";
+  fs::create_directories(outside + "/worker-00001/ckpt-000000020");
+  WriteAll(outside + "/worker-00001/ckpt-000000020/keep", "k");
+  WriteAll(outside + "/keep", "k");
+  fs::create_directory_symlink(outside, dir_ + "/.tmp");
+  auto prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(prepared.status().message(),
+              AllOf(HasSubstr(dir_ + "/.tmp"), HasSubstr("symbolic link")));
+  EXPECT_EQ(ReadAll(outside + "/worker-00001/ckpt-000000020/keep"), "k");
+
+  fs::remove(dir_ + "/.tmp");
+  fs::create_directories(dir_ + "/.tmp");
+  fs::create_directory_symlink(outside + "/worker-00001",
+                               dir_ + "/.tmp/worker-00001");
+  prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(prepared.status().message(), HasSubstr("worker-00001"));
+  EXPECT_EQ(ReadAll(outside + "/worker-00001/ckpt-000000020/keep"), "k");
+
+  // The step's own folder as a link: the link goes, its target stays.
+  fs::remove(dir_ + "/.tmp/worker-00001");
+  fs::create_directories(dir_ + "/.tmp/worker-00001");
+  fs::create_directory_symlink(outside + "/worker-00001/ckpt-000000020",
+                               dir_ + "/" + PrepareDir(1, 20));
+  prepared = Prepare(dir_, 1, 20, FilesOfRank(1, 20));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_FALSE(fs::is_symlink(dir_ + "/" + PrepareDir(1, 20)));
+  EXPECT_THAT(NamesIn(outside + "/worker-00001/ckpt-000000020"),
+              UnorderedElementsAre("keep"));
+  // A file where a folder belongs is refused too.
+  fs::remove_all(dir_ + "/.tmp");
+  WriteAll(dir_ + "/.tmp", "not a folder");
+  EXPECT_EQ(Prepare(dir_, 1, 20, FilesOfRank(1, 20)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  fs::remove_all(outside);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -45,9 +46,23 @@ TEST_F(ExportFileTest, RefusesToReplaceAForeignFile) {
 
 TEST_F(ExportFileTest, RefusesAnExportTheUserReplacedSince) {
   ASSERT_TRUE(WriteExport(path_, "model").ok());
-  ASSERT_TRUE(WriteFileAtomically(path_, "the user's own file").ok());
+  ASSERT_TRUE(WriteFileAtomically(path_, "MODEL").ok());  // the same size
   absl::Status status = WriteExport(path_, "model 2");
   EXPECT_THAT(status.message(), HasSubstr("bytes changed"));
+  EXPECT_EQ(*ReadFileToString(path_), "MODEL");
+}
+
+// A file of another size than the marker records is refused on its size,
+// without being read (here it cannot be: no read permission).
+TEST_F(ExportFileTest, AnExportOfAnotherSizeIsRefusedBeforeItIsHashed) {
+  ASSERT_TRUE(WriteExport(path_, "model").ok());
+  ASSERT_TRUE(WriteFileAtomically(path_, "the user's own file").ok());
+  ASSERT_EQ(chmod(path_.c_str(), 0), 0);
+  absl::Status status = CheckExportTarget(path_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr("it has 19 bytes, not the size its marker records"));
+  ASSERT_EQ(chmod(path_.c_str(), 0644), 0);
   EXPECT_EQ(*ReadFileToString(path_), "the user's own file");
 }
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 namespace lockstep {
@@ -23,6 +24,35 @@ TEST(FilesTest, AtomicWriteReplacesTheFile) {
   ASSERT_TRUE(WriteFileAtomically(path, "one").ok());
   ASSERT_TRUE(WriteFileAtomically(path, "two").ok());
   EXPECT_EQ(*ReadFileToString(path), "two");
+}
+
+// The temporary file's name was "<path>.tmp.<pid>", opened with O_TRUNC and
+// no O_EXCL: in /tmp another user could make it first and keep writing to
+// it between the write and the rename, or plant a link there.
+TEST(FilesTest, AtomicWriteNeverUsesATemporaryFileItDidNotCreate) {
+  std::string dir = TempDir();
+  std::string path = dir + "/model.pt";
+  const std::string planted = path + ".tmp." + std::to_string(getpid());
+  ASSERT_TRUE(WriteFileDurably(planted, "planted").ok());
+  const std::string victim = dir + "/victim";
+  ASSERT_TRUE(WriteFileDurably(victim, "victim").ok());
+  const std::string linked = path + ".tmp.link";
+  ASSERT_EQ(symlink(victim.c_str(), linked.c_str()), 0);
+
+  ASSERT_TRUE(WriteFileAtomically(path, "mine").ok());
+  EXPECT_EQ(*ReadFileToString(path), "mine");
+  EXPECT_EQ(*ReadFileToString(planted), "planted");
+  EXPECT_EQ(*ReadFileToString(victim), "victim");
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  // Nothing of its own is left behind.
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    (void)entry;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 4);  // model.pt, the planted file, victim, the link
 }
 
 TEST(FilesTest, MissingFileIsNotFound) {

@@ -412,6 +412,53 @@ TEST(JobSpecBoundsTest, AThreeMegabyteNameIsRefusedWithoutEchoingIt) {
               HasSubstr("export is 5000 bytes long; at most 4096"));
 }
 
+// Sets every string field of `message` (nested ones too) in turn to `value`
+// and expects ValidateJobSpec on `spec` to refuse it, naming the field.
+void ExpectEveryStringFieldRefuses(v1::JobSpec* spec,
+                                   google::protobuf::Message* message,
+                                   const std::string& prefix,
+                                   const std::string& value, int* checked) {
+  const google::protobuf::Descriptor* descriptor = message->GetDescriptor();
+  const google::protobuf::Reflection* reflection = message->GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    const std::string path =
+        prefix + (field->has_json_name() ? field->json_name() : field->name());
+    if (field->message_type() != nullptr) {
+      ExpectEveryStringFieldRefuses(spec,
+                                    reflection->MutableMessage(message, field),
+                                    path + ".", value, checked);
+    } else if (field->cpp_type() ==
+               google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      const std::string before = reflection->GetString(*message, field);
+      reflection->SetString(message, field, value);
+      absl::Status status = ValidateJobSpec(*spec);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << path;
+      EXPECT_THAT(status.message(),
+                  HasSubstr(absl::StrCat(path, " holds a control character")))
+          << path;
+      reflection->SetString(message, field, before);
+      ++*checked;
+    }
+  }
+}
+
+TEST(JobSpecBoundsTest, ControlCharactersAreRefusedInEveryStringField) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64})");
+  ASSERT_TRUE(ValidateJobSpec(spec).ok());
+  for (const std::string& value :
+       {std::string("/etc\0/../tmp/x", 14), std::string("a\nb"),
+        std::string("x\x1b[2J"), std::string("\x7f")}) {
+    int checked = 0;
+    ExpectEveryStringFieldRefuses(&spec, &spec, "", value, &checked);
+    EXPECT_GE(checked, 10);
+  }
+  spec.mutable_checkpoint()->set_backup_dir(std::string("/etc\0/../tmp/x", 14));
+  EXPECT_THAT(ValidateJobSpec(spec).message(),
+              HasSubstr("checkpoint.backup_dir holds a control character "
+                        "(byte 0x00 at offset 4)"));
+}
+
 // Every scalar field, nested ones included, has a bound: a new field that
 // lacks one fails here rather than going unchecked.
 void ExpectEveryFieldBounded(const google::protobuf::Descriptor* descriptor,

@@ -34,7 +34,8 @@ class PathPolicyTest : public ::testing::Test {
   absl::Status Check(const std::string& path,
                      const std::string& cwd = "/nonexistent") {
     return CheckUnderRoots("checkpoint.backup_dir", path, {root_},
-                           "--backup-root", cwd);
+                           "--backup-root", cwd)
+        .status();
   }
 
   std::string dir_, root_, outside_;
@@ -89,6 +90,59 @@ TEST_F(PathPolicyTest, DanglingLinkIsRefused) {
   absl::Status status = Check(root_ + "/model.pt");
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(status.message(), HasSubstr("symbolic link"));
+}
+
+// A NUL ends the path every system call sees, but not the walk: without
+// the check "<root>/..\0/../<root>/x" would pass and then act on "<root>/..".
+TEST_F(PathPolicyTest, NulAndOtherControlCharactersAreRefusedNamingTheField) {
+  const std::string escape = std::string("/etc\0/../", 9) + root_ + "/x";
+  absl::Status status = Check(escape);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("checkpoint.backup_dir \"/etc\\x00/"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("control character (byte 0x00 at offset 4)"));
+  EXPECT_EQ(Check(root_ + "/a\nb").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolvePath(escape, "/").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::JobSpec spec;
+  spec.mutable_data()->set_dir(root_);
+  spec.mutable_checkpoint()->set_backup_dir(escape);
+  PathRoots roots{{root_}, {root_}, {root_}};
+  EXPECT_THAT(CheckJobPaths(spec, roots, "/").message(),
+              HasSubstr("checkpoint.backup_dir"));
+}
+
+TEST_F(PathPolicyTest, TheResolvedPathIsReturned) {
+  ASSERT_EQ(symlink(root_.c_str(), (dir_ + "/root-link").c_str()), 0);
+  auto resolved =
+      CheckUnderRoots("checkpoint.backup_dir", dir_ + "/root-link/./data/../b",
+                      {root_}, "--backup-root", "/");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(*resolved, root_ + "/b");
+}
+
+TEST_F(PathPolicyTest, AnExportMustLieStrictlyBelowARoot) {
+  PathRoots roots{{root_}, {root_}, {root_}};
+  v1::JobSpec spec;
+  spec.mutable_data()->set_dir(root_);
+  spec.set_export_path(root_ + "/./");
+  absl::Status status = CheckJobPaths(spec, roots, "/");
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("export \"" + root_ + "/./\""));
+  EXPECT_THAT(status.message(), HasSubstr("not a path below one"));
+  spec.set_export_path(root_ + "/model.pt");
+  EXPECT_TRUE(CheckJobPaths(spec, roots, "/").ok());
+  // A backup folder may still be a root itself.
+  EXPECT_TRUE(Check(root_).ok());
+}
+
+TEST_F(PathPolicyTest, AnUnresolvablePathNamesTheRootsAndTheFlag) {
+  ASSERT_EQ(symlink((outside_ + "/new").c_str(), (root_ + "/model.pt").c_str()),
+            0);
+  absl::Status status = Check(root_ + "/model.pt");
+  EXPECT_THAT(status.message(), HasSubstr("symbolic link"));
+  EXPECT_THAT(status.message(), HasSubstr(root_ + ", set with --backup-root"));
 }
 
 TEST_F(PathPolicyTest, RootGivenThroughALinkIsResolvedToo) {

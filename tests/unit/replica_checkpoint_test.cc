@@ -4,11 +4,16 @@
 // given explicitly.
 #include "worker/train/replica_checkpoint.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/job_spec.h"
+#include "common/sha256.h"
 
 namespace lockstep::worker {
 namespace {
@@ -86,6 +91,37 @@ TEST_P(ReplicaCheckpointTest, ASnapshotLoadsOntoTheDeviceItIsGiven) {
   archive.load_from(model_in, fresh.device);
   fresh.model->load(archive);
   EXPECT_EQ(ModelDigest(*fresh.model), ModelDigest(*trained.model));
+}
+
+// A checkpoint whose manifest omits model.pt: the restore refuses it as
+// corrupt instead of reading whatever model.pt is (here bytes that no
+// manifest vouches for; a link to /dev/zero would never end).
+TEST(LoadCheckpointTest, AFileTheManifestOmitsIsNotRead) {
+  const v1::JobSpec spec = Spec("mlp", "sgd");
+  std::string dir = ::testing::TempDir() + "load_checkpoint_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  v1::TrainerState state;
+  state.set_model("mlp");
+  state.set_seed(spec.seed());
+  const std::string trainer = checkpoint::ToJson(state);
+  checkpoint::Found found;
+  found.dir = dir;
+  found.manifest.set_step(10);
+  v1::CheckpointFile* listed = found.manifest.add_files();
+  listed->set_name("trainer.state");
+  listed->set_size(static_cast<int64_t>(trainer.size()));
+  listed->set_sha256(Sha256Hex(trainer));
+  ASSERT_TRUE(WriteFileDurably(dir + "/trainer.state", trainer).ok());
+  ASSERT_TRUE(WriteFileDurably(dir + "/model.pt", "not vouched for").ok());
+  Replica replica;
+  ASSERT_TRUE(InitializeReplica(spec, 28, 28, torch::kCPU, &replica).ok());
+  absl::Status loaded = LoadCheckpoint(found, spec, "mlp", replica);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kDataLoss) << loaded;
+  EXPECT_THAT(std::string(loaded.message()),
+              ::testing::HasSubstr("does not list model.pt"));
+  EXPECT_EQ(replica.step, 0);
+  std::error_code error;
+  std::filesystem::remove_all(dir, error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ReplicaCheckpointTest,

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "common/failpoint.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -164,10 +166,58 @@ int64_t SizeOfTree(const std::string& dir) {
   return bytes;
 }
 
+// Makes the folder `path` unless it is there already as a folder; a
+// symbolic link or anything else in its place is refused, never followed
+// (a link planted in backup_dir would send the writes, or the removal of an
+// earlier attempt, wherever it points).
+absl::Status MakeRealDirectory(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) == 0) return absl::OkStatus();
+  if (errno == EEXIST && IsRealDirectory(path)) return absl::OkStatus();
+  if (errno == EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path,
+        " is a symbolic link or not a folder; lockstep follows no link "
+        "inside checkpoint.backup_dir: remove it, or give the job another "
+        "checkpoint.backup_dir"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot create the folder ", path, ": ", std::strerror(errno)));
+}
+
 bool IsPlainName(const std::string& name) {
   return !name.empty() && name.size() <= kMaxFileNameLength && name != "." &&
          name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
+}
+
+// The manifest of backup_dir/`name` when it is a checkpoint lockstep
+// committed: its exact name, a folder (not a link), and a MANIFEST.json of
+// lockstep's format for that step listing only plain file names. Clean-up
+// removes nothing else.
+std::optional<v1::Manifest> LockstepManifest(const std::string& backup_dir,
+                                             const std::string& name) {
+  const int64_t step = StepOfName(name);
+  const std::string dir = Join(backup_dir, name);
+  if (step < 0 || !IsRealDirectory(dir)) return std::nullopt;
+  auto json = ReadRegularFile(Join(dir, kManifestName), kMaxManifestBytes);
+  v1::Manifest manifest;
+  if (!json.ok() || !FromJson(*json, name, &manifest).ok() ||
+      manifest.format_version() < 1 ||
+      manifest.format_version() > kFormatVersion || manifest.step() != step ||
+      manifest.files_size() == 0 ||
+      std::any_of(manifest.files().begin(), manifest.files().end(),
+                  [](const v1::CheckpointFile& file) {
+                    return !IsPlainName(file.name()) ||
+                           file.name() == kManifestName;
+                  })) {
+    return std::nullopt;
+  }
+  return manifest;
+}
+
+bool IsLockstepCheckpoint(const std::string& backup_dir,
+                          const std::string& name) {
+  return LockstepManifest(backup_dir, name).has_value();
 }
 
 }  // namespace
@@ -203,8 +253,12 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> Prepare(
     const std::vector<NamedFile>& files) {
   FailPoint("checkpoint_before_prepare");
   const std::string dir = Join(backup_dir, PrepareDir(rank, step));
-  RETURN_IF_ERROR(RemoveTree(dir));
-  RETURN_IF_ERROR(MakeDirectories(dir));
+  RETURN_IF_ERROR(MakeDirectories(backup_dir));
+  RETURN_IF_ERROR(MakeRealDirectory(Join(backup_dir, kTmp)));
+  RETURN_IF_ERROR(MakeRealDirectory(
+      Join(backup_dir, absl::StrFormat("%s/worker-%05d", kTmp, rank))));
+  RETURN_IF_ERROR(RemoveTree(dir));  // a link there is removed, not followed
+  RETURN_IF_ERROR(MakeRealDirectory(dir));
   std::vector<v1::CheckpointFile> out;
   for (const auto& [name, contents] : files) {
     RETURN_IF_ERROR(WriteFileDurably(Join(dir, name), contents));
@@ -310,10 +364,23 @@ absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
     RETURN_IF_ERROR(
         CheckPreparedDir(backup_dir, part.dir, manifest.step(), &ranks));
   }
+  const std::string final_dir = Join(backup_dir, name);
+  struct stat existing;
+  const bool replacing = lstat(final_dir.c_str(), &existing) == 0;
+  if (replacing && !IsLockstepCheckpoint(backup_dir, name)) {
+    // Only a checkpoint lockstep committed is replaced, never what someone
+    // else put under that name.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", name, ": ", final_dir,
+        " exists and is not a checkpoint lockstep committed (no folder with "
+        "a MANIFEST.json of this step); not committed. Move it out of "
+        "checkpoint.backup_dir, or give the job a checkpoint.backup_dir of "
+        "its own"));
+  }
   const std::string staging =
       Join(backup_dir, absl::StrCat(kTmp, "/", name, ".staging"));
   RETURN_IF_ERROR(RemoveTree(staging));
-  RETURN_IF_ERROR(MakeDirectories(staging));
+  RETURN_IF_ERROR(MakeRealDirectory(staging));
   manifest.set_format_version(kFormatVersion);
   manifest.clear_files();
   std::set<std::string> names;
@@ -337,10 +404,8 @@ absl::StatusOr<int64_t> Commit(const std::string& backup_dir,
   RETURN_IF_ERROR(WriteFileDurably(Join(staging, kManifestName), json));
   RETURN_IF_ERROR(FsyncDirectory(staging));
 
-  const std::string final_dir = Join(backup_dir, name);
   const std::string replaced =
       Join(backup_dir, absl::StrCat(kTmp, "/", name, ".replaced"));
-  const bool replacing = PathExists(final_dir);
   if (replacing) {
     // The same step committed before (a commit whose LATEST update was cut
     // short, then replayed): the new one replaces it.
@@ -503,22 +568,68 @@ absl::StatusOr<Found> FindNewest(
       " verifies"));
 }
 
+absl::StatusOr<std::string> ReadCheckpointFile(const Found& found,
+                                               const std::string& name) {
+  const std::string path = Join(found.dir, name);
+  const auto& files = found.manifest.files();
+  auto listed = std::find_if(files.begin(), files.end(),
+                             [&](const auto& f) { return f.name() == name; });
+  if (listed == files.end()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", found.dir, " is corrupt: its ",
+                     kManifestName, " does not list ", name,
+                     ", which a restore reads; restore an earlier "
+                     "checkpoint or remove this one"));
+  }
+  auto bytes = ReadRegularFile(path, listed->size());
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", found.dir, " is corrupt: ", bytes.status().message()));
+  }
+  if (static_cast<int64_t>(bytes->size()) != listed->size() ||
+      Sha256Hex(*bytes) != listed->sha256()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", found.dir, " is corrupt: ", path, " (", bytes->size(),
+        " bytes) does not match the size (", listed->size(),
+        ") and SHA-256 its manifest records; it changed after the commit"));
+  }
+  return bytes;
+}
+
 namespace {
 
-// Whether backup_dir/`name` is a checkpoint lockstep committed: its exact
-// name, a folder (not a link), and a MANIFEST.json of lockstep's format for
-// that step. Clean-up removes nothing else.
-bool IsLockstepCheckpoint(const std::string& backup_dir,
-                          const std::string& name) {
-  const int64_t step = StepOfName(name);
+absl::Status Unlink(const std::string& path) {
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", path, ": ", std::strerror(errno),
+                     "; remove it by hand or fix its folder's permissions"));
+  }
+  return absl::OkStatus();
+}
+
+// Removes a checkpoint lockstep committed: the files its manifest lists,
+// then MANIFEST.json (last: a crash halfway leaves a folder that is still
+// recognised and removed next time), then the folder if that emptied it.
+// Anything else a person put in the folder is left, with the folder.
+absl::Status RemoveCheckpoint(const std::string& backup_dir,
+                              const std::string& name,
+                              const v1::Manifest& manifest) {
   const std::string dir = Join(backup_dir, name);
-  if (step < 0 || !IsRealDirectory(dir)) return false;
-  auto json = ReadRegularFile(Join(dir, kManifestName), kMaxManifestBytes);
-  v1::Manifest manifest;
-  return json.ok() && FromJson(*json, name, &manifest).ok() &&
-         manifest.format_version() >= 1 &&
-         manifest.format_version() <= kFormatVersion &&
-         manifest.step() == step && manifest.files_size() > 0;
+  for (const v1::CheckpointFile& file : manifest.files()) {
+    RETURN_IF_ERROR(Unlink(Join(dir, file.name())));
+  }
+  RETURN_IF_ERROR(Unlink(Join(dir, kManifestName)));
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    if (errno == ENOTEMPTY || errno == EEXIST) {
+      LogWarning("removed checkpoint ", name, "'s files but left ", dir,
+                 ": it holds files lockstep did not write; remove them by "
+                 "hand if they are not needed");
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", dir, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 // The names in `dir`, or none when it cannot be listed.
@@ -571,18 +682,20 @@ absl::Status RemoveTemporaryFolders(const std::string& backup_dir,
 absl::Status Prune(const std::string& backup_dir, int keep,
                    int64_t committed_step) {
   absl::Status result = absl::OkStatus();
-  std::vector<int64_t> older;
+  std::vector<std::pair<int64_t, v1::Manifest>> older;
   for (const std::string& name : NamesIn(backup_dir)) {
     int64_t step = StepOfName(name);
-    if (step >= 0 && step < committed_step &&
-        IsLockstepCheckpoint(backup_dir, name)) {
-      older.push_back(step);
+    if (step < 0 || step >= committed_step) continue;
+    if (auto manifest = LockstepManifest(backup_dir, name)) {
+      older.emplace_back(step, *std::move(manifest));
     }
   }
-  std::sort(older.rbegin(), older.rend());
+  std::sort(older.begin(), older.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = std::max(0, keep - 1); i < older.size(); ++i) {
     KeepFirstError(&result,
-                   RemoveTree(Join(backup_dir, CheckpointName(older[i]))));
+                   RemoveCheckpoint(backup_dir, CheckpointName(older[i].first),
+                                    older[i].second));
   }
   // Temporary folders: per-worker prepares and staging of finished steps.
   KeepFirstError(&result, RemoveTemporaryFolders(backup_dir, committed_step,
@@ -610,8 +723,8 @@ absl::Status RemoveAll(const std::string& backup_dir) {
     }
   }
   for (const std::string& name : NamesIn(backup_dir)) {
-    if (IsLockstepCheckpoint(backup_dir, name)) {
-      KeepFirstError(&result, RemoveTree(Join(backup_dir, name)));
+    if (auto manifest = LockstepManifest(backup_dir, name)) {
+      KeepFirstError(&result, RemoveCheckpoint(backup_dir, name, *manifest));
     }
   }
   KeepFirstError(&result, RemoveTemporaryFolders(

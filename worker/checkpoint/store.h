@@ -108,6 +108,15 @@ absl::StatusOr<Found> FindNewest(
     const std::function<void(const std::string&, const absl::Status&)>& skipped,
     int64_t above_step = 0);
 
+// The bytes of the file `name` of the checkpoint `found`, for a restore: read
+// only when the manifest lists it, opened as a regular file without
+// following a link, never more than the size the manifest records, and
+// checked against the manifest's size and SHA-256 (the bytes returned are
+// the bytes verified, whatever changed since Verify). DataLoss naming the
+// checkpoint and the file otherwise.
+absl::StatusOr<std::string> ReadCheckpointFile(const Found& found,
+                                               const std::string& name);
+
 // After the commit of `committed_step`: keeps that checkpoint and the
 // `keep` - 1 before it and removes older ones, and removes temporary folders
 // of steps up to `committed_step`. Newer checkpoints are left alone: they

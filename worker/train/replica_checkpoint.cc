@@ -141,8 +141,10 @@ absl::Status LoadCheckpoint(const checkpoint::Found& found,
                             const v1::JobSpec& spec,
                             const std::string& model_label, Replica& replica) {
   const v1::Manifest& manifest = found.manifest;
+  // Only files the manifest lists, bounded by and checked against it: a
+  // manifest that omits model.pt must not let a link to /dev/zero be read.
   auto read = [&](const std::string& file) {
-    return ReadFileToString(absl::StrCat(found.dir, "/", file));
+    return checkpoint::ReadCheckpointFile(found, file);
   };
   ASSIGN_OR_RETURN(std::string trainer_json, read("trainer.state"));
   v1::TrainerState state;
