@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "worker/checkpoint/store.h"
 
 namespace lockstep::coordinator {
@@ -286,6 +287,11 @@ absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
     default:
       return absl::OkStatus();
   }
+}
+
+absl::Status Refused(absl::Status refusal) {
+  LogWarning("refusing a request: ", refusal.message());
+  return refusal;
 }
 
 }  // namespace lockstep::coordinator

@@ -78,6 +78,10 @@ absl::Status CheckSubmission(const v1::JobSpec& spec);
 // to kMaxStatusPage. Errors: InvalidArgument.
 absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request);
 
+// Logs a refused request (which call, why) once and passes the refusal on,
+// for the entry points above to return.
+absl::Status Refused(absl::Status refusal);
+
 }  // namespace lockstep::coordinator
 
 #endif  // LOCKSTEP_COORDINATOR_MESSAGE_CHECKS_H_

@@ -14,16 +14,6 @@
 #include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
-namespace {
-
-// Logs a refused rendezvous request once and passes the refusal on.
-absl::Status Refused(absl::Status refusal) {
-  LogWarning("refusing a rendezvous request: ", refusal.message());
-  return refusal;
-}
-
-}  // namespace
-
 absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
     const std::string& job_id, int64_t number) {
   if (shutdown_) return absl::CancelledError("the coordinator is stopping");

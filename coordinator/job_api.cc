@@ -1,0 +1,285 @@
+// The Coordinator's job API for clients beside submission: a job's status
+// (one job, or the list paged), waiting for a change, stop and delete; and
+// how jobs are kept: retention of finished jobs, events, reports to
+// watchers and the job store. The queue and state machine are in
+// coordinator.cc.
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/job_state.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
+#include "coordinator/message_checks.h"
+
+namespace lockstep::coordinator {
+
+// ---- job status -------------------------------------------------------------
+
+absl::StatusOr<std::vector<v1::JobStatus>> Coordinator::GetJobStatus(
+    const std::string& job_id, bool include_history) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::JobStatus> result;
+  if (!job_id.empty()) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
+    }
+    result.push_back(ReportLocked(it->second, include_history));
+    return result;
+  }
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    result.push_back(ReportLocked(jobs_.at(it->second), include_history));
+  }
+  return result;
+}
+
+absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
+    const v1::GetJobStatusRequest& request) {
+  if (absl::Status bad = CheckStatusRequest(request); !bad.ok()) {
+    return Refused(bad);
+  }
+  v1::GetJobStatusResponse response;
+  if (!request.job_id().empty()) {
+    ASSIGN_OR_RETURN(std::vector<v1::JobStatus> one,
+                     GetJobStatus(request.job_id(), request.include_history()));
+    *response.add_jobs() = std::move(one[0]);
+    return response;
+  }
+  int64_t before = std::numeric_limits<int64_t>::max();
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &before) || before <= 0)) {
+    return Refused(absl::InvalidArgumentError(absl::StrCat(
+        "GetJobStatus: page_token '", request.page_token(),
+        "' is not a next_page_token this coordinator gave; start again "
+        "without one")));
+  }
+  const int page_size =
+      request.page_size() > 0 ? request.page_size() : kDefaultStatusPage;
+  absl::MutexLock lock(&mu_);
+  size_t bytes = 0;
+  for (auto it = std::make_reverse_iterator(job_order_.lower_bound(before));
+       it != job_order_.rend(); ++it) {
+    v1::JobStatus summary = ReportLocked(jobs_.at(it->second), false);
+    // A summary: what `lockstep status` shows; one job's full record has
+    // the rest.
+    summary.clear_events();
+    summary.clear_checkpoints();
+    summary.clear_evals();
+    if (summary.ByteSizeLong() > kMaxStatusPageBytes) {
+      // A record stored before the bounds (a job named with megabytes of
+      // text): listed without its spec and with its error cut; `lockstep
+      // status JOB` has the whole record, `lockstep delete JOB` removes it.
+      summary.clear_spec();
+      if (summary.error().size() > kMaxTextBytes) {
+        summary.mutable_error()->resize(kMaxTextBytes);
+      }
+    }
+    bytes += summary.ByteSizeLong();
+    if (response.jobs_size() == page_size ||
+        (response.jobs_size() > 0 && bytes > kMaxStatusPageBytes)) {
+      response.set_next_page_token(
+          absl::StrCat(std::prev(it)->first));  // the last one sent
+      break;
+    }
+    *response.add_jobs() = std::move(summary);
+  }
+  return response;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
+    const std::string& job_id, int64_t after_version, absl::Time deadline) {
+  if (absl::Status bad = CheckJobId("WatchJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    }
+    if (shutdown_) return absl::CancelledError("the coordinator is stopping");
+    if (it->second.status.version() > after_version ||
+        absl::Now() >= deadline) {
+      return ReportLocked(it->second, /*include_history=*/false);
+    }
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::Status Coordinator::StopJob(const std::string& job_id) {
+  if (absl::Status bad = CheckJobId("StopJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  Job& job = it->second;
+  switch (job.status.state()) {
+    case v1::JOB_STATE_QUEUED:
+      job.status.set_state(v1::JOB_STATE_STOPPED);
+      job.status.set_error("stopped on request before it started");
+      job.status.set_end_time(NowSeconds());
+      ChangedLocked(job);
+      PersistLocked(job);
+      return absl::OkStatus();
+    case v1::JOB_STATE_RECOVERING:
+      EndJobLocked(job, v1::JOB_STATE_STOPPED,
+                   "stopped on request while recovering");
+      return absl::OkStatus();
+    case v1::JOB_STATE_RUNNING: {
+      job.stop_requested = true;
+      v1::CoordinatorCommand command;
+      command.mutable_stop()->set_job_id(job_id);
+      command.mutable_stop()->set_reason("stopped on request");
+      SendToRanksLocked(job, command);
+      return absl::OkStatus();
+    }
+    default:
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " already ended (",
+                       v1::JobState_Name(job.status.state()), ")"));
+  }
+}
+
+absl::Status Coordinator::DeleteJob(const std::string& job_id) {
+  if (absl::Status bad = CheckJobId("DeleteJob", job_id); !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
+  }
+  const v1::JobState state = it->second.status.state();
+  if (!IsTerminal(state)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ", v1::JobState_Name(state),
+        "; only a finished job can be deleted: stop it first with `lockstep "
+        "stop ",
+        job_id, "`"));
+  }
+  LogInfo("job ", job_id, " deleted on request");
+  EraseJobLocked(job_id);
+  return absl::OkStatus();
+}
+
+// ---- retention --------------------------------------------------------------
+
+Coordinator::Job& Coordinator::AddJobLocked(const std::string& id,
+                                            int64_t seq) {
+  Job& job = jobs_[id];
+  job.seq = seq;
+  job_order_[seq] = id;
+  return job;
+}
+
+void Coordinator::EraseJobLocked(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  job_order_.erase(it->second.seq);
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  jobs_.erase(it);
+  if (store_ != nullptr) {
+    if (absl::Status deleted = store_->Delete(id); !deleted.ok()) {
+      LogError(deleted.message(),
+               "; the job comes back on a coordinator restart");
+    }
+  }
+  changed_.SignalAll();  // its watchers see NotFound
+  EndWatchesLocked(id, absl::NotFoundError(absl::StrCat(
+                           "job ", id,
+                           " was deleted (`lockstep delete` or "
+                           "--keep-finished-jobs/--finished-job-ttl)")));
+}
+
+void Coordinator::ForgetFinishedJobsLocked() {
+  int64_t finished = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (IsTerminal(job.status.state())) ++finished;
+  }
+  const double now = NowSeconds();
+  std::vector<std::string> expired;
+  for (const auto& [seq, id] : job_order_) {  // oldest first
+    const v1::JobStatus& status = jobs_.at(id).status;
+    if (!IsTerminal(status.state())) continue;
+    const bool too_old =
+        finished_job_ttl_ != absl::InfiniteDuration() &&
+        now - status.end_time() > absl::ToDoubleSeconds(finished_job_ttl_);
+    if (finished > keep_finished_jobs_ || too_old) {
+      expired.push_back(id);
+      --finished;
+    }
+  }
+  for (const std::string& id : expired) {
+    LogInfo("job ", id, " deleted: finished jobs are kept for ",
+            absl::FormatDuration(finished_job_ttl_), ", at most ",
+            keep_finished_jobs_,
+            " of them (--finished-job-ttl, "
+            "--keep-finished-jobs)");
+    EraseJobLocked(id);
+  }
+}
+
+v1::JobStatus Coordinator::ReportLocked(const Job& job,
+                                        bool include_history) const {
+  v1::JobStatus status = job.status;
+  if (!include_history) status.clear_step_losses();
+  if (job.status.state() == v1::JOB_STATE_RUNNING) {
+    status.set_stall(workers_.Stall(
+        job.status.job_id(), job.generation->rank_workers(), clock_->Now()));
+  }
+  return status;
+}
+
+void Coordinator::AddEventLocked(Job& job, const std::string& kind,
+                                 const Worker* worker,
+                                 const std::string& message) {
+  AddEvent(job.status, NowSeconds(), kind, worker, message);
+}
+
+void Coordinator::ChangedLocked(Job& job) {
+  job.status.set_version(job.status.version() + 1);
+  changed_.SignalAll();
+  NotifyWatchersLocked(job);
+}
+
+void Coordinator::PersistLocked(Job& job) {
+  job.last_persisted = clock_->Now();
+  if (store_ == nullptr) return;
+  absl::Status status = store_->Save(job.status);
+  if (!status.ok()) {
+    // Keep serving: the job goes on; only its durable record is stale.
+    LogError(status.message(),
+             "; the job's state will be lost on a "
+             "coordinator restart unless the disk recovers");
+  }
+}
+
+void Coordinator::EndWatchesLocked(const std::optional<std::string>& job_id,
+                                   const absl::Status& why) {
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (job_id.has_value() && it->second.job_id != *job_id) {
+      ++it;
+      continue;
+    }
+    JobWatcher watcher = std::move(it->second.watcher);
+    it = watches_.erase(it);
+    watcher(why);
+  }
+}
+
+}  // namespace lockstep::coordinator
