@@ -1,5 +1,5 @@
-// The checkpoint folder's operations: prepare, commit, verify, list, find the
-// newest valid checkpoint, prune and remove (store.h).
+// The checkpoint folder's operations: prepare, commit, verify, list and find
+// the newest valid checkpoint (store.h); clean-up is in store_cleanup.cc.
 #include "worker/checkpoint/store.h"
 
 #include <stdio.h>
@@ -27,71 +27,12 @@
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint/store_names.h"
 
 namespace lockstep::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kCheckpointPrefix[] = "ckpt-";
-constexpr char kTmp[] = ".tmp";
-
-// Bounds on what a manifest (or a LATEST) read from the folder can make a
-// reader allocate or trust; far above any real checkpoint.
-constexpr int64_t kMaxManifestBytes = int64_t{16} << 20;
-constexpr int kMaxManifestFiles = 1 << 16;
-constexpr size_t kMaxFileNameLength = 255;
-constexpr int64_t kMaxFileBytes = int64_t{1} << 42;  // 4 TiB
-constexpr int64_t kMaxLatestBytes = 64;
-
-std::string Join(const std::string& dir, const std::string& name) {
-  return dir + "/" + name;
-}
-
-// The step of a "ckpt-000001200" name, or -1: only the exact name
-// CheckpointName() gives a step ("ckpt-7" and "ckpt-+7" are not lockstep's).
-int64_t StepOfName(absl::string_view name) {
-  absl::string_view digits = name;
-  int64_t step = -1;
-  if (!absl::ConsumePrefix(&digits, kCheckpointPrefix) || digits.empty() ||
-      digits.size() > 18 ||
-      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(digits, &step) || CheckpointName(step) != name) {
-    return -1;
-  }
-  return step;
-}
-
-// The step of a ".tmp" entry lockstep makes: "ckpt-000001200" (in a
-// worker-NNNNN folder), "ckpt-000001200.staging", "ckpt-000001200.replaced";
-// -1 for any other name.
-int64_t StepOfTemporary(absl::string_view name) {
-  size_t dot = name.find('.');
-  int64_t step = StepOfName(name.substr(0, dot));
-  if (dot == absl::string_view::npos) return step;
-  absl::string_view suffix = name.substr(dot);
-  return suffix == ".staging" || suffix == ".replaced" ? step : -1;
-}
-
-// The rank of a "worker-00001" folder of .tmp, or -1.
-int RankOfWorkerFolder(absl::string_view name) {
-  absl::string_view digits = name;
-  int rank = -1;
-  if (!absl::ConsumePrefix(&digits, "worker-") || digits.empty() ||
-      digits.size() > 9 ||
-      !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(digits, &rank) ||
-      absl::StrFormat("worker-%05d", rank) != name) {
-    return -1;
-  }
-  return rank;
-}
-
-// Whether `path` is a folder itself, not a symbolic link to one.
-bool IsRealDirectory(const std::string& path) {
-  struct stat st;
-  return lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 // The SHA-256 of a checkpoint file that must hold `expected_size` bytes.
 // Opened without following a link and only if it is a regular file whose
@@ -135,16 +76,6 @@ absl::StatusOr<std::string> HashFile(const std::string& path,
   return sha.HexDigest();
 }
 
-absl::Status RemoveTree(const std::string& path) {
-  std::error_code error;
-  fs::remove_all(path, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove ", path, ": ", error.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Rename(const std::string& from, const std::string& to) {
   if (rename(from.c_str(), to.c_str()) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -182,42 +113,6 @@ absl::Status MakeRealDirectory(const std::string& path) {
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "cannot create the folder ", path, ": ", std::strerror(errno)));
-}
-
-bool IsPlainName(const std::string& name) {
-  return !name.empty() && name.size() <= kMaxFileNameLength && name != "." &&
-         name != ".." && name.find('/') == std::string::npos &&
-         name.find('\0') == std::string::npos;
-}
-
-// The manifest of backup_dir/`name` when it is a checkpoint lockstep
-// committed: its exact name, a folder (not a link), and a MANIFEST.json of
-// lockstep's format for that step listing only plain file names. Clean-up
-// removes nothing else.
-std::optional<v1::Manifest> LockstepManifest(const std::string& backup_dir,
-                                             const std::string& name) {
-  const int64_t step = StepOfName(name);
-  const std::string dir = Join(backup_dir, name);
-  if (step < 0 || !IsRealDirectory(dir)) return std::nullopt;
-  auto json = ReadRegularFile(Join(dir, kManifestName), kMaxManifestBytes);
-  v1::Manifest manifest;
-  if (!json.ok() || !FromJson(*json, name, &manifest).ok() ||
-      manifest.format_version() < 1 ||
-      manifest.format_version() > kFormatVersion || manifest.step() != step ||
-      manifest.files_size() == 0 ||
-      std::any_of(manifest.files().begin(), manifest.files().end(),
-                  [](const v1::CheckpointFile& file) {
-                    return !IsPlainName(file.name()) ||
-                           file.name() == kManifestName;
-                  })) {
-    return std::nullopt;
-  }
-  return manifest;
-}
-
-bool IsLockstepCheckpoint(const std::string& backup_dir,
-                          const std::string& name) {
-  return LockstepManifest(backup_dir, name).has_value();
 }
 
 }  // namespace
@@ -594,143 +489,6 @@ absl::StatusOr<std::string> ReadCheckpointFile(const Found& found,
         ") and SHA-256 its manifest records; it changed after the commit"));
   }
   return bytes;
-}
-
-namespace {
-
-absl::Status Unlink(const std::string& path) {
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove ", path, ": ", std::strerror(errno),
-                     "; remove it by hand or fix its folder's permissions"));
-  }
-  return absl::OkStatus();
-}
-
-// Removes a checkpoint lockstep committed: the files its manifest lists,
-// then MANIFEST.json (last: a crash halfway leaves a folder that is still
-// recognised and removed next time), then the folder if that emptied it.
-// Anything else a person put in the folder is left, with the folder.
-absl::Status RemoveCheckpoint(const std::string& backup_dir,
-                              const std::string& name,
-                              const v1::Manifest& manifest) {
-  const std::string dir = Join(backup_dir, name);
-  for (const v1::CheckpointFile& file : manifest.files()) {
-    RETURN_IF_ERROR(Unlink(Join(dir, file.name())));
-  }
-  RETURN_IF_ERROR(Unlink(Join(dir, kManifestName)));
-  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-    if (errno == ENOTEMPTY || errno == EEXIST) {
-      LogWarning("removed checkpoint ", name, "'s files but left ", dir,
-                 ": it holds files lockstep did not write; remove them by "
-                 "hand if they are not needed");
-      return absl::OkStatus();
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove ", dir, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-// The names in `dir`, or none when it cannot be listed.
-std::vector<std::string> NamesIn(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    names.push_back(entry.path().filename().string());
-  }
-  return names;
-}
-
-void KeepFirstError(absl::Status* result, absl::Status status) {
-  if (result->ok()) *result = std::move(status);
-}
-
-// Removes the temporary folders lockstep made for steps up to `up_to_step`:
-// .tmp/worker-NNNNN/ckpt-S and .tmp/ckpt-S.staging|.replaced, folders with
-// exactly those names and no links; anything else in .tmp stays. With
-// `remove_empty`, then the worker-NNNNN folders and .tmp if that emptied
-// them (not while a job runs: a rank may be creating its folder).
-absl::Status RemoveTemporaryFolders(const std::string& backup_dir,
-                                    int64_t up_to_step, bool remove_empty) {
-  absl::Status result = absl::OkStatus();
-  const std::string tmp = Join(backup_dir, kTmp);
-  if (!IsRealDirectory(tmp)) return result;
-  for (const std::string& name : NamesIn(tmp)) {
-    const std::string path = Join(tmp, name);
-    if (!IsRealDirectory(path)) continue;
-    if (RankOfWorkerFolder(name) >= 0) {
-      for (const std::string& prepared : NamesIn(path)) {
-        int64_t step = StepOfName(prepared);
-        if (step >= 0 && step <= up_to_step &&
-            IsRealDirectory(Join(path, prepared))) {
-          KeepFirstError(&result, RemoveTree(Join(path, prepared)));
-        }
-      }
-      if (remove_empty) (void)rmdir(path.c_str());
-    } else if (int64_t step = StepOfTemporary(name);
-               step >= 0 && step <= up_to_step && name.find('.') != name.npos) {
-      KeepFirstError(&result, RemoveTree(path));
-    }
-  }
-  if (remove_empty) (void)rmdir(tmp.c_str());
-  return result;
-}
-
-}  // namespace
-
-absl::Status Prune(const std::string& backup_dir, int keep,
-                   int64_t committed_step) {
-  absl::Status result = absl::OkStatus();
-  std::vector<std::pair<int64_t, v1::Manifest>> older;
-  for (const std::string& name : NamesIn(backup_dir)) {
-    int64_t step = StepOfName(name);
-    if (step < 0 || step >= committed_step) continue;
-    if (auto manifest = LockstepManifest(backup_dir, name)) {
-      older.emplace_back(step, *std::move(manifest));
-    }
-  }
-  std::sort(older.begin(), older.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (size_t i = std::max(0, keep - 1); i < older.size(); ++i) {
-    KeepFirstError(&result,
-                   RemoveCheckpoint(backup_dir, CheckpointName(older[i].first),
-                                    older[i].second));
-  }
-  // Temporary folders: per-worker prepares and staging of finished steps.
-  KeepFirstError(&result, RemoveTemporaryFolders(backup_dir, committed_step,
-                                                 /*remove_empty=*/false));
-  return result;
-}
-
-absl::Status RemoveAll(const std::string& backup_dir) {
-  if (!IsRealDirectory(backup_dir)) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read ", backup_dir,
-                     ": it is missing or not a folder (a link is not "
-                     "followed)"));
-  }
-  absl::Status result = absl::OkStatus();
-  // LATEST first, and only lockstep's (one checkpoint name): a crash halfway
-  // leaves no name pointing at a removed checkpoint.
-  const std::string latest_path = Join(backup_dir, kLatestName);
-  if (auto latest = ReadLatest(backup_dir);
-      latest.ok() && StepOfName(*latest) >= 0) {
-    if (unlink(latest_path.c_str()) != 0 && errno != ENOENT) {
-      KeepFirstError(&result, absl::FailedPreconditionError(
-                                  absl::StrCat("cannot remove ", latest_path,
-                                               ": ", std::strerror(errno))));
-    }
-  }
-  for (const std::string& name : NamesIn(backup_dir)) {
-    if (auto manifest = LockstepManifest(backup_dir, name)) {
-      KeepFirstError(&result, RemoveCheckpoint(backup_dir, name, *manifest));
-    }
-  }
-  KeepFirstError(&result, RemoveTemporaryFolders(
-                              backup_dir, std::numeric_limits<int64_t>::max(),
-                              /*remove_empty=*/true));
-  return result;
 }
 
 }  // namespace lockstep::checkpoint
