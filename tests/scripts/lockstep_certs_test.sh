@@ -4,15 +4,25 @@
 # exactly the SPIFFE ID of their identity (common/caller.h), keep their keys
 # private, and a second run reuses the CA. Usage errors exit 2, a CA without
 # its key exits 1, and `secret` prints the files as a kubernetes.io/tls
-# Secret.
+# Secret. With BIN_DIR (CTest: lockstep_certs_cluster), a real coordinator
+# and worker run with the script's certificates: an operator's submits and
+# trains a job through them, a viewer reads status and health but cannot
+# submit, and a certificate of another CA is refused.
 #
-#   lockstep_certs_test.sh SOURCE_DIR
+#   lockstep_certs_test.sh SOURCE_DIR [BIN_DIR]
 set -euo pipefail
 
-source_dir=${1:?usage: lockstep_certs_test.sh SOURCE_DIR}
+source_dir=${1:?usage: lockstep_certs_test.sh SOURCE_DIR [BIN_DIR]}
+bin_dir=${2:-}
 certs="$source_dir/scripts/lockstep-certs"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]+"${pids[@]}"}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 failures=0
 checks=0
 
@@ -132,6 +142,66 @@ for pair in tls.crt:operator-alice.crt tls.key:operator-alice.key ca.crt:ca.crt;
   sed -n "s/^  $field: //p" "$work/secret.yaml" | base64 -d >"$work/decoded"
   check "the Secret's $field is $file" cmp "$work/decoded" "$dir/$file"
 done
+
+# ---- a real cluster with these certificates --------------------------------------
+# The CLI with identity NAME's certificate: as_identity NAME lockstep ARGS...
+as_identity() {
+  local name=$1
+  shift
+  LOCKSTEP_TLS_CERT="$dir/$name.crt" LOCKSTEP_TLS_KEY="$dir/$name.key" \
+    LOCKSTEP_TLS_CA="$dir/ca.crt" LOCKSTEP_COORDINATOR="$address" "$@"
+}
+
+run_cluster() {
+  local fifo="$work/coordinator.out" line
+  mkfifo "$fifo"
+  "$bin_dir/lockstep-coordinator" --listen 127.0.0.1:0 --state-dir "$work/state" \
+    --cluster '{"cluster": {"worker": ["127.0.0.1:1"]}}' \
+    --tls-cert "$dir/coordinator.crt" --tls-key "$dir/coordinator.key" \
+    --tls-ca "$dir/ca.crt" >"$fifo" 2>"$work/coordinator.log" &
+  pids+=($!)
+  # Its first line ends with the address it listens on.
+  exec 3<"$fifo"
+  if ! read -r line <&3; then
+    cat "$work/coordinator.log"
+    fail "the coordinator did not start with the script's certificates"
+    return
+  fi
+  cat <&3 >/dev/null &
+  pids+=($!)
+  address=${line##* }
+  "$bin_dir/lockstep-worker" --coordinator "$address" --task-type worker \
+    --task-index 0 --threads 1 --device cpu \
+    --tls-cert "$dir/worker-worker-0.crt" --tls-key "$dir/worker-worker-0.key" \
+    --tls-ca "$dir/ca.crt" >"$work/worker.log" 2>&1 &
+  pids+=($!)
+
+  check "lockstep health with a viewer's certificate" \
+    as_identity viewer-grafana "$bin_dir/lockstep" health "$address"
+  checks=$((checks + 1))
+  if ! as_identity operator-alice "$bin_dir/lockstep" submit \
+    "$source_dir/examples/fashion_mnist_mlp.json" --set num_workers=1 \
+    --set max_steps=3 --set global_batch_size=32 --watch >"$work/submit.out" 2>&1; then
+    fail "an operator's job did not succeed on the worker: $(tail -5 "$work/submit.out"; tail -5 "$work/worker.log")"
+  fi
+  check "lockstep status with a viewer's certificate" \
+    as_identity viewer-grafana "$bin_dir/lockstep" status
+  checks=$((checks + 1))
+  if as_identity viewer-grafana "$bin_dir/lockstep" submit \
+    "$source_dir/examples/fashion_mnist_mlp.json" >"$work/refused.out" 2>&1; then
+    fail "a viewer submitted a job"
+  fi
+  checks=$((checks + 1))
+  if LOCKSTEP_TLS_CERT="$work/other/operator-mallory.crt" LOCKSTEP_TLS_KEY="$work/other/operator-mallory.key" \
+    LOCKSTEP_TLS_CA="$dir/ca.crt" LOCKSTEP_COORDINATOR="$address" \
+    "$bin_dir/lockstep" status >"$work/foreign.out" 2>&1; then
+    fail "an operator of another CA read the status"
+  fi
+}
+
+if [ -n "$bin_dir" ]; then
+  run_cluster
+fi
 
 if [ "$failures" -gt 0 ]; then
   echo "lockstep-certs test: $failures of $checks checks failed"
