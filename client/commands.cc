@@ -85,8 +85,8 @@ constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
 Lists every worker the coordinator knows: id (task type:index), state
 (training, standby, idle, disconnected), role ("rank N", or "spare" for a hot
 spare without a rank), job (the one it trains, or "for JOB" when it stands by
-to take a failed rank of JOB), generation, host, incarnation, how long ago it
-was last heard from, and the device it trains on ("cpu", or "cuda:N" with the
+to take a failed rank of JOB), generation, host, how long ago it was last
+heard from, and the device it trains on ("cpu", or "cuda:N" with the
 GPU's model; --json adds the GPU's UUID).
 
 Examples:
@@ -461,17 +461,16 @@ int RunWorkers(const std::vector<std::string>& argv) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
-  std::cout << absl::StrFormat(
-      "%-12s %-13s %-8s %-24s %-4s %-16s %-17s %-12s %s\n", "WORKER", "STATE",
-      "ROLE", "JOB", "GEN", "HOST", "INCARNATION", "LAST SEEN", "DEVICE");
+  std::cout << absl::StrFormat("%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n",
+                               "WORKER", "STATE", "ROLE", "JOB", "GEN", "HOST",
+                               "LAST SEEN", "DEVICE");
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
     const v1::Device& device = w.device();
     std::cout << TerminalSafe(absl::StrFormat(
-        "%-12s %-13s %-8s %-24s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
+        "%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n", w.worker_id(),
         w.state(), WorkerRole(w), WorkerJob(w),
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
-        w.incarnation(),
         absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),
         device.gpu_name().empty()
             ? (device.name().empty() ? "-" : device.name())

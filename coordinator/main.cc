@@ -1,6 +1,5 @@
 // lockstep-coordinator: the control-plane daemon. See README.md.
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/args.h"
+#include "common/health_service.h"
 #include "common/log.h"
 #include "common/tf_config.h"
 #include "coordinator/coordinator.h"
@@ -190,8 +190,13 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  GrpcService service(coordinator->get(), limits);
-  grpc::EnableDefaultHealthCheckService(true);
+  // Without TLS credentials nobody can be authenticated: every caller is
+  // allowed everything (--insecure).
+  const bool insecure = args->Has("insecure") || !args->Has("tls-cert");
+  GrpcService service(coordinator->get(), limits, insecure);
+  // Answers only callers with a lockstep identity (gRPC's built-in health
+  // service would answer anybody).
+  HealthService health(/*require_identity=*/!insecure);
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);
@@ -200,6 +205,7 @@ int Run(int argc, char** argv) {
   builder.AddListeningPort(args->Get("listen"),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat(
@@ -228,7 +234,7 @@ int Run(int argc, char** argv) {
   LogInfo("signal ", signal, ": shutting down");
   stopping.Notify();
   sweeper.join();
-  server->GetHealthCheckService()->Shutdown();
+  health.SetServing(false);
   (*coordinator)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
