@@ -1,9 +1,11 @@
 // How the Coordinator acts on what the ranks of a generation report: task
 // results, progress, checkpoint prepares and commits, and preemption
-// requests. Each is accepted only from a worker holding a rank of the job's
-// live generation, and only for that generation's number; a leaving
-// worker's report on its live state is the one that comes from outside a
-// generation (the job is recovering).
+// requests. Each is accepted only from the session of a worker holding a
+// rank of the job's live generation, only for that generation's number and
+// only for that rank (progress and commits: only the chief, rank 0). Two
+// come from outside a live generation, and are accepted only for the rank
+// the worker was last given: a late result's applied step, and a leaving
+// worker's report on its live state (the job is recovering).
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,6 +34,17 @@ bool IsRetryable(int code) {
          status_code == absl::StatusCode::kCancelled;
 }
 
+// Only a worker that held a rank of the job holds its live state: one given
+// a rank by this coordinator, or listed among the ranks of the job's latest
+// generation (stored, so also after a coordinator restart).
+bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
+  if (worker.assigned_job == status.job_id()) return true;
+  for (const v1::RankResult& rank : status.ranks()) {
+    if (rank.worker_id() == worker.id) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
@@ -48,9 +61,15 @@ Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
   return &job;
 }
 
-void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
+void Coordinator::NoteAppliedStepLocked(const Worker& worker,
+                                        const v1::TaskResult& result) {
   // Also from a generation that already ended: its ranks say where they
   // stopped, which a later resume may repeat.
+  if (worker.assigned_job != result.job_id() ||
+      worker.generation != result.generation() ||
+      worker.assigned_rank != result.rank()) {
+    return;
+  }
   auto it = jobs_.find(result.job_id());
   if (it == jobs_.end()) return;
   v1::JobStatus& status = it->second.status;
@@ -66,9 +85,9 @@ void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
 
 void Coordinator::HandleResultLocked(Worker& worker,
                                      const v1::TaskResult& result) {
-  NoteAppliedStepLocked(result);
+  NoteAppliedStepLocked(worker, result);
   Job* job = GenerationOfLocked(worker, result.job_id(), result.generation());
-  if (job == nullptr) return;
+  if (job == nullptr || result.rank() != worker.rank) return;
   if (!result.ok()) {
     std::string cause =
         absl::StrCat("rank ", worker.rank, " (", worker.id, " on ", worker.host,
@@ -116,14 +135,11 @@ std::string Coordinator::StopReasonLocked(const Job& job) const {
   return absl::StrCat("stopped on request after step ", step, "; ", saved);
 }
 
-void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
-  auto it = jobs_.find(report.job_id());
-  if (it == jobs_.end()) return;
-  Job& job = it->second;
-  if (job.generation == nullptr ||
-      !job.generation->Admits(report.generation())) {
-    return;
-  }
+void Coordinator::HandleProgressLocked(const Worker& worker,
+                                       const v1::ProgressReport& report) {
+  Job* found = GenerationOfLocked(worker, report.job_id(), report.generation());
+  if (found == nullptr || worker.rank != 0) return;
+  Job& job = *found;
   ApplyProgress(job.status, report, NowSeconds());
   ChangedLocked(job);
   if (clock_->Now() - job.last_persisted >= kPersistProgressEvery) {
@@ -196,6 +212,7 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end() || IsTerminal(it->second.status.state())) return;
   Job& job = it->second;
+  if (!HeldRankOf(worker, job.status)) return;
   const int64_t step = request.live_step();
   const std::string& saved = request.saved_checkpoint();
   // Its numbers and name were checked with the message (message_checks.h).
