@@ -191,6 +191,7 @@ run_cluster() {
     "$source_dir/examples/fashion_mnist_mlp.json" >"$work/refused.out" 2>&1; then
     fail "a viewer submitted a job"
   fi
+  check "the refusal names the viewer" grep -q 'spiffe://lockstep/viewer/grafana' "$work/refused.out"
   checks=$((checks + 1))
   if LOCKSTEP_TLS_CERT="$work/other/operator-mallory.crt" LOCKSTEP_TLS_KEY="$work/other/operator-mallory.key" \
     LOCKSTEP_TLS_CA="$dir/ca.crt" LOCKSTEP_COORDINATOR="$address" \
