@@ -164,6 +164,11 @@ std::string DescribeExit(int status) {
   return "ended";
 }
 
+// The run's CA and certificates die with the run (the CA's key is never
+// written), so they may outlive any job: a worker restarted late in a long
+// run must still load its certificate.
+constexpr absl::Duration kLocalCertificateLifetime = absl::Hours(24 * 365);
+
 // A worker that keeps dying is a bug to show, not to hide.
 constexpr int kMaxWorkerRestarts = 5;
 
@@ -301,15 +306,15 @@ absl::Status LocalRun::Prepare() {
 
 absl::Status LocalRun::MakeCertificates() {
   RETURN_IF_ERROR(MakeDirectories(run_dir_ + "/tls"));
-  // A run lasts hours at most; a week leaves room for --keep-logs reruns.
   ASSIGN_OR_RETURN(ca_, MakeCertificateAuthority(
                             absl::StrCat("lockstep local CA ", run_dir_),
-                            absl::Hours(24 * 7)));
+                            kLocalCertificateLifetime));
   RETURN_IF_ERROR(
       TlsFlags("coordinator", "spiffe://lockstep/coordinator").status());
-  ASSIGN_OR_RETURN(operator_tls_,
-                   IssueTlsFiles(ca_, {"spiffe://lockstep/operator/local"},
-                                 run_dir_ + "/tls", "operator"));
+  RETURN_IF_ERROR(
+      TlsFlags("operator", "spiffe://lockstep/operator/local").status());
+  const std::string base = run_dir_ + "/tls/operator";
+  operator_tls_ = {base + ".crt", base + ".key", base + "-ca.crt"};
   return absl::OkStatus();
 }
 
@@ -320,7 +325,7 @@ absl::StatusOr<std::vector<std::string>> LocalRun::TlsFlags(
   if (!PathExists(base + ".crt")) {
     CertificateSpec spec;
     spec.spiffe_id = id;
-    spec.lifetime = absl::Hours(24 * 7);
+    spec.lifetime = kLocalCertificateLifetime;
     RETURN_IF_ERROR(IssueTlsFiles(ca_, spec, run_dir_ + "/tls", name).status());
   }
   return std::vector<std::string>{"--tls-cert", base + ".crt",
