@@ -24,6 +24,7 @@
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "common/terminal_text.h"
+#include "common/tls.h"
 #include "worker/checkpoint/store.h"
 
 namespace lockstep::client {
@@ -138,7 +139,9 @@ absl::Status RpcError(const grpc::Status& status, const std::string& address) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", address, " (", result.message(),
         "); is lockstep-coordinator running? Set --coordinator or "
-        "LOCKSTEP_COORDINATOR"));
+        "LOCKSTEP_COORDINATOR. If it is, the TLS handshake may have failed: "
+        "both sides' certificates must come from the same CA (--tls-ca, "
+        "LOCKSTEP_TLS_CA) and the coordinator's must name the host dialed"));
   }
   return result;
 }
@@ -158,7 +161,9 @@ std::optional<Invocation> Begin(const std::vector<std::string>& argv,
                                 const char* usage, size_t min_positional,
                                 size_t max_positional, int* exit) {
   value_flags.insert("coordinator");
+  value_flags.insert(TlsValueFlags().begin(), TlsValueFlags().end());
   bool_flags.insert("help");
+  bool_flags.insert(kInsecureFlag);
   auto args = Args::Parse(argv, value_flags, bool_flags);
   if (!args.ok()) {
     *exit = Fail(args.status());
@@ -180,7 +185,13 @@ std::optional<Invocation> Begin(const std::vector<std::string>& argv,
     *exit = Fail(address.status());
     return std::nullopt;
   }
-  Invocation invocation{*std::move(args), *address, Connect(*address)};
+  auto credentials = CliCredentials(*args);
+  if (!credentials.ok()) {
+    *exit = Fail(credentials.status());
+    return std::nullopt;
+  }
+  Invocation invocation{*std::move(args), *address,
+                        Connect(*address, *credentials)};
   return invocation;
 }
 
@@ -224,9 +235,22 @@ absl::StatusOr<std::string> CoordinatorAddress(const Args& args) {
   return address;
 }
 
-std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
+    const Args& args) {
+  ASSIGN_OR_RETURN(TlsOptions options, TlsOptionsFromArgsOrEnv(args));
+  absl::StatusOr<TlsMaterial> material = LoadTlsMaterial(options);
+  if (!material.ok()) {
+    // A file the user named is a usage problem (exit 2).
+    return absl::InvalidArgumentError(material.status().message());
+  }
+  return ChannelCredentials(*material);
+}
+
+std::unique_ptr<v1::Coordinator::Stub> Connect(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   return v1::Coordinator::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, std::move(credentials)));
 }
 
 absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,

@@ -1,44 +1,36 @@
 // A minimal grpc.health.v1 Health service for a daemon that serves nothing
 // else over gRPC (the worker): gRPC's built-in health service needs another
-// synchronous service on the same server to be polled. The coordinator
-// serves it too, instead of gRPC's built-in one, which answers anybody:
-// constructed with `require_identity`, it answers only callers whose client
-// certificate names a lockstep identity (any role), and others
-// UNAUTHENTICATED.
+// synchronous service on the same server to be polled.
+//
+// With mutual TLS (`insecure` false) any caller with a certificate from the
+// daemon's CA may Check, whatever its role; a call without one is
+// UNAUTHENTICATED. The answer says only SERVING or NOT_SERVING.
 #ifndef LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 #define LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 
 #include <atomic>
-#include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/caller.h"
+#include "common/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace lockstep {
 
 class HealthService final : public grpc::health::v1::Health::Service {
  public:
-  HealthService() = default;
-  explicit HealthService(bool require_identity)
-      : require_identity_(require_identity) {}
+  explicit HealthService(bool insecure) : insecure_(insecure) {}
 
   void SetServing(bool serving) { serving_ = serving; }
 
   grpc::Status Check(grpc::ServerContext* context,
                      const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override {
-    if (require_identity_) {
-      Caller caller = CallerOf(context->auth_context().get(), context->peer(),
-                               /*insecure=*/false);
-      if (caller.role == Role::kNone) {
-        return grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            absl::StrCat(caller.ToString(),
-                         " may not call grpc.health.v1.Health/Check: it "
-                         "needs a client certificate signed by the "
-                         "cluster's CA that names a lockstep identity"));
-      }
+    const Caller caller = CallerOfCall(*context, insecure_);
+    if (caller.role == Role::kNone) {
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          absl::StrCat("health check refused: ", caller.ToString(),
+                       "; present a certificate from this daemon's CA"));
     }
     if (!request->service().empty()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -51,7 +43,7 @@ class HealthService final : public grpc::health::v1::Health::Service {
   }
 
  private:
-  const bool require_identity_ = false;
+  const bool insecure_;
   std::atomic<bool> serving_{true};
 };
 

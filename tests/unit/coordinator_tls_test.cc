@@ -108,7 +108,7 @@ class CoordinatorTlsTest : public ::testing::Test {
     coordinator_ = *std::move(created);
     service_ = std::make_unique<GrpcService>(
         coordinator_.get(), GrpcService::Limits(), /*insecure=*/false);
-    health_ = std::make_unique<HealthService>(/*require_identity=*/true);
+    health_ = std::make_unique<HealthService>(/*insecure=*/false);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(
         "127.0.0.1:0",
