@@ -214,13 +214,12 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  // Without TLS credentials nobody can be authenticated: every caller is
-  // allowed everything (--insecure).
-  const bool insecure = args->Has("insecure") || !args->Has("tls-cert");
-  GrpcService service(coordinator->get(), limits, insecure);
-  // Answers only callers with a lockstep identity (gRPC's built-in health
-  // service would answer anybody).
-  HealthService health(insecure);
+  // With --insecure nobody is authenticated: every caller may make every
+  // call. Otherwise each call is authorized by its client certificate.
+  GrpcService service(coordinator->get(), limits, tls->insecure);
+  // Answers only callers with a certificate of our CA (gRPC's built-in
+  // health service would answer anybody).
+  HealthService health(tls->insecure);
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/log.h"
+#include "coordinator/authorization.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_status.h"
 
@@ -43,6 +44,21 @@ bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
     if (rank.worker_id() == worker.id) return true;
   }
   return false;
+}
+
+// A rank of the live generation reported for a rank it does not hold (or,
+// for progress and commits, is not the chief): nothing a correct worker
+// sends, so the report is dropped and the refusal logged (rate-limited),
+// naming the worker, its identity and address. A late report of a
+// generation that already ended is no refusal: it is dropped quietly
+// before this.
+void RefuseReport(const Worker& worker, absl::string_view what,
+                  absl::string_view why) {
+  LogRefusal(absl::PermissionDeniedError(
+      absl::StrCat("worker ", worker.id, " (", worker.identity, " at ",
+                   worker.peer, "), rank ", worker.rank, " of job ",
+                   worker.job_id, " generation ", worker.generation, ", sent ",
+                   what, " over its session: ", why, "; ignored")));
 }
 
 }  // namespace
@@ -87,7 +103,12 @@ void Coordinator::HandleResultLocked(Worker& worker,
                                      const v1::TaskResult& result) {
   NoteAppliedStepLocked(worker, result);
   Job* job = GenerationOfLocked(worker, result.job_id(), result.generation());
-  if (job == nullptr || result.rank() != worker.rank) return;
+  if (job == nullptr) return;
+  if (result.rank() != worker.rank) {
+    RefuseReport(worker, absl::StrCat("a result for rank ", result.rank()),
+                 "a rank reports only its own result");
+    return;
+  }
   if (!result.ok()) {
     std::string cause =
         absl::StrCat("rank ", worker.rank, " (", worker.id, " on ", worker.host,
@@ -138,7 +159,11 @@ std::string Coordinator::StopReasonLocked(const Job& job) const {
 void Coordinator::HandleProgressLocked(const Worker& worker,
                                        const v1::ProgressReport& report) {
   Job* found = GenerationOfLocked(worker, report.job_id(), report.generation());
-  if (found == nullptr || worker.rank != 0) return;
+  if (found == nullptr) return;
+  if (worker.rank != 0) {
+    RefuseReport(worker, "progress", "only the chief (rank 0) reports it");
+    return;
+  }
   Job& job = *found;
   ApplyProgress(job.status, report, NowSeconds());
   ChangedLocked(job);
@@ -150,7 +175,13 @@ void Coordinator::HandleProgressLocked(const Worker& worker,
 void Coordinator::HandlePreparedLocked(Worker& worker,
                                        const v1::CheckpointPrepared& p) {
   Job* job = GenerationOfLocked(worker, p.job_id(), p.generation());
-  if (job == nullptr || p.rank() != worker.rank) return;
+  if (job == nullptr) return;
+  if (p.rank() != worker.rank) {
+    RefuseReport(worker,
+                 absl::StrCat("a checkpoint prepare for rank ", p.rank()),
+                 "a rank prepares only its own files");
+    return;
+  }
   std::optional<v1::CommitCheckpoint> commit =
       job->generation->checkpoints().Prepare(p);
   if (!commit.has_value()) return;  // ranks missing, or the step abandoned
@@ -169,7 +200,12 @@ void Coordinator::HandleCommittedLocked(
     Worker& worker, const v1::CheckpointCommitted& committed) {
   Job* job =
       GenerationOfLocked(worker, committed.job_id(), committed.generation());
-  if (job == nullptr || worker.rank != 0) return;
+  if (job == nullptr) return;
+  if (worker.rank != 0) {
+    RefuseReport(worker, "a checkpoint commit",
+                 "only the chief (rank 0) commits checkpoints");
+    return;
+  }
   job->generation->checkpoints().Committed(committed);
   if (!committed.ok()) {
     AddEventLocked(*job, "checkpoint_failed", &worker,
