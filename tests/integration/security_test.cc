@@ -291,18 +291,19 @@ TEST_F(SecurityTest, OnlyAnOperatorCanSubmitOrStopAJob) {
   *submit.mutable_spec() = Spec();
   for (const Attacker& stranger : strangers) {
     v1::SubmitJobResponse response;
-    ExpectRefused(StubOf(stranger)->SubmitJob(Context().get(), submit, &response),
-                  stranger, "submitting a job");
+    ExpectRefused(
+        StubOf(stranger)->SubmitJob(Context().get(), submit, &response),
+        stranger, "submitting a job");
     EXPECT_TRUE(response.job_id().empty()) << stranger.who;
   }
   // Nothing was queued: the operator's list is empty.
   const Attacker alice =
       Known("spiffe://lockstep/operator/alice", grpc::StatusCode::OK);
   v1::GetJobStatusResponse listed;
-  ASSERT_TRUE(StubOf(alice)
-                  ->GetJobStatus(Context().get(), v1::GetJobStatusRequest(),
-                                 &listed)
-                  .ok());
+  ASSERT_TRUE(
+      StubOf(alice)
+          ->GetJobStatus(Context().get(), v1::GetJobStatusRequest(), &listed)
+          .ok());
   EXPECT_EQ(listed.jobs_size(), 0);
 
   // The CLI says who was refused, with a viewer's certificate.
@@ -322,12 +323,11 @@ TEST_F(SecurityTest, OnlyAnOperatorCanSubmitOrStopAJob) {
       StubOf(alice)->SubmitJob(Context().get(), submit, &submitted);
   ASSERT_TRUE(accepted.ok()) << accepted.error_message();
   const std::string job = submitted.job_id();
-  ASSERT_EQ(WatchUntil(job,
-                       [](const v1::JobStatus& s) {
-                         return s.step() >= 2 || Ended(s);
-                       })
-                .state(),
-            v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(
+      WatchUntil(
+          job, [](const v1::JobStatus& s) { return s.step() >= 2 || Ended(s); })
+          .state(),
+      v1::JOB_STATE_RUNNING);
   v1::StopJobRequest stop;
   stop.set_job_id(job);
   for (const Attacker& stranger : strangers) {
