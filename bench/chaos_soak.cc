@@ -218,7 +218,9 @@ class Soak {
         absl::StrCat("coordinator #", ++coordinators_),
         {options_.bin + "/lockstep-coordinator", "--listen", listen,
          "--state-dir", dir_ + "/state", "--cluster", kCluster,
-         "--heartbeat-timeout", absl::StrCat(options_.heartbeat_timeout_s)},
+         "--heartbeat-timeout", absl::StrCat(options_.heartbeat_timeout_s),
+         // Faults, not certificates, are what the soak is about.
+         "--insecure"},
         {}, dir_ + "/coordinator.log", &out);
     if (!pid.ok()) {
       std::cerr << pid.status() << "\n";
@@ -255,7 +257,8 @@ class Soak {
                                         "--device",
                                         "cpu",
                                         "--preempt-grace",
-                                        absl::StrCat(kPreemptGrace)};
+                                        absl::StrCat(kPreemptGrace),
+                                        "--insecure"};
     // The soak's data set lies outside the workers' default data roots.
     if (!options_.data.empty()) {
       command.insert(command.end(), {"--data-root", options_.data});

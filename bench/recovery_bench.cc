@@ -77,7 +77,9 @@ class Bench {
         "coordinator",
         {bin_ + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
          "--state-dir", dir_ + "/state", "--cluster",
-         absl::StrCat(R"({"cluster": )", Cluster(spare_), "}")},
+         absl::StrCat(R"({"cluster": )", Cluster(spare_), "}"),
+         // Recovery times without TLS, as measured before it existed.
+         "--insecure"},
         {}, dir_ + "/coordinator.log", &out);
     if (!pid.ok()) return false;
     std::string line;
@@ -98,7 +100,7 @@ class Bench {
     auto pid =
         processes_.Spawn(absl::StrCat(type, " ", index, " #", ++spawned_),
                          {bin_ + "/lockstep-worker", "--coordinator", address_,
-                          "--threads", "1"},
+                          "--threads", "1", "--insecure"},
                          {"TF_CONFIG=" + TfConfig(spare_, type, index),
                           "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
                          absl::StrCat(dir_, "/", type, "-", spawned_, ".log"));

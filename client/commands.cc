@@ -24,6 +24,7 @@
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "common/terminal_text.h"
+#include "common/tls.h"
 #include "worker/checkpoint/store.h"
 
 namespace lockstep::client {
@@ -85,8 +86,8 @@ constexpr char kWorkersUsage[] = R"(Usage: lockstep workers [--json]
 Lists every worker the coordinator knows: id (task type:index), state
 (training, standby, idle, disconnected), role ("rank N", or "spare" for a hot
 spare without a rank), job (the one it trains, or "for JOB" when it stands by
-to take a failed rank of JOB), generation, host, incarnation, how long ago it
-was last heard from, and the device it trains on ("cpu", or "cuda:N" with the
+to take a failed rank of JOB), generation, host, how long ago it was last
+heard from, and the device it trains on ("cpu", or "cuda:N" with the
 GPU's model; --json adds the GPU's UUID).
 
 Examples:
@@ -138,7 +139,9 @@ absl::Status RpcError(const grpc::Status& status, const std::string& address) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", address, " (", result.message(),
         "); is lockstep-coordinator running? Set --coordinator or "
-        "LOCKSTEP_COORDINATOR"));
+        "LOCKSTEP_COORDINATOR. If it is, the TLS handshake may have failed: "
+        "both sides' certificates must come from the same CA (--tls-ca, "
+        "LOCKSTEP_TLS_CA) and the coordinator's must name the host dialed"));
   }
   return result;
 }
@@ -158,7 +161,9 @@ std::optional<Invocation> Begin(const std::vector<std::string>& argv,
                                 const char* usage, size_t min_positional,
                                 size_t max_positional, int* exit) {
   value_flags.insert("coordinator");
+  value_flags.insert(TlsValueFlags().begin(), TlsValueFlags().end());
   bool_flags.insert("help");
+  bool_flags.insert(kInsecureFlag);
   auto args = Args::Parse(argv, value_flags, bool_flags);
   if (!args.ok()) {
     *exit = Fail(args.status());
@@ -180,7 +185,13 @@ std::optional<Invocation> Begin(const std::vector<std::string>& argv,
     *exit = Fail(address.status());
     return std::nullopt;
   }
-  Invocation invocation{*std::move(args), *address, Connect(*address)};
+  auto credentials = CliCredentials(*args);
+  if (!credentials.ok()) {
+    *exit = Fail(credentials.status());
+    return std::nullopt;
+  }
+  Invocation invocation{*std::move(args), *address,
+                        Connect(*address, *credentials)};
   return invocation;
 }
 
@@ -224,9 +235,22 @@ absl::StatusOr<std::string> CoordinatorAddress(const Args& args) {
   return address;
 }
 
-std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
+    const Args& args) {
+  ASSIGN_OR_RETURN(TlsOptions options, TlsOptionsFromArgsOrEnv(args));
+  absl::StatusOr<TlsMaterial> material = LoadTlsMaterial(options);
+  if (!material.ok()) {
+    // A file the user named is a usage problem (exit 2).
+    return absl::InvalidArgumentError(material.status().message());
+  }
+  return ChannelCredentials(*material);
+}
+
+std::unique_ptr<v1::Coordinator::Stub> Connect(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   return v1::Coordinator::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, std::move(credentials)));
 }
 
 absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
@@ -461,17 +485,16 @@ int RunWorkers(const std::vector<std::string>& argv) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
-  std::cout << absl::StrFormat(
-      "%-12s %-13s %-8s %-24s %-4s %-16s %-17s %-12s %s\n", "WORKER", "STATE",
-      "ROLE", "JOB", "GEN", "HOST", "INCARNATION", "LAST SEEN", "DEVICE");
+  std::cout << absl::StrFormat("%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n",
+                               "WORKER", "STATE", "ROLE", "JOB", "GEN", "HOST",
+                               "LAST SEEN", "DEVICE");
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
     const v1::Device& device = w.device();
     std::cout << TerminalSafe(absl::StrFormat(
-        "%-12s %-13s %-8s %-24s %-4s %-16s %016x  %-12s %s\n", w.worker_id(),
+        "%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n", w.worker_id(),
         w.state(), WorkerRole(w), WorkerJob(w),
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
-        w.incarnation(),
         absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),
         device.gpu_name().empty()
             ? (device.name().empty() ? "-" : device.name())

@@ -30,7 +30,14 @@ int Fail(const absl::Status& status);
 
 // The coordinator address from --coordinator, else $LOCKSTEP_COORDINATOR.
 absl::StatusOr<std::string> CoordinatorAddress(const Args& args);
-std::unique_ptr<v1::Coordinator::Stub> Connect(const std::string& address);
+// The CLI's channel credentials from --tls-cert/--tls-key/--tls-ca or
+// --insecure, else LOCKSTEP_TLS_* or LOCKSTEP_INSECURE=1 (common/tls.h).
+// Errors: InvalidArgument (a usage error), FailedPrecondition for a file.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
+    const Args& args);
+std::unique_ptr<v1::Coordinator::Stub> Connect(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // Loads JOB.json, applies every --set, then the defaults.
 absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
@@ -50,7 +57,8 @@ struct Invocation {
   std::unique_ptr<v1::Coordinator::Stub> stub;
 };
 
-// Parses `argv` (with --coordinator and --help added to the flags), checks
+// Parses `argv` (with --coordinator, the TLS flags and --help added to the
+// flags), checks
 // the number of positional arguments, and connects. Returns nothing when the
 // command is already over: --help was printed, or a usage error was; `*exit`
 // then holds the exit code.
@@ -88,6 +96,7 @@ int RunWatch(const std::vector<std::string>& argv);
 int RunMetrics(const std::vector<std::string>& argv);
 int RunCompare(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
+int RunHealth(const std::vector<std::string>& argv);
 
 }  // namespace lockstep::client
 

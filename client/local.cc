@@ -26,16 +26,18 @@
 #include "client/commands.h"
 #include "client/process.h"
 #include "client/views.h"
+#include "common/cert_maker.h"
 #include "common/files.h"
 #include "common/job_spec.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 
 namespace lockstep::client {
 namespace {
 
 constexpr char kLocalUsage[] =
-    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--set field=value ...] JOB.json
+    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--set field=value ...] JOB.json
 
 Runs JOB.json on an embedded coordinator and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -68,6 +70,16 @@ Flags:
   --metrics-out FILE   write the per-step loss history as CSV (step,loss)
   --threads N          compute threads per worker (default: cores / N)
   --keep-logs          keep the run directory (logs, state) after success
+  --insecure           run the daemons without TLS (--insecure): anyone who
+                       can reach 127.0.0.1 may call them
+
+The run uses mutual TLS like a cluster: a CA made for the run (its key
+never leaves this process) signs a certificate for the coordinator
+(spiffe://lockstep/coordinator, for localhost and 127.0.0.1), one per worker
+process (spiffe://lockstep/worker/local-worker-I, .../local-spare-I) and one
+for this command (spiffe://lockstep/operator/local), in the run directory's
+tls/ folder (keys 0600). The command prints the LOCKSTEP_TLS_* exports that
+point another lockstep command at the run while it lasts.
 
 The workers may use exactly the paths JOB.json names (data.dir,
 model.torchscript, checkpoint.backup_dir, export) and no others: you own
@@ -152,6 +164,11 @@ std::string DescribeExit(int status) {
   return "ended";
 }
 
+// The run's CA and certificates die with the run (the CA's key is never
+// written), so they may outlive any job: a worker restarted late in a long
+// run must still load its certificate.
+constexpr absl::Duration kLocalCertificateLifetime = absl::Hours(24 * 365);
+
 // A worker that keeps dying is a bug to show, not to hide.
 constexpr int kMaxWorkerRestarts = 5;
 
@@ -163,6 +180,12 @@ class LocalRun {
 
  private:
   absl::Status Prepare();
+  // The run's CA, and the coordinator's and this command's certificates.
+  absl::Status MakeCertificates();
+  // The TLS flags of a daemon whose certificate is `<run>/tls/<name>.*`,
+  // issued now when missing (a worker's, at its first start).
+  absl::StatusOr<std::vector<std::string>> TlsFlags(const std::string& name,
+                                                    const std::string& id);
   absl::Status StartProcesses();
   // Waits until every worker has registered with the coordinator; fails
   // early when a process dies for good.
@@ -173,6 +196,8 @@ class LocalRun {
   void OnChildExit(const std::string& name, int status);
   int Finish(const absl::StatusOr<v1::JobStatus>& final_status);
   void PrintJson(const v1::JobStatus& status, double wall_seconds);
+  // How to point another lockstep command at this run.
+  void PrintCliHint();
   std::ostream& progress() { return json_ ? std::cerr : std::cout; }
 
   const Args& args_;
@@ -185,6 +210,11 @@ class LocalRun {
   std::vector<std::string> gpus_;
   v1::JobSpec spec_;
   std::string run_dir_;
+  // Without --insecure: the run's CA (its key only in memory) and the
+  // operator's credentials this command calls the coordinator with.
+  bool insecure_ = false;
+  KeyAndCertificate ca_;
+  TlsOptions operator_tls_;
   std::string address_;
   ProcessGroup processes_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
@@ -270,18 +300,51 @@ absl::Status LocalRun::Prepare() {
         absl::StrCat("cannot create a run directory from ", tmpl));
   }
   run_dir_ = tmpl;
+  insecure_ = args_.Has(kInsecureFlag);
+  return insecure_ ? absl::OkStatus() : MakeCertificates();
+}
+
+absl::Status LocalRun::MakeCertificates() {
+  RETURN_IF_ERROR(MakeDirectories(run_dir_ + "/tls"));
+  ASSIGN_OR_RETURN(ca_, MakeCertificateAuthority(
+                            absl::StrCat("lockstep local CA ", run_dir_),
+                            kLocalCertificateLifetime));
+  RETURN_IF_ERROR(
+      TlsFlags("coordinator", "spiffe://lockstep/coordinator").status());
+  RETURN_IF_ERROR(
+      TlsFlags("operator", "spiffe://lockstep/operator/local").status());
+  const std::string base = run_dir_ + "/tls/operator";
+  operator_tls_ = {base + ".crt", base + ".key", base + "-ca.crt"};
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> LocalRun::TlsFlags(
+    const std::string& name, const std::string& id) {
+  if (insecure_) return std::vector<std::string>{"--insecure"};
+  const std::string base = absl::StrCat(run_dir_, "/tls/", name);
+  if (!PathExists(base + ".crt")) {
+    CertificateSpec spec;
+    spec.spiffe_id = id;
+    spec.lifetime = kLocalCertificateLifetime;
+    RETURN_IF_ERROR(IssueTlsFiles(ca_, spec, run_dir_ + "/tls", name).status());
+  }
+  return std::vector<std::string>{"--tls-cert", base + ".crt",
+                                  "--tls-key",  base + ".key",
+                                  "--tls-ca",   base + "-ca.crt"};
 }
 
 absl::Status LocalRun::StartProcesses() {
   int coordinator_stdout = -1;
-  RETURN_IF_ERROR(
-      processes_
-          .Spawn("coordinator",
-                 {bin_dir_ + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
-                  "--state-dir", run_dir_ + "/state"},
-                 {}, run_dir_ + "/coordinator.log", &coordinator_stdout)
-          .status());
+  std::vector<std::string> command = {bin_dir_ + "/lockstep-coordinator",
+                                      "--listen", "127.0.0.1:0", "--state-dir",
+                                      run_dir_ + "/state"};
+  ASSIGN_OR_RETURN(std::vector<std::string> tls,
+                   TlsFlags("coordinator", "spiffe://lockstep/coordinator"));
+  command.insert(command.end(), tls.begin(), tls.end());
+  RETURN_IF_ERROR(processes_
+                      .Spawn("coordinator", command, {},
+                             run_dir_ + "/coordinator.log", &coordinator_stdout)
+                      .status());
   auto address = ReadListenAddress(coordinator_stdout, absl::Seconds(30));
   close(coordinator_stdout);
   if (!address.ok()) {
@@ -296,7 +359,10 @@ absl::Status LocalRun::StartProcesses() {
   processes_.StartReaper([this](const std::string& name, int status) {
     OnChildExit(name, status);
   });
-  stub_ = Connect(address_);
+  TlsOptions operator_tls = operator_tls_;
+  operator_tls.insecure = insecure_;
+  ASSIGN_OR_RETURN(auto credentials, LoadChannelCredentials(operator_tls));
+  stub_ = Connect(address_, credentials);
   return absl::OkStatus();
 }
 
@@ -329,6 +395,12 @@ absl::Status LocalRun::SpawnWorker(int index) {
                                       device};
   if (index >= workers_) command.push_back("--spare");
   for (const std::string& flag : RootFlags(spec_)) command.push_back(flag);
+  // Each process has an identity of its own; a restart keeps it.
+  const std::string name =
+      absl::StrCat(index >= workers_ ? "local-spare-" : "local-worker-", index);
+  ASSIGN_OR_RETURN(std::vector<std::string> tls,
+                   TlsFlags(name, "spiffe://lockstep/worker/" + name));
+  command.insert(command.end(), tls.begin(), tls.end());
   return processes_
       .Spawn(absl::StrCat("worker ", index), command, env,
              absl::StrCat(run_dir_, "/worker-", index, ".log"))
@@ -370,6 +442,19 @@ void LocalRun::OnChildExit(const std::string& name, int status) {
         "; the end of its log (", log, "):\n", TailOfFile(log, 15));
   }
   watch_context_.TryCancel();
+}
+
+void LocalRun::PrintCliHint() {
+  std::cout << "lockstep local: to use the CLI on this run meanwhile:\n"
+            << "  export LOCKSTEP_COORDINATOR=" << address_;
+  if (insecure_) {
+    std::cout << " LOCKSTEP_INSECURE=1\n";
+  } else {
+    std::cout << " \\\n    LOCKSTEP_TLS_CERT=" << operator_tls_.cert_file
+              << " \\\n    LOCKSTEP_TLS_KEY=" << operator_tls_.key_file
+              << " \\\n    LOCKSTEP_TLS_CA=" << operator_tls_.ca_file << "\n";
+  }
+  std::cout << std::flush;
 }
 
 void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
@@ -541,7 +626,9 @@ int LocalRun::Run() {
                      ? std::string(" on the CPU")
                      : absl::StrCat(" on ", gpus_.size(),
                                     gpus_.size() == 1 ? " GPU" : " GPUs"))
+             << (insecure_ ? ", without TLS (--insecure)" : ", mutual TLS")
              << "; logs in " << run_dir_ << std::endl;
+  if (!json_) PrintCliHint();
   // The job starts when the workers are up, as on a cluster of running
   // daemons: its time to the first step is then the job's own.
   absl::Status ready = WaitForWorkers(absl::Seconds(60));
@@ -586,7 +673,7 @@ int LocalRun::Run() {
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
   auto args =
       Args::Parse(argv, {"workers", "spares", "set", "metrics-out", "threads"},
-                  {"json", "keep-logs", "gpus", "help"});
+                  {"json", "keep-logs", "gpus", "help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;

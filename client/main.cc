@@ -23,9 +23,17 @@ Usage:
   lockstep checkpoints JOB [--json]
   lockstep metrics JOB [--csv | --json]
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
+  lockstep health HOST:PORT [--json]
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
+
+Every command but `local` talks mutual TLS: --tls-cert FILE --tls-key FILE
+--tls-ca FILE (or LOCKSTEP_TLS_CERT, LOCKSTEP_TLS_KEY, LOCKSTEP_TLS_CA) give
+your certificate, its key and the cluster's CA; its identity (operator/NAME
+or viewer/NAME) says what you may do. --insecure (LOCKSTEP_INSECURE=1) talks
+to daemons started with --insecure. `lockstep local` makes its own
+certificates and prints how to point the CLI at its run.
 
 Exit codes: 0 success, 1 the job failed, 2 usage error, 3 cannot reach the
 coordinator.
@@ -64,6 +72,7 @@ int main(int argc, char** argv) {
   if (command == "watch") return RunWatch(rest);
   if (command == "metrics") return RunMetrics(rest);
   if (command == "compare") return RunCompare(rest);
+  if (command == "health") return RunHealth(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

@@ -151,14 +151,14 @@ absl::Status WriteAndClose(int fd, const std::string& path,
 // random hex digits>", opened with O_EXCL and O_NOFOLLOW, so a file or link
 // another user planted under the name (in /tmp, say) is never written
 // through; a name taken is retried with another suffix.
-absl::StatusOr<int> CreateTemporaryBeside(const std::string& path,
+absl::StatusOr<int> CreateTemporaryBeside(const std::string& path, mode_t mode,
                                           std::string* tmp) {
   static thread_local std::mt19937_64 random(std::random_device{}() ^
                                              static_cast<uint64_t>(getpid()));
   for (int attempt = 0; attempt < 16; ++attempt) {
     *tmp = absl::StrFormat("%s.tmp.%016x", path, random());
     int fd = open(tmp->c_str(),
-                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd >= 0) return fd;
     if (errno != EEXIST) return ErrnoError("cannot create", *tmp);
   }
@@ -183,9 +183,9 @@ absl::Status FsyncDirectory(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
+                                 absl::string_view contents, mode_t mode) {
   std::string tmp;
-  ASSIGN_OR_RETURN(int fd, CreateTemporaryBeside(path, &tmp));
+  ASSIGN_OR_RETURN(int fd, CreateTemporaryBeside(path, mode, &tmp));
   absl::Status written = WriteAndClose(fd, tmp, contents);
   if (!written.ok()) {
     unlink(tmp.c_str());

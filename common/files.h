@@ -4,6 +4,8 @@
 #ifndef LOCKSTEP_COMMON_FILES_H_
 #define LOCKSTEP_COMMON_FILES_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -31,9 +33,11 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
 // fsync the parent directory). A crash leaves either the old or new file.
 // The temporary file, "<path>.tmp.<random>", is created with O_EXCL and
 // O_NOFOLLOW: a name someone else made first (in /tmp, say) is never
-// written through, another is tried.
+// written through, another is tried. The file is created with `mode` (less
+// the umask) before anything is written: 0600 keeps a private key unread.
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents);
+                                 absl::string_view contents,
+                                 mode_t mode = 0644);
 
 // Writes `contents` to `path` (created or truncated) and fsyncs the file, not
 // the directory: for files inside a folder that is fsynced and renamed into

@@ -1,22 +1,37 @@
 // A minimal grpc.health.v1 Health service for a daemon that serves nothing
 // else over gRPC (the worker): gRPC's built-in health service needs another
 // synchronous service on the same server to be polled.
+//
+// With mutual TLS (`insecure` false) any caller with a certificate from the
+// daemon's CA may Check, whatever its role; a call without one is
+// UNAUTHENTICATED. The answer says only SERVING or NOT_SERVING.
 #ifndef LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 #define LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace lockstep {
 
 class HealthService final : public grpc::health::v1::Health::Service {
  public:
+  explicit HealthService(bool insecure) : insecure_(insecure) {}
+
   void SetServing(bool serving) { serving_ = serving; }
 
-  grpc::Status Check(grpc::ServerContext*,
+  grpc::Status Check(grpc::ServerContext* context,
                      const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override {
+    const Caller caller = CallerOfCall(*context, insecure_);
+    if (caller.role == Role::kNone) {
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          absl::StrCat("health check refused: ", caller.ToString(),
+                       "; present a certificate from this daemon's CA"));
+    }
     if (!request->service().empty()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "only the server's overall health is served");
@@ -28,6 +43,7 @@ class HealthService final : public grpc::health::v1::Health::Service {
   }
 
  private:
+  const bool insecure_;
   std::atomic<bool> serving_{true};
 };
 

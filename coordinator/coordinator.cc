@@ -307,6 +307,7 @@ void Coordinator::StartGenerationLocked(Job& job,
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
                     static_cast<int>(rank), clock_->Now());
+    job.generation->SetRankIdentity(worker.rank, worker.identity);
     v1::RankResult* result = status.add_ranks();
     result->set_rank(worker.rank);
     result->set_worker_id(worker.id);

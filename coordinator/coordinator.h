@@ -60,7 +60,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/caller.h"
 #include "common/clock.h"
+#include "coordinator/authorization.h"
 #include "coordinator/generation.h"
 #include "coordinator/job_store.h"
 #include "coordinator/session_sink.h"
@@ -104,21 +106,35 @@ class Coordinator {
   // its workers reconnect. Errors: DataLoss for an unreadable store.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options);
 
+  // The worker entry points take the caller (common/caller.h) and refuse
+  // whom they must (authorization.h): Unauthenticated for no known
+  // identity, PermissionDenied for another role or another worker's
+  // identity. Role::kInsecure passes every check.
+  //
   // Possible errors:
+  //   Unauthenticated, PermissionDenied: not a worker identity, or one
+  //     claiming a task its certificate does not name.
   //   InvalidArgument: the task is not a training task of the static cluster,
   //     the worker's own cluster view differs from ours, or a static cluster
   //     worker registered without a task identity.
-  // A known task with a new incarnation has restarted: its old process is
-  // treated as failed.
+  //   Unavailable: the worker id already has a live session of another
+  //     process or identity (logged with both addresses). A restarted
+  //     worker retries: the old session ends when its stream breaks, or
+  //     after the heartbeat timeout.
+  // A known task with a new incarnation and no live session has restarted:
+  // its old process is treated as failed.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
-      const v1::RegisterWorkerRequest& request);
+      const Caller& caller, const v1::RegisterWorkerRequest& request);
 
-  // Attaches the command sink of a worker's session. Errors:
+  // Attaches the command sink of a worker's session. The same process (its
+  // identity and incarnation) may replace its own live session. Errors:
+  //   Unauthenticated, PermissionDenied: not the identity that registered
+  //     the worker.
   //   NotFound: the worker never registered.
   //   Aborted: the incarnation is not the registered one (the process
   //     restarted and registered again; this session is stale).
-  absl::Status OpenSession(const std::string& worker_id, uint64_t incarnation,
-                           SessionSink* sink);
+  absl::Status OpenSession(const Caller& caller, const std::string& worker_id,
+                           uint64_t incarnation, SessionSink* sink);
   // The session ended (`cause` says how). A worker holding a rank in a running
   // job fails that job's generation.
   void CloseSession(const std::string& worker_id, uint64_t incarnation,
@@ -128,19 +144,23 @@ class Coordinator {
                                    const v1::WorkerMessage& message);
 
   // Every rendezvous call is range-checked first (message_checks.h):
-  // InvalidArgument, logged, for a field out of range.
+  // InvalidArgument, logged, for a field out of range. Only a rank of the
+  // live generation may use its store: the caller's identity registered a
+  // worker whose live session holds a rank of it (for a barrier, the rank
+  // it names); others get Unauthenticated or PermissionDenied.
   //
   // Errors: Aborted if (job, generation) is not the running generation;
   // ResourceExhausted when the generation's store is full (KvLimits, named
   // in the message).
-  absl::Status KvSet(const v1::KvSetRequest& request);
+  absl::Status KvSet(const Caller& caller, const v1::KvSetRequest& request);
   // Waits until the key is set. Errors: Aborted (fenced or the job ended),
   // DeadlineExceeded naming the key.
-  absl::StatusOr<std::string> KvGet(const v1::KvGetRequest& request);
+  absl::StatusOr<std::string> KvGet(const Caller& caller,
+                                    const v1::KvGetRequest& request);
   // Waits until every rank of the generation arrived. Errors: Aborted,
   // DeadlineExceeded naming the ranks that did not arrive, ResourceExhausted
   // for a new barrier name in a full store.
-  absl::Status Barrier(const v1::BarrierRequest& request);
+  absl::Status Barrier(const Caller& caller, const v1::BarrierRequest& request);
 
   // ---- non-blocking waits ----
   // The callbacks below run exactly once (watchers: once per change) with
@@ -153,9 +173,11 @@ class Coordinator {
   // the key is set or the call is fenced, else from the KvSet that sets it,
   // the fence, Shutdown, or the first Sweep() at or after the deadline (on
   // the injected clock). The id is for CancelWait.
-  WaitId KvGetAsync(const v1::KvGetRequest& request, KvGetDone done);
+  WaitId KvGetAsync(const Caller& caller, const v1::KvGetRequest& request,
+                    KvGetDone done);
   // Barrier without a thread: arrives at once, then like KvGetAsync.
-  WaitId BarrierAsync(const v1::BarrierRequest& request, BarrierDone done);
+  WaitId BarrierAsync(const Caller& caller, const v1::BarrierRequest& request,
+                      BarrierDone done);
   // The caller gave up (its RPC was cancelled): a wait still pending gets
   // Cancelled now; one already done is left alone.
   void CancelWait(WaitId id);
@@ -249,6 +271,23 @@ class Coordinator {
   };
 
   explicit Coordinator(Options options);
+
+  // ---- authorization of the worker calls (worker_sessions.cc,
+  // rendezvous.cc) ----
+  // A worker identity may claim only the task its certificate names, or
+  // none. Errors: PermissionDenied.
+  absl::Status AuthorizeTaskClaim(
+      const Caller& caller, const v1::RegisterWorkerRequest& request) const;
+  // The refusal of a registration for a worker id whose session is live.
+  absl::Status SessionTaken(const Caller& caller, const Worker& worker) const;
+  // The caller holds a rank of the live generation `number` of `job_id`
+  // (rank `rank` if given) through a worker its identity registered, whose
+  // session is live. Errors: the fence's (Aborted, NotFound, Cancelled),
+  // PermissionDenied.
+  absl::Status AuthorizeRankLocked(const Caller& caller, Call call,
+                                   const std::string& job_id, int64_t number,
+                                   std::optional<int> rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- rendezvous (rendezvous.cc) ----
   // What KvGet returns now, or nullopt while it must wait.
@@ -349,7 +388,8 @@ class Coordinator {
   // live_state_done): the checkpoint it saved it as, or why it did not.
   void HandleLiveStateLocked(Worker& worker, const v1::PreemptRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteAppliedStepLocked(const v1::TaskResult& result)
+  // Only for the rank `worker` was last given.
+  void NoteAppliedStepLocked(const Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -357,7 +397,9 @@ class Coordinator {
   // or (preempted) waits for its group.
   void AllRanksDoneLocked(Job& job, bool stopped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleProgressLocked(const v1::ProgressReport& report)
+  // Only from the chief (rank 0) of the live generation it names.
+  void HandleProgressLocked(const Worker& worker,
+                            const v1::ProgressReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The two-phase checkpoint commit: once every rank prepared a step, the
   // chief is told to commit it; a failed prepare abandons the step.

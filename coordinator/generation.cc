@@ -56,6 +56,16 @@ const std::string* Generation::Get(const std::string& key) const {
   return it == kv_.end() ? nullptr : &it->second;
 }
 
+void Generation::SetRankIdentity(int rank, const std::string& identity) {
+  ranks_by_identity_[identity].push_back(rank);
+}
+
+const std::vector<int>& Generation::RanksOf(const std::string& identity) const {
+  static const std::vector<int>* const kNone = new std::vector<int>();
+  auto it = ranks_by_identity_.find(identity);
+  return it == ranks_by_identity_.end() ? *kNone : it->second;
+}
+
 void Generation::End() {
   ended_ = true;
   kv_.clear();

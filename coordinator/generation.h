@@ -52,6 +52,12 @@ class Generation {
   int world_size() const { return static_cast<int>(rank_workers_.size()); }
   const std::vector<std::string>& rank_workers() const { return rank_workers_; }
 
+  // Records the identity (Caller::id) that registered rank `rank`'s worker,
+  // once, at the start: the rendezvous serves only the ranks' identities.
+  void SetRankIdentity(int rank, const std::string& identity);
+  // The ranks whose workers `identity` registered (none: empty).
+  const std::vector<int>& RanksOf(const std::string& identity) const;
+
   // The fence: true only for this generation's number while it is live.
   bool Admits(int64_t number) const { return !ended_ && number == number_; }
   bool ended() const { return ended_; }
@@ -102,6 +108,7 @@ class Generation {
   const std::vector<std::string> rank_workers_;
   const KvLimits limits_;
   bool ended_ = false;
+  std::map<std::string, std::vector<int>> ranks_by_identity_;
 
   // Refuses growing the store by `entries` and `bytes` past limits_.
   absl::Status Admit(int64_t entries, int64_t bytes) const;

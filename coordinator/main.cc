@@ -1,6 +1,5 @@
 // lockstep-coordinator: the control-plane daemon. See README.md.
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -11,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/args.h"
+#include "common/health_service.h"
 #include "common/log.h"
 #include "common/tf_config.h"
+#include "common/tls.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_service.h"
@@ -25,6 +26,8 @@ constexpr char kUsage[] =
 
 Usage:
   lockstep-coordinator --listen HOST:PORT --state-dir DIR [--cluster TF_CONFIG]
+                       (--tls-cert FILE --tls-key FILE --tls-ca FILE |
+                        --insecure)
                        [--heartbeat-timeout SECS] [--kv-max-entries N]
                        [--kv-max-bytes N] [--keep-finished-jobs N]
                        [--finished-job-ttl SECS] [--forget-workers-after SECS]
@@ -34,6 +37,18 @@ Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
                        (the chosen address is printed on stdout)
   --state-dir DIR      where job state is kept (SQLite); created if missing
+  --tls-cert FILE      the coordinator's certificate (PEM); its DNS or IP
+                       names must match the address clients dial
+  --tls-key FILE       its private key (PEM)
+  --tls-ca FILE        the CA that workers', operators' and viewers'
+                       certificates must be signed by (PEM). Every call is
+                       then mutual TLS: the identity in the caller's
+                       certificate (a SPIFFE ID, see README.md) says what it
+                       may do; a certificate from another CA fails the
+                       handshake
+  --insecure           no TLS: every endpoint is open to anyone who can
+                       reach the port, who can submit and stop jobs or pose
+                       as a worker; for a trusted single-user machine only
   --cluster JSON|FILE  static cluster in TF_CONFIG form; the coordinator then
                        waits for exactly those chief/worker tasks. Without it,
                        workers register freely.
@@ -57,13 +72,16 @@ Flags:
 Sessions and watches hold no thread each (gRPC's callback API); gRPC's
 own threads are capped. At start the open-file limit is raised to its hard
 limit: each client connection takes a descriptor.
-Serves the standard gRPC health service (grpc.health.v1) for probes.
+Serves the standard gRPC health service (grpc.health.v1) for probes, over
+the same TLS (`lockstep health HOST:PORT` checks it with a certificate).
 SIGTERM or SIGINT shuts it down cleanly; jobs and their state stay in the
 state dir and a running job re-forms when the coordinator comes back.
 
 Example:
   lockstep-coordinator --listen 0.0.0.0:7070 --state-dir /var/lib/lockstep \
-      --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}'
+      --cluster '{"cluster":{"worker":["w0:7071","w1:7071"]}}' \
+      --tls-cert /etc/lockstep/tls/tls.crt --tls-key /etc/lockstep/tls/tls.key \
+      --tls-ca /etc/lockstep/tls/ca.crt
 )";
 
 // A bound on the threads of gRPC's synchronous-server machinery. The
@@ -134,12 +152,13 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
-       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
-       "forget-workers-after", "max-sessions", "max-watches"},
-      {"help"});
+  auto args =
+      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                  {"listen", "state-dir", "cluster", "heartbeat-timeout",
+                   "kv-max-entries", "kv-max-bytes", "keep-finished-jobs",
+                   "finished-job-ttl", "forget-workers-after", "max-sessions",
+                   "max-watches", "tls-cert", "tls-key", "tls-ca"},
+                  {"help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -157,6 +176,11 @@ int Run(int argc, char** argv) {
                 2);
   }
   SetLogTag("coordinator");
+  auto tls_options = TlsOptionsFromArgs(*args);
+  if (!tls_options.ok()) return Fail(tls_options.status(), 2);
+  auto tls = LoadTlsMaterial(*tls_options);
+  if (!tls.ok()) return Fail(tls.status(), 2);
+  if (tls->insecure) LogWarning(InsecureWarning("lockstep-coordinator"));
 
   Coordinator::Options options;
   if (args->Has("cluster")) {
@@ -190,16 +214,20 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
-  GrpcService service(coordinator->get(), limits);
-  grpc::EnableDefaultHealthCheckService(true);
+  // With --insecure nobody is authenticated: every caller may make every
+  // call. Otherwise each call is authorized by its client certificate.
+  GrpcService service(coordinator->get(), limits, tls->insecure);
+  // Answers only callers with a certificate of our CA (gRPC's built-in
+  // health service would answer anybody).
+  HealthService health(tls->insecure);
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);
   int port = 0;
-  builder.AddListeningPort(args->Get("listen"),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(args->Get("listen"), ServerCredentials(*tls), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat(
@@ -212,7 +240,8 @@ int Run(int argc, char** argv) {
   std::cout << "lockstep-coordinator listening on " << host << ":" << port
             << std::endl;
   LogInfo("serving on ", host, ":", port, ", state in ", args->Get("state-dir"),
-          static_cluster ? ", static cluster" : ", free registration");
+          static_cluster ? ", static cluster" : ", free registration",
+          tls->insecure ? ", without TLS" : ", mutual TLS");
 
   // Liveness runs on the coordinator's clock: sweep often so a silent
   // worker is declared failed right after its timeout.
@@ -228,7 +257,7 @@ int Run(int argc, char** argv) {
   LogInfo("signal ", signal, ": shutting down");
   stopping.Notify();
   sweeper.join();
-  server->GetHealthCheckService()->Shutdown();
+  health.SetServing(false);
   (*coordinator)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

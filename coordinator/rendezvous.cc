@@ -33,9 +33,48 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
   return current;
 }
 
-absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
+absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
+                                              const std::string& job_id,
+                                              int64_t number,
+                                              std::optional<int> rank) {
+  if (caller.role == Role::kInsecure) return absl::OkStatus();
+  // A generation that is over refuses everyone alike (a late rank must see
+  // Aborted, and retry the generation), and serves nothing.
+  ASSIGN_OR_RETURN(Generation * generation,
+                   CurrentGenerationLocked(job_id, number));
+  std::optional<int> held;
+  for (int candidate : generation->RanksOf(caller.id)) {
+    const Worker* worker = workers_.Find(generation->rank_workers()[candidate]);
+    // Its registrant's worker, whose live session still holds the rank.
+    if (worker == nullptr || worker->sink == nullptr ||
+        worker->identity != caller.id || worker->job_id != job_id ||
+        worker->generation != number || worker->rank != candidate) {
+      continue;
+    }
+    held = candidate;
+    if (!rank.has_value() || *rank == candidate) return absl::OkStatus();
+  }
+  const std::string which =
+      absl::StrCat("job ", job_id, " generation ", number);
+  if (held.has_value()) {
+    return Denied(
+        caller, call,
+        absl::StrCat("it holds rank ", *held, " of ", which, ", not rank ",
+                     *rank, "; a rank arrives at a barrier only for itself"));
+  }
+  return Denied(caller, call,
+                absl::StrCat("it holds no rank of ", which,
+                             "; a generation's store and barriers serve only "
+                             "its ranks, through their live sessions"));
+}
+
+absl::Status Coordinator::KvSet(const Caller& caller,
+                                const v1::KvSetRequest& request) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kKvSet));
   if (absl::Status bad = CheckKvSet(request); !bad.ok()) return Refused(bad);
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kKvSet, request.job_id(),
+                                      request.generation(), std::nullopt));
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
@@ -50,10 +89,13 @@ absl::Status Coordinator::KvSet(const v1::KvSetRequest& request) {
 }
 
 absl::StatusOr<std::string> Coordinator::KvGet(
-    const v1::KvGetRequest& request) {
+    const Caller& caller, const v1::KvGetRequest& request) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kKvGet));
   if (absl::Status bad = CheckKvGet(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kKvGet, request.job_id(),
+                                      request.generation(), std::nullopt));
   while (true) {
     // Looked up again after every wait: the generation may have been
     // replaced meanwhile, and then this call is fenced.
@@ -70,10 +112,14 @@ absl::StatusOr<std::string> Coordinator::KvGet(
   }
 }
 
-absl::Status Coordinator::Barrier(const v1::BarrierRequest& request) {
+absl::Status Coordinator::Barrier(const Caller& caller,
+                                  const v1::BarrierRequest& request) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kBarrier));
   if (absl::Status bad = CheckBarrier(request); !bad.ok()) return Refused(bad);
   absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kBarrier, request.job_id(),
+                                      request.generation(), request.rank()));
   RETURN_IF_ERROR(ArriveLocked(request));
   while (true) {
     if (auto ready = BarrierReadyLocked(request.job_id(), request.generation(),
@@ -156,13 +202,26 @@ std::string Coordinator::BarrierTimeoutMessage(
 // ---- the non-blocking forms
 // --------------------------------------------------
 
-Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
+Coordinator::WaitId Coordinator::KvGetAsync(const Caller& caller,
+                                            const v1::KvGetRequest& request,
                                             KvGetDone done) {
+  if (absl::Status refused = AuthorizeRole(caller, Call::kKvGet);
+      !refused.ok()) {
+    done(refused);
+    return 0;
+  }
   if (absl::Status bad = CheckKvGet(request); !bad.ok()) {
     done(Refused(bad));
     return 0;
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status refused =
+          AuthorizeRankLocked(caller, Call::kKvGet, request.job_id(),
+                              request.generation(), std::nullopt);
+      !refused.ok()) {
+    done(refused);
+    return 0;
+  }
   if (auto ready = KvGetReadyLocked(request.job_id(), request.generation(),
                                     request.key())) {
     done(*std::move(ready));
@@ -179,13 +238,26 @@ Coordinator::WaitId Coordinator::KvGetAsync(const v1::KvGetRequest& request,
   return AddWaiterAndCheckLocked(/*barrier=*/false, std::move(waiter));
 }
 
-Coordinator::WaitId Coordinator::BarrierAsync(const v1::BarrierRequest& request,
+Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
+                                              const v1::BarrierRequest& request,
                                               BarrierDone done) {
+  if (absl::Status refused = AuthorizeRole(caller, Call::kBarrier);
+      !refused.ok()) {
+    done(refused);
+    return 0;
+  }
   if (absl::Status bad = CheckBarrier(request); !bad.ok()) {
     done(Refused(bad));
     return 0;
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status refused =
+          AuthorizeRankLocked(caller, Call::kBarrier, request.job_id(),
+                              request.generation(), request.rank());
+      !refused.ok()) {
+    done(refused);
+    return 0;
+  }
   absl::Status arrived = ArriveLocked(request);
   if (!arrived.ok()) {
     done(arrived);

@@ -53,10 +53,12 @@ WorkerRegistry::WorkerRegistry(std::optional<v1::ClusterSpec> cluster,
       heartbeat_timeout_(heartbeat_timeout),
       stall_after_(stall_after) {}
 
-std::string WorkerRegistry::FreeId(uint64_t incarnation) const {
+std::string WorkerRegistry::FreeId(uint64_t incarnation,
+                                   const std::string& identity) const {
   std::string id;
   for (const auto& [existing_id, worker] : workers_) {
-    if (worker.incarnation == incarnation && worker.task.type().empty()) {
+    if (worker.incarnation == incarnation && worker.identity == identity &&
+        worker.task.type().empty()) {
       id = existing_id;
     }
   }
@@ -98,6 +100,8 @@ void WorkerRegistry::Register(Worker& worker,
 void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
                             int64_t generation, int rank, absl::Time now) {
   worker.job_id = job_id;
+  worker.assigned_job = job_id;
+  worker.assigned_rank = rank;
   // A rank loads the job's data: once its part ends it stands by already.
   worker.standby_job = job_id;
   worker.rank = rank;
@@ -321,7 +325,6 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
   for (const auto& [id, worker] : workers_) {
     v1::WorkerInfo& info = infos.emplace_back();
     info.set_worker_id(id);
-    info.set_incarnation(worker.incarnation);
     info.set_host(worker.host);
     *info.mutable_device() = worker.device;
     info.set_connected(worker.sink != nullptr);

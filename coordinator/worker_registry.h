@@ -29,7 +29,15 @@ class SessionSink;
 struct Worker {
   std::string id;
   v1::TaskId task;  // type empty in free registration
+  // Random per process; known only to the process and the coordinator (it
+  // is shown to nobody: a session hello must name it).
   uint64_t incarnation = 0;
+  // The identity that registered the process (Caller::id): only it may hold
+  // the worker's session and, through it, the worker's ranks.
+  std::string identity;
+  // The address of the registration, then of the session (for the log of
+  // a refused registration).
+  std::string peer;
   std::string host;
   // The device the process trains on, as it registered ("cpu", "cuda:0").
   v1::Device device;
@@ -39,6 +47,11 @@ struct Worker {
   std::string job_id;  // the job this worker runs, if any
   int rank = -1;
   int64_t generation = 0;
+  // The latest rank it was given (job, rank; `generation` above), kept after
+  // its part ended: a late result or a leaving worker's report of its live
+  // state is accepted only for that.
+  std::string assigned_job;
+  int assigned_rank = -1;
   // Collectives entered in the current generation, when that last changed,
   // and when a heartbeat last reported it: a rank whose count stays below
   // the others' is a straggler. The count is only seen every heartbeat
@@ -75,9 +88,9 @@ class WorkerRegistry {
   WorkerRegistry(std::optional<v1::ClusterSpec> cluster,
                  absl::Duration heartbeat_timeout, absl::Duration stall_after);
 
-  // Free registration: the id the free worker of `incarnation` already has
-  // (the same process keeps its id), or a new one.
-  std::string FreeId(uint64_t incarnation) const;
+  // Free registration: the id the free worker of `incarnation` registered
+  // by `identity` already has (the same process keeps its id), or a new one.
+  std::string FreeId(uint64_t incarnation, const std::string& identity) const;
   Worker* Find(const std::string& id);
   const Worker* Find(const std::string& id) const;
   // Adds worker `id` with the next registration order. It must be new.
@@ -130,6 +143,7 @@ class WorkerRegistry {
   // went away. A static cluster's tasks stay. Returns their ids.
   std::vector<std::string> ForgetVanished(absl::Time now, absl::Duration after);
 
+  // Every worker, without incarnations (those are shown to nobody).
   std::vector<v1::WorkerInfo> List() const;
   // Closes every open session (the coordinator is stopping).
   void CloseAll();

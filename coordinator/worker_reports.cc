@@ -1,9 +1,11 @@
 // How the Coordinator acts on what the ranks of a generation report: task
 // results, progress, checkpoint prepares and commits, and preemption
-// requests. Each is accepted only from a worker holding a rank of the job's
-// live generation, and only for that generation's number; a leaving
-// worker's report on its live state is the one that comes from outside a
-// generation (the job is recovering).
+// requests. Each is accepted only from the session of a worker holding a
+// rank of the job's live generation, only for that generation's number and
+// only for that rank (progress and commits: only the chief, rank 0). Two
+// come from outside a live generation, and are accepted only for the rank
+// the worker was last given: a late result's applied step, and a leaving
+// worker's report on its live state (the job is recovering).
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/log.h"
+#include "coordinator/authorization.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_status.h"
 
@@ -32,6 +35,32 @@ bool IsRetryable(int code) {
          status_code == absl::StatusCode::kCancelled;
 }
 
+// Only a worker that held a rank of the job holds its live state: one given
+// a rank by this coordinator, or listed among the ranks of the job's latest
+// generation (stored, so also after a coordinator restart).
+bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
+  if (worker.assigned_job == status.job_id()) return true;
+  for (const v1::RankResult& rank : status.ranks()) {
+    if (rank.worker_id() == worker.id) return true;
+  }
+  return false;
+}
+
+// A rank of the live generation reported for a rank it does not hold (or,
+// for progress and commits, is not the chief): nothing a correct worker
+// sends, so the report is dropped and the refusal logged (rate-limited),
+// naming the worker, its identity and address. A late report of a
+// generation that already ended is no refusal: it is dropped quietly
+// before this.
+void RefuseReport(const Worker& worker, absl::string_view what,
+                  absl::string_view why) {
+  LogRefusal(absl::PermissionDeniedError(
+      absl::StrCat("worker ", worker.id, " (", worker.identity, " at ",
+                   worker.peer, "), rank ", worker.rank, " of job ",
+                   worker.job_id, " generation ", worker.generation, ", sent ",
+                   what, " over its session: ", why, "; ignored")));
+}
+
 }  // namespace
 
 Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
@@ -48,9 +77,15 @@ Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
   return &job;
 }
 
-void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
+void Coordinator::NoteAppliedStepLocked(const Worker& worker,
+                                        const v1::TaskResult& result) {
   // Also from a generation that already ended: its ranks say where they
   // stopped, which a later resume may repeat.
+  if (worker.assigned_job != result.job_id() ||
+      worker.generation != result.generation() ||
+      worker.assigned_rank != result.rank()) {
+    return;
+  }
   auto it = jobs_.find(result.job_id());
   if (it == jobs_.end()) return;
   v1::JobStatus& status = it->second.status;
@@ -66,9 +101,14 @@ void Coordinator::NoteAppliedStepLocked(const v1::TaskResult& result) {
 
 void Coordinator::HandleResultLocked(Worker& worker,
                                      const v1::TaskResult& result) {
-  NoteAppliedStepLocked(result);
+  NoteAppliedStepLocked(worker, result);
   Job* job = GenerationOfLocked(worker, result.job_id(), result.generation());
   if (job == nullptr) return;
+  if (result.rank() != worker.rank) {
+    RefuseReport(worker, absl::StrCat("a result for rank ", result.rank()),
+                 "a rank reports only its own result");
+    return;
+  }
   if (!result.ok()) {
     std::string cause =
         absl::StrCat("rank ", worker.rank, " (", worker.id, " on ", worker.host,
@@ -116,14 +156,15 @@ std::string Coordinator::StopReasonLocked(const Job& job) const {
   return absl::StrCat("stopped on request after step ", step, "; ", saved);
 }
 
-void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
-  auto it = jobs_.find(report.job_id());
-  if (it == jobs_.end()) return;
-  Job& job = it->second;
-  if (job.generation == nullptr ||
-      !job.generation->Admits(report.generation())) {
+void Coordinator::HandleProgressLocked(const Worker& worker,
+                                       const v1::ProgressReport& report) {
+  Job* found = GenerationOfLocked(worker, report.job_id(), report.generation());
+  if (found == nullptr) return;
+  if (worker.rank != 0) {
+    RefuseReport(worker, "progress", "only the chief (rank 0) reports it");
     return;
   }
+  Job& job = *found;
   ApplyProgress(job.status, report, NowSeconds());
   ChangedLocked(job);
   if (clock_->Now() - job.last_persisted >= kPersistProgressEvery) {
@@ -134,7 +175,13 @@ void Coordinator::HandleProgressLocked(const v1::ProgressReport& report) {
 void Coordinator::HandlePreparedLocked(Worker& worker,
                                        const v1::CheckpointPrepared& p) {
   Job* job = GenerationOfLocked(worker, p.job_id(), p.generation());
-  if (job == nullptr || p.rank() != worker.rank) return;
+  if (job == nullptr) return;
+  if (p.rank() != worker.rank) {
+    RefuseReport(worker,
+                 absl::StrCat("a checkpoint prepare for rank ", p.rank()),
+                 "a rank prepares only its own files");
+    return;
+  }
   std::optional<v1::CommitCheckpoint> commit =
       job->generation->checkpoints().Prepare(p);
   if (!commit.has_value()) return;  // ranks missing, or the step abandoned
@@ -153,7 +200,12 @@ void Coordinator::HandleCommittedLocked(
     Worker& worker, const v1::CheckpointCommitted& committed) {
   Job* job =
       GenerationOfLocked(worker, committed.job_id(), committed.generation());
-  if (job == nullptr || worker.rank != 0) return;
+  if (job == nullptr) return;
+  if (worker.rank != 0) {
+    RefuseReport(worker, "a checkpoint commit",
+                 "only the chief (rank 0) commits checkpoints");
+    return;
+  }
   job->generation->checkpoints().Committed(committed);
   if (!committed.ok()) {
     AddEventLocked(*job, "checkpoint_failed", &worker,
@@ -196,6 +248,7 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end() || IsTerminal(it->second.status.state())) return;
   Job& job = it->second;
+  if (!HeldRankOf(worker, job.status)) return;
   const int64_t step = request.live_step();
   const std::string& saved = request.saved_checkpoint();
   // Its numbers and name were checked with the message (message_checks.h).

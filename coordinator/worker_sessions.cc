@@ -8,38 +8,47 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/tf_config.h"
+#include "coordinator/authorization.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/message_checks.h"
 
 namespace lockstep::coordinator {
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
-    const v1::RegisterWorkerRequest& request) {
+    const Caller& caller, const v1::RegisterWorkerRequest& request) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kRegisterWorker));
   if (absl::Status bad = CheckRegistration(request); !bad.ok()) {
     LogWarning("refusing a registration: ", bad.message());
     return bad;
   }
+  RETURN_IF_ERROR(AuthorizeTaskClaim(caller, request));
   ASSIGN_OR_RETURN(std::string id, RegistrationId(cluster_, request));
   absl::MutexLock lock(&mu_);
-  if (id.empty()) id = workers_.FreeId(request.incarnation());
+  if (id.empty()) id = workers_.FreeId(request.incarnation(), caller.id);
   Worker* worker = workers_.Find(id);
   if (worker == nullptr) {
     worker = &workers_.Add(id);
+  } else if (worker->sink != nullptr &&
+             (worker->incarnation != request.incarnation() ||
+              worker->identity != caller.id)) {
+    return SessionTaken(caller, *worker);
   } else if (worker->incarnation != request.incarnation()) {
     worker->leaving = false;
     WorkerFailedLocked(
         *worker, "worker_restarted",
         absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
-                     " restarted (incarnation ", absl::Hex(worker->incarnation),
-                     " is now ", absl::Hex(request.incarnation()), ")"));
+                     " restarted (a new process registered)"));
   }
   workers_.Register(*worker, request, clock_->Now());
+  worker->identity = caller.id;
+  worker->peer = caller.peer;
   LogInfo("registered ", id, " (host ", worker->host, ", device ",
           worker->device.name(),
           worker->device.gpu_name().empty()
               ? ""
               : absl::StrCat(" ", worker->device.gpu_name()),
-          ", incarnation ", absl::Hex(worker->incarnation), ")");
+          ", ", caller.ToString(), ")");
   v1::RegisterWorkerResponse response;
   response.set_worker_id(id);
   response.set_heartbeat_interval_ms(
@@ -47,8 +56,44 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   return response;
 }
 
-absl::Status Coordinator::OpenSession(const std::string& worker_id,
+absl::Status Coordinator::AuthorizeTaskClaim(
+    const Caller& caller, const v1::RegisterWorkerRequest& request) const {
+  if (caller.role == Role::kInsecure) return absl::OkStatus();
+  // Free registration (a free worker, a spare by flag) takes no task's
+  // place: any worker identity may register so.
+  if (request.task().type().empty()) return absl::OkStatus();
+  const std::string claimed = TaskName(request.task());
+  if (claimed == caller.task) return absl::OkStatus();
+  return Denied(
+      caller, Call::kRegisterWorker,
+      caller.task.empty()
+          ? absl::StrCat("it registered as task ", claimed,
+                         ", but its certificate names no task, so it may "
+                         "only register without one (free registration, or "
+                         "--spare); give it the certificate of ",
+                         claimed, " (spiffe://<trust domain>/worker/",
+                         request.task().type(), "/", request.task().index(),
+                         ")")
+          : absl::StrCat("it registered as task ", claimed,
+                         ", but its certificate is task ", caller.task,
+                         "'s; a worker may register only as its own task"));
+}
+
+absl::Status Coordinator::SessionTaken(const Caller& caller,
+                                       const Worker& worker) const {
+  return LogRefusal(absl::UnavailableError(absl::StrCat(
+      caller.ToString(), " registered as ", worker.id,
+      ", which already has a live session from ", worker.peer,
+      "; refusing it so that the live session is not taken over. If that "
+      "process is gone, its session ends when its stream breaks or after ",
+      absl::FormatDuration(heartbeat_timeout_),
+      " without heartbeats (--heartbeat-timeout): register again then")));
+}
+
+absl::Status Coordinator::OpenSession(const Caller& caller,
+                                      const std::string& worker_id,
                                       uint64_t incarnation, SessionSink* sink) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kWorkerSession));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
   Worker* worker = workers_.Find(worker_id);
@@ -56,20 +101,31 @@ absl::Status Coordinator::OpenSession(const std::string& worker_id,
     return absl::NotFoundError(absl::StrCat(
         "worker ", worker_id, " opened a session without registering"));
   }
+  if (caller.role != Role::kInsecure && worker->identity != caller.id) {
+    return Denied(caller, Call::kWorkerSession,
+                  absl::StrCat("worker ", worker_id,
+                               " was registered by another identity; a "
+                               "worker's session is its registrant's only"));
+  }
   if (worker->incarnation != incarnation) {
+    // The incarnations stay out of the message: they are the session's
+    // secret.
     return absl::AbortedError(absl::StrCat(
-        "worker ", worker_id, " session has incarnation ",
-        absl::Hex(incarnation), " but the registered one is ",
-        absl::Hex(worker->incarnation), "; the process restarted"));
+        "worker ", worker_id,
+        " session names an incarnation that is not "
+        "the registered one; the process restarted: register again"));
   }
   if (worker->sink != nullptr && worker->sink != sink) {
-    // The same process reconnected; its previous session is dead.
+    // The same process (its identity, its incarnation) reconnected: its
+    // previous session is dead to it. Nobody else can name both.
     WorkerFailedLocked(
         *worker, "worker_reconnected",
         absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
-                     " opened a new session"));
+                     " opened a new session from ", caller.peer,
+                     "; its session from ", worker->peer, " is dead"));
   }
   worker->sink = sink;
+  worker->peer = caller.peer;
   worker->last_heartbeat = clock_->Now();
   StartNextGenerationLocked();
   if (RunningJobLocked() != nullptr) {
@@ -141,9 +197,7 @@ absl::Status Coordinator::HandleWorkerMessage(
       workers_.Heartbeat(*worker, message.heartbeat(), clock_->Now());
       break;
     case v1::WorkerMessage::kProgress:
-      if (worker->job_id == message.progress().job_id()) {
-        HandleProgressLocked(message.progress());
-      }
+      HandleProgressLocked(*worker, message.progress());
       break;
     case v1::WorkerMessage::kResult:
       HandleResultLocked(*worker, message.result());

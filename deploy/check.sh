@@ -69,12 +69,14 @@ stage_packages() {  # DOCKERFILE STAGE
 #   ccache git clang   developer tools (compiler cache, sources, `make thread-safety`)
 #   libfuzzer-14-dev   a developer tool too (`make sanitize`, `make fuzz`)
 #   dataset-fashion-mnist  goes into the runtime stage instead (WITH_DATASET)
+#   openssl            the CLI for scripts/lockstep-certs, run where certificates
+#                      are made, not in the images
 # and for Dockerfile.gpu also:
 #   libtorch-dev       a CUDA LibTorch comes from LIBTORCH_URL instead
 #   libopenblas0 libopenblas0-pthread  that LibTorch brings its own BLAS
 #   python3            only Debian's libtorch-dev needs it
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-pthread python3"
 install_deps_packages >"$work/install-deps.txt"

@@ -36,9 +36,13 @@
 //   spare-identity         a worker started with --spare names no task
 //                          identity (--task-type/--task-index) other than a
 //                          "spare" task: a spare by flag registers freely
+//   tls, tls-probes, network-policy
+//                          mutual TLS from Secrets, exec probes that can do
+//                          TLS, NetworkPolicies (validate_security.mjs)
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { parseAllDocuments } from 'yaml';
+import { securityProblems } from './validate_security.mjs';
 
 const require = createRequire(import.meta.url);
 
@@ -335,6 +339,8 @@ function checkRendering(name, objects) {
       }
     }
   }
+  securityProblems({ containersOf, commandLine, runs, isWorker, isCoordinator, flag, selectorMatches },
+    objects, templates, report);
   return problems;
 }
 

@@ -11,6 +11,16 @@
 #include "common/status_macros.h"
 
 namespace lockstep::worker {
+namespace {
+
+// Registration retries back off to this at most. Besides an unreachable
+// coordinator, Unavailable is how a coordinator refuses a restarted worker
+// while its old process's session is still live (docs/DESIGN.md, "Roles and
+// authorization"): that session ends when its stream breaks or at the
+// heartbeat timeout, and the worker should get in right after.
+constexpr absl::Duration kMaxRegisterBackoff = absl::Milliseconds(500);
+
+}  // namespace
 
 Agent::~Agent() {
   AbortTask("the agent is shutting down");
@@ -32,7 +42,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Agent::RegisterWithRetry() {
     LogWarning(response.status().message(), "; retrying in ",
                absl::FormatDuration(backoff));
     absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    backoff = std::min(backoff * 2, kMaxRegisterBackoff);
   }
 }
 

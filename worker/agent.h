@@ -2,7 +2,8 @@
 // (heartbeats up, commands down) and runs each assignment on a task thread.
 //
 // Lifecycle: Run() registers (retrying while the coordinator is unreachable,
-// as it is while a Kubernetes Service comes up or the coordinator restarts),
+// as it is while a Kubernetes Service comes up or the coordinator restarts,
+// or while the session of this task's previous process is still live),
 // opens the session and dispatches commands until the session ends, then
 // aborts the running generation and reconnects with the same incarnation:
 // the process, and the training state it holds, survive. Assignment starts a
@@ -53,7 +54,9 @@ class Agent {
   struct Options {
     v1::RegisterWorkerRequest registration;
     // How long to keep trying to reach the coordinator, at start and after
-    // losing it.
+    // losing it. Also how long a restarted worker waits for its old
+    // process's session to end (the coordinator refuses it with Unavailable
+    // until then): keep it above the coordinator's heartbeat timeout.
     absl::Duration connect_timeout = absl::Seconds(60);
     // Called on the session's thread when the coordinator says which job
     // this idle worker stands by for (docs/DESIGN.md §3); it must return
@@ -78,8 +81,8 @@ class Agent {
   ~Agent();
 
   // Returns only when the coordinator cannot be reached for connect_timeout
-  // (Unavailable) or refuses the registration (InvalidArgument, with the
-  // coordinator's reason).
+  // (Unavailable) or refuses the registration (InvalidArgument,
+  // PermissionDenied, Unauthenticated, with the coordinator's reason).
   absl::Status Run();
 
   // SIGTERM: asks the coordinator to stop the running job at a step all

@@ -24,6 +24,7 @@
 #include "common/path_policy.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
+#include "common/tls.h"
 #include "worker/agent.h"
 #include "worker/rpc/grpc_control_plane.h"
 #include "worker/train/trainer.h"
@@ -41,7 +42,9 @@ constexpr char kUsage[] =
     R"(lockstep-worker: a lockstep training worker (one replica)
 
 Usage:
-  lockstep-worker --coordinator HOST:PORT [flags]
+  lockstep-worker --coordinator HOST:PORT
+                  (--tls-cert FILE --tls-key FILE --tls-ca FILE | --insecure)
+                  [flags]
 
 Identity comes from the TF_CONFIG environment variable (as Kubeflow's TFJob
 injects it) or from --task-type/--task-index; with neither, the worker
@@ -49,6 +52,14 @@ registers freely and the coordinator gives it an id.
 
 Flags:
   --coordinator HOST:PORT  the lockstep-coordinator (or $LOCKSTEP_COORDINATOR)
+  --tls-cert FILE          this worker's certificate (PEM), which names its
+                           identity (below)
+  --tls-key FILE           its private key (PEM)
+  --tls-ca FILE            the CA the coordinator's certificate and health
+                           callers' certificates must be signed by (PEM)
+  --insecure               no TLS: the worker's health port and its calls to
+                           the coordinator are open and in clear text; for a
+                           trusted single-user machine only
   --task-type TYPE         chief or worker (overrides TF_CONFIG's task)
   --task-index N           index of this task among its type
   --spare                  register as a hot spare: stand by for the running
@@ -63,7 +74,10 @@ Flags:
                            CPU), cpu, or cuda:N (GPU N of those it sees)
   --health-listen HOST:PORT  serve the gRPC health service (grpc.health.v1)
                            there, for Kubernetes probes; port 0 picks one
-                           (the address is printed on stdout)
+                           (the address is printed on stdout). With TLS any
+                           caller with a certificate from --tls-ca may
+                           check it (`lockstep health HOST:PORT`); a caller
+                           without one is UNAUTHENTICATED
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
   --preempt-grace SECS     on SIGTERM, how long to wait for the job to stop at
@@ -81,9 +95,15 @@ Flags:
                            naming a path elsewhere (after resolving '..' and
                            symbolic links) fails with the field and the roots.
 
+Its certificate (--tls-cert) carries its identity, the SPIFFE ID
+spiffe://<trust domain>/worker/<type>/<index> of its task (e.g.
+.../worker/worker/1), or .../worker/<name> for a worker without a task; the
+coordinator's certificate must name the host in --coordinator.
+
 Example:
   TF_CONFIG='{"cluster":{"worker":["w0:7071","w1:7071"]},"task":{"type":"worker","index":1}}' \
-      lockstep-worker --coordinator coord:7070
+      lockstep-worker --coordinator coord:7070 --tls-cert /etc/lockstep/tls/tls.crt \
+      --tls-key /etc/lockstep/tls/tls.key --tls-ca /etc/lockstep/tls/ca.crt
 )";
 
 // SIGTERM/SIGINT wake the preemption thread through this pipe; a second
@@ -281,8 +301,9 @@ int Run(int argc, char** argv) {
       Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                   {"coordinator", "task-type", "task-index", "host", "threads",
                    "connect-timeout", "health-listen", "preempt-grace",
-                   "device", "data-root", "backup-root", "export-root"},
-                  {"help", "spare"});
+                   "device", "data-root", "backup-root", "export-root",
+                   "tls-cert", "tls-key", "tls-ca"},
+                  {"help", "spare", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -296,6 +317,11 @@ int Run(int argc, char** argv) {
                     "--coordinator HOST:PORT is required; see --help"),
                 2);
   }
+  auto tls_options = TlsOptionsFromArgs(*args);
+  if (!tls_options.ok()) return Fail(tls_options.status(), 2);
+  auto tls = LoadTlsMaterial(*tls_options);
+  if (!tls.ok()) return Fail(tls.status(), 2);
+  if (tls->insecure) LogWarning(InsecureWarning("lockstep-worker"));
 
   v1::RegisterWorkerRequest registration;
   registration.set_incarnation(RandomIncarnation());
@@ -354,14 +380,14 @@ int Run(int argc, char** argv) {
               : absl::StrCat(" (", device->gpu_name(), ", ", device->gpu_uuid(),
                              ")"));
 
-  HealthService health_service;
+  HealthService health_service(tls->insecure);
   std::unique_ptr<grpc::Server> health;
   if (args->Has("health-listen")) {
     grpc::ServerBuilder builder;
     builder.RegisterService(&health_service);
     int port = 0;
     builder.AddListeningPort(args->Get("health-listen"),
-                             grpc::InsecureServerCredentials(), &port);
+                             ServerCredentials(*tls), &port);
     health = builder.BuildAndStart();
     if (health == nullptr || port == 0) {
       return Fail(absl::UnavailableError(absl::StrCat(
@@ -375,7 +401,7 @@ int Run(int argc, char** argv) {
               << std::endl;
   }
 
-  GrpcControlPlane control(coordinator);
+  GrpcControlPlane control(coordinator, ChannelCredentials(*tls));
   Agent::Options options;
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);

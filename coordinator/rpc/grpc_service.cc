@@ -6,7 +6,9 @@
 #include <string>
 #include <utility>
 
+#include "common/caller.h"
 #include "common/grpc_status.h"
+#include "coordinator/authorization.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -45,43 +47,54 @@ class Refused final : public Base {
 
 }  // namespace
 
-GrpcService::GrpcService(Coordinator* coordinator, Limits limits)
+GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure)
     : coordinator_(coordinator),
+      insecure_(insecure),
       sessions_("worker sessions", "--max-sessions", limits.max_sessions),
       watches_("WatchJob streams", "--max-watches", limits.max_watches) {}
+
+Caller GrpcService::CallerFor(
+    const grpc::CallbackServerContext* context) const {
+  return CallerOf(context->auth_context().get(), context->peer(), insecure_);
+}
 
 grpc::ServerUnaryReactor* GrpcService::RegisterWorker(
     grpc::CallbackServerContext* context,
     const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
-  auto result = coordinator_->RegisterWorker(*request);
+  auto result = coordinator_->RegisterWorker(CallerFor(context), *request);
   if (result.ok()) *response = *std::move(result);
   return Answer(context, result.status());
 }
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorCommand>*
-GrpcService::WorkerSession(grpc::CallbackServerContext*) {
-  grpc::Status slot = sessions_.Take();
-  if (!slot.ok()) {
-    return new Refused<
-        grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorCommand>>(
-        slot);
+GrpcService::WorkerSession(grpc::CallbackServerContext* context) {
+  using Reactor =
+      grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorCommand>;
+  Caller caller = CallerFor(context);
+  // Refused before it takes a slot: strangers cannot use up the cap.
+  if (absl::Status refused = AuthorizeRole(caller, Call::kWorkerSession);
+      !refused.ok()) {
+    return new Refused<Reactor>(ToGrpcStatus(refused));
   }
-  return new SessionReactor(coordinator_, &sessions_);
+  grpc::Status slot = sessions_.Take();
+  if (!slot.ok()) return new Refused<Reactor>(slot);
+  return new SessionReactor(coordinator_, &sessions_, std::move(caller));
 }
 
 grpc::ServerUnaryReactor* GrpcService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse*) {
-  return Answer(context, coordinator_->KvSet(*request));
+  return Answer(context, coordinator_->KvSet(CallerFor(context), *request));
 }
 
-grpc::ServerUnaryReactor* GrpcService::KvGet(grpc::CallbackServerContext*,
-                                             const v1::KvGetRequest* request,
-                                             v1::KvGetResponse* response) {
+grpc::ServerUnaryReactor* GrpcService::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
   auto* reactor = new RendezvousReactor(coordinator_);
   reactor->set_wait_id(coordinator_->KvGetAsync(
-      *request, [reactor, response](absl::StatusOr<std::string> value) {
+      CallerFor(context), *request,
+      [reactor, response](absl::StatusOr<std::string> value) {
         if (value.ok()) response->set_value(*std::move(value));
         reactor->Finish(ToGrpcStatus(value.status()));
       }));
@@ -89,11 +102,11 @@ grpc::ServerUnaryReactor* GrpcService::KvGet(grpc::CallbackServerContext*,
 }
 
 grpc::ServerUnaryReactor* GrpcService::Barrier(
-    grpc::CallbackServerContext*, const v1::BarrierRequest* request,
+    grpc::CallbackServerContext* context, const v1::BarrierRequest* request,
     v1::BarrierResponse*) {
   auto* reactor = new RendezvousReactor(coordinator_);
-  reactor->set_wait_id(
-      coordinator_->BarrierAsync(*request, [reactor](absl::Status status) {
+  reactor->set_wait_id(coordinator_->BarrierAsync(
+      CallerFor(context), *request, [reactor](absl::Status status) {
         reactor->Finish(ToGrpcStatus(status));
       }));
   return reactor;
@@ -102,6 +115,11 @@ grpc::ServerUnaryReactor* GrpcService::Barrier(
 grpc::ServerUnaryReactor* GrpcService::SubmitJob(
     grpc::CallbackServerContext* context, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kSubmitJob);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
   auto id = coordinator_->SubmitJob(request->spec());
   if (id.ok()) response->set_job_id(*id);
   return Answer(context, id.status());
@@ -111,13 +129,24 @@ grpc::ServerUnaryReactor* GrpcService::GetJobStatus(
     grpc::CallbackServerContext* context,
     const v1::GetJobStatusRequest* request,
     v1::GetJobStatusResponse* response) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kGetJobStatus);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
   auto page = coordinator_->GetJobStatus(*request);
   if (page.ok()) *response = *std::move(page);
   return Answer(context, page.status());
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* GrpcService::WatchJob(
-    grpc::CallbackServerContext*, const v1::WatchJobRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  // Refused before it takes a slot: strangers cannot use up the cap.
+  if (absl::Status refused = AuthorizeRole(CallerFor(context), Call::kWatchJob);
+      !refused.ok()) {
+    return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(
+        ToGrpcStatus(refused));
+  }
   grpc::Status slot = watches_.Take();
   if (!slot.ok()) {
     return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(slot);
@@ -128,18 +157,32 @@ grpc::ServerWriteReactor<v1::JobStatus>* GrpcService::WatchJob(
 grpc::ServerUnaryReactor* GrpcService::StopJob(
     grpc::CallbackServerContext* context, const v1::StopJobRequest* request,
     v1::StopJobResponse*) {
+  if (absl::Status refused = AuthorizeRole(CallerFor(context), Call::kStopJob);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
   return Answer(context, coordinator_->StopJob(request->job_id()));
 }
 
 grpc::ServerUnaryReactor* GrpcService::DeleteJob(
     grpc::CallbackServerContext* context, const v1::DeleteJobRequest* request,
     v1::DeleteJobResponse*) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kDeleteJob);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
   return Answer(context, coordinator_->DeleteJob(request->job_id()));
 }
 
 grpc::ServerUnaryReactor* GrpcService::ListWorkers(
     grpc::CallbackServerContext* context, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kListWorkers);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
   for (v1::WorkerInfo& info : coordinator_->ListWorkers()) {
     *response->add_workers() = std::move(info);
   }

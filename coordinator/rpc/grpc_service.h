@@ -4,6 +4,11 @@
 // the coordinator (grpc_streams.h), and KvGet and Barrier finish from the
 // coordinator's non-blocking waits. The number of sessions and watches is
 // capped; over a cap a new one gets RESOURCE_EXHAUSTED naming the cap.
+//
+// Every call is authorized first (coordinator/authorization.h): the caller
+// is the identity in the client certificate of the call's mutual-TLS
+// connection (common/caller.h). The job calls are checked by role here; the
+// worker calls by role and state in the Coordinator, which gets the caller.
 #ifndef LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 #define LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 
@@ -23,7 +28,9 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   };
 
   // `coordinator` must outlive the service and every call it serves.
-  GrpcService(Coordinator* coordinator, Limits limits);
+  // `insecure`: the server runs without TLS (--insecure), so nobody is
+  // authenticated and every caller may make every call.
+  GrpcService(Coordinator* coordinator, Limits limits, bool insecure);
 
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* context,
@@ -62,7 +69,11 @@ class GrpcService final : public v1::Coordinator::CallbackService {
       v1::ListWorkersResponse* response) override;
 
  private:
+  // Who makes the call (Role::kInsecure for every caller with --insecure).
+  Caller CallerFor(const grpc::CallbackServerContext* context) const;
+
   Coordinator* const coordinator_;
+  const bool insecure_;
   StreamSlots sessions_;
   StreamSlots watches_;
 };

@@ -42,8 +42,9 @@ int StreamSlots::used() const {
 // ---- SessionReactor
 // -------------------------------------------------------------
 
-SessionReactor::SessionReactor(Coordinator* coordinator, StreamSlots* slots)
-    : coordinator_(coordinator), slots_(slots) {
+SessionReactor::SessionReactor(Coordinator* coordinator, StreamSlots* slots,
+                               Caller caller)
+    : coordinator_(coordinator), slots_(slots), caller_(std::move(caller)) {
   StartRead(&incoming_);
 }
 
@@ -96,7 +97,7 @@ bool SessionReactor::Open() {
   } else {
     worker_id_ = incoming_.hello().worker_id();
     incarnation_ = incoming_.hello().incarnation();
-    opened = coordinator_->OpenSession(worker_id_, incarnation_, this);
+    opened = coordinator_->OpenSession(caller_, worker_id_, incarnation_, this);
   }
   if (opened.ok()) {
     opened_ = true;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "common/caller.h"
 #include "coordinator/coordinator.h"
 #include "lockstep/v1/coordinator.pb.h"
 
@@ -58,8 +59,9 @@ class SessionReactor final
     : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorCommand>,
       public SessionSink {
  public:
-  // Holds one slot of `slots` (taken by the caller) until done.
-  SessionReactor(Coordinator* coordinator, StreamSlots* slots);
+  // Holds one slot of `slots` (taken by the caller) until done. `caller`
+  // made the call: the session opens only for a worker it registered.
+  SessionReactor(Coordinator* coordinator, StreamSlots* slots, Caller caller);
 
   // SessionSink: called by the coordinator with its lock held.
   void Send(const v1::CoordinatorCommand& command) override;
@@ -82,6 +84,7 @@ class SessionReactor final
 
   Coordinator* const coordinator_;
   StreamSlots* const slots_;
+  const Caller caller_;
 
   // Touched only by reactions, which gRPC runs one at a time for the reads.
   v1::WorkerMessage incoming_;

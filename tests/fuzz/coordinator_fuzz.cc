@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/caller.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/session_sink.h"
@@ -62,6 +63,23 @@ class Driver {
     return true;
   }
 
+  // Who makes the next call: mostly anyone (--insecure), else one of a few
+  // identities, so the authorization checks run under the fuzzer too.
+  Caller Who() {
+    static constexpr const char* kIds[] = {
+        "spiffe://lockstep/worker/worker/0", "spiffe://lockstep/worker/pool",
+        "spiffe://lockstep/viewer/v", "spiffe://lockstep/operator/o", ""};
+    int pick = in_.ConsumeIntegralInRange(0, 7);
+    if (pick >= 5) {
+      Caller caller;
+      caller.role = Role::kInsecure;
+      return caller;
+    }
+    Caller caller = ParseIdentity(kIds[pick]);
+    caller.peer = "ipv4:127.0.0.1:1";
+    return caller;
+  }
+
   void Step() {
     switch (in_.ConsumeIntegralInRange(0, 12)) {
       case 0:
@@ -69,7 +87,8 @@ class Driver {
         break;
       case 1: {
         int s = SinkIndex();
-        (void)coordinator_->OpenSession(WorkerId(), Incarnation(), &sinks_[s]);
+        (void)coordinator_->OpenSession(Who(), WorkerId(), Incarnation(),
+                                        &sinks_[s]);
         break;
       }
       case 2: {
@@ -169,12 +188,13 @@ class Driver {
     if (in_.ConsumeIntegralInRange(0, 7) == 0) {
       (void)request.mutable_cluster()->ParseFromString(Text(64));
     }
-    auto response = coordinator_->RegisterWorker(request);
+    auto response = coordinator_->RegisterWorker(Who(), request);
     if (!response.ok()) return;
     worker_ids_.push_back(response->worker_id());
     if (in_.ConsumeBool()) {
-      (void)coordinator_->OpenSession(
-          response->worker_id(), request.incarnation(), &sinks_[SinkIndex()]);
+      (void)coordinator_->OpenSession(Who(), response->worker_id(),
+                                      request.incarnation(),
+                                      &sinks_[SinkIndex()]);
     }
   }
 
@@ -217,7 +237,7 @@ class Driver {
         request.set_generation(generation);
         request.set_key(in_.ConsumeBool() ? "k" : Text(16));
         request.set_value(Text(32));
-        (void)coordinator_->KvSet(request);
+        (void)coordinator_->KvSet(Who(), request);
         break;
       }
       case 1: {
@@ -226,7 +246,7 @@ class Driver {
         request.set_generation(generation);
         request.set_key(in_.ConsumeBool() ? "k" : Text(16));
         request.set_timeout_ms(in_.ConsumeIntegralInRange<int64_t>(-5, 0));
-        (void)coordinator_->KvGet(request);
+        (void)coordinator_->KvGet(Who(), request);
         break;
       }
       default: {
@@ -236,7 +256,7 @@ class Driver {
         request.set_name(in_.ConsumeBool() ? "b" : Text(8));
         request.set_rank(in_.ConsumeIntegralInRange(-1, 4));
         request.set_timeout_ms(in_.ConsumeIntegralInRange<int64_t>(-5, 0));
-        (void)coordinator_->Barrier(request);
+        (void)coordinator_->Barrier(Who(), request);
         break;
       }
     }

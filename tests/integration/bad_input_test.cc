@@ -36,14 +36,16 @@ TEST_F(ClusterTest, UnknownTaskAndConflictingTfConfigAreRefused) {
   StartCluster(2);
   // worker:5 is not in the coordinator's 2-worker cluster.
   Result unknown =
-      RunCommand({kBin + "/lockstep-worker", "--coordinator", address_,
-                  "--task-type", "worker", "--task-index", "5"});
+      RunCommand(WithTls({kBin + "/lockstep-worker", "--coordinator", address_,
+                          "--task-type", "worker", "--task-index", "5"},
+                         "spiffe://lockstep/worker/worker/5"));
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.err,
               AllOf(HasSubstr("worker:5"), HasSubstr("not a training task")));
   // A worker whose own TF_CONFIG describes another cluster.
   Result conflict = RunCommand(
-      {kBin + "/lockstep-worker", "--coordinator", address_},
+      WithTls({kBin + "/lockstep-worker", "--coordinator", address_},
+              "spiffe://lockstep/worker/worker/1"),
       {R"(TF_CONFIG={"cluster": {"worker": ["10.0.0.1:1", "10.0.0.2:1"]}, "task": {"type": "worker", "index": 1}})"});
   EXPECT_EQ(conflict.code, 2);
   EXPECT_THAT(conflict.err,
@@ -138,8 +140,9 @@ TEST(BadInputTest, CorruptStateDirIsAClearError) {
   ASSERT_TRUE(
       WriteFileAtomically(dir + "/coordinator.db", std::string(4096, 'x'))
           .ok());
-  Result r = RunCommand({kBin + "/lockstep-coordinator", "--listen",
-                         "127.0.0.1:0", "--state-dir", dir});
+  Result r = RunCommand(WithTls({kBin + "/lockstep-coordinator", "--listen",
+                                 "127.0.0.1:0", "--state-dir", dir},
+                                kCoordinatorId));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err,
               AllOf(HasSubstr(dir + "/coordinator.db"), HasSubstr("corrupt")));
@@ -160,22 +163,75 @@ TEST(BadInputTest, TruncatedNumpyFileFailsTheJobWithItsName) {
 }
 
 TEST(BadInputTest, MalformedTfConfigIsAClearError) {
+  const std::vector<std::string> worker =
+      WithTls({kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1"},
+              "spiffe://lockstep/worker/worker/3");
   Result r = RunCommand(
-      {kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1"},
+      worker,
       {R"(TF_CONFIG={"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, AllOf(HasSubstr("TF_CONFIG"), HasSubstr("out of range")));
-  Result broken =
-      RunCommand({kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1"},
-                 {"TF_CONFIG={\"cluster\": "});
+  Result broken = RunCommand(worker, {"TF_CONFIG={\"cluster\": "});
   EXPECT_EQ(broken.code, 2);
   EXPECT_THAT(broken.err, HasSubstr("not valid JSON"));
-  Result coordinator =
-      RunCommand({kBin + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
-                  "--state-dir", TempDir("state"), "--cluster",
-                  R"({"cluster": {"chief": ["a:1", "b:1"]}})"});
+  Result coordinator = RunCommand(
+      WithTls({kBin + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
+               "--state-dir", TempDir("state"), "--cluster",
+               R"({"cluster": {"chief": ["a:1", "b:1"]}})"},
+              kCoordinatorId));
   EXPECT_EQ(coordinator.code, 2);
   EXPECT_THAT(coordinator.err, HasSubstr("at most one chief"));
+}
+
+// Issue 15: a daemon runs with mutual TLS or, said explicitly and loudly,
+// without; anything in between is a usage error naming the flag.
+TEST(BadInputTest, DaemonsNeedTlsFilesOrAnExplicitInsecure) {
+  const std::string state = TempDir("tls_state");
+  for (const std::string& daemon :
+       {kBin + "/lockstep-coordinator", kBin + "/lockstep-worker"}) {
+    const std::vector<std::string> base =
+        daemon == kBin + "/lockstep-worker"
+            ? std::vector<std::string>{daemon, "--coordinator", "127.0.0.1:1"}
+            : std::vector<std::string>{daemon, "--listen", "127.0.0.1:0",
+                                       "--state-dir", state};
+    Result neither = RunCommand(base);
+    EXPECT_EQ(neither.code, 2) << daemon;
+    EXPECT_THAT(neither.err,
+                AllOf(HasSubstr("--tls-cert"), HasSubstr("--insecure")));
+    std::vector<std::string> partial = base;
+    partial.insert(partial.end(), {"--tls-cert", OperatorTls().cert_file,
+                                   "--tls-ca", OperatorTls().ca_file});
+    Result missing = RunCommand(partial);
+    EXPECT_EQ(missing.code, 2) << daemon;
+    EXPECT_THAT(missing.err, HasSubstr("missing: --tls-key"));
+    std::vector<std::string> unreadable = base;
+    unreadable.insert(unreadable.end(),
+                      {"--tls-cert", OperatorTls().cert_file, "--tls-key",
+                       state + "/nope.key", "--tls-ca", OperatorTls().ca_file});
+    Result named = RunCommand(unreadable);
+    EXPECT_EQ(named.code, 2) << daemon;
+    EXPECT_THAT(named.err,
+                AllOf(HasSubstr("--tls-key"), HasSubstr(state + "/nope.key")));
+  }
+  // The CLI too, from its flags or LOCKSTEP_TLS_*.
+  Result cli = RunCommand(
+      {kBin + "/lockstep", "status", "--coordinator", "127.0.0.1:1"},
+      {"LOCKSTEP_TLS_CERT=", "LOCKSTEP_TLS_KEY=", "LOCKSTEP_TLS_CA="});
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_THAT(cli.err, AllOf(HasSubstr("TLS is required"),
+                             HasSubstr("LOCKSTEP_TLS_CERT")));
+}
+
+TEST_F(ClusterTest, AnInsecureCoordinatorSaysSoLoudly) {
+  StartCluster(1, {"--insecure"});
+  EXPECT_EQ(coordinator_pid_ > 0 && Alive(coordinator_pid_), true);
+  const std::string log =
+      ReadFileToString(dir_ + "/coordinator.log").value_or("");
+  EXPECT_THAT(log, AllOf(HasSubstr("WARNING"), HasSubstr("--insecure"),
+                         HasSubstr("open to anyone")));
+  Result status = RunCommand(
+      {kBin + "/lockstep", "status", "--coordinator", address_, "--insecure"});
+  EXPECT_EQ(status.code, 0) << status.err;
 }
 
 TEST(BadInputTest, UnknownJobSpecFieldIsNamed) {

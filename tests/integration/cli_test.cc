@@ -6,6 +6,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "grpcpp/grpcpp.h"
 #include "tests/integration/harness.h"
 
 namespace lockstep::integration {
@@ -66,8 +69,9 @@ TEST_F(ClusterTest, DaemonsServeGrpcHealthAndExitCleanlyOnSigterm) {
   int out = -1;
   auto worker = processes_.Spawn(
       "health worker",
-      {kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1",
-       "--health-listen", "127.0.0.1:0", "--connect-timeout", "600"},
+      WithTls({kBin + "/lockstep-worker", "--coordinator", "127.0.0.1:1",
+               "--health-listen", "127.0.0.1:0", "--connect-timeout", "600"},
+              "spiffe://lockstep/worker/pool-1"),
       {}, dir + "/worker.log", &out);
   ASSERT_TRUE(worker.ok());
   std::string line;
@@ -76,12 +80,69 @@ TEST_F(ClusterTest, DaemonsServeGrpcHealthAndExitCleanlyOnSigterm) {
   close(out);
   std::string port = line.substr(line.rfind(':') + 1);
   ASSERT_THAT(line, HasSubstr("health service on 127.0.0.1:"));
-  EXPECT_EQ(Health("127.0.0.1:" + port),
-            grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string health = "127.0.0.1:" + port;
+  EXPECT_EQ(Health(health), grpc::health::v1::HealthCheckResponse::SERVING);
+  // `lockstep health`, the Kubernetes exec probe, on both daemons: any
+  // certificate from the cluster's CA may ask.
+  for (const std::string& address : {address_, health}) {
+    Result probe = RunCommand(
+        {kBin + "/lockstep", "health", address},
+        TlsEnv(IssueTestCertificate("spiffe://lockstep/viewer/probe")));
+    EXPECT_EQ(probe.code, 0) << probe.err;
+    EXPECT_THAT(probe.out, HasSubstr("SERVING"));
+    // A certificate from another CA fails the handshake: not serving.
+    Result stranger = RunCommand(
+        {kBin + "/lockstep", "health", address},
+        TlsEnv(IssueTestCertificate("spiffe://lockstep/operator/x", true)));
+    EXPECT_EQ(stranger.code, 1) << stranger.out;
+  }
+  // The worker's health service refuses a call without a certificate.
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(health, TestCredentials(nullptr)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status anonymous =
+      stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(anonymous.error_message(), HasSubstr("no client certificate"));
   ASSERT_EQ(kill(*worker, SIGTERM), 0);
   int status = 0;
   ASSERT_EQ(waitpid(*worker, &status, 0), *worker);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// Issue 15: `lockstep local` runs with mutual TLS under a CA of its own: a
+// certificate per process (keys 0600, for a spare too), the exports that
+// point the CLI at the run, and no key material in any log.
+TEST(LocalTest, RunsWithMutualTlsAndSaysHowToReachIt) {
+  Result r =
+      RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--spares",
+                  "1", "--keep-logs", "--set", "max_steps=5", kMlp});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("mutual TLS"),
+                           HasSubstr("export LOCKSTEP_COORDINATOR=127.0.0.1:"),
+                           HasSubstr("LOCKSTEP_TLS_CERT="),
+                           HasSubstr("LOCKSTEP_TLS_KEY="),
+                           HasSubstr("LOCKSTEP_TLS_CA=")));
+  const size_t at = r.out.find("logs in ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string run = r.out.substr(at + 8, r.out.find('\n', at) - at - 8);
+  for (const char* name : {"coordinator", "operator", "local-worker-0",
+                           "local-worker-1", "local-spare-2"}) {
+    struct stat st;
+    const std::string key = absl::StrCat(run, "/tls/", name, ".key");
+    ASSERT_EQ(stat(key.c_str(), &st), 0) << key;
+    EXPECT_EQ(st.st_mode & 0777, 0600) << key;
+  }
+  for (const char* log : {"/coordinator.log", "/worker-0.log"}) {
+    EXPECT_THAT(ReadFileToString(run + log).value_or(""),
+                ::testing::Not(HasSubstr("PRIVATE KEY")));
+  }
+  EXPECT_THAT(ReadFileToString(run + "/coordinator.log").value_or(""),
+              HasSubstr("mutual TLS"));
+  EXPECT_TRUE(RemoveRecursively(run).ok());
 }
 
 // The operator's commands against a real coordinator: output, --json shape

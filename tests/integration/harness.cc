@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/files.h"
 #include "common/job_state.h"
 #include "worker/data/idx.h"
@@ -38,9 +40,115 @@ std::string TempDir(const std::string& name) {
   return mkdtemp(tmpl.data());
 }
 
+// ---- mutual TLS ------------------------------------------------------------
+
+namespace {
+
+// The harness's CAs and the certificates issued so far, by CA and ID.
+struct TestPki {
+  absl::Mutex mu;
+  std::string dir;
+  KeyAndCertificate ca;
+  KeyAndCertificate foreign_ca;
+  std::map<std::pair<bool, std::string>, TlsOptions> issued ABSL_GUARDED_BY(mu);
+  int count ABSL_GUARDED_BY(mu) = 0;
+};
+
+TestPki& Pki() {
+  static TestPki* pki = [] {
+    auto* made = new TestPki;
+    made->dir = TempDir("tls");
+    auto ca = MakeCertificateAuthority("lockstep integration-test CA");
+    auto foreign = MakeCertificateAuthority("a CA lockstep does not trust");
+    if (!ca.ok() || !foreign.ok()) {
+      ADD_FAILURE() << "cannot make the test CAs: " << ca.status() << " "
+                    << foreign.status();
+      abort();
+    }
+    made->ca = *ca;
+    made->foreign_ca = *foreign;
+    return made;
+  }();
+  return *pki;
+}
+
+}  // namespace
+
+const KeyAndCertificate& HarnessCa() { return Pki().ca; }
+
+TlsOptions IssueTestCertificate(const std::string& spiffe_id, bool foreign_ca) {
+  TestPki& pki = Pki();
+  absl::MutexLock lock(&pki.mu);
+  auto [it, fresh] = pki.issued.try_emplace({foreign_ca, spiffe_id});
+  if (!fresh) return it->second;
+  CertificateSpec spec;
+  spec.spiffe_id = spiffe_id;
+  absl::StatusOr<TlsOptions> files =
+      IssueTlsFiles(foreign_ca ? pki.foreign_ca : pki.ca, spec, pki.dir,
+                    absl::StrCat("cert-", ++pki.count));
+  if (!files.ok()) {
+    ADD_FAILURE() << "cannot issue " << spiffe_id << ": " << files.status();
+    pki.issued.erase(it);
+    return TlsOptions();
+  }
+  it->second = *files;
+  return *files;
+}
+
+std::vector<std::string> TlsFlags(const TlsOptions& files) {
+  return {"--tls-cert",   files.cert_file, "--tls-key",
+          files.key_file, "--tls-ca",      files.ca_file};
+}
+
+std::vector<std::string> TlsFlagsFor(const std::string& spiffe_id) {
+  return TlsFlags(IssueTestCertificate(spiffe_id));
+}
+
+std::vector<std::string> WithTls(std::vector<std::string> argv,
+                                 const std::string& spiffe_id) {
+  for (std::string& flag : TlsFlagsFor(spiffe_id)) {
+    argv.push_back(std::move(flag));
+  }
+  return argv;
+}
+
+std::vector<std::string> TlsEnv(const TlsOptions& files) {
+  return {"LOCKSTEP_TLS_CERT=" + files.cert_file,
+          "LOCKSTEP_TLS_KEY=" + files.key_file,
+          "LOCKSTEP_TLS_CA=" + files.ca_file};
+}
+
+const TlsOptions& OperatorTls() {
+  static const TlsOptions* files =
+      new TlsOptions(IssueTestCertificate(kOperatorId));
+  return *files;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TestCredentials(
+    const TlsOptions* client) {
+  TlsMaterial material;
+  if (client != nullptr) {
+    absl::StatusOr<TlsMaterial> loaded = LoadTlsMaterial(*client);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    if (loaded.ok()) return ChannelCredentials(*loaded);
+  }
+  grpc::SslCredentialsOptions server_only;
+  server_only.pem_root_certs = HarnessCa().cert_pem;
+  return grpc::SslCredentials(server_only);
+}
+
+std::unique_ptr<v1::Coordinator::Stub> CoordinatorStub(
+    const std::string& address, const TlsOptions* client) {
+  return v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, TestCredentials(client)));
+}
+
 // Runs a command to completion; `env` entries are added to the environment.
 Result RunCommand(const std::vector<std::string>& argv,
                   const std::vector<std::string>& env) {
+  // Made before fork: the child only calls putenv and exec.
+  std::vector<std::string> full_env = TlsEnv(OperatorTls());
+  full_env.insert(full_env.end(), env.begin(), env.end());
   std::string dir = TempDir("run");
   std::string out_path = dir + "/out", err_path = dir + "/err";
   pid_t pid = fork();
@@ -49,7 +157,9 @@ Result RunCommand(const std::vector<std::string>& argv,
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    for (const std::string& var : env) putenv(const_cast<char*>(var.c_str()));
+    for (const std::string& var : full_env) {
+      putenv(const_cast<char*>(var.c_str()));
+    }
     std::vector<char*> c_argv;
     for (const std::string& arg : argv)
       c_argv.push_back(const_cast<char*>(arg.c_str()));
@@ -156,7 +266,7 @@ std::vector<double> ReadLosses(const std::string& csv_path) {
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
     const std::string& address) {
   auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, TestCredentials(&OperatorTls())));
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
   context.set_deadline(std::chrono::system_clock::now() +
@@ -273,6 +383,16 @@ void ClusterTest::StartCoordinator(const std::string& listen) {
                                    "--cluster",
                                    ClusterJson()};
   argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
+  const bool own_tls =
+      std::any_of(coordinator_flags_.begin(), coordinator_flags_.end(),
+                  [](const std::string& flag) {
+                    return flag == "--insecure" || flag == "--tls-cert";
+                  });
+  if (!own_tls) {
+    for (const std::string& flag : TlsFlagsFor(kCoordinatorId)) {
+      argv.push_back(flag);
+    }
+  }
   auto pid = processes_.Spawn(absl::StrCat("coordinator ", ++coordinators_),
                               argv, {}, dir_ + "/coordinator.log", &out);
   ASSERT_TRUE(pid.ok()) << pid.status();
@@ -283,8 +403,11 @@ void ClusterTest::StartCoordinator(const std::string& listen) {
   close(out);
   address_ = line.substr(line.rfind(' ') + 1);
   ASSERT_THAT(address_, HasSubstr("127.0.0.1:")) << line;
-  stub_ = v1::Coordinator::NewStub(
-      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  const bool insecure = std::count(coordinator_flags_.begin(),
+                                   coordinator_flags_.end(), "--insecure") > 0;
+  stub_ = insecure ? v1::Coordinator::NewStub(grpc::CreateChannel(
+                         address_, grpc::InsecureChannelCredentials()))
+                   : CoordinatorStub(address_, &OperatorTls());
 }
 
 std::string ClusterTest::ClusterJson() const {
@@ -309,10 +432,19 @@ pid_t ClusterTest::StartTask(const std::string& type, int index,
       R"({"cluster": )", ClusterJson().substr(12, ClusterJson().size() - 13),
       R"(, "task": {"type": ")", type, R"(", "index": )", index, "}}");
   const int nth = ++spawned_;  // sequenced: both names below use it
+  std::vector<std::string> argv = {kBin + "/lockstep-worker",
+                                   "--coordinator",
+                                   address_,
+                                   "--threads",
+                                   "1",
+                                   "--device",
+                                   "cpu"};
+  for (const std::string& flag : TlsFlagsFor(
+           absl::StrCat("spiffe://lockstep/worker/", type, "/", index))) {
+    argv.push_back(flag);
+  }
   auto pid = processes_.Spawn(
-      absl::StrCat(type, " ", index, " #", nth),
-      {kBin + "/lockstep-worker", "--coordinator", address_, "--threads", "1",
-       "--device", "cpu"},
+      absl::StrCat(type, " ", index, " #", nth), argv,
       [&] {
         env.insert(env.end(), {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
                                "OPENBLAS_NUM_THREADS=1"});

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "client/process.h"
+#include "common/cert_maker.h"
+#include "common/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
@@ -40,7 +42,49 @@ struct Result {
 // A new folder under the test's temporary directory.
 std::string TempDir(const std::string& name);
 
-// Runs a command to completion; `env` entries are added to the environment.
+// ---- mutual TLS ------------------------------------------------------------
+// Every daemon and CLI call of the tests runs with mutual TLS under one CA
+// made once per test process (its key only in memory). Coordinators get
+// spiffe://lockstep/coordinator, the worker of task TYPE:INDEX
+// spiffe://lockstep/worker/TYPE/INDEX, and the CLI the operator
+// spiffe://lockstep/operator/harness.
+
+inline constexpr char kCoordinatorId[] = "spiffe://lockstep/coordinator";
+inline constexpr char kOperatorId[] = "spiffe://lockstep/operator/harness";
+
+// The files of a certificate for `spiffe_id` (with localhost and 127.0.0.1
+// SANs) from the harness CA, or from a second, foreign CA that no daemon
+// trusts (its -ca.crt file is then the foreign CA). Issued once per ID and
+// CA, then the same files.
+TlsOptions IssueTestCertificate(const std::string& spiffe_id,
+                                bool foreign_ca = false);
+// The harness CA, for tests that issue certificates of their own.
+const KeyAndCertificate& HarnessCa();
+
+// --tls-cert FILE --tls-key FILE --tls-ca FILE.
+std::vector<std::string> TlsFlags(const TlsOptions& files);
+// The daemon flags of `spiffe_id` from the harness CA.
+std::vector<std::string> TlsFlagsFor(const std::string& spiffe_id);
+// `argv` (a daemon's command line) with the TLS flags of `spiffe_id`.
+std::vector<std::string> WithTls(std::vector<std::string> argv,
+                                 const std::string& spiffe_id);
+// LOCKSTEP_TLS_CERT=..., LOCKSTEP_TLS_KEY=..., LOCKSTEP_TLS_CA=... for the
+// CLI.
+std::vector<std::string> TlsEnv(const TlsOptions& files);
+// The operator's certificate, which RunCommand gives the CLI.
+const TlsOptions& OperatorTls();
+
+// Channel credentials presenting `client` (null: no client certificate,
+// still trusting the harness CA so the handshake succeeds).
+std::shared_ptr<grpc::ChannelCredentials> TestCredentials(
+    const TlsOptions* client);
+// A stub to the coordinator at `address` calling with `client` (null: no
+// client certificate).
+std::unique_ptr<v1::Coordinator::Stub> CoordinatorStub(
+    const std::string& address, const TlsOptions* client);
+
+// Runs a command to completion; `env` entries are added to the environment,
+// after the operator's LOCKSTEP_TLS_* (an entry of `env` replaces one).
 Result RunCommand(const std::vector<std::string>& argv,
                   const std::vector<std::string>& env = {});
 
@@ -60,7 +104,7 @@ google::protobuf::Struct LastJsonLine(const std::string& text);
 // The losses of a `--metrics-out` CSV file (step,loss), in step order.
 std::vector<double> ReadLosses(const std::string& csv_path);
 
-// What the gRPC health service at `address` answers.
+// What the gRPC health service at `address` answers to the operator.
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
     const std::string& address);
 
@@ -87,7 +131,8 @@ class ClusterTest : public ::testing::Test {
   std::string ClusterJson() const;
   pid_t StartWorker(int index, std::vector<std::string> env = {});
   pid_t StartSpare(int index);
-  // Starts task `type`:`index` of the cluster with its TF_CONFIG. The n-th
+  // Starts task `type`:`index` of the cluster with its TF_CONFIG and the
+  // certificate of its identity (spiffe://lockstep/worker/TYPE/INDEX). The n-th
   // process started (from 1, counting every task) logs to
   // dir_/<type>-<index>-<n>.log.
   pid_t StartTask(const std::string& type, int index,
@@ -133,6 +178,8 @@ class ClusterTest : public ::testing::Test {
   int spares_ = 0;  // set before StartCluster
   int spawned_ = 0;
   int coordinators_ = 0;
+  // Extra coordinator flags. With --insecure or --tls-cert among them the
+  // harness adds no TLS flags of its own.
   std::vector<std::string> coordinator_flags_;
   pid_t coordinator_pid_ = -1;
   std::vector<pid_t> worker_pids_;

@@ -266,6 +266,30 @@ TEST_F(AgentTest, RefusedRegistrationEndsRunAtOnce) {
   EXPECT_EQ(control_.registrations().size(), 1u);
 }
 
+TEST_F(AgentTest, RegistrationWaitsOutTheOldProcessesLiveSession) {
+  // What a coordinator answers a restarted worker while the session of its
+  // old process is still live: retried until that session ends.
+  for (int i = 0; i < 3; ++i) {
+    control_.ScriptRegister(absl::UnavailableError(
+        "registered as worker:0, which already has a live session from "
+        "ipv4:10.0.0.7:4000; register again then"));
+  }
+  StartAgent();
+  ASSERT_NE(control_.WaitForSession(0), nullptr);
+  EXPECT_EQ(control_.registrations().size(), 4u);
+}
+
+TEST_F(AgentTest, RefusedIdentityEndsRunAtOnce) {
+  control_.ScriptRegister(absl::PermissionDeniedError(
+      "worker \"worker/1\" may not call RegisterWorker: it registered as "
+      "task worker:0"));
+  StartAgent();
+  absl::Status status = RunStatus();
+  EXPECT_TRUE(absl::IsPermissionDenied(status)) << status;
+  EXPECT_EQ(control_.registrations().size(), 1u);
+  EXPECT_EQ(control_.sessions_opened(), 0);
+}
+
 TEST_F(AgentTest, SessionThatCannotOpenIsRetriedWithANewRegistration) {
   control_.FailNextOpenSession(absl::UnavailableError("connection reset"));
   StartAgent();

@@ -91,10 +91,11 @@ TEST_F(CoordinatorTest, NcclWithARankWithoutAGpuFailsTheJobNamingTheRank) {
     request.mutable_task()->set_type("worker");
     request.mutable_task()->set_index(index);
     if (index == 0) *request.mutable_device() = Gpu(0, "GPU-a");
-    auto id = coordinator_->RegisterWorker(request);
+    auto id = coordinator_->RegisterWorker(Anyone(), request);
     ASSERT_TRUE(id.ok()) << id.status();
     ASSERT_TRUE(
-        coordinator_->OpenSession(id->worker_id(), index + 1, &sinks[index])
+        coordinator_
+            ->OpenSession(Anyone(), id->worker_id(), index + 1, &sinks[index])
             .ok());
   }
   std::string job = *coordinator_->SubmitJob(SpecWithBackend(0, "nccl"));

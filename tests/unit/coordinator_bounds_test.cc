@@ -87,7 +87,7 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   sets.push_back(Set(job, "k", "v"));
   sets.back().set_generation(-1);
   for (const v1::KvSetRequest& request : sets) {
-    absl::Status refused = coordinator_->KvSet(request);
+    absl::Status refused = coordinator_->KvSet(Anyone(), request);
     EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
     EXPECT_THAT(refused.message(), HasSubstr("KvSet: "));
   }
@@ -96,7 +96,7 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   v1::KvGetRequest forever = Get(job, "k");
   forever.set_timeout_ms(kMaxWaitMs + 1);
   for (const v1::KvGetRequest& request : {negative, forever}) {
-    auto refused = coordinator_->KvGet(request);
+    auto refused = coordinator_->KvGet(Anyone(), request);
     EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
     EXPECT_THAT(refused.status().message(), HasSubstr("timeout_ms is"));
   }
@@ -105,17 +105,19 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   barrier.set_generation(1);
   barrier.set_name("start");
   barrier.set_rank(kMaxRank + 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->Barrier(barrier)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(coordinator_->Barrier(Anyone(), barrier)));
   barrier.set_rank(0);
   barrier.set_name("");
-  EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->Barrier(barrier)));
-  // Nothing was stored and the job did not change.
   EXPECT_TRUE(
-      absl::IsDeadlineExceeded(coordinator_->KvGet(Get(job, "k")).status()));
+      absl::IsInvalidArgument(coordinator_->Barrier(Anyone(), barrier)));
+  // Nothing was stored and the job did not change.
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      coordinator_->KvGet(Anyone(), Get(job, "k")).status()));
   EXPECT_EQ(Status(job).version(), version);
   EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
-  ASSERT_TRUE(coordinator_->KvSet(Set(job, "k", "v")).ok());
-  EXPECT_EQ(*coordinator_->KvGet(Get(job, "k")), "v");
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job, "k", "v")).ok());
+  EXPECT_EQ(*coordinator_->KvGet(Anyone(), Get(job, "k")), "v");
 }
 
 TEST_F(BoundsTest, OutOfRangeJobCallsAreRefused) {
@@ -167,7 +169,8 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
   for (int key = 0; key < 3; ++key) {
-    ASSERT_TRUE(coordinator_->KvSet(Set(job, absl::StrCat(key), "v")).ok());
+    ASSERT_TRUE(
+        coordinator_->KvSet(Anyone(), Set(job, absl::StrCat(key), "v")).ok());
   }
   v1::BarrierRequest barrier;
   barrier.set_job_id(job);
@@ -176,24 +179,28 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   barrier.set_rank(0);
   barrier.set_timeout_ms(0);
   // The fourth entry: a barrier name (it times out: rank 1 never comes).
-  EXPECT_TRUE(absl::IsDeadlineExceeded(coordinator_->Barrier(barrier)));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(coordinator_->Barrier(Anyone(), barrier)));
 
-  absl::Status full = coordinator_->KvSet(Set(job, "3", "v"));
+  absl::Status full = coordinator_->KvSet(Anyone(), Set(job, "3", "v"));
   EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
   EXPECT_THAT(full.message(),
               AllOf(HasSubstr(job), HasSubstr("--kv-max-entries (4)")));
   barrier.set_name("other");
-  EXPECT_TRUE(absl::IsResourceExhausted(coordinator_->Barrier(barrier)));
-  absl::Status big = coordinator_->KvSet(Set(job, "1", std::string(2000, 'x')));
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(coordinator_->Barrier(Anyone(), barrier)));
+  absl::Status big =
+      coordinator_->KvSet(Anyone(), Set(job, "1", std::string(2000, 'x')));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
   EXPECT_THAT(big.message(), HasSubstr("--kv-max-bytes (1000)"));
   // What the store holds still works: read, replaced within the caps.
-  EXPECT_EQ(*coordinator_->KvGet(Get(job, "1")), "v");
-  ASSERT_TRUE(coordinator_->KvSet(Set(job, "1", std::string(900, 'y'))).ok());
-  EXPECT_EQ(coordinator_->KvGet(Get(job, "1"))->size(), 900u);
+  EXPECT_EQ(*coordinator_->KvGet(Anyone(), Get(job, "1")), "v");
+  ASSERT_TRUE(
+      coordinator_->KvSet(Anyone(), Set(job, "1", std::string(900, 'y'))).ok());
+  EXPECT_EQ(coordinator_->KvGet(Anyone(), Get(job, "1"))->size(), 900u);
   barrier.set_name("start");
   barrier.set_rank(1);
-  EXPECT_TRUE(coordinator_->Barrier(barrier).ok());
+  EXPECT_TRUE(coordinator_->Barrier(Anyone(), barrier).ok());
 
   // The generation ends (a worker fails); its store is dropped and the next
   // generation has the whole budget.
@@ -204,7 +211,7 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   for (int key = 0; key < 4; ++key) {
     v1::KvSetRequest request = Set(job, absl::StrCat(key), "v");
     request.set_generation(2);
-    EXPECT_TRUE(coordinator_->KvSet(request).ok()) << key;
+    EXPECT_TRUE(coordinator_->KvSet(Anyone(), request).ok()) << key;
   }
 }
 

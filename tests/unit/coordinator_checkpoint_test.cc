@@ -255,9 +255,9 @@ TEST_F(CoordinatorTest, PreemptedStaticWorkerRejoinsAsANewProcess) {
   v1::RegisterWorkerRequest again = Free(99);
   again.mutable_task()->set_type("worker");
   again.mutable_task()->set_index(1);
-  ASSERT_TRUE(coordinator_->RegisterWorker(again).ok());
+  ASSERT_TRUE(coordinator_->RegisterWorker(Anyone(), again).ok());
   FakeSink b2;
-  ASSERT_TRUE(coordinator_->OpenSession("worker:1", 99, &b2).ok());
+  ASSERT_TRUE(coordinator_->OpenSession(Anyone(), "worker:1", 99, &b2).ok());
   v1::JobStatus status = Status(job);
   EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(status.generation(), 2);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/caller.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 
@@ -26,6 +27,22 @@ class FakeSink : public SessionSink {
   std::vector<v1::CoordinatorCommand> commands;
   bool closed = false;
 };
+
+// A caller of a coordinator running --insecure: allowed everything.
+inline Caller Anyone() {
+  Caller caller;
+  caller.role = Role::kInsecure;
+  caller.id = "--insecure";
+  return caller;
+}
+
+// The caller whose client certificate names `spiffe_id`, at `peer`.
+inline Caller Identity(const std::string& spiffe_id,
+                       const std::string& peer = "ipv4:10.0.0.9:40000") {
+  Caller caller = ParseIdentity(spiffe_id);
+  caller.peer = peer;
+  return caller;
+}
 
 inline v1::RegisterWorkerRequest Free(uint64_t incarnation) {
   v1::RegisterWorkerRequest request;
@@ -75,10 +92,11 @@ class CoordinatorTest : public ::testing::Test {
                       const v1::Device& device = v1::Device()) {
     v1::RegisterWorkerRequest request = Free(incarnation);
     *request.mutable_device() = device;
-    auto registered = coordinator_->RegisterWorker(request);
+    auto registered = coordinator_->RegisterWorker(Anyone(), request);
     EXPECT_TRUE(registered.ok()) << registered.status();
     EXPECT_TRUE(
-        coordinator_->OpenSession(registered->worker_id(), incarnation, sink)
+        coordinator_
+            ->OpenSession(Anyone(), registered->worker_id(), incarnation, sink)
             .ok());
     return registered->worker_id();
   }
@@ -98,10 +116,11 @@ class CoordinatorTest : public ::testing::Test {
     v1::RegisterWorkerRequest request = Free(incarnation);
     request.mutable_task()->set_type("worker");
     request.mutable_task()->set_index(index);
-    auto id = coordinator_->RegisterWorker(request);
+    auto id = coordinator_->RegisterWorker(Anyone(), request);
     ASSERT_TRUE(id.ok()) << id.status();
     ASSERT_TRUE(
-        coordinator_->OpenSession(id->worker_id(), incarnation, sink).ok());
+        coordinator_->OpenSession(Anyone(), id->worker_id(), incarnation, sink)
+            .ok());
   }
 
   v1::JobStatus Status(const std::string& job) {

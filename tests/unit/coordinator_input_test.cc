@@ -100,13 +100,13 @@ TEST_F(CoordinatorTest, UnprintableOrHugeRegistrationNamesAreRefused) {
         std::string("two words")}) {
     v1::RegisterWorkerRequest request = Free(7);
     request.set_host(host);
-    auto refused = coordinator_->RegisterWorker(request);
+    auto refused = coordinator_->RegisterWorker(Anyone(), request);
     EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << host;
   }
   v1::RegisterWorkerRequest gpu = Free(8);
   gpu.mutable_device()->set_name("cuda:0");
   gpu.mutable_device()->set_gpu_name("NVIDIA H200");
-  EXPECT_TRUE(coordinator_->RegisterWorker(gpu).ok());
+  EXPECT_TRUE(coordinator_->RegisterWorker(Anyone(), gpu).ok());
   EXPECT_EQ(coordinator_->ListWorkers().size(), 1u);
 }
 

@@ -30,9 +30,10 @@ TEST_F(CoordinatorTest, JobsSurviveARestart) {
   EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
   // The worker reconnects (same process) and the job re-forms.
   FakeSink again;
-  auto registered = coordinator_->RegisterWorker(Free(1));
+  auto registered = coordinator_->RegisterWorker(Anyone(), Free(1));
   ASSERT_TRUE(
-      coordinator_->OpenSession(registered->worker_id(), 1, &again).ok());
+      coordinator_->OpenSession(Anyone(), registered->worker_id(), 1, &again)
+          .ok());
   EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Status(running).generation(), 2);
   std::string next = *coordinator_->SubmitJob(Spec(1));

@@ -43,7 +43,8 @@ class CoordinatorRpcTest : public ::testing::Test {
     auto created = Coordinator::Create(Coordinator::Options());
     ASSERT_TRUE(created.ok()) << created.status();
     coordinator_ = *std::move(created);
-    service_ = std::make_unique<GrpcService>(coordinator_.get(), limits);
+    service_ = std::make_unique<GrpcService>(coordinator_.get(), limits,
+                                             /*insecure=*/true);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),

@@ -37,13 +37,13 @@ class SpareTest : public CoordinatorTest {
 
   std::string RegisterAndOpen(const v1::RegisterWorkerRequest& request,
                               FakeSink* sink) {
-    auto registered = coordinator_->RegisterWorker(request);
+    auto registered = coordinator_->RegisterWorker(Anyone(), request);
     EXPECT_TRUE(registered.ok()) << registered.status();
     if (!registered.ok()) return "";
-    EXPECT_TRUE(
-        coordinator_
-            ->OpenSession(registered->worker_id(), request.incarnation(), sink)
-            .ok());
+    EXPECT_TRUE(coordinator_
+                    ->OpenSession(Anyone(), registered->worker_id(),
+                                  request.incarnation(), sink)
+                    .ok());
     return registered->worker_id();
   }
 
@@ -250,7 +250,7 @@ TEST_F(SpareTest, StaticClusterTakesASpareByFlagAndRefusesOtherFreeWorkers) {
   ConnectTask(1, 11, &b);
   std::string spare = ConnectSpare(30, &s);
   EXPECT_EQ(spare, "free:2");
-  auto refused = coordinator_->RegisterWorker(Free(40));
+  auto refused = coordinator_->RegisterWorker(Anyone(), Free(40));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("--spare"));
 

@@ -176,11 +176,11 @@ TEST_F(CoordinatorTest, OlderGenerationIsFenced) {
   old.set_job_id(job);
   old.set_generation(1);
   old.set_key("rank_0");
-  absl::Status fenced = coordinator_->KvSet(old);
+  absl::Status fenced = coordinator_->KvSet(Anyone(), old);
   EXPECT_EQ(fenced.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(fenced.message(), HasSubstr("generation 1 is over"));
   old.set_generation(2);
-  EXPECT_TRUE(coordinator_->KvSet(old).ok());
+  EXPECT_TRUE(coordinator_->KvSet(Anyone(), old).ok());
 }
 
 TEST_F(CoordinatorTest, ReportedCollectiveErrorWaitsForAnExplanation) {
@@ -347,19 +347,19 @@ TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
   set.set_generation(1);
   set.set_key("k");
   set.set_value("v");
-  ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
   v1::KvGetRequest get;
   get.set_job_id(job);
   get.set_generation(1);
   get.set_key("k");
-  EXPECT_EQ(*coordinator_->KvGet(get), "v");
+  EXPECT_EQ(*coordinator_->KvGet(Anyone(), get), "v");
   get.set_generation(0);
-  EXPECT_EQ(coordinator_->KvGet(get).status().code(),
+  EXPECT_EQ(coordinator_->KvGet(Anyone(), get).status().code(),
             absl::StatusCode::kAborted);
   get.set_generation(1);
   get.set_key("missing");
   get.set_timeout_ms(1);
-  auto missing = coordinator_->KvGet(get);
+  auto missing = coordinator_->KvGet(Anyone(), get);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(missing.status().message(), HasSubstr("missing"));
 }
@@ -380,9 +380,9 @@ TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
     set.set_generation(1);
     set.set_key("late");
     set.set_value("here");
-    ASSERT_TRUE(coordinator_->KvSet(set).ok());
+    ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
   });
-  EXPECT_EQ(*coordinator_->KvGet(get), "here");
+  EXPECT_EQ(*coordinator_->KvGet(Anyone(), get), "here");
   setter.join();
 }
 
@@ -398,7 +398,7 @@ TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
   request.set_name("start");
   request.set_rank(0);
   request.set_timeout_ms(1);
-  absl::Status status = coordinator_->Barrier(request);
+  absl::Status status = coordinator_->Barrier(Anyone(), request);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(), HasSubstr("rank 1 (" + id_b + ")"));
 }
@@ -416,13 +416,13 @@ TEST_F(CoordinatorTest, BarrierRefusesARankOutsideTheGeneration) {
   request.set_timeout_ms(1);
   for (int rank : {2, 7}) {
     request.set_rank(rank);
-    absl::Status status = coordinator_->Barrier(request);
+    absl::Status status = coordinator_->Barrier(Anyone(), request);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << rank;
     EXPECT_THAT(status.message(), HasSubstr("is not one of its 2 ranks"));
   }
   // A negative rank is refused by the range check, before the generation.
   request.set_rank(-1);
-  absl::Status negative = coordinator_->Barrier(request);
+  absl::Status negative = coordinator_->Barrier(Anyone(), request);
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(negative.message(), HasSubstr("rank is -1"));
 }
@@ -442,25 +442,26 @@ TEST_F(CoordinatorTest, StaticClusterRefusesStrangersAndDisagreeingViews) {
   ASSERT_TRUE(config.ok());
   Make(config->cluster);
   v1::RegisterWorkerRequest request = Free(1);
-  auto no_identity = coordinator_->RegisterWorker(request);
+  auto no_identity = coordinator_->RegisterWorker(Anyone(), request);
   EXPECT_EQ(no_identity.status().code(), absl::StatusCode::kInvalidArgument);
 
   request.mutable_task()->set_type("worker");
   request.mutable_task()->set_index(5);
-  EXPECT_THAT(coordinator_->RegisterWorker(request).status().message(),
-              HasSubstr("worker:5"));
+  EXPECT_THAT(
+      coordinator_->RegisterWorker(Anyone(), request).status().message(),
+      HasSubstr("worker:5"));
 
   request.mutable_task()->set_index(1);
   auto other = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "c:1"]}})");
   *request.mutable_cluster() = other->cluster;
-  auto disagree = coordinator_->RegisterWorker(request);
+  auto disagree = coordinator_->RegisterWorker(Anyone(), request);
   EXPECT_EQ(disagree.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       disagree.status().message(),
       AllOf(HasSubstr("worker:[a:1,c:1]"), HasSubstr("worker:[a:1,b:1]")));
 
   *request.mutable_cluster() = config->cluster;
-  auto ok = coordinator_->RegisterWorker(request);
+  auto ok = coordinator_->RegisterWorker(Anyone(), request);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->worker_id(), "worker:1");
 }
@@ -468,8 +469,9 @@ TEST_F(CoordinatorTest, StaticClusterRefusesStrangersAndDisagreeingViews) {
 TEST_F(CoordinatorTest, StaleIncarnationCannotOpenASession) {
   Make();
   FakeSink a;
-  auto registered = coordinator_->RegisterWorker(Free(1));
-  EXPECT_EQ(coordinator_->OpenSession(registered->worker_id(), 99, &a).code(),
+  auto registered = coordinator_->RegisterWorker(Anyone(), Free(1));
+  EXPECT_EQ(coordinator_->OpenSession(Anyone(), registered->worker_id(), 99, &a)
+                .code(),
             absl::StatusCode::kAborted);
 }
 
@@ -480,9 +482,10 @@ TEST_F(CoordinatorTest, StaleIncarnationCannotOpenASession) {
 void ReplaceGeneration(Coordinator& coordinator, const std::string& id_b,
                        FakeSink* b, FakeSink* c) {
   coordinator.CloseSession(id_b, 2, b, absl::UnavailableError("reset"));
-  auto registered = coordinator.RegisterWorker(Free(3));
+  auto registered = coordinator.RegisterWorker(Anyone(), Free(3));
   ASSERT_TRUE(registered.ok());
-  ASSERT_TRUE(coordinator.OpenSession(registered->worker_id(), 3, c).ok());
+  ASSERT_TRUE(
+      coordinator.OpenSession(Anyone(), registered->worker_id(), 3, c).ok());
 }
 
 TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
@@ -496,14 +499,14 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   set.set_generation(1);
   set.set_key("rank_0");
   set.set_value("10.0.0.1:4000");
-  ASSERT_TRUE(coordinator_->KvSet(set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
   v1::BarrierRequest barrier;
   barrier.set_job_id(job);
   barrier.set_generation(1);
   barrier.set_name("start");
   barrier.set_rank(1);
   barrier.set_timeout_ms(1);
-  ASSERT_EQ(coordinator_->Barrier(barrier).code(),
+  ASSERT_EQ(coordinator_->Barrier(Anyone(), barrier).code(),
             absl::StatusCode::kDeadlineExceeded);
 
   ReplaceGeneration(*coordinator_, id_b, &b, &c);
@@ -513,12 +516,12 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   get.set_generation(2);
   get.set_key("rank_0");
   get.set_timeout_ms(1);
-  EXPECT_EQ(coordinator_->KvGet(get).status().code(),
+  EXPECT_EQ(coordinator_->KvGet(Anyone(), get).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // Rank 1's arrival was in generation 1: generation 2 still waits for it.
   barrier.set_generation(2);
   barrier.set_rank(0);
-  absl::Status waited = coordinator_->Barrier(barrier);
+  absl::Status waited = coordinator_->Barrier(Anyone(), barrier);
   EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(waited.message(), HasSubstr("missing: rank 1 (free:2)"));
 }
@@ -537,7 +540,7 @@ TEST_F(CoordinatorTest, CallsBlockedOnAReplacedGenerationAreAborted) {
     get.set_generation(1);
     get.set_key("never");
     get.set_timeout_ms(60000);
-    got = coordinator_->KvGet(get);
+    got = coordinator_->KvGet(Anyone(), get);
   });
   std::thread waiter([&] {
     v1::BarrierRequest barrier;
@@ -546,7 +549,7 @@ TEST_F(CoordinatorTest, CallsBlockedOnAReplacedGenerationAreAborted) {
     barrier.set_name("start");
     barrier.set_rank(0);
     barrier.set_timeout_ms(60000);
-    barrier_status = coordinator_->Barrier(barrier);
+    barrier_status = coordinator_->Barrier(Anyone(), barrier);
   });
   // Give both calls time to block; they are fenced whether or not they do.
   absl::SleepFor(absl::Milliseconds(50));
@@ -577,7 +580,8 @@ TEST_F(CoordinatorTest, ReportsOfAnEndedGenerationAreIgnored) {
   set.set_job_id(job);
   set.set_generation(1);
   set.set_key("k");
-  EXPECT_EQ(coordinator_->KvSet(set).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->KvSet(Anyone(), set).code(),
+            absl::StatusCode::kAborted);
   EXPECT_EQ(Status(job).step(), 0);
   EXPECT_EQ(Status(job).version(), version);
 }

@@ -78,7 +78,8 @@ class CoordinatorWaitTest : public CoordinatorTest {
 TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
   StartJob();
   KvResults got;
-  EXPECT_EQ(coordinator_->KvGetAsync(Get(job_, "missing", 0), got.Callback()),
+  EXPECT_EQ(coordinator_->KvGetAsync(Anyone(), Get(job_, "missing", 0),
+                                     got.Callback()),
             0);
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(got.results[0].status().code(),
@@ -87,7 +88,7 @@ TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
   v1::BarrierRequest poll = Arrive(job_, 0);
   poll.set_timeout_ms(0);
   EXPECT_EQ(coordinator_->BarrierAsync(
-                poll, [&](absl::Status s) { arrived.push_back(s); }),
+                Anyone(), poll, [&](absl::Status s) { arrived.push_back(s); }),
             0);
   ASSERT_EQ(arrived.size(), 1u);
   EXPECT_EQ(arrived[0].code(), absl::StatusCode::kDeadlineExceeded);
@@ -96,9 +97,9 @@ TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
 
 TEST_F(CoordinatorWaitTest, KvGetAsyncAnswersAtOnceWhenTheKeyIsSet) {
   StartJob();
-  ASSERT_TRUE(coordinator_->KvSet(Set(job_, "k", "v")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "k", "v")).ok());
   KvResults got;
-  coordinator_->KvGetAsync(Get(job_, "k", 1000), got.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "k", 1000), got.Callback());
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(*got.results[0], "v");
 }
@@ -106,22 +107,23 @@ TEST_F(CoordinatorWaitTest, KvGetAsyncAnswersAtOnceWhenTheKeyIsSet) {
 TEST_F(CoordinatorWaitTest, KvGetAsyncCompletesOnTheKvSetThatSetsIt) {
   StartJob();
   KvResults got, other;
-  coordinator_->KvGetAsync(Get(job_, "late", 1000), got.Callback());
-  coordinator_->KvGetAsync(Get(job_, "other", 1000), other.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "late", 1000), got.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "other", 1000),
+                           other.Callback());
   EXPECT_TRUE(got.results.empty());
-  ASSERT_TRUE(coordinator_->KvSet(Set(job_, "late", "here")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "late", "here")).ok());
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(*got.results[0], "here");
   EXPECT_TRUE(other.results.empty());
   // Set again: the completed wait is not called twice.
-  ASSERT_TRUE(coordinator_->KvSet(Set(job_, "late", "again")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "late", "again")).ok());
   EXPECT_EQ(got.results.size(), 1u);
 }
 
 TEST_F(CoordinatorWaitTest, KvGetAsyncIsFencedWhenTheGenerationEnds) {
   StartJob();
   KvResults got;
-  coordinator_->KvGetAsync(Get(job_, "k", 60000), got.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "k", 60000), got.Callback());
   coordinator_->CloseSession(id_b_, 2, &b_, absl::UnavailableError("gone"));
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(got.results[0].status().code(), absl::StatusCode::kAborted);
@@ -131,7 +133,7 @@ TEST_F(CoordinatorWaitTest, KvGetAsyncIsFencedWhenTheGenerationEnds) {
 TEST_F(CoordinatorWaitTest, KvGetAsyncTimesOutAtTheFirstSweepPastItsDeadline) {
   StartJob();
   KvResults got;
-  coordinator_->KvGetAsync(Get(job_, "missing", 500), got.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "missing", 500), got.Callback());
   clock_.Advance(absl::Milliseconds(499));
   coordinator_->Sweep();
   EXPECT_TRUE(got.results.empty());
@@ -148,12 +150,12 @@ TEST_F(CoordinatorWaitTest, CancelWaitEndsAPendingWaitOnlyOnce) {
   StartJob();
   KvResults got;
   Coordinator::WaitId id =
-      coordinator_->KvGetAsync(Get(job_, "k", 60000), got.Callback());
+      coordinator_->KvGetAsync(Anyone(), Get(job_, "k", 60000), got.Callback());
   coordinator_->CancelWait(id);
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(got.results[0].status().code(), absl::StatusCode::kCancelled);
   coordinator_->CancelWait(id);
-  ASSERT_TRUE(coordinator_->KvSet(Set(job_, "k", "v")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "k", "v")).ok());
   EXPECT_EQ(got.results.size(), 1u);
 }
 
@@ -161,9 +163,9 @@ TEST_F(CoordinatorWaitTest, BarrierAsyncCompletesWhenTheLastRankArrives) {
   StartJob();
   std::vector<absl::Status> done;
   auto record = [&done](absl::Status status) { done.push_back(status); };
-  coordinator_->BarrierAsync(Arrive(job_, 0), record);
+  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 0), record);
   EXPECT_TRUE(done.empty());
-  coordinator_->BarrierAsync(Arrive(job_, 1), record);
+  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 1), record);
   ASSERT_EQ(done.size(), 2u);  // the last rank's at once, then the waiter's
   EXPECT_TRUE(done[0].ok()) << done[0];
   EXPECT_TRUE(done[1].ok()) << done[1];
@@ -172,7 +174,7 @@ TEST_F(CoordinatorWaitTest, BarrierAsyncCompletesWhenTheLastRankArrives) {
 TEST_F(CoordinatorWaitTest, BarrierAsyncTimeoutNamesTheMissingRank) {
   StartJob();
   std::optional<absl::Status> done;
-  coordinator_->BarrierAsync(Arrive(job_, 0),
+  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 0),
                              [&done](absl::Status status) { done = status; });
   clock_.Advance(absl::Seconds(5));
   coordinator_->Sweep();
@@ -184,7 +186,7 @@ TEST_F(CoordinatorWaitTest, BarrierAsyncTimeoutNamesTheMissingRank) {
 TEST_F(CoordinatorWaitTest, ShutdownCancelsWaitsAndWatches) {
   StartJob();
   KvResults got;
-  coordinator_->KvGetAsync(Get(job_, "k", 60000), got.Callback());
+  coordinator_->KvGetAsync(Anyone(), Get(job_, "k", 60000), got.Callback());
   std::vector<absl::StatusCode> watched;
   ASSERT_TRUE(coordinator_
                   ->WatchJob(job_,

@@ -155,10 +155,12 @@ class GrpcKeyValue : public KeyValueClient {
 
 }  // namespace
 
-GrpcControlPlane::GrpcControlPlane(const std::string& address)
+GrpcControlPlane::GrpcControlPlane(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials)
     : address_(address),
-      channel_(grpc::CreateCustomChannel(
-          address, grpc::InsecureChannelCredentials(), ReconnectQuickly())),
+      channel_(grpc::CreateCustomChannel(address, std::move(credentials),
+                                         ReconnectQuickly())),
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
 absl::StatusOr<v1::RegisterWorkerResponse> GrpcControlPlane::Register(

@@ -14,8 +14,10 @@ namespace lockstep::worker {
 
 class GrpcControlPlane : public ControlPlane {
  public:
-  // `address` is the coordinator's host:port.
-  explicit GrpcControlPlane(const std::string& address);
+  // `address` is the coordinator's host:port; `credentials` are this
+  // worker's (common/tls.h: mutual TLS, or insecure with --insecure).
+  GrpcControlPlane(const std::string& address,
+                   std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   absl::StatusOr<v1::RegisterWorkerResponse> Register(
       const v1::RegisterWorkerRequest& request) override;

@@ -14,10 +14,14 @@
 #   3  the coordinator cannot be reached, 143  SIGTERM (eviction, preemption):
 #      the Job starts the index again and the worker rejoins the job.
 # A worker that exits on its own ends the pod with the worker's exit code.
+#
+# Submitting and following the job take an operator's certificate: with
+# SUBMIT_TLS_DIR set, the CLI here uses its tls.crt, tls.key and ca.crt
+# instead of the worker's LOCKSTEP_TLS_* (the daemon keeps its own).
 # shellcheck disable=SC2317  # functions called through traps and beside_worker
 set -u
 : "${JOB_COMPLETION_INDEX:?set by the Indexed Job}" "${RUN_ID:?the Job uid}"
-spec=${JOB_SPEC:-/etc/lockstep/job.json}
+spec=${JOB_SPEC:-/etc/lockstep/job/job.json}
 state=${RUN_STATE_DIR:-/backup/.lockstep-runs}/$RUN_ID
 if ! mkdir -p "$state"; then
   echo "run-indexed: cannot create $state; the backup volume must be writable by uid $(id -u)" >&2
@@ -75,8 +79,18 @@ beside_worker() {
   return "$code"
 }
 
+# The CLI as the operator (SUBMIT_TLS_DIR), or with the pod's settings.
+cli() {
+  if [ -n "${SUBMIT_TLS_DIR:-}" ]; then
+    LOCKSTEP_TLS_CERT=$SUBMIT_TLS_DIR/tls.crt LOCKSTEP_TLS_KEY=$SUBMIT_TLS_DIR/tls.key \
+      LOCKSTEP_TLS_CA=$SUBMIT_TLS_DIR/ca.crt lockstep "$@"
+  else
+    lockstep "$@"
+  fi
+}
+
 submit() {
-  lockstep submit "$spec" >"$state/job-id.tmp" && mv "$state/job-id.tmp" "$state/job-id"
+  cli submit "$spec" >"$state/job-id.tmp" && mv "$state/job-id.tmp" "$state/job-id"
 }
 
 if [ "$JOB_COMPLETION_INDEX" = 0 ]; then
@@ -94,7 +108,7 @@ if [ "$JOB_COMPLETION_INDEX" = 0 ]; then
   job=$(cat "$state/job-id")
   echo "run-indexed: following job $job"
   while :; do
-    beside_worker lockstep watch "$job"
+    beside_worker cli watch "$job"
     code=$?
     [ "$code" -ne 3 ] && break
     beside_worker sleep 5

@@ -1,0 +1,424 @@
+// Authorization in the coordinator's core, with Caller values (no TLS): the
+// role table, a worker registering only as its own task, sessions held only
+// by their registrant, no session stealing, the rendezvous served only to a
+// generation's ranks, reports only for the rank a session owns, and
+// incarnations shown to nobody.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/tf_config.h"
+#include "coordinator/authorization.h"
+#include "coordinator/coordinator.h"
+#include "tests/unit/coordinator_fixture.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kWorker0[] = "spiffe://lockstep/worker/worker/0";
+constexpr char kWorker1[] = "spiffe://lockstep/worker/worker/1";
+constexpr char kPool[] = "spiffe://lockstep/worker/pool-7";
+constexpr char kOperator[] = "spiffe://lockstep/operator/alice";
+constexpr char kViewer[] = "spiffe://lockstep/viewer/grafana";
+// An incarnation whose hex form no message may show.
+constexpr uint64_t kSecretIncarnation = 0x5ec12e7c0ffee;
+constexpr char kSecretHex[] = "5ec12e7c0ffee";
+
+Caller Nobody() {
+  Caller caller;
+  caller.id = "no client certificate";
+  caller.peer = "ipv4:10.0.0.66:5000";
+  return caller;
+}
+
+// ---- the role table
+// ------------------------------------------------------------
+
+using RoleCase = std::tuple<Call, std::string, absl::StatusCode>;
+
+class RoleTableTest : public ::testing::TestWithParam<RoleCase> {};
+
+TEST_P(RoleTableTest, AllowsOnlyTheRolesOfTheCall) {
+  const auto& [call, id, code] = GetParam();
+  Caller caller = id.empty() ? Nobody() : Identity(id);
+  absl::Status status = AuthorizeRole(caller, call);
+  EXPECT_EQ(status.code(), code) << CallName(call) << " by " << id;
+  if (!status.ok()) {
+    // Who tried what, from where.
+    EXPECT_THAT(status.message(),
+                AllOf(HasSubstr(std::string(CallName(call))),
+                      HasSubstr(caller.peer), HasSubstr(caller.id)));
+  }
+}
+
+std::vector<RoleCase> RoleCases() {
+  const absl::StatusCode kOk = absl::StatusCode::kOk;
+  const absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
+  const absl::StatusCode kNoIdentity = absl::StatusCode::kUnauthenticated;
+  std::vector<RoleCase> cases;
+  auto add = [&](Call call, absl::StatusCode worker, absl::StatusCode op,
+                 absl::StatusCode viewer) {
+    cases.emplace_back(call, kWorker0, worker);
+    cases.emplace_back(call, kOperator, op);
+    cases.emplace_back(call, kViewer, viewer);
+    cases.emplace_back(call, "spiffe://lockstep/coordinator",
+                       call == Call::kHealthCheck ? kOk : kDenied);
+    cases.emplace_back(call, "", kNoIdentity);
+    cases.emplace_back(call, "spiffe://lockstep/admin/root", kNoIdentity);
+  };
+  for (Call call : {Call::kRegisterWorker, Call::kWorkerSession, Call::kKvSet,
+                    Call::kKvGet, Call::kBarrier}) {
+    add(call, kOk, kDenied, kDenied);
+  }
+  for (Call call : {Call::kSubmitJob, Call::kStopJob, Call::kDeleteJob}) {
+    add(call, kDenied, kOk, kDenied);
+  }
+  for (Call call : {Call::kGetJobStatus, Call::kWatchJob, Call::kListWorkers}) {
+    add(call, kDenied, kOk, kOk);
+  }
+  add(Call::kHealthCheck, kOk, kOk, kOk);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCallAndRole, RoleTableTest,
+                         ::testing::ValuesIn(RoleCases()));
+
+TEST(RoleTable, InsecureDaemonsAllowEverything) {
+  for (int call = 0; call <= static_cast<int>(Call::kHealthCheck); ++call) {
+    EXPECT_TRUE(AuthorizeRole(Anyone(), static_cast<Call>(call)).ok());
+  }
+}
+
+// ---- the coordinator's state-dependent checks
+// ----------------------------------
+
+class CoordinatorAuthTest : public CoordinatorTest {
+ protected:
+  // A static cluster of worker:0 and worker:1.
+  void MakeCluster() {
+    auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
+    Make(config->cluster);
+  }
+
+  static v1::RegisterWorkerRequest Task(int index, uint64_t incarnation) {
+    v1::RegisterWorkerRequest request = Free(incarnation);
+    request.mutable_task()->set_type("worker");
+    request.mutable_task()->set_index(index);
+    return request;
+  }
+
+  // Registers worker:`index` as its own identity and opens its session.
+  void JoinAs(int index, uint64_t incarnation, FakeSink* sink) {
+    Caller caller = Identity(index == 0 ? kWorker0 : kWorker1,
+                             absl::StrCat("ipv4:10.0.0.", index, ":4000"));
+    auto registered =
+        coordinator_->RegisterWorker(caller, Task(index, incarnation));
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_TRUE(
+        coordinator_
+            ->OpenSession(caller, registered->worker_id(), incarnation, sink)
+            .ok());
+  }
+
+  // Both tasks joined and job `job_` runs generation 1.
+  void StartJob() {
+    MakeCluster();
+    JoinAs(0, 10, &sink0_);
+    JoinAs(1, 11, &sink1_);
+    job_ = *coordinator_->SubmitJob(Spec(0));
+    ASSERT_EQ(Status(job_).state(), v1::JOB_STATE_RUNNING);
+  }
+
+  v1::KvSetRequest KvSet(const std::string& key) const {
+    v1::KvSetRequest request;
+    request.set_job_id(job_);
+    request.set_generation(1);
+    request.set_key(key);
+    request.set_value("10.0.0.1:9000");
+    return request;
+  }
+  v1::KvGetRequest KvGet(const std::string& key) const {
+    v1::KvGetRequest request;
+    request.set_job_id(job_);
+    request.set_generation(1);
+    request.set_key(key);
+    return request;
+  }
+  v1::BarrierRequest Barrier(int rank) const {
+    v1::BarrierRequest request;
+    request.set_job_id(job_);
+    request.set_generation(1);
+    request.set_name("ready");
+    request.set_rank(rank);
+    return request;
+  }
+  v1::WorkerMessage Result(int rank) const {
+    v1::WorkerMessage message;
+    v1::TaskResult* result = message.mutable_result();
+    result->set_job_id(job_);
+    result->set_generation(1);
+    result->set_rank(rank);
+    result->set_ok(true);
+    result->set_steps(999999);
+    result->set_model_digest(std::string(64, 'f'));
+    return message;
+  }
+
+  FakeSink sink0_, sink1_;
+  std::string job_;
+};
+
+TEST_F(CoordinatorAuthTest, AWorkerRegistersOnlyAsTheTaskItsCertificateNames) {
+  MakeCluster();
+  auto own = coordinator_->RegisterWorker(Identity(kWorker1), Task(1, 11));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->worker_id(), "worker:1");
+
+  auto other = coordinator_->RegisterWorker(Identity(kWorker0), Task(1, 12));
+  EXPECT_TRUE(absl::IsPermissionDenied(other.status())) << other.status();
+  EXPECT_THAT(other.status().message(),
+              AllOf(HasSubstr(kWorker0), HasSubstr("worker:1"),
+                    HasSubstr("worker:0"), HasSubstr("RegisterWorker")));
+
+  // A worker identity without a task: free registration only.
+  auto pool_task = coordinator_->RegisterWorker(Identity(kPool), Task(0, 13));
+  EXPECT_TRUE(absl::IsPermissionDenied(pool_task.status()));
+  EXPECT_THAT(pool_task.status().message(), HasSubstr("names no task"));
+  v1::RegisterWorkerRequest spare = Free(14);
+  spare.set_spare(true);
+  EXPECT_TRUE(coordinator_->RegisterWorker(Identity(kPool), spare).ok());
+}
+
+TEST_F(CoordinatorAuthTest, OnlyWorkerIdentitiesRegister) {
+  MakeCluster();
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      coordinator_->RegisterWorker(Identity(kOperator), Task(0, 1)).status()));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      coordinator_->RegisterWorker(Identity(kViewer), Task(0, 1)).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      coordinator_->RegisterWorker(Nobody(), Task(0, 1)).status()));
+  EXPECT_TRUE(coordinator_->ListWorkers().empty());
+}
+
+TEST_F(CoordinatorAuthTest, ASessionOpensOnlyForItsRegistrant) {
+  Make();
+  Caller pool = Identity(kPool);
+  auto registered = coordinator_->RegisterWorker(pool, Free(21));
+  ASSERT_TRUE(registered.ok());
+  FakeSink thief;
+  absl::Status stolen =
+      coordinator_->OpenSession(Identity("spiffe://lockstep/worker/pool-8"),
+                                registered->worker_id(), 21, &thief);
+  EXPECT_TRUE(absl::IsPermissionDenied(stolen)) << stolen;
+  EXPECT_THAT(stolen.message(), HasSubstr("registered by another identity"));
+  EXPECT_TRUE(absl::IsPermissionDenied(coordinator_->OpenSession(
+      Identity(kViewer), registered->worker_id(), 21, &thief)));
+  FakeSink own;
+  EXPECT_TRUE(
+      coordinator_->OpenSession(pool, registered->worker_id(), 21, &own).ok());
+}
+
+TEST_F(CoordinatorAuthTest, FreeIdsAreKeptPerIdentity) {
+  Make();
+  auto first =
+      coordinator_->RegisterWorker(Identity(kPool), Free(kSecretIncarnation));
+  // Another identity naming the same incarnation is another worker.
+  auto second = coordinator_->RegisterWorker(
+      Identity("spiffe://lockstep/worker/pool-8"), Free(kSecretIncarnation));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(first->worker_id(), second->worker_id());
+}
+
+TEST_F(CoordinatorAuthTest, ALiveSessionIsNotTakenOverByANewProcess) {
+  StartJob();
+  Caller restarted = Identity(kWorker1, "ipv4:10.0.0.77:4100");
+  auto refused = coordinator_->RegisterWorker(restarted, Task(1, 99));
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  // Both peers are named, and what to do.
+  EXPECT_THAT(
+      refused.status().message(),
+      AllOf(HasSubstr("ipv4:10.0.0.77:4100"), HasSubstr("ipv4:10.0.0.1:4000"),
+            HasSubstr("worker:1"), HasSubstr("register again")));
+  EXPECT_EQ(Status(job_).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(sink1_.closed);
+
+  // The same process (its incarnation) may register again: it keeps its
+  // session until it opens a new one.
+  EXPECT_TRUE(
+      coordinator_->RegisterWorker(Identity(kWorker1), Task(1, 11)).ok());
+  EXPECT_EQ(Status(job_).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
+  StartJob();
+  EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), KvSet("rank0")).ok());
+  auto got = coordinator_->KvGet(Identity(kWorker1), KvGet("rank0"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "10.0.0.1:9000");
+
+  // A worker identity that holds no rank, an operator, a viewer, nobody.
+  FakeSink idle;
+  auto pool = coordinator_->RegisterWorker(Identity(kPool), [] {
+    v1::RegisterWorkerRequest spare = Free(30);
+    spare.set_spare(true);
+    return spare;
+  }());
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(
+      coordinator_->OpenSession(Identity(kPool), pool->worker_id(), 30, &idle)
+          .ok());
+  for (const Caller& stranger :
+       {Identity(kPool), Identity(kOperator), Identity(kViewer)}) {
+    absl::StatusOr<std::string> read =
+        coordinator_->KvGet(stranger, KvGet("rank0"));
+    EXPECT_TRUE(absl::IsPermissionDenied(read.status())) << stranger.id;
+    EXPECT_THAT(read.status().message(), Not(HasSubstr("10.0.0.1:9000")));
+    EXPECT_TRUE(absl::IsPermissionDenied(
+        coordinator_->KvSet(stranger, KvSet("rank0"))));
+    EXPECT_TRUE(
+        absl::IsPermissionDenied(coordinator_->Barrier(stranger, Barrier(0))));
+  }
+  EXPECT_THAT(
+      coordinator_->KvGet(Identity(kPool), KvGet("rank0")).status().message(),
+      HasSubstr("holds no rank of job"));
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      coordinator_->KvGet(Nobody(), KvGet("rank0")).status()));
+  // Nothing a stranger sent was stored.
+  EXPECT_EQ(*coordinator_->KvGet(Identity(kWorker0), KvGet("rank0")),
+            "10.0.0.1:9000");
+}
+
+TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {
+  StartJob();
+  absl::Status other = coordinator_->Barrier(Identity(kWorker1), Barrier(0));
+  EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
+  EXPECT_THAT(other.message(), HasSubstr("holds rank 1"));
+  // Rank 0 did not arrive through rank 1's call: the barrier times out
+  // naming it.
+  v1::BarrierRequest own = Barrier(1);
+  own.set_timeout_ms(0);
+  absl::Status timed_out = coordinator_->Barrier(Identity(kWorker1), own);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out)) << timed_out;
+  EXPECT_THAT(timed_out.message(), HasSubstr("rank 0"));
+}
+
+TEST_F(CoordinatorAuthTest, AsyncRendezvousRefusalsAnswerAtOnce) {
+  StartJob();
+  absl::Status got;
+  EXPECT_EQ(coordinator_->KvGetAsync(Identity(kOperator), KvGet("rank0"),
+                                     [&](absl::StatusOr<std::string> value) {
+                                       got = value.status();
+                                     }),
+            0u);
+  EXPECT_TRUE(absl::IsPermissionDenied(got));
+  EXPECT_EQ(coordinator_->BarrierAsync(Identity(kWorker0), Barrier(1),
+                                       [&](absl::Status s) { got = s; }),
+            0u);
+  EXPECT_TRUE(absl::IsPermissionDenied(got));
+}
+
+TEST_F(CoordinatorAuthTest, ARankWithoutItsSessionIsFencedOut) {
+  StartJob();
+  coordinator_->CloseSession("worker:1", 11, &sink1_,
+                             absl::UnavailableError("stream broke"));
+  // The generation is over: the late rank sees the fence, and retries.
+  EXPECT_TRUE(absl::IsAborted(
+      coordinator_->KvGet(Identity(kWorker1), KvGet("rank0")).status()));
+}
+
+TEST_F(CoordinatorAuthTest, ResultsCountOnlyForTheSessionsOwnRank) {
+  StartJob();
+  // Rank 1 reports success for rank 0 and for itself twice: only its own
+  // result counts, once, and the job waits for rank 0.
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:1", Result(0)).ok());
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:1", Result(1)).ok());
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:1", Result(1)).ok());
+  v1::JobStatus status = Status(job_);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_NE(status.ranks(0).model_digest(), std::string(64, 'f'));
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:0", Result(0)).ok());
+  EXPECT_EQ(Status(job_).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(CoordinatorAuthTest, ProgressComesOnlyFromTheChief) {
+  StartJob();
+  v1::WorkerMessage progress;
+  progress.mutable_progress()->set_job_id(job_);
+  progress.mutable_progress()->set_generation(1);
+  progress.mutable_progress()->set_step(1);
+  progress.mutable_progress()->set_first_step(0);
+  progress.mutable_progress()->add_step_losses(0.5f);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:1", progress).ok());
+  EXPECT_EQ(Status(job_).step(), 0);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage("worker:0", progress).ok());
+  EXPECT_EQ(Status(job_).step(), 1);
+}
+
+TEST_F(CoordinatorAuthTest, CommitsComeOnlyFromTheChiefAndPreparesPerRank) {
+  StartJob();
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage("worker:1", Committed(job_, 1, 100))
+          .ok());
+  EXPECT_EQ(Status(job_).checkpoints_size(), 0);
+  // Rank 1 preparing for rank 0 does not complete the step.
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage("worker:1", Prepared(job_, 1, 0, 100))
+          .ok());
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage("worker:1", Prepared(job_, 1, 1, 100))
+          .ok());
+  EXPECT_TRUE(CommandsOf(sink0_, v1::CoordinatorCommand::kCommit).empty());
+}
+
+TEST_F(CoordinatorAuthTest, OnlyAFormerRankReportsLiveStateOfAJob) {
+  StartJob();
+  // A spare that never held a rank of the job cannot add a checkpoint.
+  FakeSink idle;
+  v1::RegisterWorkerRequest spare = Free(30);
+  spare.set_spare(true);
+  auto pool = coordinator_->RegisterWorker(Identity(kPool), spare);
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(
+      coordinator_->OpenSession(Identity(kPool), pool->worker_id(), 30, &idle)
+          .ok());
+  v1::WorkerMessage live = Preempt(job_, "SIGTERM");
+  live.mutable_preempt()->set_live_state_done(true);
+  live.mutable_preempt()->set_live_step(500);
+  live.mutable_preempt()->set_saved_checkpoint("ckpt-000000500");
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(pool->worker_id(), live).ok());
+  EXPECT_EQ(Status(job_).checkpoints_size(), 0);
+  EXPECT_EQ(Status(job_).applied_step(), 0);
+}
+
+TEST_F(CoordinatorAuthTest, IncarnationsAreShownToNobody) {
+  MakeCluster();
+  Caller first = Identity(kWorker1, "ipv4:10.0.0.1:4000");
+  FakeSink sink;
+  ASSERT_TRUE(
+      coordinator_->RegisterWorker(first, Task(1, kSecretIncarnation)).ok());
+  ASSERT_TRUE(
+      coordinator_->OpenSession(first, "worker:1", kSecretIncarnation, &sink)
+          .ok());
+  auto refused = coordinator_->RegisterWorker(first, Task(1, 1));
+  EXPECT_THAT(refused.status().message(), Not(HasSubstr(kSecretHex)));
+  FakeSink stale;
+  absl::Status wrong = coordinator_->OpenSession(first, "worker:1", 1, &stale);
+  EXPECT_TRUE(absl::IsAborted(wrong));
+  EXPECT_THAT(wrong.message(), Not(HasSubstr(kSecretHex)));
+  for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+    EXPECT_THAT(info.DebugString(), Not(HasSubstr(kSecretHex)));
+    EXPECT_THAT(info.DebugString(),
+                Not(HasSubstr(absl::StrCat(kSecretIncarnation))));
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
