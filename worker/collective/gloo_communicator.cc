@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer != options.rank) comm->transport_->createPair(peer);
     }
+    comm->proofs_.resize(options.size);
     absl::MutexLock lock(&comm->mu_);
     comm->connects_.assign(options.size, false);
   } catch (const std::exception& e) {
@@ -234,9 +235,17 @@ absl::Status GlooCommunicator::ConnectPairs(KeyValueClient* kv) {
       if (aborted_) return absl::AbortedError("aborted");
       connects_[peer] = connects;
     }
-    transport_->getPair(peer)->connect(address);
+    if (connects) {
+      proofs_[peer].remote = gloo::transport::tcp::Address(address).str();
+    }
+    try {
+      transport_->getPair(peer)->connect(address);
+    } catch (const std::exception& e) {
+      return ConnectFailed(peer, !connects, e.what());
+    }
+    RETURN_IF_ERROR(StartProof(peer, /*listening=*/!connects));
   }
-  return absl::OkStatus();
+  return FinishProofs();
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
