@@ -125,6 +125,9 @@ class GlooCommunicator : public Communicator {
   std::string RemoteAddress(int peer) const;
   // The failure to connect the pair of `peer`, with Gloo's reason `what`.
   absl::Status ConnectFailed(int peer, bool listening, absl::string_view what);
+  // The failure point gloo_hold_rendezvous (common/failpoint.h): logs this
+  // rank's Gloo addresses and waits for the test to release it.
+  void HoldForTest();
 
   // Runs `body` with `buffers` registered for Abort; turns Gloo exceptions
   // and aborts into a Status.
@@ -172,6 +175,9 @@ class GlooCommunicator : public Communicator {
     std::unique_ptr<gloo::transport::UnboundBuffer> recv;
   };
   std::vector<Proof> proofs_;
+  // Set when this rank failed to connect to, or hear from, a listening peer:
+  // Connect then delays its error (see there).
+  bool report_later_ = false;
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

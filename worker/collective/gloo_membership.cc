@@ -28,6 +28,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/failpoint.h"
 #include "worker/collective/gloo_communicator.h"
 
 namespace lockstep::worker {
@@ -112,9 +113,26 @@ std::string GlooCommunicator::RemoteAddress(int peer) const {
   return remote.empty() ? "an address this rank could not read" : remote;
 }
 
+void GlooCommunicator::HoldForTest() {
+  std::string ports;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    const gloo::transport::tcp::Address self(
+        transport_->getPair(peer)->address().bytes());
+    absl::StrAppend(&ports, ports.empty() ? "" : ", ", "rank ", peer, " at ",
+                    FormatEndpoint(self.getSockaddr()));
+  }
+  FailPointWait("gloo_hold_rendezvous",
+                absl::StrCat("rank ", rank(), " of ", size(),
+                             " published its Gloo ports (", ports,
+                             ") and holds before connecting"),
+                options_.timeout);
+}
+
 absl::Status GlooCommunicator::ConnectFailed(int peer, bool listening,
                                              absl::string_view what) {
   const std::string& at = proofs_[peer].remote;
+  report_later_ = !listening;
   if (listening) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", rank(), " of ", size(), " on ", options_.host,
@@ -137,6 +155,7 @@ absl::Status GlooCommunicator::ConnectFailed(int peer, bool listening,
 
 absl::Status GlooCommunicator::ProofFailed(int peer, absl::string_view what) {
   const Proof& proof = proofs_[peer];
+  report_later_ = !proof.listening;
   if (proof.listening) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", rank(), " of ", size(), " on ", options_.host,
