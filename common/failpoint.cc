@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 
 namespace lockstep {
@@ -47,6 +48,20 @@ bool FailPointHit(absl::string_view name) {
   Armed& armed = GetArmed();
   if (armed.name.empty() || armed.name != name) return false;
   return armed.hits.fetch_add(1) + 1 == armed.on_hit;
+}
+
+void FailPointWait(absl::string_view name, absl::string_view what,
+                   absl::Duration limit) {
+  const char* release = std::getenv("LOCKSTEP_FAILPOINT_RELEASE");
+  LogInfo("failure point ", name, " (LOCKSTEP_FAILPOINT): ", what,
+          "; holding until ", release == nullptr ? "(unset)" : release,
+          " exists");
+  const absl::Time deadline = absl::Now() + limit;
+  while (release != nullptr && access(release, F_OK) != 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  LogInfo("failure point ", name, " released");
 }
 
 void FailPoint(absl::string_view name) {

@@ -13,6 +13,7 @@
 #define LOCKSTEP_COMMON_FAILPOINT_H_
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace lockstep {
 
@@ -21,6 +22,13 @@ void FailPoint(absl::string_view name);
 // For points where a test changes what the process does instead of killing
 // it (the same variable and counting): true the Nth time it is reached.
 bool FailPointHit(absl::string_view name);
+
+// For points where a test acts while the process waits (a stranger connects
+// to a rank's port in its rendezvous): call once FailPointHit(name) said
+// true. Logs `what` and waits until the file named by
+// LOCKSTEP_FAILPOINT_RELEASE exists, at most `limit`.
+void FailPointWait(absl::string_view name, absl::string_view what,
+                   absl::Duration limit);
 
 }  // namespace lockstep
 

@@ -90,7 +90,8 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
   return ValidateJobSpec(spec, spec.min_workers() > 0 ? 0 : replicas);
 }
 
-v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank) {
+v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank,
+                                     const std::string& data_plane_secret) {
   v1::CoordinatorCommand command;
   v1::Assignment* assignment = command.mutable_assignment();
   assignment->set_job_id(status.job_id());
@@ -99,6 +100,7 @@ v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank) {
   assignment->set_world_size(status.world_size());
   *assignment->mutable_spec() = status.spec();
   assignment->set_backend(status.backend());
+  assignment->set_data_plane_secret(data_plane_secret);
   return command;
 }
 
@@ -289,6 +291,12 @@ void Coordinator::StartGenerationLocked(Job& job,
                  std::string(backend.status().message()));
     return;
   }
+  absl::StatusOr<std::string> secret = NewDataPlaneSecret();
+  if (!secret.ok()) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED,
+                 std::string(secret.status().message()));
+    return;
+  }
   status.set_backend(backend->name);
   status.set_state(v1::JOB_STATE_RUNNING);
   status.set_generation(status.generation() + 1);
@@ -300,9 +308,9 @@ void Coordinator::StartGenerationLocked(Job& job,
   for (const Worker* worker : workers) rank_workers.push_back(worker->id);
   NoteReplacementsLocked(job, rank_workers);
   // The previous generation, ended already, is dropped whole here.
-  job.generation =
-      std::make_unique<Generation>(status.job_id(), status.generation(),
-                                   std::move(rank_workers), kv_limits_);
+  job.generation = std::make_unique<Generation>(
+      status.job_id(), status.generation(), std::move(rank_workers), kv_limits_,
+      *std::move(secret));
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
@@ -313,7 +321,8 @@ void Coordinator::StartGenerationLocked(Job& job,
     result->set_worker_id(worker.id);
     result->set_host(worker.host);
     names.push_back(absl::StrCat(rank, "=", worker.id));
-    worker.sink->Send(AssignmentFor(status, worker.rank));
+    worker.sink->Send(AssignmentFor(status, worker.rank,
+                                    job.generation->data_plane_secret()));
   }
   std::string message =
       absl::StrCat("generation ", status.generation(), " on ", workers.size(),

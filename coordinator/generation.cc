@@ -1,6 +1,9 @@
 // One generation of a job: its ranks, reports and rendezvous state.
 #include "coordinator/generation.h"
 
+#include <openssl/err.h>
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -8,12 +11,26 @@
 
 namespace lockstep::coordinator {
 
+absl::StatusOr<std::string> NewDataPlaneSecret() {
+  std::string secret(32, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()),
+                 static_cast<int>(secret.size())) != 1) {
+    return absl::InternalError(absl::StrCat(
+        "OpenSSL's RAND_bytes could not make a generation's data-plane "
+        "secret (error ",
+        ERR_get_error(), "); the machine has no source of randomness"));
+  }
+  return secret;
+}
+
 Generation::Generation(std::string job_id, int64_t number,
-                       std::vector<std::string> rank_workers, KvLimits limits)
+                       std::vector<std::string> rank_workers, KvLimits limits,
+                       std::string data_plane_secret)
     : job_id_(std::move(job_id)),
       number_(number),
       rank_workers_(std::move(rank_workers)),
       limits_(limits),
+      data_plane_secret_(std::move(data_plane_secret)),
       checkpoints_(static_cast<int>(rank_workers_.size())) {}
 
 absl::Status Generation::Admit(int64_t entries, int64_t bytes) const {

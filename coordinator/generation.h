@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/checkpoint_tally.h"
 
@@ -40,17 +41,27 @@ struct KvLimits {
   int64_t max_bytes = int64_t{256} << 20;  // --kv-max-bytes
 };
 
+// 32 fresh random bytes from OpenSSL's RAND_bytes: a generation's data-plane
+// secret (docs/DESIGN.md, "Data-plane membership"). Errors: Internal when
+// OpenSSL has no randomness to give.
+absl::StatusOr<std::string> NewDataPlaneSecret();
+
 class Generation {
  public:
   // Generation `number` of `job_id`; `rank_workers` holds the worker id of
-  // each rank.
+  // each rank; `data_plane_secret` (NewDataPlaneSecret) goes to each rank in
+  // its Assignment and nowhere else.
   Generation(std::string job_id, int64_t number,
-             std::vector<std::string> rank_workers, KvLimits limits = {});
+             std::vector<std::string> rank_workers, KvLimits limits = {},
+             std::string data_plane_secret = "");
 
   const std::string& job_id() const { return job_id_; }
   int64_t number() const { return number_; }
   int world_size() const { return static_cast<int>(rank_workers_.size()); }
   const std::vector<std::string>& rank_workers() const { return rank_workers_; }
+  // The secret the ranks prove they hold to each other on the data plane.
+  // Held in memory only: never logged, persisted or put in a JobStatus.
+  const std::string& data_plane_secret() const { return data_plane_secret_; }
 
   // Records the identity (Caller::id) that registered rank `rank`'s worker,
   // once, at the start: the rendezvous serves only the ranks' identities.
@@ -107,6 +118,7 @@ class Generation {
   const int64_t number_;
   const std::vector<std::string> rank_workers_;
   const KvLimits limits_;
+  const std::string data_plane_secret_;
   bool ended_ = false;
   std::map<std::string, std::vector<int>> ranks_by_identity_;
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "worker/collective/cuda_events.h"
 #include "worker/collective/in_memory_kv.h"
+#include "worker/collective/membership.h"
 #include "worker/collective/nccl_communicator.h"
 #endif
 
@@ -248,6 +250,36 @@ TEST(NcclCommunicatorTest, AbortReleasesABlockedCollective) {
   EXPECT_LT(took, absl::Seconds(10));
   EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kAborted);
   EXPECT_EQ((*comm)->WaitForEvent(*event).code(), absl::StatusCode::kAborted);
+}
+
+// Rank 1 holds another generation's secret: the all-gather of proofs that
+// ends Connect refuses it on rank 0, naming rank 1, before any collective
+// (and rank 1 refuses rank 0's). NCCL allows one rank per device, so this
+// needs two GPUs.
+TEST(NcclCommunicatorTest, ARankWithoutTheSecretIsRefused) {
+  if (NcclCommunicator::DeviceCount() < 2) GTEST_SKIP() << "needs two GPUs";
+  InMemoryKeyValue kv;
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      NcclCommunicator::Options options;
+      options.rank = rank;
+      options.size = 2;
+      options.device = rank;
+      options.timeout = absl::Seconds(30);
+      options.membership.job_id = "mlp-1";
+      options.membership.generation = 3;
+      options.membership.secret = std::string(kSecretSize, rank ? 'b' : 'a');
+      results[rank] = NcclCommunicator::Connect(&kv, options).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(absl::IsUnavailable(results[0])) << results[0];
+  EXPECT_NE(results[0].message().find("wrong membership proof from rank 1"),
+            absl::string_view::npos)
+      << results[0];
+  EXPECT_FALSE(results[1].ok());
 }
 
 TEST(NcclCommunicatorTest, MissingPeerTimesOut) {

@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/failpoint.h"
 #include "common/status_macros.h"
 #include "worker/collective/half.h"
 
@@ -144,6 +145,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer != options.rank) comm->transport_->createPair(peer);
     }
+    comm->proofs_.resize(options.size);
     absl::MutexLock lock(&comm->mu_);
     comm->connects_.assign(options.size, false);
   } catch (const std::exception& e) {
@@ -183,6 +185,17 @@ absl::Status GlooCommunicator::Connect(KeyValueClient* kv) {
           absl::StrCat("the Gloo rendezvous of rank ", rank(), " was aborted"));
     }
   }
+  if (!status.ok() && report_later_) {
+    // This rank's connection to a listening peer failed. If a stranger took
+    // the peer's port, that peer names it within proof_timeout: let its
+    // report reach the coordinator first (only the first one is kept). An
+    // abort, which a dead peer's session break brings, ends the wait.
+    absl::MutexLock lock(&mu_);
+    auto aborted = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborted_; };
+    mu_.AwaitWithTimeout(absl::Condition(&aborted),
+                         options_.proof_timeout + absl::Seconds(1));
+  }
   RETURN_IF_ERROR(status);
   context_ = std::make_shared<MeshContext>(rank(), size(), device_, transport_);
   // A rank's pairs can all be connected before its peers' are; closing
@@ -203,6 +216,7 @@ absl::Status GlooCommunicator::ConnectPairs(KeyValueClient* kv) {
     mine.append(bytes.data(), bytes.size());
   }
   RETURN_IF_ERROR(kv->Set(absl::StrCat(rank()), mine));
+  if (FailPointHit("gloo_hold_rendezvous")) HoldForTest();
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
     auto theirs = kv->Get(absl::StrCat(peer), options_.timeout);
@@ -234,9 +248,17 @@ absl::Status GlooCommunicator::ConnectPairs(KeyValueClient* kv) {
       if (aborted_) return absl::AbortedError("aborted");
       connects_[peer] = connects;
     }
-    transport_->getPair(peer)->connect(address);
+    if (connects) {
+      proofs_[peer].remote = gloo::transport::tcp::Address(address).str();
+    }
+    try {
+      transport_->getPair(peer)->connect(address);
+    } catch (const std::exception& e) {
+      return ConnectFailed(peer, !connects, e.what());
+    }
+    RETURN_IF_ERROR(StartProof(peer, /*listening=*/!connects));
   }
-  return absl::OkStatus();
+  return FinishProofs();
 }
 
 GlooCommunicator::~GlooCommunicator() = default;

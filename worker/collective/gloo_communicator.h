@@ -3,7 +3,12 @@
 // addresses of its listening sockets, one per peer, and connects each pair.
 // lockstep does this itself rather than with Gloo's connectFullMesh so that
 // Abort() reaches a rank waiting for a peer that died (closing the pairs
-// ends Gloo's connect wait). The collectives are
+// ends Gloo's connect wait). Gloo's TCP transport authenticates no one, so
+// before any collective the ranks prove to each other, pair by pair and over
+// the pair's own connection, that they hold the generation's secret
+// (membership.h): a process that is not a member and connected to a rank's
+// port first is found and named instead of being trusted with the data. The
+// collectives are
 // lockstep's own algorithms over Gloo's unbound buffers, because their waits
 // can be aborted from another thread (Gloo's built-in algorithms can only
 // time out, and a hung peer keeps its sockets open), and because the direct
@@ -23,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/membership.h"
 #include "worker/control_plane.h"
 
 namespace gloo {
@@ -61,6 +67,13 @@ class GlooCommunicator : public Communicator {
     // Bounds rendezvous and every collective.
     absl::Duration timeout = absl::Seconds(60);
     Algorithm algorithm = Algorithm::kDirect;
+    // The generation's job, number and secret, which every peer must prove
+    // it holds. Ranks of one generation must agree; tests may leave the
+    // secret empty (then any build of this code is a member).
+    Membership membership;
+    // How long the listening side of a pair waits for its peer's proof once
+    // the pair connected: a member sends it at once, so this is short.
+    absl::Duration proof_timeout = absl::Seconds(5);
   };
 
   // Binds this rank's listening sockets, one per peer; nothing is connected
@@ -69,11 +82,16 @@ class GlooCommunicator : public Communicator {
   // fails the collective instead of killing the process.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       const Options& options);
-  // Connects the full mesh through `kv`, then waits until every rank has.
-  // Call once, before any collective. Abort() from another thread ends it
-  // promptly. Errors: Aborted; DeadlineExceeded when a peer does not
+  // Connects the full mesh through `kv`, checks every peer's proof of
+  // membership, then waits until every rank has. Per pair, the side that
+  // connects sends its proof as soon as it connected; the listening side
+  // waits up to proof_timeout for it, checks it, and only then answers with
+  // its own. Call once, before any collective. Abort() from another thread
+  // ends it promptly. Errors: Aborted; DeadlineExceeded when a peer does not
   // publish its address in time (naming the rank); Unavailable on socket
-  // errors; DataLoss for a malformed address.
+  // errors, and when the process that connected to this rank's port for a
+  // peer sent a wrong proof or none in time (naming its address), or a peer
+  // could not be reached; DataLoss for a malformed address.
   absl::Status Connect(KeyValueClient* kv);
   // Create, then Connect.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
@@ -92,8 +110,24 @@ class GlooCommunicator : public Communicator {
 
  private:
   explicit GlooCommunicator(Options options);
-  // Connects the pair of every peer; throws on Gloo's errors.
+  // Connects the pair of every peer and exchanges the proofs; throws on
+  // Gloo's errors.
   absl::Status ConnectPairs(KeyValueClient* kv);
+  // The membership check of one pair (gloo_membership.cc), once the pair of
+  // `peer` connected. A listening side waits for the peer's proof, checks
+  // it and sends its own; a connecting side sends its own and posts the
+  // receive of the peer's, which FinishProofs waits for.
+  absl::Status StartProof(int peer, bool listening);
+  absl::Status FinishProofs();
+  // The pair's connection failed with `what` while its proof was awaited.
+  absl::Status ProofFailed(int peer, absl::string_view what);
+  // The remote address of the pair's connection, "host:port".
+  std::string RemoteAddress(int peer) const;
+  // The failure to connect the pair of `peer`, with Gloo's reason `what`.
+  absl::Status ConnectFailed(int peer, bool listening, absl::string_view what);
+  // The failure point gloo_hold_rendezvous (common/failpoint.h): logs this
+  // rank's Gloo addresses and waits for the test to release it.
+  void HoldForTest();
 
   // Runs `body` with `buffers` registered for Abort; turns Gloo exceptions
   // and aborts into a Status.
@@ -128,6 +162,22 @@ class GlooCommunicator : public Communicator {
   // Receive space and the fp32 sums, reused by every all-reduce.
   std::vector<char> scratch_;
   std::vector<float> accumulator_;
+  // Per peer, while Connect runs: this rank's proof, the peer's, and their
+  // buffers (declared after the bytes they point into, so destroyed first).
+  struct Proof {
+    std::string mine;
+    std::string theirs;
+    bool listening = false;
+    // The remote end: the address the listener published, or the one that
+    // connected to the listener.
+    std::string remote;
+    std::unique_ptr<gloo::transport::UnboundBuffer> send;
+    std::unique_ptr<gloo::transport::UnboundBuffer> recv;
+  };
+  std::vector<Proof> proofs_;
+  // Set when this rank failed to connect to, or hear from, a listening peer:
+  // Connect then delays its error (see there).
+  bool report_later_ = false;
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

@@ -191,6 +191,18 @@ absl::Status NcclCommunicator::Connect(KeyValueClient* kv) {
         absl::StrCat("NCCL init of rank ", options.rank, " of ", options.size,
                      ": ", ncclGetErrorString(state)));
   }
+  return CheckMembership();
+}
+
+absl::Status NcclCommunicator::CheckMembership() {
+  if (options_.size == 1) return absl::OkStatus();
+  const std::string mine =
+      MembershipProof(options_.membership, options_.rank, kEveryRank);
+  std::string gathered(kProofSize * options_.size, '\0');
+  RETURN_IF_ERROR(AllGather(mine.data(), kProofSize, gathered.data()));
+  absl::Status checked = CheckGatheredProofs(options_.membership, options_.size,
+                                             options_.rank, gathered);
+  if (!checked.ok()) return Fail(checked);
   return absl::OkStatus();
 }
 

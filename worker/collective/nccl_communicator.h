@@ -8,12 +8,14 @@
 //
 // Rank 0 creates the NCCL unique id and publishes it through the
 // coordinator's key-value store (scoped by job and generation); the others
-// read it. The communicator is non-blocking and runs on its own CUDA stream
-// (created cudaStreamNonBlocking: it does not wait for the legacy default
-// stream LibTorch computes on; WaitForEvent orders it after that work). Every
-// call enqueues its collective, then polls NCCL's state until the enqueue is
-// complete (not ncclInProgress) and the stream until the collective ran,
-// watching NCCL's asynchronous error, the abort flag and the deadline; it
+// read it. Whoever holds the id can join, so once NCCL connected the ranks
+// all-gather proofs that they hold the generation's secret and check them
+// before the first gradient. The communicator is non-blocking and runs on its
+// own CUDA stream (created cudaStreamNonBlocking: it does not wait for the
+// legacy default stream LibTorch computes on; WaitForEvent orders it after that
+// work). Every call enqueues its collective, then polls NCCL's state until the
+// enqueue is complete (not ncclInProgress) and the stream until the collective
+// ran, watching NCCL's asynchronous error, the abort flag and the deadline; it
 // uses ncclCommAbort when a peer failed, the deadline passed or Abort() was
 // called, so no call waits past its timeout. Any failed call aborts the
 // communicator: every later call fails with Aborted.
@@ -36,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/membership.h"
 #include "worker/control_plane.h"
 
 namespace lockstep::worker {
@@ -47,6 +50,11 @@ class NcclCommunicator : public Communicator {
     int size = 1;
     int device = 0;  // CUDA device of this rank
     absl::Duration timeout = absl::Seconds(60);
+    // The generation's job, number and secret: after NCCL connected, every
+    // rank all-gathers a proof that it holds the secret (membership.h) and
+    // checks the others' before any gradient moves. Tests may leave the
+    // secret empty.
+    Membership membership;
   };
 
   // The number of CUDA devices this process sees; 0 without a GPU or driver.
@@ -56,11 +64,13 @@ class NcclCommunicator : public Communicator {
   // usable GPU.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const Options& options);
-  // Exchanges NCCL's unique id through `kv` and initializes NCCL. Call once,
-  // before any collective; Abort() from another thread ends it promptly.
-  // Errors: Aborted; DeadlineExceeded from the key-value store or when a
-  // peer does not join; Unavailable when NCCL cannot connect. Leaves
-  // options.device current on the calling thread.
+  // Exchanges NCCL's unique id through `kv`, initializes NCCL, then checks
+  // every rank's proof of membership with an all-gather of 32 bytes per
+  // rank. Call once, before any collective; Abort() from another thread ends
+  // it promptly. Errors: Aborted; DeadlineExceeded from the key-value store
+  // or when a peer does not join; Unavailable when NCCL cannot connect, and
+  // when a rank's proof is wrong (naming the rank: NCCL shows no addresses).
+  // Leaves options.device current on the calling thread.
   absl::Status Connect(KeyValueClient* kv);
   // Create, then Connect.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Connect(
@@ -112,6 +122,8 @@ class NcclCommunicator : public Communicator {
   // Copies a staged result back to the host once the collective finished.
   absl::Status CopyOut(void* host, const void* device, size_t bytes,
                        const char* what, absl::Time deadline);
+  // The all-gather of membership proofs that ends Connect.
+  absl::Status CheckMembership();
   // Aborts the communicator and returns `status`.
   absl::Status Fail(absl::Status status);
   // ncclCommAbort, on the thread that issues the collectives.

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "worker/checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/membership.h"
 #ifdef LOCKSTEP_HAVE_NCCL
 #include "worker/collective/nccl_communicator.h"
 #endif
@@ -43,6 +44,23 @@ void ZeroGradients(torch::optim::Optimizer& optimizer) {
 #else
   optimizer.zero_grad();
 #endif
+}
+
+// What the ranks prove to each other on the data plane. Errors:
+// FailedPrecondition when the coordinator sent no secret of the right size.
+absl::StatusOr<Membership> MembershipOf(const v1::Assignment& assignment) {
+  if (assignment.data_plane_secret().size() != kSecretSize) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", assignment.rank(), " of job ", assignment.job_id(),
+        " got a data-plane secret of ", assignment.data_plane_secret().size(),
+        " bytes from the coordinator, not ", kSecretSize,
+        ": the coordinator is older than this worker; upgrade it"));
+  }
+  Membership membership;
+  membership.job_id = assignment.job_id();
+  membership.generation = assignment.generation();
+  membership.secret = assignment.data_plane_secret();
+  return membership;
 }
 
 absl::Duration Millis(absl::Duration d) {
@@ -122,6 +140,7 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
   if (world_ == 1) return std::make_unique<SingleRankCommunicator>();
+  ASSIGN_OR_RETURN(Membership membership, MembershipOf(task_.assignment));
   // Each backend's communicator is registered with the task before it
   // connects, so an abort reaches a rank still waiting for its peers.
   auto connect =
@@ -140,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
     options.rank = rank_;
     options.size = world_;
     options.device = device_.has_index() ? device_.index() : 0;
+    options.membership = std::move(membership);
     return connect(NcclCommunicator::Create(options));
 #else
     return absl::FailedPreconditionError(absl::StrCat(
@@ -156,6 +176,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
   options.algorithm = spec_.communication().algorithm() == "ring"
                           ? GlooCommunicator::Algorithm::kRing
                           : GlooCommunicator::Algorithm::kDirect;
+  options.membership = std::move(membership);
   return connect(GlooCommunicator::Create(options));
 }
 

@@ -1,0 +1,96 @@
+// Coordinator tests: the data-plane secret (docs/DESIGN.md, "Data-plane
+// membership"). Each generation's ranks get the same fresh 32 bytes in their
+// Assignment; the job's status, its events, the workers' list and the job
+// store never hold them.
+#include <dirent.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "common/proto_json.h"
+#include "coordinator/coordinator.h"
+#include "tests/unit/coordinator_fixture.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+std::string SecretOf(const FakeSink& sink) {
+  auto assignments = CommandsOf(sink, v1::CoordinatorCommand::kAssignment);
+  return assignments.empty()
+             ? ""
+             : assignments.back().assignment().data_plane_secret();
+}
+
+// Every byte of every file in `dir` (the SQLite database and its journal).
+std::string FilesIn(const std::string& dir) {
+  std::string all;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return all;
+  while (const dirent* entry = readdir(d)) {
+    std::ifstream in(dir + "/" + entry->d_name, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    all += bytes.str();
+  }
+  closedir(d);
+  return all;
+}
+
+void ExpectNowhere(const std::string& secret, const std::string& where,
+                   const std::string& what) {
+  EXPECT_EQ(where.find(secret), std::string::npos) << what;
+  EXPECT_EQ(where.find(absl::Base64Escape(secret)), std::string::npos) << what;
+  EXPECT_EQ(where.find(absl::BytesToHexString(secret)), std::string::npos)
+      << what;
+}
+
+TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  const std::string first = SecretOf(a);
+  EXPECT_EQ(first.size(), 32u);
+  EXPECT_EQ(SecretOf(b), first);  // every rank of the generation
+
+  // A rank's retryable error ends generation 1; the job re-forms.
+  v1::WorkerMessage failed;
+  failed.mutable_result()->set_job_id(job);
+  failed.mutable_result()->set_generation(1);
+  failed.mutable_result()->set_ok(false);
+  failed.mutable_result()->set_code(
+      static_cast<int>(absl::StatusCode::kUnavailable));
+  failed.mutable_result()->set_error("a stranger on rank 0's Gloo port");
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, failed).ok());
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Sweep();
+  ASSERT_EQ(Status(job).generation(), 2);
+  const std::string second = SecretOf(a);
+  EXPECT_EQ(second.size(), 32u);
+  EXPECT_EQ(SecretOf(b), second);
+  EXPECT_NE(second, first);
+
+  v1::JobStatus status = Status(job);
+  std::string workers;
+  for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+    workers += info.SerializeAsString() + ToJson(info, JsonStyle::kCompact);
+  }
+  coordinator_.reset();  // the store is written and closed
+  for (const std::string& secret : {first, second}) {
+    ExpectNowhere(secret, status.SerializeAsString(), "the job's status");
+    ExpectNowhere(secret, ToJson(status, JsonStyle::kCompact),
+                  "the job's status as the CLI prints it");
+    ExpectNowhere(secret, workers, "the workers' list");
+    ExpectNowhere(secret, FilesIn(dir), "the job store");
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
