@@ -124,8 +124,9 @@ TEST(GlooMembershipTest, ARankOfAnotherSecretOrGenerationIsRefused) {
 class Stranger {
  public:
   explicit Stranger(const std::vector<char>& gloo_address) {
-    const sockaddr_storage& to =
-        gloo::transport::tcp::Address(gloo_address).getSockaddr();
+    // The address must outlive `to`, which refers into it.
+    const gloo::transport::tcp::Address address(gloo_address);
+    const sockaddr_storage& to = address.getSockaddr();
     fd_ = socket(to.ss_family, SOCK_STREAM, 0);
     EXPECT_GE(fd_, 0);
     EXPECT_EQ(connect(fd_, reinterpret_cast<const sockaddr*>(&to),
