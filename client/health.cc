@@ -13,17 +13,17 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kHealthUsage[] =
-    R"(Usage: lockstep health HOST:PORT [--service NAME] [--timeout SECS] [--json]
+    R"(Usage: lockstep health HOST:PORT [--timeout SECS] [--json]
 
 Asks a lockstep-coordinator or a lockstep-worker's --health-listen port
 whether it is serving (grpc.health.v1 Check), with this CLI's TLS settings
 (--tls-cert/--tls-key/--tls-ca or LOCKSTEP_TLS_*; any certificate from the
-daemon's CA will do). Exit 0 when it answers SERVING; 1 otherwise: it
+daemon's CA whose SPIFFE ID names a lockstep role will do). It asks about
+the whole server: the daemons serve no per-service health. Exit 0 when it answers SERVING; 1 otherwise: it
 answers NOT_SERVING, refuses the call, or cannot be reached; 2 for a usage
 error. For Kubernetes exec probes.
 
 Flags:
-  --service NAME   the service to ask about (default: the whole server)
   --timeout SECS   give up after this long (default 5)
   --json           print {"status": "SERVING"} and the like
 
@@ -35,7 +35,7 @@ Example:
 }  // namespace
 
 int RunHealth(const std::vector<std::string>& argv) {
-  std::set<std::string> value_flags = {"service", "timeout"};
+  std::set<std::string> value_flags = {"timeout"};
   value_flags.insert(TlsValueFlags().begin(), TlsValueFlags().end());
   auto args = Args::Parse(argv, value_flags, {"json", "help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
@@ -63,7 +63,6 @@ int RunHealth(const std::vector<std::string>& argv) {
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000)));
   grpc::health::v1::HealthCheckRequest request;
-  request.set_service(args->Get("service"));
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status rpc = stub->Check(&context, request, &response);
   if (!rpc.ok()) {

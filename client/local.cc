@@ -39,7 +39,7 @@ namespace {
 constexpr char kLocalUsage[] =
     R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--set field=value ...] JOB.json
 
-Runs JOB.json on an embedded coordinator and N worker processes on this
+Runs JOB.json on a coordinator process and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
 A worker process that dies (kill -9, a crash) is restarted, as Kubernetes
 would restart its pod, up to 5 times; the job recovers its state from the

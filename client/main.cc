@@ -12,7 +12,9 @@ namespace {
 constexpr char kUsage[] = R"(lockstep: synchronous data-parallel training
 
 Usage:
-  lockstep local --workers N [--json] [--set field=value ...] JOB.json
+  lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure]
+                 [--threads T] [--metrics-out FILE] [--keep-logs]
+                 [--set field=value ...] JOB.json
   lockstep submit JOB.json [--set field=value ...] [--watch] [--json]
   lockstep status [JOB] [--limit N | --all] [--json]
   lockstep watch JOB [--json]
@@ -23,7 +25,7 @@ Usage:
   lockstep checkpoints JOB [--json]
   lockstep metrics JOB [--csv | --json]
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
-  lockstep health HOST:PORT [--json]
+  lockstep health HOST:PORT [--timeout SECS] [--json]
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -35,8 +37,9 @@ or viewer/NAME) says what you may do. --insecure (LOCKSTEP_INSECURE=1) talks
 to daemons started with --insecure. `lockstep local` makes its own
 certificates and prints how to point the CLI at its run.
 
-Exit codes: 0 success, 1 the job failed, 2 usage error, 3 cannot reach the
-coordinator.
+Exit codes: 0 success, 1 the job failed or the call was refused (not
+allowed, not authenticated, a cap reached), 2 usage error, 3 cannot reach
+the coordinator.
 )";
 
 std::string BinaryDirectory() {

@@ -3,8 +3,8 @@
 // synchronous service on the same server to be polled.
 //
 // With mutual TLS (`insecure` false) any caller with a certificate from the
-// daemon's CA may Check, whatever its role; a call without one is
-// UNAUTHENTICATED. The answer says only SERVING or NOT_SERVING.
+// daemon's CA whose SPIFFE ID names a lockstep role may Check; any other call
+// is UNAUTHENTICATED. The answer says only SERVING or NOT_SERVING.
 #ifndef LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 #define LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 

@@ -66,8 +66,9 @@ Flags:
                        seconds is forgotten (default 3600); cluster tasks stay
   --max-sessions N     worker sessions served at once (default 10000); one
                        more is refused with RESOURCE_EXHAUSTED
-  --max-watches N      `lockstep status --watch` streams served at once
-                       (default 1000); one more is refused likewise
+  --max-watches N      WatchJob streams (lockstep watch, submit --watch,
+                       lockstep local) served at once (default 1000); one
+                       more is refused likewise
 
 Sessions and watches hold no thread each (gRPC's callback API); gRPC's
 own threads are capped. At start the open-file limit is raised to its hard

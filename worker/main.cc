@@ -60,7 +60,7 @@ Flags:
   --insecure               no TLS: the worker's health port and its calls to
                            the coordinator are open and in clear text; for a
                            trusted single-user machine only
-  --task-type TYPE         chief or worker (overrides TF_CONFIG's task)
+  --task-type TYPE         chief, worker or spare (overrides TF_CONFIG's task)
   --task-index N           index of this task among its type
   --spare                  register as a hot spare: stand by for the running
                            job (its data loaded) and take the rank of a worker
@@ -75,8 +75,8 @@ Flags:
   --health-listen HOST:PORT  serve the gRPC health service (grpc.health.v1)
                            there, for Kubernetes probes; port 0 picks one
                            (the address is printed on stdout). With TLS any
-                           caller with a certificate from --tls-ca may
-                           check it (`lockstep health HOST:PORT`); a caller
+                           caller with a certificate from --tls-ca whose
+                           SPIFFE ID names a lockstep role may check it (`lockstep health HOST:PORT`); a caller
                            without one is UNAUTHENTICATED
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
@@ -442,7 +442,12 @@ int Run(int argc, char** argv) {
   std::cerr << "lockstep-worker: " << status.message() << "\n";
   std::cerr.flush();
   // A task thread may still be blocked in a collective; do not wait for it.
-  std::_Exit(status.code() == absl::StatusCode::kInvalidArgument ? 2 : 3);
+  // A registration the coordinator refuses (a bad task, a certificate that
+  // does not name this task) is configuration: restarting cannot fix it.
+  const bool refused = absl::IsInvalidArgument(status) ||
+                       absl::IsPermissionDenied(status) ||
+                       absl::IsUnauthenticated(status);
+  std::_Exit(refused ? 2 : 3);
 }
 
 }  // namespace

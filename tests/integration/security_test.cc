@@ -235,6 +235,37 @@ TEST_F(SecurityTest, AStrangerRegisteringAsWorkerOneRestartsNothing) {
   ExpectWorkersUntouched(done);
 }
 
+// A worker process whose certificate names another task is refused for
+// good: it exits 2 (a configuration error, which Kubernetes should not
+// restart forever) and says which identity claimed which task.
+TEST_F(SecurityTest, AWorkerWhoseCertificateNamesAnotherTaskExitsTwo) {
+  StartCluster(2);
+  std::vector<std::string> argv = {kBin + "/lockstep-worker",
+                                   "--coordinator",
+                                   address_,
+                                   "--task-type",
+                                   "worker",
+                                   "--task-index",
+                                   "1",
+                                   "--device",
+                                   "cpu",
+                                   "--connect-timeout",
+                                   "20"};
+  for (const std::string& flag :
+       TlsFlagsFor("spiffe://lockstep/worker/worker/0")) {
+    argv.push_back(flag);
+  }
+  Result worker = RunCommand(argv);
+  EXPECT_EQ(worker.code, 2) << worker.err;
+  EXPECT_THAT(worker.err, HasSubstr("worker/worker/0"));
+  EXPECT_THAT(worker.err, HasSubstr("worker:1"));
+  // The real worker:1 kept its session: a job trains in one generation.
+  const std::string job = Submit({"max_steps=20", "global_batch_size=64"});
+  v1::JobStatus done = WatchUntil(job, Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  ExpectWorkersUntouched(done);
+}
+
 // Attack 3: a stranger read the key-value store during a run and got every
 // rank's Gloo address (published under the rank's number); writing there
 // would point a rank's peers at the stranger.
