@@ -1,5 +1,5 @@
-// The live progress view, the SVG loss-curve plot, and the `watch`,
-// `metrics` and `compare` commands that show them (views.h).
+// The live progress view and the `watch`, `metrics` and `compare` commands
+// that show a job (views.h; compare's plot is svg_plot.cc).
 #include "client/views.h"
 
 #include <google/protobuf/struct.pb.h>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/commands.h"
+#include "client/svg_plot.h"
 #include "common/job_state.h"
 #include "common/proto_json.h"
 #include "common/terminal_text.h"
@@ -110,29 +111,6 @@ std::string EvalLine(const v1::JobStatus& status, const v1::EvalPoint& eval) {
       100 * eval.test_accuracy(), eval.test_loss());
 }
 
-// Round tick values inside [lo, hi]: steps of 1, 2 or 5 times a power of 10.
-std::vector<double> NiceTicks(double lo, double hi) {
-  const double raw = (hi - lo) / 5;
-  const double magnitude = std::pow(10, std::floor(std::log10(raw)));
-  double step = magnitude;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * magnitude;
-    if (step >= raw) break;
-  }
-  std::vector<double> ticks;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9;
-       v += step) {
-    ticks.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
-  }
-  return ticks;
-}
-
-std::string TickLabel(double v) {
-  if (std::abs(v) >= 1e6) return absl::StrFormat("%gM", v / 1e6);
-  if (std::abs(v) >= 1e3) return absl::StrFormat("%gk", v / 1e3);
-  return absl::StrFormat("%g", v);
-}
-
 }  // namespace
 
 std::string ProgressBar(const v1::JobStatus& status) {
@@ -218,136 +196,6 @@ void ProgressView::Finish(const v1::JobStatus& status) {
   if (!status.error().empty()) absl::StrAppend(&line, ": ", status.error());
   Print(line);
   out_.flush();
-}
-
-std::string PlotSvg(
-    const std::vector<std::pair<std::string, std::string>>& titles,
-    const std::vector<std::vector<Curve>>& panels) {
-  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                                  "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-  constexpr double kPanelW = 520, kPanelH = 360, kLeft = 64, kRight = 16,
-                   kTop = 36, kBottom = 48, kLegend = 28;
-  const double width = kPanelW * panels.size();
-  const double height = kPanelH + kLegend;
-  std::string svg = absl::StrFormat(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-      "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
-      "fill=\"white\"/>\n",
-      width, height, width, height);
-  auto escape = [](const std::string& text) {
-    std::string out;
-    for (char c : text) {
-      switch (c) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&quot;";
-          break;
-        default:
-          out += c;
-      }
-    }
-    return out;
-  };
-  for (size_t p = 0; p < panels.size(); ++p) {
-    const double x0 = kPanelW * p + kLeft, x1 = kPanelW * (p + 1) - kRight;
-    const double y0 = kTop, y1 = kPanelH - kBottom;
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    for (const Curve& curve : panels[p]) {
-      for (size_t i = 0; i < curve.x.size(); ++i) {
-        if (!std::isfinite(curve.y[i])) continue;
-        xmin = std::min(xmin, curve.x[i]);
-        xmax = std::max(xmax, curve.x[i]);
-        ymin = std::min(ymin, curve.y[i]);
-        ymax = std::max(ymax, curve.y[i]);
-      }
-    }
-    if (!(xmax > xmin)) xmax = xmin + 1;
-    if (!(ymax > ymin)) ymax = ymin + 1;
-    if (!std::isfinite(xmin)) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
-    auto sx = [&](double x) {
-      return x0 + (x - xmin) / (xmax - xmin) * (x1 - x0);
-    };
-    auto sy = [&](double y) {
-      return y1 - (y - ymin) / (ymax - ymin) * (y1 - y0);
-    };
-    absl::StrAppendFormat(
-        &svg,
-        "<text x=\"%.1f\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">"
-        "%s</text>\n",
-        (x0 + x1) / 2, escape(titles[p].first));
-    absl::StrAppendFormat(
-        &svg,
-        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-        "fill=\"none\" stroke=\"#888\"/>\n",
-        x0, y0, x1 - x0, y1 - y0);
-    for (double xv : NiceTicks(xmin, xmax)) {
-      absl::StrAppendFormat(
-          &svg,
-          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-          sx(xv), y1 + 16, TickLabel(xv));
-    }
-    for (double yv : NiceTicks(ymin, ymax)) {
-      absl::StrAppendFormat(
-          &svg,
-          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n"
-          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-          "stroke=\"#eee\"/>\n",
-          x0 - 6, sy(yv) + 4, TickLabel(yv), x0, sy(yv), x1, sy(yv));
-    }
-    absl::StrAppendFormat(
-        &svg,
-        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n"
-        "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
-        "transform=\"rotate(-90 16 %.1f)\">loss</text>\n",
-        (x0 + x1) / 2, y1 + 36, escape(titles[p].second), (y0 + y1) / 2,
-        (y0 + y1) / 2);
-    for (size_t c = 0; c < panels[p].size(); ++c) {
-      const Curve& curve = panels[p][c];
-      // At most ~1000 points a curve: means over equal runs of steps.
-      const size_t n = curve.x.size();
-      const size_t stride = std::max<size_t>(1, n / 1000);
-      std::vector<std::string> points;
-      for (size_t i = 0; i < n; i += stride) {
-        double sum = 0;
-        size_t count = 0;
-        for (size_t j = i; j < std::min(n, i + stride); ++j) {
-          if (std::isfinite(curve.y[j])) sum += curve.y[j], ++count;
-        }
-        if (count == 0) continue;
-        points.push_back(
-            absl::StrFormat("%.1f,%.1f", sx(curve.x[i]), sy(sum / count)));
-      }
-      absl::StrAppendFormat(
-          &svg,
-          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-          "points=\"%s\"><title>%s</title></polyline>\n",
-          kColors[c % 8], absl::StrJoin(points, " "), escape(curve.label));
-    }
-  }
-  if (!panels.empty()) {
-    double x = kLeft;
-    for (size_t c = 0; c < panels[0].size(); ++c) {
-      absl::StrAppendFormat(
-          &svg,
-          "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"4\" fill=\"%s\"/>"
-          "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-          x, kPanelH + 6, kColors[c % 8], x + 18, kPanelH + 12,
-          escape(panels[0][c].label));
-      x += 24 + 7.0 * panels[0][c].label.size();
-    }
-  }
-  svg += "</svg>\n";
-  return svg;
 }
 
 int RunWatch(const std::vector<std::string>& argv) {

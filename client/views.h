@@ -1,5 +1,5 @@
 // What the CLI shows of a running or finished job: the live progress view of
-// `watch` and `submit --watch`, and the loss-curve plot of `compare`.
+// `watch` and `submit --watch`.
 #ifndef LOCKSTEP_CLIENT_VIEWS_H_
 #define LOCKSTEP_CLIENT_VIEWS_H_
 
@@ -44,18 +44,6 @@ class ProgressView {
 
 // The progress bar line alone.
 std::string ProgressBar(const v1::JobStatus& status);
-
-// One loss curve of `compare`.
-struct Curve {
-  std::string label;
-  std::vector<double> x;
-  std::vector<double> y;
-};
-// An SVG document with one panel per entry of `panels` (a title, an x-axis
-// label and its curves), side by side, and a legend of the curves' labels.
-std::string PlotSvg(
-    const std::vector<std::pair<std::string, std::string>>& titles,
-    const std::vector<std::vector<Curve>>& panels);
 
 }  // namespace lockstep::client
 
