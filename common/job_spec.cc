@@ -463,10 +463,10 @@ absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
       absl::StrJoin(fits, ", "), ")"));
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
-  // Bounds and finiteness first: the rules below echo values, and compare
-  // and multiply them.
-  RETURN_IF_ERROR(CheckFieldBounds(spec, ""));
+namespace {
+
+// The model, the numeric precision and every field that names a choice.
+absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
   if (model.torchscript().empty()) {
     RETURN_IF_ERROR(
@@ -499,6 +499,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   RETURN_IF_ERROR(CheckChoice("communication.algorithm",
                               spec.communication().algorithm(),
                               {"direct", "ring"}));
+  return absl::OkStatus();
+}
+
+// The bucket size, the batch (exactly one of global and per-replica) and
+// the counts of epochs and workers.
+absl::Status ValidateBatch(const v1::JobSpec& spec) {
   if (!(spec.communication().bucket_mb() > 0)) {
     return Invalid(
         absl::StrCat("communication.bucket_mb must be positive, got ",
@@ -525,6 +531,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
     return Invalid(
         absl::StrCat("num_workers must be >= 0, got ", spec.num_workers()));
   }
+  return absl::OkStatus();
+}
+
+// The learning rate, its decay and the step counts.
+absl::Status ValidateSchedule(const v1::JobSpec& spec) {
   if (!(spec.base_lr() > 0)) {
     return Invalid(
         absl::StrCat("base_lr must be positive, got ", spec.base_lr()));
@@ -554,6 +565,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
         "reference_batch_size, warmup_steps, max_steps and log_every_steps "
         "must be >= 0");
   }
+  return absl::OkStatus();
+}
+
+// The optimizer's hyperparameters, the checkpoints, and what one replica's
+// batch would take.
+absl::Status ValidateOptimizerAndCheckpoints(const v1::JobSpec& spec) {
   const v1::OptimizerSpec& opt = spec.optimizer();
   if (opt.momentum() < 0 || opt.momentum() >= 1) {
     return Invalid(absl::StrCat("optimizer.momentum must be in [0, 1), got ",
@@ -586,6 +603,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
         ", more than the largest global batch, ", kMaxGlobalBatch,
         ", on one replica"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
+  // Bounds and finiteness first: the rules below echo values, and compare
+  // and multiply them.
+  RETURN_IF_ERROR(CheckFieldBounds(spec, ""));
+  RETURN_IF_ERROR(ValidateModelAndChoices(spec));
+  RETURN_IF_ERROR(ValidateBatch(spec));
+  RETURN_IF_ERROR(ValidateSchedule(spec));
+  RETURN_IF_ERROR(ValidateOptimizerAndCheckpoints(spec));
   if (replicas > 0) RETURN_IF_ERROR(ResolveBatch(spec, replicas).status());
   return absl::OkStatus();
 }
