@@ -70,6 +70,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/chaos_faults.h"
+#include "bench/chaos_report.h"
 #include "client/process.h"
 #include "common/args.h"
 #include "common/files.h"
@@ -96,25 +97,6 @@ std::string TfConfig(int index) {
       R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": )",
       index, "}}");
 }
-
-// One injected fault and what the job did about it.
-struct Fault {
-  FaultKind kind;
-  int worker = -1;           // the target, or -1 for the coordinator
-  double at_s = 0;           // since the faulted job was submitted
-  double held_s = 0;         // from the fault to the restart or SIGCONT
-  int64_t step = 0;          // the job's step when it was injected
-  int64_t generation = 0;    // the job's generation then
-  double resumed_s = -1;     // fault to training again; -1: never
-  int64_t repeated = -1;     // from the `resumed` event; 0 without one
-  int64_t resumed_at = -1;   // the step the job trained again after
-  int64_t step_at_cont = 0;  // the job's step when a stopped worker went on
-  std::string resumed_from;  // the state the job resumed from
-  std::string problem;       // what went wrong, empty if nothing
-  bool overlap = false;      // the next fault hits this one's recovery
-  int spacing = 0;           // steps trained between the last resume and it
-  double delay_s = 0;        // restart delay or stop length, as planned
-};
 
 // A task the supervisor does later: a restart, a SIGCONT.
 struct Action {
@@ -656,29 +638,6 @@ class Soak {
 
   // --- the verdict ---------------------------------------------------------
 
-  static void PrintHeader() {
-    std::printf("%3s %8s %-12s %-10s %7s %9s %8s  %s\n", "#", "at s", "fault",
-                "target", "held s", "resumed s", "repeated", "resumed from");
-  }
-
-  void PrintFault(const Fault& fault, size_t number) const {
-    if (number == 1) PrintHeader();
-    const std::string target = fault.kind == FaultKind::kKillAll ? "workers"
-                               : fault.worker < 0
-                                   ? "coord"
-                                   : absl::StrCat("worker ", fault.worker);
-    const std::string resumed =
-        fault.resumed_s < 0 ? "-" : absl::StrFormat("%.2f", fault.resumed_s);
-    const std::string repeated =
-        fault.repeated < 0 ? "-" : absl::StrCat(fault.repeated);
-    std::printf(
-        "%3zu %8.2f %-12s %-10s %7.2f %9s %8s  %s%s%s\n", number, fault.at_s,
-        KindName(fault.kind), target.c_str(), fault.held_s, resumed.c_str(),
-        repeated.c_str(), fault.resumed_from.c_str(),
-        fault.problem.empty() ? "" : "  PROBLEM: ", fault.problem.c_str());
-    std::fflush(stdout);
-  }
-
   bool Verdict(const std::optional<v1::JobStatus>& last,
                const std::string& reference) {
     std::vector<std::string> failures = other_problems_;
@@ -705,47 +664,12 @@ class Soak {
       failures.push_back(absl::StrCat(
           "digest ", Digest(*last), " differs from the reference ", reference));
     }
-    Summarize(last);
-    if (!failures.empty() && last) PrintEvents(*last);
+    PrintSummary(options_.seed, faults_, job_, last, Elapsed(), reference_s_);
+    if (!failures.empty() && last) PrintEvents(*last, start_);
     for (const std::string& failure : failures) {
       std::printf("FAILED: %s\n", failure.c_str());
     }
     return failures.empty();
-  }
-
-  // The job's events, relative to its submission, to read with the logs.
-  void PrintEvents(const v1::JobStatus& status) const {
-    const double start = absl::ToDoubleSeconds(start_ - absl::UnixEpoch());
-    std::printf("the faulted job's events (checkpoint commits left out):\n");
-    for (const v1::JobEvent& event : status.events()) {
-      if (event.kind() == "checkpoint_committed") continue;
-      std::printf("  %8.2f gen %-3lld %-20s %s\n", event.time() - start,
-                  static_cast<long long>(event.generation()),
-                  event.kind().c_str(), event.message().c_str());
-    }
-  }
-
-  void Summarize(const std::optional<v1::JobStatus>& last) const {
-    double longest = 0, total = 0;
-    int64_t repeated = 0;
-    int resumed = 0;
-    for (const Fault& fault : faults_) {
-      if (fault.resumed_s < 0) continue;
-      ++resumed;
-      longest = std::max(longest, fault.resumed_s);
-      total += fault.resumed_s;
-      repeated += std::max<int64_t>(0, fault.repeated);
-    }
-    std::printf(
-        "seed %u: %zu faults, %d resumed (mean %.2f s, longest %.2f s), "
-        "%lld steps repeated; job %s %s after %.1f s (reference %.1f s), "
-        "%d generations, %d preemptions\n",
-        options_.seed, faults_.size(), resumed,
-        resumed > 0 ? total / resumed : 0.0, longest,
-        static_cast<long long>(repeated), job_.c_str(),
-        last ? v1::JobState_Name(last->state()).c_str() : "unknown", Elapsed(),
-        reference_s_, last ? last->generations() : 0,
-        last ? last->preemptions() : 0);
   }
 
   const Options options_;
