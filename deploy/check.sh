@@ -10,6 +10,7 @@
 #     Kubernetes schema (npm kubernetes-models) and lockstep's rules.
 #  3. The known-bad fixture testdata/bad is rejected, with every rule listed
 #     in testdata/bad/EXPECTED named.
+#  4. Every query of the Grafana dashboard (grafana/) parses (promtool).
 #
 # Prints one summary line; details only when something fails. Exit 0 or 1.
 # LOCKSTEP_KUBECTL=PATH picks another kubectl (its kustomize must accept the
@@ -71,12 +72,13 @@ stage_packages() {  # DOCKERFILE STAGE
 #   dataset-fashion-mnist  goes into the runtime stage instead (WITH_DATASET)
 #   openssl            the CLI for scripts/lockstep-certs, run where certificates
 #                      are made, not in the images
+#   prometheus         promtool and the server the metrics tests scrape with
 # and for Dockerfile.gpu also:
 #   libtorch-dev       a CUDA LibTorch comes from LIBTORCH_URL instead
 #   libopenblas0 libopenblas0-pthread  that LibTorch brings its own BLAS
 #   python3            only Debian's libtorch-dev needs it
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-pthread python3"
 install_deps_packages >"$work/install-deps.txt"
@@ -145,4 +147,21 @@ if [ ${#unnamed[@]} -gt 0 ]; then
   fail "deploy/testdata/bad was rejected, but these rules were not reported: ${unnamed[*]}"
 fi
 
-echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules"
+# ---- 4. the Grafana dashboard's queries parse ---------------------------------
+# Each panel's PromQL, as recording rules, through `promtool check rules`.
+command -v promtool >/dev/null || fail "promtool is missing; run scripts/install-deps as root (package prometheus)"
+dashboard="$here/grafana/lockstep-dashboard.json"
+node -e '
+const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const exprs = d.panels.flatMap((p) => p.targets.map((t) => t.expr));
+if (exprs.length === 0) throw new Error("the dashboard has no queries");
+console.log("groups:\n  - name: dashboard\n    rules:");
+exprs.forEach((e, i) => console.log(`      - record: lockstep:dashboard_${i}\n        expr: ${JSON.stringify(e.replaceAll("$job", ".*"))}`));
+' "$dashboard" >"$work/dashboard-rules.yml" || fail "cannot read the queries of $dashboard"
+promtool check rules "$work/dashboard-rules.yml" >"$work/promtool.txt" 2>&1 || {
+  cat "$work/promtool.txt"
+  fail "deploy/grafana/lockstep-dashboard.json has a query promtool rejects (above)"
+}
+queries=$(grep -c 'record:' "$work/dashboard-rules.yml")
+
+echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules; $queries dashboard queries parse"
