@@ -116,7 +116,9 @@ Coordinator::Coordinator(Options options)
       keep_finished_jobs_(options.keep_finished_jobs),
       finished_job_ttl_(options.finished_job_ttl),
       forget_workers_after_(options.forget_workers_after),
-      workers_(cluster_, options.heartbeat_timeout, options.stall_after) {}
+      workers_(cluster_, options.heartbeat_timeout, options.stall_after),
+      commit_seconds_(
+          {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     Options options) {
@@ -311,6 +313,7 @@ void Coordinator::StartGenerationLocked(Job& job,
   job.generation = std::make_unique<Generation>(
       status.job_id(), status.generation(), std::move(rank_workers), kv_limits_,
       *std::move(secret));
+  job.commit_started.clear();
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),

@@ -62,6 +62,7 @@
 #include "absl/time/time.h"
 #include "common/caller.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "coordinator/authorization.h"
 #include "coordinator/generation.h"
 #include "coordinator/job_store.h"
@@ -224,6 +225,12 @@ class Coordinator {
   absl::Status DeleteJob(const std::string& job_id);
   std::vector<v1::WorkerInfo> ListWorkers();
 
+  // Writes the coordinator's numbers in Prometheus' text format
+  // (coordinator_metrics.cc; docs/DESIGN.md lists them): jobs by state, the
+  // running job's progress, workers by state and how long ago each was
+  // heard from, failures by cause, checkpoint commits and their latency.
+  void CollectMetrics(metrics::Exposition& out);
+
   // Declares workers that missed heartbeats failed, ends generations whose
   // reported errors went unexplained past the grace period, deletes the
   // finished jobs past the retention limits and forgets free workers gone
@@ -248,6 +255,9 @@ class Coordinator {
     // generations the ended one stays for its rank order. Null until the
     // job first starts in this coordinator process.
     std::unique_ptr<Generation> generation;
+    // When the first rank of the live generation prepared each step not yet
+    // committed: a commit's latency runs from there (metrics).
+    std::map<int64_t, absl::Time> commit_started;
   };
 
   // What a waiter waits on: (job, generation, is_barrier, key or barrier).
@@ -408,6 +418,13 @@ class Coordinator {
   void HandleCommittedLocked(Worker& worker,
                              const v1::CheckpointCommitted& committed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank prepared `step` (ok or not): its commit's clock starts with the
+  // first rank; a failed prepare abandons the step (coordinator_metrics.cc).
+  void NoteCommitStartLocked(Job& job, int64_t step, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chief committed `step`, or failed to: its latency is observed.
+  void NoteCommitEndLocked(Job& job, int64_t step, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker got SIGTERM: every rank stops at an agreed step and saves it.
   void HandlePreemptLocked(Worker& worker, const v1::PreemptRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -475,6 +492,11 @@ class Coordinator {
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::multimap<WaitKey, WaitId> waiting_on_ ABSL_GUARDED_BY(mu_);
   std::map<WaitId, Watch> watches_ ABSL_GUARDED_BY(mu_);
+  // For CollectMetrics: the events that ended a generation or a save, by
+  // kind, and the latency of each committed checkpoint.
+  std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
+  int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  metrics::Histogram commit_seconds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::coordinator

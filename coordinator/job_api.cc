@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_status.h"
 #include "coordinator/message_checks.h"
 
@@ -249,6 +250,7 @@ void Coordinator::AddEventLocked(Job& job, const std::string& kind,
                                  const Worker* worker,
                                  const std::string& message) {
   AddEvent(job.status, NowSeconds(), kind, worker, message);
+  if (IsFailureEvent(kind)) ++failures_[kind];
 }
 
 void Coordinator::ChangedLocked(Job& job) {

@@ -12,6 +12,8 @@
 #include "common/args.h"
 #include "common/health_service.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/tf_config.h"
 #include "common/tls.h"
 #include "coordinator/coordinator.h"
@@ -32,6 +34,7 @@ Usage:
                        [--kv-max-bytes N] [--keep-finished-jobs N]
                        [--finished-job-ttl SECS] [--forget-workers-after SECS]
                        [--max-sessions N] [--max-watches N]
+                       [--metrics-listen HOST:PORT]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -69,6 +72,11 @@ Flags:
   --max-watches N      WatchJob streams (lockstep watch, submit --watch,
                        lockstep local) served at once (default 1000); one
                        more is refused likewise
+  --metrics-listen HOST:PORT  serve Prometheus metrics over plain HTTP at
+                       http://HOST:PORT/metrics (port 0 picks one; the
+                       address is printed on stdout); off by default. Jobs,
+                       workers, failures by cause, checkpoint commits: see
+                       README.md, "Metrics"
 
 Sessions and watches hold no thread each (gRPC's callback API); gRPC's
 own threads are capped. At start the open-file limit is raised to its hard
@@ -144,6 +152,24 @@ void RaiseFileLimit() {
   }
 }
 
+// The /metrics endpoint when --metrics-listen is given (null otherwise).
+absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
+    const Args& args, Coordinator* coordinator) {
+  if (!args.Has("metrics-listen")) {
+    return std::unique_ptr<metrics::HttpServer>();
+  }
+  auto server =
+      metrics::HttpServer::Start(args.Get("metrics-listen"), [coordinator] {
+        metrics::Exposition out;
+        coordinator->CollectMetrics(out);
+        return out.Take();
+      });
+  if (server.ok()) {
+    LogInfo("metrics on http://", (*server)->address(), "/metrics");
+  }
+  return server;
+}
+
 int Run(int argc, char** argv) {
   // Signals are taken synchronously by this thread; block them before any
   // other thread exists so every thread inherits the mask.
@@ -153,13 +179,13 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
-  auto args =
-      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                  {"listen", "state-dir", "cluster", "heartbeat-timeout",
-                   "kv-max-entries", "kv-max-bytes", "keep-finished-jobs",
-                   "finished-job-ttl", "forget-workers-after", "max-sessions",
-                   "max-watches", "tls-cert", "tls-key", "tls-ca"},
-                  {"help", kInsecureFlag});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
+       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
+       "forget-workers-after", "max-sessions", "max-watches", "tls-cert",
+       "tls-key", "tls-ca", "metrics-listen"},
+      {"help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -215,6 +241,9 @@ int Run(int argc, char** argv) {
   auto coordinator = Coordinator::Create(std::move(options));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
 
+  auto metrics_server = StartMetrics(*args, coordinator->get());
+  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
+
   // With --insecure nobody is authenticated: every caller may make every
   // call. Otherwise each call is authorized by its client certificate.
   GrpcService service(coordinator->get(), limits, tls->insecure);
@@ -240,6 +269,10 @@ int Run(int argc, char** argv) {
   std::string host = listen.substr(0, listen.rfind(':'));
   std::cout << "lockstep-coordinator listening on " << host << ":" << port
             << std::endl;
+  if (*metrics_server != nullptr) {
+    std::cout << "lockstep-coordinator metrics on "
+              << (*metrics_server)->address() << std::endl;
+  }
   LogInfo("serving on ", host, ":", port, ", state in ", args->Get("state-dir"),
           static_cluster ? ", static cluster" : ", free registration",
           tls->insecure ? ", without TLS" : ", mutual TLS");
@@ -259,6 +292,7 @@ int Run(int argc, char** argv) {
   stopping.Notify();
   sweeper.join();
   health.SetServing(false);
+  metrics_server->reset();
   (*coordinator)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -182,6 +182,7 @@ void Coordinator::HandlePreparedLocked(Worker& worker,
                  "a rank prepares only its own files");
     return;
   }
+  NoteCommitStartLocked(*job, p.step(), p.ok());
   std::optional<v1::CommitCheckpoint> commit =
       job->generation->checkpoints().Prepare(p);
   if (!commit.has_value()) return;  // ranks missing, or the step abandoned
@@ -207,6 +208,7 @@ void Coordinator::HandleCommittedLocked(
     return;
   }
   job->generation->checkpoints().Committed(committed);
+  NoteCommitEndLocked(*job, committed.step(), committed.ok());
   if (!committed.ok()) {
     AddEventLocked(*job, "checkpoint_failed", &worker,
                    absl::StrCat("commit of step ", committed.step(), ": ",

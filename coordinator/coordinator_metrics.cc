@@ -1,0 +1,155 @@
+// Coordinator::CollectMetrics: the coordinator's state as Prometheus metrics,
+// gathered under its lock when a scrape comes. Every family is written on
+// every scrape, with zeros for the states and causes not seen, so a rate()
+// or a dashboard panel never starts from a missing series.
+#include "coordinator/coordinator_metrics.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "coordinator/coordinator.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+constexpr v1::JobState kJobStates[] = {
+    v1::JOB_STATE_QUEUED,    v1::JOB_STATE_RUNNING, v1::JOB_STATE_RECOVERING,
+    v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,  v1::JOB_STATE_STOPPED};
+constexpr const char* kWorkerStates[] = {"idle", "standby", "training",
+                                         "disconnected"};
+
+// JOB_STATE_RUNNING -> "running".
+std::string StateLabel(v1::JobState state) {
+  return absl::AsciiStrToLower(
+      absl::StripPrefix(v1::JobState_Name(state), "JOB_STATE_"));
+}
+
+// The running (or recovering) job's progress, labelled with its id.
+void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
+  const metrics::Labels job = {{"job", status.job_id()}};
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double value;
+  };
+  const Gauge gauges[] = {
+      {"lockstep_job_step", "The running job's last completed step.",
+       static_cast<double>(status.step())},
+      {"lockstep_job_total_steps", "The running job's planned steps.",
+       static_cast<double>(status.total_steps())},
+      {"lockstep_job_epoch", "The running job's epoch (from 0).",
+       static_cast<double>(status.epoch())},
+      {"lockstep_job_loss", "The running job's last reported training loss.",
+       status.loss()},
+      {"lockstep_job_samples_per_second",
+       "The running job's training throughput over all ranks.",
+       status.samples_per_second()},
+      {"lockstep_job_generation",
+       "The running job's generation (each start or re-formation is one).",
+       static_cast<double>(status.generation())},
+      {"lockstep_job_world_size", "Ranks in the running job's generation.",
+       static_cast<double>(status.world_size())},
+  };
+  for (const Gauge& gauge : gauges) {
+    out.Family(gauge.name, metrics::kGauge, gauge.help);
+    out.Sample(gauge.name, job, gauge.value);
+  }
+  out.Family("lockstep_job_restarts_total", metrics::kCounter,
+             "Restarts the running job has used (re-formations after a "
+             "failure; preemptions are not counted).");
+  out.Sample("lockstep_job_restarts_total", job,
+             std::max(0, status.generations() - 1 - status.preemptions()));
+}
+
+}  // namespace
+
+const std::vector<std::string>& FailureEventKinds() {
+  static const auto* kinds = new std::vector<std::string>{
+      "worker_failed", "worker_restarted",  "worker_reconnected",
+      "rank_failed",   "generation_failed", "checkpoint_failed"};
+  return *kinds;
+}
+
+bool IsFailureEvent(absl::string_view kind) {
+  const auto& kinds = FailureEventKinds();
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+void Coordinator::CollectMetrics(metrics::Exposition& out) {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::JobState, int> jobs;
+  for (const auto& [id, job] : jobs_) ++jobs[job.status.state()];
+  out.Family("lockstep_jobs", metrics::kGauge,
+             "Jobs the coordinator holds, by state.");
+  for (v1::JobState state : kJobStates) {
+    out.Sample("lockstep_jobs", {{"state", StateLabel(state)}}, jobs[state]);
+  }
+  if (const auto it = jobs_.find(running_job_); it != jobs_.end()) {
+    WriteRunningJob(it->second.status, out);
+  }
+
+  const std::vector<v1::WorkerInfo> workers = workers_.List();
+  std::map<std::string, int> by_state;
+  for (const v1::WorkerInfo& worker : workers) ++by_state[worker.state()];
+  out.Family("lockstep_workers", metrics::kGauge,
+             "Registered workers, by state.");
+  for (const char* state : kWorkerStates) {
+    out.Sample("lockstep_workers", {{"state", state}}, by_state[state]);
+  }
+  out.Family("lockstep_worker_last_heard_seconds", metrics::kGauge,
+             "Seconds since the coordinator last heard from each worker.");
+  const double now = NowSeconds();
+  for (const v1::WorkerInfo& worker : workers) {
+    out.Sample("lockstep_worker_last_heard_seconds",
+               {{"worker", worker.worker_id()}},
+               std::max(0.0, now - worker.last_heartbeat()));
+  }
+
+  out.Family("lockstep_failures_total", metrics::kCounter,
+             "Failures seen in jobs, by cause (the job event's kind).");
+  for (const std::string& cause : FailureEventKinds()) {
+    const auto it = failures_.find(cause);
+    out.Sample("lockstep_failures_total", {{"cause", cause}},
+               it == failures_.end() ? 0 : it->second);
+  }
+  out.Family("lockstep_checkpoint_commits_total", metrics::kCounter,
+             "Checkpoints committed (every rank prepared, the chief "
+             "committed).");
+  out.Sample("lockstep_checkpoint_commits_total", {},
+             static_cast<double>(commits_));
+  out.Family("lockstep_checkpoint_commit_seconds", metrics::kHistogram,
+             "Seconds from the first rank's prepare of a checkpoint to the "
+             "chief's commit.");
+  out.Observations("lockstep_checkpoint_commit_seconds", {}, commit_seconds_);
+}
+
+void Coordinator::NoteCommitStartLocked(Job& job, int64_t step, bool ok) {
+  if (!ok) {
+    job.commit_started.erase(step);
+    return;
+  }
+  job.commit_started.try_emplace(step, clock_->Now());
+  // Steps whose commit never came (a chief that died) are dropped at the
+  // next generation; this bounds them within one.
+  constexpr size_t kMaxPending = 64;
+  while (job.commit_started.size() > kMaxPending) {
+    job.commit_started.erase(job.commit_started.begin());
+  }
+}
+
+void Coordinator::NoteCommitEndLocked(Job& job, int64_t step, bool ok) {
+  if (ok) ++commits_;
+  const auto it = job.commit_started.find(step);
+  if (it == job.commit_started.end()) return;
+  if (ok) {
+    commit_seconds_.Observe(absl::ToDoubleSeconds(clock_->Now() - it->second));
+  }
+  job.commit_started.erase(it);
+}
+
+}  // namespace lockstep::coordinator

@@ -1,0 +1,158 @@
+// Coordinator tests: its /metrics page (CollectMetrics) follows the jobs,
+// the workers, the failures and the checkpoint commits, on the injected
+// clock, and promtool finds nothing wrong with it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator.h"
+#include "tests/unit/coordinator_fixture.h"
+#include "tests/unit/metrics_text.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+using ::lockstep::testing::SampleValue;
+using ::testing::Optional;
+
+class CoordinatorMetricsTest : public CoordinatorTest {
+ protected:
+  std::string Page() {
+    metrics::Exposition out;
+    coordinator_->CollectMetrics(out);
+    return out.Take();
+  }
+};
+
+TEST_F(CoordinatorMetricsTest, AnIdleCoordinatorShowsZerosForEveryState) {
+  Make();
+  const std::string page = Page();
+  for (const char* state :
+       {"queued", "running", "recovering", "succeeded", "failed", "stopped"}) {
+    EXPECT_THAT(SampleValue(page, std::string("lockstep_jobs{state=\"") +
+                                      state + "\"}"),
+                Optional(std::string("0")))
+        << state;
+  }
+  EXPECT_THAT(SampleValue(page, "lockstep_workers{state=\"idle\"}"),
+              Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(page,
+                          "lockstep_failures_total{cause=\"worker_"
+                          "failed\"}"),
+              Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(page, "lockstep_checkpoint_commits_total"),
+              Optional(std::string("0")));
+  EXPECT_EQ(SampleValue(page, "lockstep_job_step"), std::nullopt);
+}
+
+TEST_F(CoordinatorMetricsTest, FollowsTheRunningJobAndItsWorkers) {
+  Make();
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  Connect(2, &b);
+  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  v1::WorkerMessage progress;
+  progress.mutable_progress()->set_job_id(job);
+  progress.mutable_progress()->set_generation(1);
+  progress.mutable_progress()->set_step(7);
+  progress.mutable_progress()->set_first_step(6);  // the loss of step 7
+  progress.mutable_progress()->add_step_losses(0.5f);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, progress).ok());
+  clock_.Advance(absl::Seconds(3));
+
+  const std::string page = Page();
+  const std::string of_job = "{job=\"" + job + "\"}";
+  EXPECT_THAT(SampleValue(page, "lockstep_jobs{state=\"running\"}"),
+              Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_step" + of_job),
+              Optional(std::string("7")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_loss" + of_job),
+              Optional(std::string("0.5")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_generation" + of_job),
+              Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_restarts_total" + of_job),
+              Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(page, "lockstep_workers{state=\"training\"}"),
+              Optional(std::string("2")));
+  EXPECT_THAT(SampleValue(page, "lockstep_worker_last_heard_seconds{worker=\"" +
+                                    id_a + "\"}"),
+              Optional(std::string("3")));
+}
+
+TEST_F(CoordinatorMetricsTest, CountsFailuresByCauseAndRestarts) {
+  Make();
+  FakeSink a, b, c;
+  Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("gone"));
+  Connect(3, &c);  // the group is whole again: generation 2
+
+  const std::string page = Page();
+  EXPECT_THAT(SampleValue(page,
+                          "lockstep_failures_total{cause=\"worker_"
+                          "failed\"}"),
+              Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page, "lockstep_job_restarts_total{job=\"" + job + "\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_generation{job=\"" + job + "\"}"),
+              Optional(std::string("2")));
+}
+
+TEST_F(CoordinatorMetricsTest, TimesACommitFromTheFirstPrepare) {
+  Make();
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 20)).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Prepared(job, 1, 0, 20)).ok());
+  clock_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 20)).ok());
+  // A failed commit is a failure, not a commit.
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 40, false))
+          .ok());
+
+  const std::string page = Page();
+  EXPECT_THAT(SampleValue(page, "lockstep_checkpoint_commits_total"),
+              Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page, "lockstep_checkpoint_commit_seconds_sum"),
+              Optional(std::string("2.5")));
+  EXPECT_THAT(
+      SampleValue(page, "lockstep_checkpoint_commit_seconds_bucket{le=\"1\"}"),
+      Optional(std::string("0")));
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_checkpoint_commit_seconds_bucket{le=\"2.5\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_checkpoint_commit_seconds_bucket{le=\"+Inf\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page,
+                          "lockstep_failures_total{cause=\"checkpoint_"
+                          "failed\"}"),
+              Optional(std::string("1")));
+}
+
+TEST_F(CoordinatorMetricsTest, PromtoolFindsNothingWrong) {
+  if (!lockstep::testing::HavePromtool()) {
+    GTEST_SKIP() << "promtool (Debian's prometheus package) is not installed";
+  }
+  Make();
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  Connect(2, &b);
+  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Committed(job, 1, 20)).ok());
+  EXPECT_EQ(lockstep::testing::PromtoolProblems(Page()), "");
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
