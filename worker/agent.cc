@@ -178,6 +178,7 @@ void Agent::StartTask(const v1::Assignment& assignment,
   task->assignment = assignment;
   task->kv = control_->KeyValue(assignment.job_id(), assignment.generation());
   task->host = options_.registration.host();
+  task->metrics = options_.metrics;
   // The task holds the session too: it may outlive this session's loop.
   task->report = [session](const v1::ProgressReport& report) {
     v1::WorkerMessage message;

@@ -67,6 +67,8 @@ class Agent {
     // before it runs, with the refusal as the rank's result (not retried:
     // another generation would be refused alike). May be empty.
     std::function<absl::Status(const v1::JobSpec&)> check_paths;
+    // The worker's metrics, handed to each task; may be null.
+    WorkerMetrics* metrics = nullptr;
   };
 
   Agent(ControlPlane* control, TaskRunner runner, Options options,

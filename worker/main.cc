@@ -21,6 +21,8 @@
 #include "common/args.h"
 #include "common/health_service.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -78,6 +80,11 @@ Flags:
                            caller with a certificate from --tls-ca whose
                            SPIFFE ID names a lockstep role may check it (`lockstep health HOST:PORT`); a caller
                            without one is UNAUTHENTICATED
+  --metrics-listen HOST:PORT  serve Prometheus metrics over plain HTTP at
+                           http://HOST:PORT/metrics (port 0 picks one; the
+                           address is printed on stdout); off by default.
+                           Step time by phase, collectives, checkpoint
+                           writes, device: see README.md, "Metrics"
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
   --preempt-grace SECS     on SIGTERM, how long to wait for the job to stop at
@@ -280,6 +287,32 @@ absl::StatusOr<PathRoots> PathRootsOf(const Args& args) {
   return roots;
 }
 
+// "worker:1" for a task, "free" for a worker the coordinator names.
+std::string TaskLabel(const v1::RegisterWorkerRequest& registration) {
+  if (registration.task().type().empty()) return "free";
+  return absl::StrCat(registration.task().type(), ":",
+                      registration.task().index());
+}
+
+// The /metrics endpoint when --metrics-listen is given (null otherwise).
+absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
+    const Args& args, const WorkerMetrics& metrics) {
+  if (!args.Has("metrics-listen")) {
+    return std::unique_ptr<metrics::HttpServer>();
+  }
+  auto server =
+      metrics::HttpServer::Start(args.Get("metrics-listen"), [&metrics] {
+        metrics::Exposition out;
+        metrics.Collect(out);
+        return out.Take();
+      });
+  if (!server.ok()) return server.status();
+  std::cout << "lockstep-worker metrics on " << (*server)->address()
+            << std::endl;
+  LogInfo("metrics on http://", (*server)->address(), "/metrics");
+  return server;
+}
+
 int Run(int argc, char** argv) {
   KeepLargeBlocksInTheHeap();
   // SIGTERM (Kubernetes eviction, preemption, lockstep local) stops the job
@@ -302,7 +335,7 @@ int Run(int argc, char** argv) {
                   {"coordinator", "task-type", "task-index", "host", "threads",
                    "connect-timeout", "health-listen", "preempt-grace",
                    "device", "data-root", "backup-root", "export-root",
-                   "tls-cert", "tls-key", "tls-ca"},
+                   "tls-cert", "tls-key", "tls-ca", "metrics-listen"},
                   {"help", "spare", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
@@ -401,8 +434,13 @@ int Run(int argc, char** argv) {
               << std::endl;
   }
 
+  WorkerMetrics metrics(device->name(), TaskLabel(registration));
+  auto metrics_server = StartMetrics(*args, metrics);
+  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
+
   GrpcControlPlane control(coordinator, ChannelCredentials(*tls));
   Agent::Options options;
+  options.metrics = &metrics;
   options.registration = registration;
   options.connect_timeout = absl::Seconds(*connect_timeout);
   TrainingRunner runner(device->name());

@@ -25,6 +25,7 @@
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/collective/communicator.h"
 #include "worker/control_plane.h"
+#include "worker/worker_metrics.h"
 
 namespace lockstep::worker {
 
@@ -44,6 +45,8 @@ class TaskContext {
   std::function<void(const v1::ProgressReport&)> report;
   // Sends any message up the session (checkpoint prepares and commits).
   std::function<void(const v1::WorkerMessage&)> send;
+  // The worker's metrics (its /metrics endpoint); null when not served.
+  WorkerMetrics* metrics = nullptr;
 
   // The coordinator's go-ahead to commit a checkpoint (chief only).
   void DeliverCommit(const v1::CommitCheckpoint& commit);

@@ -58,8 +58,12 @@ void Checkpointer::Send(const v1::WorkerMessage& message) {
 
 absl::Status Checkpointer::Save(const Snapshot& snapshot) {
   const v1::Assignment& assignment = task_.assignment;
+  const absl::Time write_start = absl::Now();
   auto files =
       checkpoint::Prepare(backup_dir_, rank_, snapshot.step, snapshot.files);
+  if (files.ok() && task_.metrics != nullptr) {
+    task_.metrics->CheckpointWritten(absl::Now() - write_start);
+  }
   v1::WorkerMessage message;
   v1::CheckpointPrepared* prepared = message.mutable_prepared();
   prepared->set_job_id(assignment.job_id());

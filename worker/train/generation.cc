@@ -76,7 +76,9 @@ Generation::Generation(TaskContext& task, Replica& replica,
       spec_(task.assignment.spec()),
       rank_(task.assignment.rank()),
       world_(task.assignment.world_size()),
-      device_(device) {}
+      device_(device) {
+  metrics_.set_sink(task.metrics);
+}
 
 Generation::~Generation() { task_.SetCommunicator(nullptr); }
 
@@ -132,8 +134,11 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
       data->labels = data->labels.to(device_);
     }
   }
-  counted_ = std::make_unique<CountingCommunicator>(comm_.get(),
-                                                    &task_.collective_seq);
+  counted_ = std::make_unique<CountingCommunicator>(
+      comm_.get(), &task_.collective_seq, task_.metrics);
+  if (task_.metrics != nullptr) {
+    task_.metrics->SetAssignment(task_.assignment.job_id(), rank_, Backend());
+  }
   task_.SetCommunicator(comm_.get());
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lockstep/v1/coordinator.pb.h"
+#include "worker/worker_metrics.h"
 
 namespace lockstep::worker {
 
@@ -29,6 +30,10 @@ class StepMetrics {
     void Lap(Phase phase) {
       const absl::Time now = absl::Now();
       metrics_->phases_[phase] += now - last_;
+      if (metrics_->sink_ != nullptr) {
+        metrics_->sink_->AddPhase(static_cast<WorkerMetrics::Phase>(phase),
+                                  now - last_);
+      }
       last_ = now;
     }
 
@@ -37,12 +42,19 @@ class StepMetrics {
     absl::Time last_;
   };
 
+  // Where the worker's running totals go too (its /metrics); may be null.
+  void set_sink(WorkerMetrics* sink) { sink_ = sink; }
+
   // A step that completed (a failed one is not averaged in).
-  void StepDone() { ++steps_; }
+  void StepDone() {
+    ++steps_;
+    if (sink_ != nullptr) sink_->StepDone();
+  }
   // A checkpoint save that held training for `stall`.
   void SaveDone(absl::Duration stall) {
     save_stall_ += stall;
     ++saves_;
+    if (sink_ != nullptr) sink_->SaveStalled(stall);
   }
   // The mean of each phase over the completed steps; nothing without any.
   void Fill(v1::StepBreakdown* breakdown) const;
@@ -53,7 +65,14 @@ class StepMetrics {
   int64_t steps_ = 0;
   int saves_ = 0;
   absl::Duration save_stall_;
+  WorkerMetrics* sink_ = nullptr;
 };
+
+static_assert(static_cast<int>(StepMetrics::kPhases) ==
+                      static_cast<int>(WorkerMetrics::kPhases) &&
+                  static_cast<int>(StepMetrics::kExposedComm) ==
+                      static_cast<int>(WorkerMetrics::kExposedComm),
+              "StepMetrics and WorkerMetrics name the phases alike");
 
 inline void StepMetrics::Fill(v1::StepBreakdown* breakdown) const {
   auto mean_ms = [&](Phase phase) {
