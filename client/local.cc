@@ -37,7 +37,7 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kLocalUsage[] =
-    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--set field=value ...] JOB.json
+    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--metrics-port PORT] [--set field=value ...] JOB.json
 
 Runs JOB.json on a coordinator process and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -68,6 +68,9 @@ Flags:
                        (processes up and registered), first_step_seconds
                        (from submitting the job to its first step), ...
   --metrics-out FILE   write the per-step loss history as CSV (step,loss)
+  --metrics-port PORT  serve Prometheus metrics on 127.0.0.1: the
+                       coordinator's at http://127.0.0.1:PORT/metrics, worker
+                       I's (spares after the workers) at port PORT+1+I
   --threads N          compute threads per worker (default: cores / N)
   --keep-logs          keep the run directory (logs, state) after success
   --insecure           run the daemons without TLS (--insecure): anyone who
@@ -206,6 +209,9 @@ class LocalRun {
   int workers_ = 2;
   int spares_ = 0;  // worker indexes workers_.. are spares
   int threads_ = 1;
+  // --metrics-port: the coordinator's /metrics port, the workers' after it;
+  // 0 serves none.
+  int metrics_port_ = 0;
   // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
   std::vector<std::string> gpus_;
   v1::JobSpec spec_;
@@ -291,6 +297,14 @@ absl::Status LocalRun::Prepare() {
   ASSIGN_OR_RETURN(threads_,
                    args_.GetInt("threads", std::max(1, cores / workers_)));
   if (threads_ < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  ASSIGN_OR_RETURN(metrics_port_, args_.GetInt("metrics-port", 0));
+  if (args_.Has("metrics-port") &&
+      (metrics_port_ < 1 || metrics_port_ + workers_ + spares_ > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port must leave room for ", 1 + workers_ + spares_,
+        " ports from 1 to 65535 (the coordinator's, then each worker's), got ",
+        metrics_port_));
+  }
 
   std::string tmpl =
       absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
@@ -341,6 +355,10 @@ absl::Status LocalRun::StartProcesses() {
   ASSIGN_OR_RETURN(std::vector<std::string> tls,
                    TlsFlags("coordinator", "spiffe://lockstep/coordinator"));
   command.insert(command.end(), tls.begin(), tls.end());
+  if (metrics_port_ > 0) {
+    command.insert(command.end(), {"--metrics-listen",
+                                   absl::StrCat("127.0.0.1:", metrics_port_)});
+  }
   RETURN_IF_ERROR(processes_
                       .Spawn("coordinator", command, {},
                              run_dir_ + "/coordinator.log", &coordinator_stdout)
@@ -394,6 +412,11 @@ absl::Status LocalRun::SpawnWorker(int index) {
                                       "--device",
                                       device};
   if (index >= workers_) command.push_back("--spare");
+  if (metrics_port_ > 0) {
+    command.insert(command.end(),
+                   {"--metrics-listen",
+                    absl::StrCat("127.0.0.1:", metrics_port_ + 1 + index)});
+  }
   for (const std::string& flag : RootFlags(spec_)) command.push_back(flag);
   // Each process has an identity of its own; a restart keeps it.
   const std::string name =
@@ -628,6 +651,12 @@ int LocalRun::Run() {
                                     gpus_.size() == 1 ? " GPU" : " GPUs"))
              << (insecure_ ? ", without TLS (--insecure)" : ", mutual TLS")
              << "; logs in " << run_dir_ << std::endl;
+  if (metrics_port_ > 0) {
+    progress() << "lockstep local: metrics at http://127.0.0.1:"
+               << metrics_port_ << "/metrics (coordinator) and ports "
+               << metrics_port_ + 1 << "-" << metrics_port_ + workers_ + spares_
+               << " (workers)" << std::endl;
+  }
   if (!json_) PrintCliHint();
   // The job starts when the workers are up, as on a cluster of running
   // daemons: its time to the first step is then the job's own.
@@ -671,9 +700,10 @@ int LocalRun::Run() {
 }  // namespace
 
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
-  auto args =
-      Args::Parse(argv, {"workers", "spares", "set", "metrics-out", "threads"},
-                  {"json", "keep-logs", "gpus", "help", kInsecureFlag});
+  auto args = Args::Parse(
+      argv,
+      {"workers", "spares", "set", "metrics-out", "threads", "metrics-port"},
+      {"json", "keep-logs", "gpus", "help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;
