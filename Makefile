@@ -13,7 +13,7 @@ FUZZ_RUNS ?= 1000000
 export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build test demo bench clean format thread-safety \
-	san-configure sanitize fuzz
+	san-configure sanitize fuzz images
 
 all: build
 
@@ -62,6 +62,12 @@ fuzz: san-configure
 	    $$( [ $$t = coordinator ] && echo -close_fd_mask=2 ) \
 	    $(SAN_DIR)/fuzz-corpus/$$t tests/fuzz/corpus/$$t || exit 1; \
 	done
+
+# The container images (deploy/README.md "Images"): lockstep-cpu:dev with
+# docker, or offline with Debian's podman/buildah and a Debian base image made
+# from the archive; LOCKSTEP_GPU_IMAGE=1 also lockstep-gpu:dev. Prints sizes.
+images:
+	@bash scripts/build-images
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json

@@ -67,9 +67,11 @@ stage_packages() {  # DOCKERFILE STAGE
     tr -s ' \t' '\n' | grep -v -e '^-' -e '^$' | sort -u
 }
 # In install-deps but not in a builder stage, and why:
-#   ccache git clang   developer tools (compiler cache, sources, `make thread-safety`)
+#   ccache git clang   developer tools (compiler cache, sources, `make thread-safety`;
+#                      Dockerfile.cpu's builder does install ccache, for its cache mount)
 #   libfuzzer-14-dev   a developer tool too (`make sanitize`, `make fuzz`)
-#   dataset-fashion-mnist  goes into the runtime stage instead (WITH_DATASET)
+#   dataset-fashion-mnist  Dockerfile.gpu installs it in the runtime stage (WITH_DATASET);
+#                      Dockerfile.cpu's builder installs it and copies it on
 #   openssl            the CLI for scripts/lockstep-certs, run where certificates
 #                      are made, not in the images
 #   prometheus         promtool and the server the metrics tests scrape with
