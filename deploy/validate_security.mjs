@@ -190,6 +190,17 @@ const admitsPort = (rule, port) => !rule.ports || rule.ports.length === 0 ||
   rule.ports.some((p) => p.port === undefined || p.port === port || p.port === 'grpc' ||
     (typeof p.port === 'number' && p.endPort !== undefined && p.port <= port && port <= p.endPort));
 
+// The scrape rule: only the metrics port (9464, the daemons' plain-HTTP
+// /metrics), only from Prometheus' pods (any namespace). It admits nobody to
+// the coordinator's gRPC port or the workers' Gloo and health ports, so the
+// checks below skip it.
+const METRICS_PORT = 9464;
+const isMetricsRule = (rule) => (rule.ports || []).length > 0 &&
+  rule.ports.every((p) => (p.port === METRICS_PORT || p.port === 'metrics') && p.endPort === undefined) &&
+  (rule.from || []).length > 0 &&
+  rule.from.every((peer) => !peer.ipBlock &&
+    peer.podSelector?.matchLabels?.['app.kubernetes.io/name'] === 'prometheus');
+
 function checkNetworkPolicies(h, objects, templates, report) {
   const policies = objects.filter((o) => o.kind === 'NetworkPolicy' &&
     (!o.spec?.policyTypes || o.spec.policyTypes.includes('Ingress')));
@@ -212,6 +223,7 @@ function checkNetworkPolicies(h, objects, templates, report) {
     const admitted = new Set();
     for (const p of selecting) {
       for (const rule of p.spec.ingress || []) {
+        if (isMetricsRule(rule)) continue;
         if (!rule.from || rule.from.length === 0) {
           report(p, 'network-policy', `an ingress rule without "from" admits everyone to ${what}`);
           continue;
