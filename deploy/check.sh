@@ -10,6 +10,9 @@
 #     Kubernetes schema (npm kubernetes-models) and lockstep's rules.
 #  3. The known-bad fixture testdata/bad is rejected, with every rule listed
 #     in testdata/bad/EXPECTED named.
+#  4. podman-play.mjs translates the cpu overlay into what scripts/e2e plays
+#     (podman_play_check.mjs: the pods, their ports, no $(VAR) left, the
+#     Secrets written as files), and refuses what it does not translate.
 #
 # Prints one summary line; details only when something fails. Exit 0 or 1.
 # LOCKSTEP_KUBECTL=PATH picks another kubectl (its kustomize must accept the
@@ -145,4 +148,12 @@ if [ ${#unnamed[@]} -gt 0 ]; then
   fail "deploy/testdata/bad was rejected, but these rules were not reported: ${unnamed[*]}"
 fi
 
-echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules"
+# ---- 4. the podman translation that scripts/e2e plays --------------------------
+if ! node "$here/podman_play_check.mjs" "$work/k8s-overlays-cpu.yaml" "$work/podman-secrets" \
+  >"$work/podman.txt" 2>&1; then
+  cat "$work/podman.txt"
+  fail "deploy/podman-play.mjs does not translate the cpu overlay as scripts/e2e needs (above)"
+fi
+podman_pods=$(awk '/^ok podman-play/ {print $3}' "$work/podman.txt")
+
+echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules; cpu overlay translated for podman ($podman_pods pods)"
