@@ -4,15 +4,15 @@
 // `cpu` overlay as containers.
 //
 //   kubectl kustomize deploy/k8s/overlays/cpu | cat - secrets.yaml |
-//     node deploy/podman-play.mjs --prefix lockstep-e2e- --secret-dir DIR >play.yaml
+//     node deploy/podman-play.mjs --prefix lockstep-e2e- --files-dir DIR >play.yaml
 //
 // Options:
 //   --prefix P       prepended to every pod, volume (PVC) and ConfigMap name,
 //                    so that everything played can be found and removed by it;
 //                    the names the containers use (Services, pod DNS names)
 //                    stay as they are
-//   --secret-dir D   where Secret and projected volumes are written as files
-//                    (needed when a pod mounts one)
+//   --files-dir D    where each pod's /etc/hosts and its Secret and projected
+//                    volumes are written as files (D/POD/...)
 //   --only N[,N]     only the pods of these workloads (StatefulSet, Job or Pod
 //                    names) and the ConfigMaps they mount: to play one again
 //                    beside the others (no PVCs; they exist already)
@@ -39,13 +39,15 @@
 //                   completions 1, not Indexed.
 //   Service         no object: every Service name (NAME, NAME.NS, NAME.NS.svc,
 //                   NAME.NS.svc.cluster.local) and every pod name under a
-//                   StatefulSet's serviceName (POD.SERVICE, ...) is a
-//                   hostAliases entry for 127.0.0.1 in every pod.
+//                   StatefulSet's serviceName (POD.SERVICE, ...) is 127.0.0.1
+//                   in a hosts file mounted at /etc/hosts in every container
+//                   (not hostAliases: on the host network podman 4.3 writes
+//                   them only into the pod's infra container's /etc/hosts).
 //   NetworkPolicy   dropped: nothing enforces one on the host network.
 //   Secret          no object (podman would keep it as a podman secret, and
 //                   4.3 mounts only a secret's data keys, without items,
 //                   modes or projected volumes): every secret and projected
-//                   volume becomes a hostPath folder under --secret-dir with
+//                   volume becomes a hostPath folder under --files-dir with
 //                   the volume's items, paths and modes, owned by root and the
 //                   pod's fsGroup, as the kubelet writes it.
 //   configMap vol.  kept (4.3 supports it); the ConfigMap is renamed with the
@@ -54,6 +56,10 @@
 //                   volume.podman.io/uid and /gid are set to the runAsUser and
 //                   fsGroup of the pods that mount it (podman ignores fsGroup,
 //                   and a new volume is owned by root).
+//   emptyDir        renamed POD-VOLUME with the prefix: podman 4.3 names the
+//                   anonymous volume after the pod's volume name, so every
+//                   pod's `tmp` would be one shared volume; sizeLimit and
+//                   medium are not enforced.
 //   fsGroup         also added to supplementalGroups (podman ignores fsGroup;
 //                   Kubernetes adds it to every container's groups).
 //   env valueFrom   resolved to literal values: fieldRef metadata.name,
@@ -82,8 +88,7 @@
 //
 // Left as written, with podman's own meaning: resources (CPU quota, memory
 // limit), securityContext (user, group, read-only root, capabilities),
-// emptyDir (an anonymous volume removed with the pod; sizeLimit and medium
-// are not enforced), livenessProbe (a podman healthcheck that restarts the
+// livenessProbe (a podman healthcheck that restarts the
 // container; it runs on a systemd timer, so without systemd only when
 // `podman healthcheck run` is called), readinessProbe (ignored by podman;
 // scripts/e2e runs it with `podman exec`). Any other kind, volume type or
@@ -97,6 +102,7 @@ import { parseAllDocuments, stringify } from 'yaml';
 
 const LOOPBACK = '127.0.0.1';
 const ANNOTATION = 'podman-play.lockstep';
+const HOSTS_VOLUME = 'podman-play-hosts';
 
 class TranslateError extends Error {}
 const fail = (where, message) => {
@@ -105,8 +111,8 @@ const fail = (where, message) => {
 
 // ---- options -----------------------------------------------------------------
 function parseOptions(argv) {
-  const options = { prefix: '', secretDir: '', only: null, namespace: 'default' };
-  const names = { '--prefix': 'prefix', '--secret-dir': 'secretDir', '--only': 'only', '--namespace': 'namespace' };
+  const options = { prefix: '', filesDir: '', only: null, namespace: 'default' };
+  const names = { '--prefix': 'prefix', '--files-dir': 'filesDir', '--only': 'only', '--namespace': 'namespace' };
   for (let i = 0; i < argv.length; i++) {
     let [flag, value] = argv[i].split(/=(.*)/s);
     if (argv[i] === '--help' || argv[i] === '-h') {
@@ -394,8 +400,7 @@ function valueFrom(e, pod, container, ctx, where) {
 // every key) at their paths, with their modes, owned by root and fsGroup.
 function materialize(pod, volume, ctx) {
   const where = `pod ${pod.name} volume ${volume.name}`;
-  if (!ctx.secretDir) fail(where, 'a Secret or projected volume needs --secret-dir');
-  const root = join(ctx.secretDir, `${ctx.prefix}${pod.name}`, volume.name);
+  const root = join(podDir(pod, ctx), volume.name);
   const gid = pod.spec.securityContext?.fsGroup;
   const sources = volume.secret ? [{ secret: { ...volume.secret, name: volume.secret.secretName } }]
     : volume.projected.sources;
@@ -436,6 +441,26 @@ function materialize(pod, volume, ctx) {
   return { name: volume.name, hostPath: { path: root, type: 'Directory' } };
 }
 
+function podDir(pod, ctx) {
+  if (!ctx.filesDir) fail(`pod ${pod.name}`, 'needs --files-dir (its /etc/hosts, Secrets)');
+  return join(ctx.filesDir, `${ctx.prefix}${pod.name}`);
+}
+
+// The pod's /etc/hosts: localhost, the pod's own host name, the Service and
+// pod DNS names as 127.0.0.1, and the pod's own hostAliases.
+function hostsVolume(pod, ctx) {
+  const dir = podDir(pod, ctx);
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  const file = join(dir, 'hosts');
+  const lines = ['127.0.0.1\tlocalhost', '::1\tlocalhost ip6-localhost ip6-loopback',
+    `${LOOPBACK}\t${ctx.prefix}${pod.name}`, ...ctx.hostnames.map((h) => `${LOOPBACK}\t${h}`),
+    ...(pod.spec.hostAliases || []).map((a) => `${a.ip}\t${a.hostnames.join(' ')}`)];
+  delete pod.spec.hostAliases;
+  writeFileSync(file, `# ${ctx.prefix}${pod.name}: written by deploy/podman-play.mjs\n${lines.join('\n')}\n`);
+  chmodSync(file, 0o644);
+  return { name: HOSTS_VOLUME, hostPath: { path: file, type: 'File' } };
+}
+
 function ownBy(file, uid, gid) {
   if (gid === undefined) return;
   try {
@@ -461,7 +486,13 @@ function translateVolumes(pod, ctx) {
       const claim = volume.persistentVolumeClaim.claimName;
       ctx.claimUsers.set(claim, [...(ctx.claimUsers.get(claim) || []), pod]);
       out.push({ ...volume, persistentVolumeClaim: { ...volume.persistentVolumeClaim, claimName: ctx.prefix + claim } });
-    } else if (volume.emptyDir || volume.hostPath) {
+    } else if (volume.emptyDir) {
+      const name = `${ctx.prefix}${pod.name}-${volume.name}`;
+      for (const c of [...(pod.spec.initContainers || []), ...(pod.spec.containers || [])]) {
+        for (const mount of c.volumeMounts || []) if (mount.name === volume.name) mount.name = name;
+      }
+      out.push({ ...volume, name });
+    } else if (volume.hostPath) {
       out.push(volume);
     } else {
       fail(where, `${Object.keys(volume).filter((k) => k !== 'name')[0]} volumes are not translated`);
@@ -503,11 +534,14 @@ function translatePod(pod, ctx) {
     sc.supplementalGroups = [...groups];
   }
   translateVolumes(pod, ctx);
+  if ((pod.spec.volumes || []).some((v) => v.name === HOSTS_VOLUME)) fail(`pod ${pod.name}`, `a volume is named ${HOSTS_VOLUME}`);
+  pod.spec.volumes.push(hostsVolume(pod, ctx));
   for (const container of [...(pod.spec.initContainers || []), ...(pod.spec.containers || [])]) {
     translateContainer(pod, container, ctx, ctx.rewriters.get(pod.name));
+    container.volumeMounts = [...(container.volumeMounts || []),
+      { name: HOSTS_VOLUME, mountPath: '/etc/hosts', readOnly: true }];
   }
   pod.spec.hostNetwork = true;
-  pod.spec.hostAliases = [...(pod.spec.hostAliases || []), { ip: LOOPBACK, hostnames: ctx.hostnames }];
   const ports = [...pod.namedPorts].filter(([k]) => !/^[0-9]+$/.test(k)).map(([k, v]) => `${k}=${v}`);
   pod.metadata.annotations[`${ANNOTATION}/ports`] = ports.join(',');
   pod.metadata.annotations[`${ANNOTATION}/name`] = pod.name;
@@ -530,7 +564,7 @@ function secretData(secret) {
 export function translate(objects, options) {
   const ctx = {
     prefix: options.prefix || '',
-    secretDir: options.secretDir || '',
+    filesDir: options.filesDir || '',
     namespace: options.namespace || 'default',
     configMaps: new Map(),
     secrets: new Map(),

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { expand, translate } from './podman-play.mjs';
 
-const [renderedFile, secretDir] = process.argv.slice(2);
+const [renderedFile, filesDir] = process.argv.slice(2);
 const problems = [];
 const expect = (ok, message) => {
   if (!ok) problems.push(message);
@@ -28,7 +28,7 @@ const secrets = secretNames.map((name) => ({
     .map((k) => [k, Buffer.from(`${name}/${k}`).toString('base64')])),
 }));
 
-const out = translate([...rendered, ...secrets], { prefix: PREFIX, secretDir });
+const out = translate([...rendered, ...secrets], { prefix: PREFIX, filesDir });
 const pods = out.filter((o) => o.kind === 'Pod');
 const podNames = pods.map((p) => p.metadata.name).sort();
 const wanted = ['lockstep-coordinator-0', 'lockstep-spare-0', 'lockstep-submit',
@@ -51,11 +51,18 @@ const seenPorts = new Map();
 for (const pod of pods) {
   const name = pod.metadata.name;
   expect(pod.spec.hostNetwork === true, `${name}: not on the host network`);
-  const aliases = (pod.spec.hostAliases || []).flatMap((a) => (a.ip === '127.0.0.1' ? a.hostnames : []));
+  const hostsFile = pod.spec.volumes.find((v) => v.name === 'podman-play-hosts')?.hostPath?.path;
+  const hosts = hostsFile ? readFileSync(hostsFile, 'utf8') : '';
   for (const host of ['lockstep-coordinator', 'lockstep-worker-1.lockstep-workers']) {
-    expect(aliases.includes(host), `${name}: ${host} is not a host alias of 127.0.0.1`);
+    expect(new RegExp(`^127\\.0\\.0\\.1\\t${host.replace(/\./g, '\\.')}$`, 'm').test(hosts),
+      `${name}: ${host} is not 127.0.0.1 in its hosts file ${hostsFile}`);
+  }
+  for (const v of pod.spec.volumes.filter((v) => v.emptyDir)) {
+    expect(v.name.startsWith(name), `${name}: emptyDir ${v.name} is not named after its pod (podman would share it)`);
   }
   for (const c of pod.spec.containers) {
+    expect(c.volumeMounts.some((m) => m.mountPath === '/etc/hosts' && m.name === 'podman-play-hosts'),
+      `${name}: container ${c.name} does not mount the hosts file`);
     const args = c.args || [];
     const listen = argAfter(args, '--listen') ?? argAfter(args, '--health-listen');
     if (listen) {
@@ -76,7 +83,7 @@ for (const pod of pods) {
         expect(argAfter(args, '--task-index') === index, `${name}: --task-index ${argAfter(args, '--task-index')} on pod index ${index}`);
       }
       const cert = argAfter(args, '--tls-cert');
-      const file = join(secretDir, name, 'tls', cert.replace('/etc/lockstep/tls/', ''));
+      const file = join(filesDir, name, 'tls', cert.replace('/etc/lockstep/tls/', ''));
       let mode = 0;
       try {
         mode = statSync(file).mode & 0o777;
@@ -94,7 +101,7 @@ expect(submit?.metadata.annotations['podman-play.lockstep/fail-job-exit-codes'] 
 
 // Rules on their own.
 expect(expand('a $(X) $$(X) $(Y) $(', { X: '1' }) === 'a 1 $(X) $(Y) $(', 'expand: Kubernetes rules for $$ and unknown names');
-const only = translate([...rendered, ...secrets], { prefix: PREFIX, secretDir, only: new Set(['lockstep-submit']) });
+const only = translate([...rendered, ...secrets], { prefix: PREFIX, filesDir, only: new Set(['lockstep-submit']) });
 expect(only.map((o) => o.kind).join() === 'ConfigMap,Pod', `--only lockstep-submit gives ${only.map((o) => o.kind)}`);
 const moved = translate([
   { kind: 'Service', metadata: { name: 'b' }, spec: { selector: { app: 'b' }, ports: [{ port: 80, targetPort: 9000 }] } },
@@ -102,7 +109,7 @@ const moved = translate([
     kind: 'Pod', metadata: { name: app, labels: { app } },
     spec: { containers: [{ name: 'c', args: ['--listen', ':9000', '--peer', 'b:80'], ports: [{ containerPort: 9000 }] }] },
   })),
-], {});
+], { filesDir: join(filesDir, 'rules') });
 const [podA, podB] = moved.map((p) => p.spec.containers[0].args);
 expect(podA.join(' ') === '--listen :9000 --peer b:9001' && podB.join(' ') === '--listen :9001 --peer b:9001',
   `a port taken by an earlier pod moves, with the Service's clients: ${podA} / ${podB}`);
@@ -112,7 +119,7 @@ for (const [object, rule] of [
 ]) {
   let message = '';
   try {
-    translate([object], {});
+    translate([object], { filesDir: join(filesDir, 'rules') });
   } catch (error) {
     message = error.message;
   }
