@@ -16,6 +16,8 @@
 //   --only N[,N]     only the pods of these workloads (StatefulSet, Job or Pod
 //                    names) and the ConfigMaps they mount: to play one again
 //                    beside the others (no PVCs; they exist already)
+//   --skip N[,N]     every pod but these workloads' (with every PVC): to play
+//                    a Job later, once the daemons are ready
 //   --namespace NS   the namespace in DNS names and metadata.namespace
 //                    (default: default)
 //
@@ -111,8 +113,10 @@ const fail = (where, message) => {
 
 // ---- options -----------------------------------------------------------------
 function parseOptions(argv) {
-  const options = { prefix: '', filesDir: '', only: null, namespace: 'default' };
-  const names = { '--prefix': 'prefix', '--files-dir': 'filesDir', '--only': 'only', '--namespace': 'namespace' };
+  const options = { prefix: '', filesDir: '', only: null, skip: null, namespace: 'default' };
+  const names = {
+    '--prefix': 'prefix', '--files-dir': 'filesDir', '--only': 'only', '--skip': 'skip', '--namespace': 'namespace',
+  };
   for (let i = 0; i < argv.length; i++) {
     let [flag, value] = argv[i].split(/=(.*)/s);
     if (argv[i] === '--help' || argv[i] === '-h') {
@@ -125,7 +129,9 @@ function parseOptions(argv) {
     if (value === undefined) fail('usage', `${flag} needs a value`);
     options[names[flag]] = value;
   }
-  if (options.only !== null) options.only = new Set(options.only.split(',').filter(Boolean));
+  for (const key of ['only', 'skip']) {
+    if (options[key] !== null) options[key] = new Set(options[key].split(',').filter(Boolean));
+  }
   return options;
 }
 
@@ -633,10 +639,13 @@ export function translate(objects, options) {
   ctx.hostnames = [...hostnames];
   ctx.rewriters = new Map([...rules].map(([name, r]) => [name, addressRewriter(r)]));
 
-  if (options.only) {
-    const unknown = [...options.only].filter((n) => !pods.some((p) => p.owner === n || p.name === n));
-    if (unknown.length) fail('--only', `no workload named ${unknown.join(', ')}`);
-    pods = pods.filter((p) => options.only.has(p.owner) || options.only.has(p.name));
+  for (const key of ['only', 'skip']) {
+    const names = options[key];
+    if (!names) continue;
+    const unknown = [...names].filter((n) => !pods.some((p) => p.owner === n || p.name === n));
+    if (unknown.length) fail(`--${key}`, `no workload named ${unknown.join(', ')}`);
+    const keep = key === 'only';
+    pods = pods.filter((p) => (names.has(p.owner) || names.has(p.name)) === keep);
   }
   const podObjects = pods.map((pod) => translatePod(pod, ctx));
   const out = [];

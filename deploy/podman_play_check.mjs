@@ -103,6 +103,9 @@ expect(submit?.metadata.annotations['podman-play.lockstep/fail-job-exit-codes'] 
 expect(expand('a $(X) $$(X) $(Y) $(', { X: '1' }) === 'a 1 $(X) $(Y) $(', 'expand: Kubernetes rules for $$ and unknown names');
 const only = translate([...rendered, ...secrets], { prefix: PREFIX, filesDir, only: new Set(['lockstep-submit']) });
 expect(only.map((o) => o.kind).join() === 'ConfigMap,Pod', `--only lockstep-submit gives ${only.map((o) => o.kind)}`);
+const skip = translate([...rendered, ...secrets], { prefix: PREFIX, filesDir, skip: new Set(['lockstep-submit']) });
+expect(skip.filter((o) => o.kind === 'Pod').length === pods.length - 1 && skip.some((o) => o.kind === 'PersistentVolumeClaim') &&
+  !skip.some((o) => o.metadata.name === `${PREFIX}lockstep-submit`), '--skip lockstep-submit: every other pod and the PVCs');
 const moved = translate([
   { kind: 'Service', metadata: { name: 'b' }, spec: { selector: { app: 'b' }, ports: [{ port: 80, targetPort: 9000 }] } },
   ...['a', 'b'].map((app) => ({
