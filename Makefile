@@ -13,7 +13,7 @@ FUZZ_RUNS ?= 1000000
 export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build test demo bench clean format thread-safety \
-	san-configure sanitize fuzz images
+	san-configure sanitize fuzz images e2e
 
 all: build
 
@@ -91,6 +91,14 @@ bench: build
 	@bash bench/ddp_compare.sh $(BUILD_DIR)
 	@bash bench/precision_compare.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/chaos_soak $(BUILD_DIR)/bin --faults 12
+
+# The deployment run on this machine (scripts/e2e, as root): the CPU image
+# built, the `cpu` overlay played as containers with podman on 127.0.0.1, the
+# example job submitted by its submit Job, then run again with worker 1 killed
+# mid-job (same model digest), then everything removed. E2E_BUILD=0 uses the
+# image already built.
+e2e:
+	@bash scripts/e2e
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')

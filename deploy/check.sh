@@ -11,6 +11,9 @@
 #  3. The known-bad fixture testdata/bad is rejected, with every rule listed
 #     in testdata/bad/EXPECTED named.
 #  4. Every query of the Grafana dashboard (grafana/) parses (promtool).
+#  5. podman-play.mjs translates the cpu overlay into what scripts/e2e plays
+#     (podman_play_check.mjs: the pods, their ports, no $(VAR) left, the
+#     Secrets written as files), and refuses what it does not translate.
 #
 # Prints one summary line; details only when something fails. Exit 0 or 1.
 # LOCKSTEP_KUBECTL=PATH picks another kubectl (its kustomize must accept the
@@ -166,4 +169,12 @@ promtool check rules "$work/dashboard-rules.yml" >"$work/promtool.txt" 2>&1 || {
 }
 queries=$(grep -c 'record:' "$work/dashboard-rules.yml")
 
-echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules; $queries dashboard queries parse"
+# ---- 5. the podman translation that scripts/e2e plays --------------------------
+if ! node "$here/podman_play_check.mjs" "$work/k8s-overlays-cpu.yaml" "$work/podman-secrets" \
+  >"$work/podman.txt" 2>&1; then
+  cat "$work/podman.txt"
+  fail "deploy/podman-play.mjs does not translate the cpu overlay as scripts/e2e needs (above)"
+fi
+podman_pods=$(awk '/^ok podman-play/ {print $3}' "$work/podman.txt")
+
+echo "deploy check: passed: ${#renders[@]} renderings (kubectl ${kubectl_version:-?} kustomize), $objects objects valid; Dockerfile builders in step with install-deps ($package_count packages); bad fixture rejected on all $rules rules; $queries dashboard queries parse; cpu overlay translated for podman ($podman_pods pods)"
