@@ -44,8 +44,9 @@ for _ in range(50):
 }
 
 # Reads the three /metrics pages every second until killed; counts them.
+# exec: the pid that run() kills is the scraper's own.
 scrape() {  # base-port count-file
-  python3 -c '
+  exec python3 -c '
 import sys, time, urllib.request
 base, out = int(sys.argv[1]), sys.argv[2]
 pages = 0
