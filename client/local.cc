@@ -299,7 +299,7 @@ absl::Status LocalRun::Prepare() {
   if (threads_ < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   ASSIGN_OR_RETURN(metrics_port_, args_.GetInt("metrics-port", 0));
   if (args_.Has("metrics-port") &&
-      (metrics_port_ < 1 || metrics_port_ + workers_ + spares_ > 65535)) {
+      (metrics_port_ < 1 || metrics_port_ > 65535 - workers_ - spares_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics-port must leave room for ", 1 + workers_ + spares_,
         " ports from 1 to 65535 (the coordinator's, then each worker's), got ",

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -44,7 +45,7 @@ class HttpServer {
   const std::string& address() const { return address_; }
 
  private:
-  HttpServer(Render render) : render_(std::move(render)) {}
+  explicit HttpServer(Render render) : render_(std::move(render)) {}
 
   const Render render_;
   MHD_Daemon* daemon_ = nullptr;

@@ -145,11 +145,13 @@ void Coordinator::NoteCommitStartLocked(Job& job, int64_t step, bool ok) {
 void Coordinator::NoteCommitEndLocked(Job& job, int64_t step, bool ok) {
   if (ok) ++commits_;
   const auto it = job.commit_started.find(step);
-  if (it == job.commit_started.end()) return;
-  if (ok) {
+  if (ok && it != job.commit_started.end()) {
     commit_seconds_.Observe(absl::ToDoubleSeconds(clock_->Now() - it->second));
   }
-  job.commit_started.erase(it);
+  // Older steps will not be committed any more (abandoned, or dropped for
+  // this newer one): forget them too.
+  job.commit_started.erase(job.commit_started.begin(),
+                           job.commit_started.upper_bound(step));
 }
 
 }  // namespace lockstep::coordinator

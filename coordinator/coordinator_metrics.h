@@ -15,7 +15,7 @@ namespace lockstep::coordinator {
 // The event kinds (JobEvent.kind) that count as failures, in the order the
 // metrics list them: a worker lost, restarted or reconnected, a rank's error,
 // a generation ended by an unexplained error, a checkpoint save or commit
-// that failed, a job that failed for good.
+// that failed. (A job that failed for good is in lockstep_jobs{state}.)
 const std::vector<std::string>& FailureEventKinds();
 bool IsFailureEvent(absl::string_view kind);
 
