@@ -85,7 +85,8 @@
 //                   written alone (--port 8081) is not recognised. The
 //                   containers' ports lists are dropped (podman would publish
 //                   them, which the host network does not allow); the
-//                   annotation podman-play.lockstep/ports lists the result.
+//                   annotation podman-play.lockstep/ports lists the result,
+//                   and a prometheus.io/port annotation follows its port.
 //   hostNetwork     set on every pod.
 //
 // Left as written, with podman's own meaning: resources (CPU quota, memory
@@ -550,6 +551,11 @@ function translatePod(pod, ctx) {
   pod.spec.hostNetwork = true;
   const ports = [...pod.namedPorts].filter(([k]) => !/^[0-9]+$/.test(k)).map(([k, v]) => `${k}=${v}`);
   pod.metadata.annotations[`${ANNOTATION}/ports`] = ports.join(',');
+  // Prometheus' pod discovery reads the port to scrape from this annotation.
+  const scrape = pod.metadata.annotations['prometheus.io/port'];
+  if (scrape !== undefined && pod.namedPorts.has(String(scrape))) {
+    pod.metadata.annotations['prometheus.io/port'] = String(pod.namedPorts.get(String(scrape)));
+  }
   pod.metadata.annotations[`${ANNOTATION}/name`] = pod.name;
   return {
     apiVersion: 'v1',

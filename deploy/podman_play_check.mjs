@@ -82,6 +82,9 @@ for (const pod of pods) {
       const port = Number(metrics.split(':').pop());
       expect(!seenPorts.has(port), `${name}: metrics port ${port} also used by ${seenPorts.get(port)}`);
       seenPorts.set(port, name);
+      const scrape = pod.metadata.annotations['prometheus.io/port'];
+      expect(scrape === undefined || scrape === String(port),
+        `${name}: prometheus.io/port ${scrape} is not its --metrics-listen port ${port}`);
     }
     if (c.command?.[0] === 'lockstep-worker') {
       expect(argAfter(args, '--host') === '127.0.0.1', `${name}: --host ${argAfter(args, '--host')}`);
