@@ -1,6 +1,8 @@
 // `lockstep health HOST:PORT`: grpc.health.v1 Check over the CLI's TLS, for
 // Kubernetes exec probes (Kubernetes' own gRPC probe cannot present a
 // client certificate).
+#include <google/protobuf/struct.pb.h>
+
 #include <iostream>
 
 #include "client/commands.h"
@@ -83,7 +85,11 @@ int RunHealth(const std::vector<std::string>& argv) {
       grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
           response.status());
   if (args->Has("json")) {
-    std::cout << "{\"status\":\"" << name << "\"}" << std::endl;
+    // Not HealthCheckResponse itself: its --json form leaves out a status
+    // at the default value (UNKNOWN).
+    google::protobuf::Struct out;
+    (*out.mutable_fields())["status"].set_string_value(name);
+    std::cout << ToJson(out) << std::endl;
   } else {
     std::cout << TerminalSafe(address) << ": " << name << std::endl;
   }

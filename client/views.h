@@ -1,5 +1,5 @@
-// What the CLI shows of a running or finished job: the live progress view of
-// `watch` and `submit --watch`.
+// What the CLI shows of a running or finished job: state names, progress
+// lines and the live progress view of `watch`, `submit --watch` and `local`.
 #ifndef LOCKSTEP_CLIENT_VIEWS_H_
 #define LOCKSTEP_CLIENT_VIEWS_H_
 
@@ -44,6 +44,15 @@ class ProgressView {
 
 // The progress bar line alone.
 std::string ProgressBar(const v1::JobStatus& status);
+
+// One line of progress: "step 120/936  epoch 1  loss 0.5234 ...".
+std::string FormatProgress(const v1::JobStatus& status);
+
+// "succeeded", "failed", ...
+std::string StateName(v1::JobState state);
+
+// The job's global batch: its plan's, else what its spec asks for.
+int GlobalBatch(const v1::JobStatus& status);
 
 }  // namespace lockstep::client
 

@@ -1,0 +1,269 @@
+// The `lockstep` commands that show training curves: metrics (one job's, as
+// CSV or JSON) and compare (several jobs', as a table and an SVG plot).
+#include <google/protobuf/struct.pb.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "client/svg_plot.h"
+#include "client/views.h"
+#include "common/proto_json.h"
+#include "common/terminal_text.h"
+
+namespace lockstep::client {
+namespace {
+
+constexpr char kMetricsUsage[] = R"(Usage: lockstep metrics JOB [--csv | --json]
+
+Exports the job's training curve: the global mean loss of every step with
+the samples seen so far, and the test-set evaluations. CSV (the default):
+  step,samples_seen,loss,test_accuracy,test_loss
+with the test columns filled at the steps where the test set was evaluated.
+--json gives {"job_id", "plan", "steps": [{step, samples_seen, loss}],
+"evals": [{step, epoch, test_accuracy, test_loss, time}]}.
+
+Examples:
+  lockstep metrics fashion-mnist-cnn-3 --csv > cnn.csv
+  lockstep metrics fashion-mnist-cnn-3 --json
+)";
+
+constexpr char kCompareUsage[] =
+    R"(Usage: lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
+
+Compares runs of a job across configurations: a table of replicas,
+per-replica batch, global batch, learning rate after scaling, steps per
+epoch, steps trained, final loss, test accuracy and samples/s, and an SVG
+plot of the loss curves by step and by samples seen (open it in a browser).
+It warns when the runs differ in global batch or learning-rate scaling:
+that, not the number of workers, is what makes curves diverge.
+
+Flags:
+  --svg FILE   where to write the plot (default lockstep-compare.svg)
+  --json       the table and the warnings as JSON; the plot is still written
+
+Example:
+  lockstep compare mlp-1w-1 mlp-2w-2 --svg scaling.svg
+)";
+
+// `lockstep metrics --json`: the plan, every step's loss, every evaluation.
+std::string MetricsJson(const v1::JobStatus& status) {
+  const int global = GlobalBatch(status);
+  google::protobuf::Struct out;
+  auto& f = *out.mutable_fields();
+  f["job_id"].set_string_value(status.job_id());
+  google::protobuf::Value plan;
+  (void)FromJson(ToJson(status.plan()), &plan, "the plan");
+  f["plan"] = plan;
+  auto* steps = f["steps"].mutable_list_value();
+  for (int i = 0; i < status.step_losses_size(); ++i) {
+    auto& row = *steps->add_values()->mutable_struct_value()->mutable_fields();
+    row["step"].set_number_value(i + 1);
+    row["samples_seen"].set_number_value(static_cast<double>(i + 1) * global);
+    row["loss"].set_number_value(status.step_losses(i));
+  }
+  auto* evals = f["evals"].mutable_list_value();
+  for (const v1::EvalPoint& eval : status.evals()) {
+    auto& row = *evals->add_values()->mutable_struct_value()->mutable_fields();
+    row["step"].set_number_value(static_cast<double>(eval.step()));
+    row["epoch"].set_number_value(eval.epoch() + 1);
+    row["test_accuracy"].set_number_value(eval.test_accuracy());
+    row["test_loss"].set_number_value(eval.test_loss());
+    row["time"].set_number_value(eval.time());
+  }
+  return ToJson(out);
+}
+
+// `lockstep metrics --csv`: one row per step, the test columns filled at
+// the steps where the test set was evaluated.
+void PrintMetricsCsv(const v1::JobStatus& status) {
+  const int global = GlobalBatch(status);
+  std::map<int64_t, const v1::EvalPoint*> evals;
+  for (const v1::EvalPoint& eval : status.evals()) evals[eval.step()] = &eval;
+  std::cout << "step,samples_seen,loss,test_accuracy,test_loss\n";
+  for (int i = 0; i < status.step_losses_size(); ++i) {
+    const int64_t step = i + 1;
+    std::cout << step << "," << step * global << ","
+              << absl::StrFormat("%.9g", status.step_losses(i));
+    auto it = evals.find(step);
+    if (it != evals.end()) {
+      std::cout << absl::StrFormat(",%.6f,%.6f", it->second->test_accuracy(),
+                                   it->second->test_loss());
+    } else {
+      std::cout << ",,";
+    }
+    std::cout << "\n";
+  }
+  std::cout.flush();
+}
+
+// What explains diverging curves: the runs differ in global batch, in
+// lr_scaling, or in learning rate at the same global batch.
+std::vector<std::string> CompareWarnings(
+    const std::vector<v1::JobStatus>& jobs) {
+  std::vector<std::string> warnings;
+  std::set<int> globals;
+  std::set<std::string> scalings;
+  std::set<std::string> lrs;
+  for (const v1::JobStatus& job : jobs) {
+    globals.insert(GlobalBatch(job));
+    scalings.insert(job.spec().lr_scaling());
+    lrs.insert(absl::StrFormat("%.6g", job.plan().scaled_lr()));
+  }
+  auto list = [&](auto value) {
+    std::vector<std::string> parts;
+    for (const v1::JobStatus& job : jobs) {
+      parts.push_back(absl::StrCat(job.job_id(), " ", value(job)));
+    }
+    return absl::StrJoin(parts, ", ");
+  };
+  if (globals.size() > 1) {
+    warnings.push_back(absl::StrCat(
+        "the runs differ in global batch (",
+        list([](const v1::JobStatus& j) { return GlobalBatch(j); }),
+        "): a step is not the same amount of data, so compare the curves by "
+        "samples seen, and expect different results unless the learning "
+        "rate is scaled (lr_scaling linear or sqrt)"));
+  }
+  if (scalings.size() > 1) {
+    warnings.push_back(absl::StrCat(
+        "the runs differ in lr_scaling (",
+        list([](const v1::JobStatus& j) { return j.spec().lr_scaling(); }),
+        "): their learning rates after scaling differ"));
+  } else if (globals.size() == 1 && lrs.size() > 1) {
+    warnings.push_back(absl::StrCat(
+        "the runs have the same global batch but different learning rates (",
+        list([](const v1::JobStatus& j) {
+          return absl::StrFormat("%.6g", j.plan().scaled_lr());
+        }),
+        ")"));
+  }
+  return warnings;
+}
+
+// Writes the loss curves of `jobs`, by step and by samples seen, to
+// `svg_path`. Errors: FailedPrecondition when the file cannot be written.
+absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
+                              const std::string& svg_path) {
+  std::vector<Curve> by_step, by_samples;
+  for (const v1::JobStatus& job : jobs) {
+    const std::string label =
+        absl::StrCat(job.job_id(), " (", job.plan().replicas(), "x",
+                     job.plan().per_replica_batch_size(), ")");
+    Curve step{label, {}, {}}, samples{label, {}, {}};
+    for (int i = 0; i < job.step_losses_size(); ++i) {
+      step.x.push_back(i + 1);
+      step.y.push_back(job.step_losses(i));
+      samples.x.push_back(static_cast<double>(i + 1) * GlobalBatch(job));
+      samples.y.push_back(job.step_losses(i));
+    }
+    by_step.push_back(std::move(step));
+    by_samples.push_back(std::move(samples));
+  }
+  std::ofstream out(svg_path);
+  out << PlotSvg({{"training loss by step", "optimizer step"},
+                  {"training loss by samples seen", "samples seen"}},
+                 {by_step, by_samples});
+  if (!out) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write the plot to ", svg_path));
+  }
+  return absl::OkStatus();
+}
+
+// `lockstep compare --json`: the table, the warnings and the plot's path.
+std::string CompareJson(const std::vector<v1::JobStatus>& jobs,
+                        const std::vector<std::string>& warnings,
+                        const std::string& svg_path) {
+  google::protobuf::Struct out;
+  auto& f = *out.mutable_fields();
+  auto* rows = f["jobs"].mutable_list_value();
+  for (const v1::JobStatus& job : jobs) {
+    auto& r = *rows->add_values()->mutable_struct_value()->mutable_fields();
+    r["job_id"].set_string_value(job.job_id());
+    r["state"].set_string_value(StateName(job.state()));
+    r["replicas"].set_number_value(job.plan().replicas());
+    r["per_replica_batch_size"].set_number_value(
+        job.plan().per_replica_batch_size());
+    r["global_batch_size"].set_number_value(GlobalBatch(job));
+    r["lr_scaling"].set_string_value(job.spec().lr_scaling());
+    r["scaled_lr"].set_number_value(job.plan().scaled_lr());
+    r["steps_per_epoch"].set_number_value(job.plan().steps_per_epoch());
+    r["steps"].set_number_value(static_cast<double>(job.step()));
+    r["final_loss"].set_number_value(job.loss());
+    r["test_accuracy"].set_number_value(job.test_accuracy());
+    r["samples_per_second"].set_number_value(job.samples_per_second());
+  }
+  auto* warned = f["warnings"].mutable_list_value();
+  for (const std::string& w : warnings) {
+    warned->add_values()->set_string_value(w);
+  }
+  f["svg"].set_string_value(svg_path);
+  return ToJson(out);
+}
+
+}  // namespace
+
+int RunMetrics(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"csv", "json"}, kMetricsUsage, 1, 1, &exit);
+  if (!call) return exit;
+  if (call->args.Has("csv") && call->args.Has("json")) {
+    return Fail(absl::InvalidArgumentError(
+        "lockstep metrics takes --csv or --json, not both"));
+  }
+  auto status = GetJob(*call, call->args.positional()[0], /*history=*/true);
+  if (!status.ok()) return Fail(status.status());
+  if (call->args.Has("json")) {
+    std::cout << MetricsJson(*status) << std::endl;
+    return kExitOk;
+  }
+  PrintMetricsCsv(*status);
+  return kExitOk;
+}
+
+int RunCompare(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {"svg"}, {"json"}, kCompareUsage, 2, 16, &exit);
+  if (!call) return exit;
+  std::vector<v1::JobStatus> jobs;
+  for (const std::string& id : call->args.positional()) {
+    auto status = GetJob(*call, id, /*history=*/true);
+    if (!status.ok()) return Fail(status.status());
+    jobs.push_back(*std::move(status));
+  }
+  const std::vector<std::string> warnings = CompareWarnings(jobs);
+  const std::string svg_path = call->args.Get("svg", "lockstep-compare.svg");
+  absl::Status plotted = WriteComparePlot(jobs, svg_path);
+  if (!plotted.ok()) return Fail(plotted);
+
+  if (call->args.Has("json")) {
+    std::cout << CompareJson(jobs, warnings, svg_path) << std::endl;
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat(
+      "%-24s %8s %11s %7s %10s %10s %7s %10s %8s %10s\n", "JOB", "REPLICAS",
+      "PER-REPLICA", "GLOBAL", "LR", "STEPS/EP", "STEPS", "LOSS", "TEST ACC",
+      "SAMPLES/S");
+  for (const v1::JobStatus& job : jobs) {
+    std::cout << TerminalSafe(absl::StrFormat(
+        "%-24s %8d %11d %7d %10.4g %10d %7d %10.4f %7.2f%% %10.0f\n",
+        job.job_id(), job.plan().replicas(),
+        job.plan().per_replica_batch_size(), GlobalBatch(job),
+        job.plan().scaled_lr(), job.plan().steps_per_epoch(), job.step(),
+        job.loss(), 100 * job.test_accuracy(), job.samples_per_second()));
+  }
+  for (const std::string& w : warnings) {
+    std::cerr << "lockstep: warning: " << TerminalSafe(w) << "\n";
+  }
+  std::cout << "loss curves: " << svg_path << " (open it in a browser)"
+            << std::endl;
+  return kExitOk;
+}
+
+}  // namespace lockstep::client

@@ -1,0 +1,106 @@
+// One run of `lockstep local`: its flags, its coordinator and worker
+// processes, the job, and its summary (local.cc, local_processes.cc).
+#ifndef LOCKSTEP_CLIENT_LOCAL_H_
+#define LOCKSTEP_CLIENT_LOCAL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/process.h"
+#include "common/args.h"
+#include "common/cert_maker.h"
+#include "common/tls.h"
+#include "lockstep/v1/coordinator.grpc.pb.h"
+
+namespace lockstep::client {
+
+// A coordinator and N workers on 127.0.0.1 running one job, then torn down.
+// Run() does it all once: checks the flags and the job spec (Prepare), makes
+// the run directory and its certificates, starts the coordinator and the
+// workers, waits for every worker to register, submits the job, follows it,
+// and ends every process before it prints the summary (Finish).
+//
+// Thread-safety: Run() is called once, on the main thread. OnChildExit runs
+// on the process group's reaper thread: it restarts a dead worker, or
+// records why the run failed (mu_) and cancels the watch (watch_context_).
+class LocalRun {
+ public:
+  LocalRun(const Args& args, std::string bin_dir)
+      : args_(args), bin_dir_(std::move(bin_dir)) {}
+  // The exit code of `lockstep local`.
+  int Run();
+
+ private:
+  // ---- the run (local.cc) ----
+  absl::Status Prepare();
+  int Finish(const absl::StatusOr<v1::JobStatus>& final_status);
+  void PrintJson(const v1::JobStatus& status, double wall_seconds);
+  // How to point another lockstep command at this run.
+  void PrintCliHint();
+  std::ostream& progress() { return json_ ? std::cerr : std::cout; }
+
+  // ---- the processes (local_processes.cc) ----
+  // The run's CA, and the coordinator's and this command's certificates.
+  absl::Status MakeCertificates();
+  // The TLS flags of a daemon whose certificate is `<run>/tls/<name>.*`,
+  // issued now when missing (a worker's, at its first start).
+  absl::StatusOr<std::vector<std::string>> TlsFlags(const std::string& name,
+                                                    const std::string& id);
+  absl::Status StartProcesses();
+  // Waits until every worker has registered with the coordinator; fails
+  // early when a process dies for good.
+  absl::Status WaitForWorkers(absl::Duration timeout);
+  absl::Status SpawnWorker(int index);
+  // Called for every child that exits before the run ends: a worker is
+  // restarted (as Kubernetes would), up to kMaxWorkerRestarts times.
+  void OnChildExit(const std::string& name, int status);
+
+  const Args& args_;
+  const std::string bin_dir_;
+  bool json_ = false;
+  int workers_ = 2;
+  int spares_ = 0;  // worker indexes workers_.. are spares
+  int threads_ = 1;
+  // --metrics-port: the coordinator's /metrics port, the workers' after it;
+  // 0 serves none.
+  int metrics_port_ = 0;
+  // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
+  std::vector<std::string> gpus_;
+  v1::JobSpec spec_;
+  std::string run_dir_;
+  // Without --insecure: the run's CA (its key only in memory) and the
+  // operator's credentials this command calls the coordinator with.
+  bool insecure_ = false;
+  KeyAndCertificate ca_;
+  TlsOptions operator_tls_;
+  std::string address_;
+  ProcessGroup processes_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext watch_context_;
+  std::atomic<bool> finishing_{false};
+  absl::Mutex mu_;
+  std::string child_failure_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int> worker_restarts_ ABSL_GUARDED_BY(mu_);
+  absl::Time start_;
+  // From starting the processes to every worker registered (their start:
+  // mostly loading LibTorch).
+  double startup_seconds_ = -1;
+  // From submitting the job (every worker ready) to the chief's report of
+  // its first step.
+  double first_step_seconds_ = -1;
+};
+
+}  // namespace lockstep::client
+
+#endif  // LOCKSTEP_CLIENT_LOCAL_H_
