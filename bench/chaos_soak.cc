@@ -1,3 +1,6 @@
+// The chaos soak's supervisor and main(): runs the daemons, restarts what
+// exits on its own, submits the job and polls it (faults: chaos_injector.h).
+//
 // A chaos soak of the real daemons: a supervisor, as Kubernetes would be,
 // runs a coordinator (with a state dir, so it survives restarts) and a static
 // cluster of 3 CPU workers, trains one job uninterrupted to get its reference
@@ -44,35 +47,27 @@
 // --kinds limits the deck (e.g. --kinds kill-coord,kill-all).
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
-#include <functional>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <random>
-#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/chaos_faults.h"
+#include "bench/chaos_injector.h"
 #include "bench/chaos_report.h"
 #include "client/process.h"
-#include "common/args.h"
 #include "common/files.h"
 #include "common/job_state.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
@@ -80,15 +75,8 @@
 namespace lockstep::chaos {
 namespace {
 
-constexpr int kWorkers = 3;
 constexpr char kCluster[] =
     R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"]}})";
-// Training steps between the resume of one fault and the next fault.
-constexpr int kMinSpacing = 3;
-constexpr int kMaxSpacing = 12;
-// A worker's --preempt-grace, and how long after SIGTERM it must have exited.
-constexpr int kPreemptGrace = 15;
-constexpr double kPreemptWait = kPreemptGrace + 10;
 // How often the supervisor looks at the job and its processes.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
 
@@ -98,25 +86,19 @@ std::string TfConfig(int index) {
       index, "}}");
 }
 
-// A task the supervisor does later: a restart, a SIGCONT.
-struct Action {
-  absl::Time when;
-  std::function<void()> run;
-};
-
 // The supervisor. Start() runs the cluster, RunReference() the job without
-// faults, RunFaulted() the job under the planned faults and the verdict; the
-// destructor stops every process it started (by pid: SIGTERM, then SIGKILL).
-// Everything runs on the calling thread, which polls the coordinator and
-// the processes every 50 ms; only the reaper thread's exit reports cross
-// threads (exits_).
-class Soak {
+// faults, RunFaulted() the job under the planned faults (FaultInjector) and
+// the verdict; the destructor stops every process it started (by pid:
+// SIGTERM, then SIGKILL). Everything runs on the calling thread, which polls
+// the coordinator and the processes every 50 ms; only the reaper thread's
+// exit reports cross threads (exits_).
+class Soak : public Cluster {
  public:
   explicit Soak(Options options)
-      : options_(std::move(options)), random_(options_.seed) {}
+      : options_(std::move(options)), injector_(options_, *this) {}
 
-  ~Soak() {
-    if (stopped_ > 0) kill(stopped_, SIGCONT);  // so that it can exit
+  ~Soak() override {
+    injector_.ContinueStopped();  // so that it can exit
     processes_.TerminateAll(absl::Seconds(3));
   }
 
@@ -128,7 +110,7 @@ class Soak {
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
     if (!StartCoordinator("127.0.0.1:0")) return false;
-    for (int i = 0; i < kWorkers; ++i) workers_.push_back(StartWorker(i));
+    for (int i = 0; i < kWorkers; ++i) StartWorker(i);
     // Only now: the reaper ends when it finds no child at all. The
     // coordinator and the workers are never all down at once (each fault
     // waits for the restarts of the one before), so some child always runs.
@@ -165,18 +147,16 @@ class Soak {
 
   // Trains the job again under faults; true if it passed.
   bool RunFaulted(const std::string& reference) {
-    start_ = absl::Now();
-    Plan();
-    next_at_step_ = plan_.empty() ? 0 : plan_[0].spacing;
+    injector_.Start();
     job_ = Submit("faulted");
     if (job_.empty()) return false;
     std::optional<v1::JobStatus> last;
-    while (Elapsed() < options_.budget_s) {
-      RunDueActions();
+    while (injector_.Elapsed() < options_.budget_s) {
+      injector_.RunDueActions();
       HandleExits();
       if (std::optional<v1::JobStatus> status = Poll(job_)) {
         last = status;
-        Advance(*status);  // a terminal status may hold the last `resumed`
+        injector_.Advance(*status);  // a terminal one may hold `resumed`
         if (IsTerminal(status->state())) break;
       }
       absl::SleepFor(kPollInterval);
@@ -184,13 +164,20 @@ class Soak {
     return Verdict(last, reference);
   }
 
- private:
-  double Elapsed() const { return absl::ToDoubleSeconds(absl::Now() - start_); }
+  // --- Cluster: what the faults act on -------------------------------------
 
-  double Uniform(double low, double high) {
-    return std::uniform_real_distribution<>(low, high)(random_);
+  pid_t worker_pid(int index) const override { return workers_[index]; }
+  const std::string& worker_name(int index) const override {
+    return worker_names_[index];
   }
+  pid_t coordinator_pid() const override { return coordinator_; }
+  std::string coordinator_name() const override {
+    return absl::StrCat("coordinator #", coordinators_);
+  }
+  void RestartWorker(int index) override { StartWorker(index); }
+  bool RestartCoordinator() override { return StartCoordinator(address_); }
 
+ private:
   // --- processes -----------------------------------------------------------
 
   // Starts the coordinator on `listen` and waits for its address.
@@ -229,7 +216,7 @@ class Soak {
     return true;
   }
 
-  pid_t StartWorker(int index) {
+  void StartWorker(int index) {
     worker_names_[index] = absl::StrCat("worker ", index, " #", ++spawned_);
     std::vector<std::string> command = {options_.bin + "/lockstep-worker",
                                         "--coordinator",
@@ -250,12 +237,12 @@ class Soak {
                                  "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
                                 absl::StrCat(dir_, "/worker-", index, ".log"));
     if (!pid.ok()) std::cerr << pid.status() << "\n";
-    return pid.value_or(-1);
+    workers_[index] = pid.value_or(-1);
   }
 
   // Restarts, as a supervisor would, every process that exited without the
-  // soak killing it, and a preempted worker once it exited; notes anything
-  // unexpected on `fault` (the current one) or stderr.
+  // soak killing it, and notes it as a problem; the injector restarts what
+  // its faults stopped.
   void HandleExits() {
     std::deque<std::pair<std::string, int>> exits;
     {
@@ -263,67 +250,12 @@ class Soak {
       exits.swap(exits_);
     }
     for (const auto& [name, status] : exits) {
-      bool expected = expected_exits_.erase(name) > 0;
-      std::string how =
-          WIFEXITED(status)
-              ? absl::StrCat("exited ", WEXITSTATUS(status))
-              : absl::StrCat("killed by signal ", WTERMSIG(status));
-      if (name == preempted_ && current_ != nullptr) {
-        preempted_.clear();
-        preempt_killed_ = false;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-          Note(absl::StrCat(name, " ", how, " after SIGTERM, not 0"));
-        }
-        // A preemption stops at the next step; a worker that waited out its
-        // grace never saw the job stop ("did not reach a saved step").
-        const double took = Elapsed() - current_->at_s;
-        if (took >= kPreemptGrace) {
-          Note(absl::StrFormat(
-              "%s exited %.1f s after SIGTERM, its whole --preempt-grace: "
-              "the job did not stop at an agreed step",
-              name, took));
-        }
-        int index = current_->worker;
-        const double delay = current_->delay_s;
-        current_->held_s = Elapsed() - current_->at_s + delay;
-        Later(delay, [this, index] { workers_[index] = StartWorker(index); });
-        continue;
-      }
-      if (expected) continue;
-      std::string note = absl::StrCat(name, " ", how, " on its own");
-      Note(note);
+      if (injector_.Exited(name, status)) continue;
+      injector_.Note(absl::StrCat(name, " ", HowExited(status), " on its own"));
       if (name.rfind("worker ", 0) == 0) {
-        int index = name[7] - '0';
-        workers_[index] = StartWorker(index);
+        StartWorker(name[7] - '0');
       } else if (name.rfind("coordinator", 0) == 0) {
         StartCoordinator(address_);
-      }
-    }
-  }
-
-  void Note(const std::string& problem) {
-    std::fprintf(stderr, "[%7.2f s] %s\n", Elapsed(), problem.c_str());
-    if (current_ != nullptr) {
-      if (!current_->problem.empty()) current_->problem += "; ";
-      current_->problem += problem;
-    } else {
-      other_problems_.push_back(problem);
-    }
-  }
-
-  void Later(double seconds, std::function<void()> run) {
-    actions_.push_back({absl::Now() + absl::Seconds(seconds), std::move(run)});
-  }
-
-  void RunDueActions() {
-    absl::Time now = absl::Now();
-    for (size_t i = 0; i < actions_.size();) {
-      if (actions_[i].when <= now) {
-        std::function<void()> run = std::move(actions_[i].run);
-        actions_.erase(actions_.begin() + i);
-        run();
-      } else {
-        ++i;
       }
     }
   }
@@ -382,277 +314,11 @@ class Soak {
     return digest;
   }
 
-  // --- faults --------------------------------------------------------------
-
-  // One step of the fault schedule: see whether the current fault is over,
-  // and inject the next once the job trained enough since.
-  void Advance(const v1::JobStatus& status) {
-    last_step_ = status.step();
-    if (current_ != nullptr && !Settle(status)) return;
-    if (static_cast<int>(faults_.size()) >= options_.faults ||
-        !actions_.empty() || status.state() != v1::JOB_STATE_RUNNING ||
-        status.step() < next_at_step_) {
-      return;
-    }
-    if (status.step() + kMaxSpacing >= options_.steps) {
-      if (!near_end_noted_) {
-        near_end_noted_ = true;
-        other_problems_.push_back(absl::StrCat(
-            "the job neared its end after ", faults_.size(), " of ",
-            options_.faults, " faults; give it more --steps"));
-      }
-      return;
-    }
-    Inject(status);
-  }
-
-  // Whether the current fault is over (training resumed, or the next fault
-  // is to hit its recovery); then it is reported and the next one planned.
-  bool Settle(const v1::JobStatus& status) {
-    if (!preempted_.empty() && !preempt_killed_ &&
-        Elapsed() - current_->at_s > kPreemptWait) {
-      Note(absl::StrCat(preempted_, " did not exit ", kPreemptWait,
-                        " s after SIGTERM; killed"));
-      kill(workers_[current_->worker], SIGKILL);
-      preempt_killed_ = true;  // its exit restarts it
-    }
-    if (!Resumed(status) && !Overlap(status)) {
-      if (Elapsed() - current_->at_s > options_.resume_budget_s &&
-          !late_noted_) {
-        late_noted_ = true;
-        Note(absl::StrCat("training did not resume within ",
-                          options_.resume_budget_s, " s"));
-      }
-      return false;
-    }
-    CheckLiveRecovery();
-    PrintFault(*current_, faults_.size());
-    const size_t next = faults_.size();
-    next_at_step_ = status.step();
-    if (current_->resumed_s >= 0 && next < plan_.size()) {
-      next_at_step_ += plan_[next].spacing;
-    }
-    if (current_->resumed_s >= 0) chain_lost_live_state_ = false;
-    current_ = nullptr;
-    late_noted_ = false;
-    return true;
-  }
-
-  // Whether training resumed after the current fault: a `resumed` event of
-  // a later generation, or (a stop the coordinator did not notice) steps
-  // trained in the same generation after the worker continued.
-  bool Resumed(const v1::JobStatus& status) {
-    for (const v1::JobEvent& event : status.events()) {
-      if (event.kind() != "resumed" ||
-          event.generation() <= current_->generation) {
-        continue;
-      }
-      current_->resumed_s = event.time() -
-                            absl::ToDoubleSeconds(start_ - absl::UnixEpoch()) -
-                            current_->at_s;
-      ParseResumed(event.message(), *current_);
-      return true;
-    }
-    // Reports of steps trained before the SIGSTOP may still arrive after
-    // it: only a step past the one known at the SIGCONT counts.
-    bool stop = current_->kind == FaultKind::kStopShort ||
-                current_->kind == FaultKind::kStopLong;
-    if (stop && actions_.empty() && status.state() == v1::JOB_STATE_RUNNING &&
-        status.generation() == current_->generation &&
-        status.step() > current_->step_at_cont) {
-      current_->resumed_s = Elapsed() - current_->at_s;
-      current_->repeated = 0;
-      current_->resumed_from = "no new generation";
-      if (current_->kind == FaultKind::kStopLong) {
-        Note(absl::StrFormat(
-            "the coordinator did not notice a worker silent for %.1f s, "
-            "above its heartbeat timeout of %.1f s",
-            current_->delay_s, options_.heartbeat_timeout_s));
-      }
-      return true;
-    }
-    return false;
-  }
-
-  // Whether the next fault goes in now, while the generation that recovers
-  // from the current one sets up (connects, agrees on the state), as the
-  // current fault's draw decided: the window where a rank dies right after
-  // a generation started.
-  bool Overlap(const v1::JobStatus& status) {
-    if (!current_->overlap ||
-        static_cast<int>(faults_.size()) >= options_.faults ||
-        !actions_.empty() || !preempted_.empty() ||
-        status.state() != v1::JOB_STATE_RUNNING ||
-        status.generation() <= current_->generation) {
-      return false;
-    }
-    current_->resumed_from = absl::StrCat("(next fault as generation ",
-                                          status.generation(), " set up)");
-    return true;
-  }
-
-  // Live recovery repeats no step (docs/DESIGN.md §3): only a kill-all, or
-  // a fault that hit the recovery from one, may resume from a checkpoint.
-  // The event counts repeats against the most advanced step ever applied,
-  // so a fault while the job still re-trains the steps a restore repeated
-  // counts those again: that many are not this fault's doing.
-  void CheckLiveRecovery() {
-    Fault& fault = *current_;
-    if (fault.kind == FaultKind::kKillAll) chain_lost_live_state_ = true;
-    if (fault.resumed_s < 0 || fault.repeated < 0) return;
-    if (chain_lost_live_state_) {
-      replay_until_ =
-          std::max(replay_until_, fault.resumed_at + fault.repeated);
-      return;
-    }
-    const int64_t replaying =
-        std::max<int64_t>(0, replay_until_ - fault.resumed_at);
-    if (fault.repeated > replaying) {
-      Note(absl::StrCat(fault.repeated, " steps repeated (resumed after step ",
-                        fault.resumed_at, " ", fault.resumed_from,
-                        ") although a worker kept its live state"));
-    }
-  }
-
-  // "generation G trains again after step S with rank R's live state; N
-  // steps repeated"
-  static void ParseResumed(const std::string& message, Fault& fault) {
-    size_t with = message.find(" with ");
-    size_t from = message.find(" from ");
-    size_t source = std::min(with, from);
-    size_t semicolon = message.rfind("; ");
-    if (source != std::string::npos && semicolon != std::string::npos &&
-        source < semicolon) {
-      fault.resumed_from = message.substr(source + 1, semicolon - source - 1);
-    }
-    size_t after = message.find("after step ");
-    if (after != std::string::npos) {
-      after += strlen("after step ");
-      absl::SimpleAtoi(message.substr(after, message.find(' ', after) - after),
-                       &fault.resumed_at);
-    }
-    if (semicolon != std::string::npos) {
-      size_t end = message.find(' ', semicolon + 2);
-      absl::SimpleAtoi(message.substr(semicolon + 2, end - semicolon - 2),
-                       &fault.repeated);
-    }
-  }
-
-  // Draws every fault before the run, so that a seed names the same
-  // schedule however the run's timing goes: the kinds come from a shuffled
-  // deck of all six.
-  void Plan() {
-    std::vector<FaultKind> deck;
-    for (int i = 0; i < options_.faults; ++i) {
-      if (deck.empty()) {
-        deck = options_.kinds;
-        std::shuffle(deck.begin(), deck.end(), random_);
-      }
-      Fault fault{deck.back()};
-      deck.pop_back();
-      fault.spacing =
-          std::uniform_int_distribution<>(kMinSpacing, kMaxSpacing)(random_);
-      fault.overlap = std::bernoulli_distribution(options_.overlap)(random_);
-      const double timeout = options_.heartbeat_timeout_s;
-      switch (fault.kind) {
-        case FaultKind::kStopShort:
-          fault.delay_s = Uniform(0.1, 0.4) * timeout;
-          break;
-        case FaultKind::kStopLong:
-          fault.delay_s = Uniform(1.5, 2.5) * timeout;
-          break;
-        default:
-          fault.delay_s = Uniform(0, 1.5);
-      }
-      if (fault.kind != FaultKind::kKillCoordinator &&
-          fault.kind != FaultKind::kKillAll) {
-        fault.worker =
-            std::uniform_int_distribution<>(0, kWorkers - 1)(random_);
-      }
-      plan_.push_back(fault);
-    }
-    std::printf("plan (* = the next fault hits its recovery):");
-    for (const Fault& fault : plan_) {
-      std::printf(
-          " %s%s%s", KindName(fault.kind),
-          fault.worker < 0 ? "" : absl::StrCat("/w", fault.worker).c_str(),
-          fault.overlap ? "*" : "");
-    }
-    std::printf("\n");
-  }
-
-  void Inject(const v1::JobStatus& status) {
-    faults_.push_back(plan_[faults_.size()]);
-    current_ = &faults_.back();
-    Fault& fault = *current_;
-    fault.at_s = Elapsed();
-    fault.step = status.step();
-    fault.generation = status.generation();
-    fault.held_s = fault.delay_s;
-    const int index = fault.worker;
-    const pid_t pid = index >= 0 ? workers_[index] : coordinator_;
-    const std::string name = index >= 0
-                                 ? worker_names_[index]
-                                 : absl::StrCat("coordinator #", coordinators_);
-    switch (fault.kind) {
-      case FaultKind::kKillWorker:
-        expected_exits_.insert(name);
-        kill(pid, SIGKILL);
-        Later(fault.delay_s,
-              [this, index] { workers_[index] = StartWorker(index); });
-        break;
-      case FaultKind::kStopShort:
-      case FaultKind::kStopLong:
-        kill(pid, SIGSTOP);
-        stopped_ = pid;
-        Later(fault.delay_s, [this, pid] {
-          kill(pid, SIGCONT);
-          stopped_ = -1;
-          current_->step_at_cont = last_step_;
-        });
-        break;
-      case FaultKind::kTermWorker:
-        preempted_ = name;  // restarted delay_s after it exits
-        kill(pid, SIGTERM);
-        break;
-      case FaultKind::kKillCoordinator:
-        expected_exits_.insert(name);
-        kill(pid, SIGKILL);
-        Later(fault.delay_s, [this] {
-          if (!StartCoordinator(address_)) {
-            Note("the coordinator did not restart");
-          }
-        });
-        break;
-      case FaultKind::kKillAll:
-        for (int i = 0; i < kWorkers; ++i) {
-          expected_exits_.insert(worker_names_[i]);
-          kill(workers_[i], SIGKILL);
-        }
-        Later(fault.delay_s, [this] {
-          for (int i = 0; i < kWorkers; ++i) workers_[i] = StartWorker(i);
-        });
-        break;
-    }
-  }
-
   // --- the verdict ---------------------------------------------------------
 
   bool Verdict(const std::optional<v1::JobStatus>& last,
                const std::string& reference) {
-    std::vector<std::string> failures = other_problems_;
-    if (current_ != nullptr) {
-      PrintFault(*current_, faults_.size());
-      failures.push_back(absl::StrCat("fault ", faults_.size(), " (",
-                                      KindName(current_->kind),
-                                      ") never saw training resume"));
-    }
-    for (size_t i = 0; i < faults_.size(); ++i) {
-      if (!faults_[i].problem.empty()) {
-        failures.push_back(
-            absl::StrCat("fault ", i + 1, ": ", faults_[i].problem));
-      }
-    }
+    std::vector<std::string> failures = injector_.Finish();
     if (!last || !IsTerminal(last->state())) {
       failures.push_back(absl::StrCat("the job did not finish within ",
                                       options_.budget_s, " s"));
@@ -664,8 +330,9 @@ class Soak {
       failures.push_back(absl::StrCat(
           "digest ", Digest(*last), " differs from the reference ", reference));
     }
-    PrintSummary(options_.seed, faults_, job_, last, Elapsed(), reference_s_);
-    if (!failures.empty() && last) PrintEvents(*last, start_);
+    PrintSummary(options_.seed, injector_.faults(), job_, last,
+                 injector_.Elapsed(), reference_s_);
+    if (!failures.empty() && last) PrintEvents(*last, injector_.start());
     for (const std::string& failure : failures) {
       std::printf("FAILED: %s\n", failure.c_str());
     }
@@ -673,16 +340,13 @@ class Soak {
   }
 
   const Options options_;
-  std::mt19937 random_;
   std::string dir_;
   std::string address_;
   client::ProcessGroup processes_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   pid_t coordinator_ = -1;
   int coordinators_ = 0;
-  std::vector<pid_t> workers_;
-  pid_t stopped_ = -1;     // the worker held by SIGSTOP, if any
-  int64_t last_step_ = 0;  // the job's step in the last status
+  std::vector<pid_t> workers_ = std::vector<pid_t>(kWorkers, -1);
   int spawned_ = 0;
   std::string worker_names_[kWorkers];  // process names, for exits
 
@@ -691,24 +355,8 @@ class Soak {
   std::deque<std::pair<std::string, int>> exits_ ABSL_GUARDED_BY(exits_mu_);
 
   // Only the main thread touches the rest.
-  std::set<std::string> expected_exits_;
-  std::string preempted_;  // the SIGTERMed worker until it exits
-  bool preempt_killed_ = false;
-  std::vector<Action> actions_;
-  std::vector<Fault> plan_;   // drawn before the run (Plan)
-  std::deque<Fault> faults_;  // a deque: current_ points into it
-  Fault* current_ = nullptr;  // the fault the job has not resumed from
-  bool late_noted_ = false;
-  // A kill-all since the last fault the job resumed from.
-  bool chain_lost_live_state_ = false;
-  // The most advanced step before the last restore: until the job passes it
-  // again, it re-trains steps a kill-all repeated.
-  int64_t replay_until_ = 0;
-  bool near_end_noted_ = false;
-  int64_t next_at_step_ = 0;
-  std::vector<std::string> other_problems_;
+  FaultInjector injector_;
   std::string job_;
-  absl::Time start_;
   double reference_s_ = 0;
 };
 

@@ -3,9 +3,15 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -99,6 +105,31 @@ Example:
 // and watches are open.
 constexpr int kMaxGrpcThreads = 64;
 
+// The daemon's flags beyond TLS (SetUpTls), checked.
+struct Flags {
+  std::string listen;
+  std::string state_dir;
+  std::optional<std::string> metrics_listen;  // --metrics-listen, if given
+  Coordinator::Options coordinator;           // all but the store
+  GrpcService::Limits service_limits;
+};
+
+// The gRPC server and the services it serves, which must outlive it.
+struct GrpcServer {
+  GrpcServer(Coordinator* coordinator, GrpcService::Limits limits,
+             bool insecure)
+      : service(coordinator, limits, insecure), health(insecure) {}
+
+  // With --insecure nobody is authenticated: every caller may make every
+  // call. Otherwise each call is authorized by its client certificate.
+  GrpcService service;
+  // Answers only callers with a certificate of our CA (gRPC's built-in
+  // health service would answer anybody).
+  HealthService health;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
 // A flag holding a whole number in [low, high], or `fallback` when absent.
 absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
                                 double fallback, double low, double high) {
@@ -152,33 +183,22 @@ void RaiseFileLimit() {
   }
 }
 
-// The /metrics endpoint when --metrics-listen is given (null otherwise).
-absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
-    const Args& args, Coordinator* coordinator) {
-  if (!args.Has("metrics-listen")) {
-    return std::unique_ptr<metrics::HttpServer>();
-  }
-  auto server =
-      metrics::HttpServer::Start(args.Get("metrics-listen"), [coordinator] {
-        metrics::Exposition out;
-        coordinator->CollectMetrics(out);
-        return out.Take();
-      });
-  if (server.ok()) {
-    LogInfo("metrics on http://", (*server)->address(), "/metrics");
-  }
-  return server;
-}
-
-int Run(int argc, char** argv) {
-  // Signals are taken synchronously by this thread; block them before any
-  // other thread exists so every thread inherits the mask.
+// Signals are taken synchronously by Run's thread (ServeUntilSignal); block
+// them before any other thread exists so every thread inherits the mask.
+sigset_t BlockShutdownSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error, not death
+  return signals;
+}
+
+// The command line: known flags, no positional argument, --listen and
+// --state-dir given. With --help nothing but the flags' names is checked.
+// Errors: InvalidArgument.
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   auto args = Args::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
       {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
@@ -186,103 +206,153 @@ int Run(int argc, char** argv) {
        "forget-workers-after", "max-sessions", "max-watches", "tls-cert",
        "tls-key", "tls-ca", "metrics-listen"},
       {"help", kInsecureFlag});
-  if (!args.ok()) return Fail(args.status(), 2);
-  if (args->Has("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
+  if (!args.ok() || args->Has("help")) return args;
   if (!args->positional().empty()) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat(
-            "unexpected argument '", args->positional()[0], "'; see --help")),
-        2);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unexpected argument '", args->positional()[0], "'; see --help"));
   }
   if (!args->Has("listen") || !args->Has("state-dir")) {
-    return Fail(absl::InvalidArgumentError(
-                    "--listen and --state-dir are required; see --help"),
-                2);
+    return absl::InvalidArgumentError(
+        "--listen and --state-dir are required; see --help");
   }
-  SetLogTag("coordinator");
-  auto tls_options = TlsOptionsFromArgs(*args);
-  if (!tls_options.ok()) return Fail(tls_options.status(), 2);
-  auto tls = LoadTlsMaterial(*tls_options);
-  if (!tls.ok()) return Fail(tls.status(), 2);
-  if (tls->insecure) LogWarning(InsecureWarning("lockstep-coordinator"));
+  return args;
+}
 
-  Coordinator::Options options;
-  if (args->Has("cluster")) {
-    auto config = LoadTfConfig(args->Get("cluster"));
-    if (!config.ok()) return Fail(config.status(), 2);
+// The identity the daemon serves with: its certificate, key and CA, or none
+// with --insecure (then it warns). Errors: those of TlsOptionsFromArgs and
+// LoadTlsMaterial.
+absl::StatusOr<TlsMaterial> SetUpTls(const Args& args) {
+  auto tls_options = TlsOptionsFromArgs(args);
+  if (!tls_options.ok()) return tls_options.status();
+  auto tls = LoadTlsMaterial(*tls_options);
+  if (!tls.ok()) return tls.status();
+  if (tls->insecure) LogWarning(InsecureWarning("lockstep-coordinator"));
+  return tls;
+}
+
+// --cluster and --heartbeat-timeout. Errors: those of LoadTfConfig,
+// InvalidArgument.
+absl::Status ApplyClusterFlags(const Args& args,
+                               Coordinator::Options& options) {
+  if (args.Has("cluster")) {
+    auto config = LoadTfConfig(args.Get("cluster"));
+    if (!config.ok()) return config.status();
     options.cluster = config->cluster;
   }
-  auto heartbeat_timeout = args->GetDouble("heartbeat-timeout", 10);
-  if (!heartbeat_timeout.ok()) return Fail(heartbeat_timeout.status(), 2);
+  auto heartbeat_timeout = args.GetDouble("heartbeat-timeout", 10);
+  if (!heartbeat_timeout.ok()) return heartbeat_timeout.status();
   if (*heartbeat_timeout <= 0) {
-    return Fail(absl::InvalidArgumentError("--heartbeat-timeout must be > 0"),
-                2);
+    return absl::InvalidArgumentError("--heartbeat-timeout must be > 0");
   }
   options.heartbeat_timeout = absl::Seconds(*heartbeat_timeout);
-  if (absl::Status limits = ApplyLimitFlags(*args, options); !limits.ok()) {
-    return Fail(limits, 2);
-  }
-  GrpcService::Limits limits;
+  return absl::OkStatus();
+}
+
+// --max-sessions and --max-watches. Errors: InvalidArgument.
+absl::Status ApplyServiceFlags(const Args& args, GrpcService::Limits& limits) {
   auto max_sessions =
-      Bounded(*args, "max-sessions", limits.max_sessions, 1, 1e9);
-  if (!max_sessions.ok()) return Fail(max_sessions.status(), 2);
+      Bounded(args, "max-sessions", limits.max_sessions, 1, 1e9);
+  if (!max_sessions.ok()) return max_sessions.status();
   limits.max_sessions = static_cast<int>(*max_sessions);
-  auto max_watches = Bounded(*args, "max-watches", limits.max_watches, 1, 1e9);
-  if (!max_watches.ok()) return Fail(max_watches.status(), 2);
+  auto max_watches = Bounded(args, "max-watches", limits.max_watches, 1, 1e9);
+  if (!max_watches.ok()) return max_watches.status();
   limits.max_watches = static_cast<int>(*max_watches);
-  RaiseFileLimit();
-  auto store = JobStore::Open(args->Get("state-dir"));
-  if (!store.ok()) return Fail(store.status(), 1);
+  return absl::OkStatus();
+}
+
+// The flags of ParseArgs' `args` besides TLS, checked. Errors: those of
+// ApplyClusterFlags, ApplyLimitFlags and ApplyServiceFlags.
+absl::StatusOr<Flags> CheckFlags(const Args& args) {
+  Flags flags;
+  flags.listen = args.Get("listen");
+  flags.state_dir = args.Get("state-dir");
+  if (args.Has("metrics-listen")) {
+    flags.metrics_listen = args.Get("metrics-listen");
+  }
+  absl::Status status = ApplyClusterFlags(args, flags.coordinator);
+  if (status.ok()) status = ApplyLimitFlags(args, flags.coordinator);
+  if (status.ok()) status = ApplyServiceFlags(args, flags.service_limits);
+  if (!status.ok()) return status;
+  return flags;
+}
+
+// The coordinator, with the jobs the state dir holds. Errors: those of
+// JobStore::Open and Coordinator::Create.
+absl::StatusOr<std::unique_ptr<Coordinator>> OpenCoordinator(
+    const std::string& state_dir, Coordinator::Options options) {
+  auto store = JobStore::Open(state_dir);
+  if (!store.ok()) return store.status();
   options.store = *std::move(store);
-  const bool static_cluster = options.cluster.has_value();
-  auto coordinator = Coordinator::Create(std::move(options));
-  if (!coordinator.ok()) return Fail(coordinator.status(), 1);
+  return Coordinator::Create(std::move(options));
+}
 
-  auto metrics_server = StartMetrics(*args, coordinator->get());
-  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
+// The /metrics endpoint when --metrics-listen is given (null otherwise).
+absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
+    const std::optional<std::string>& listen, Coordinator* coordinator) {
+  if (!listen.has_value()) {
+    return std::unique_ptr<metrics::HttpServer>();
+  }
+  auto server = metrics::HttpServer::Start(*listen, [coordinator] {
+    metrics::Exposition out;
+    coordinator->CollectMetrics(out);
+    return out.Take();
+  });
+  if (server.ok()) {
+    LogInfo("metrics on http://", (*server)->address(), "/metrics");
+  }
+  return server;
+}
 
-  // With --insecure nobody is authenticated: every caller may make every
-  // call. Otherwise each call is authorized by its client certificate.
-  GrpcService service(coordinator->get(), limits, tls->insecure);
-  // Answers only callers with a certificate of our CA (gRPC's built-in
-  // health service would answer anybody).
-  HealthService health(tls->insecure);
+// The coordinator's gRPC service and the health service on `listen`.
+// Errors: Unavailable when it cannot listen there.
+absl::StatusOr<std::unique_ptr<GrpcServer>> StartGrpcServer(
+    const std::string& listen, const TlsMaterial& tls,
+    GrpcService::Limits limits, Coordinator* coordinator) {
+  auto grpc = std::make_unique<GrpcServer>(coordinator, limits, tls.insecure);
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);
-  int port = 0;
-  builder.AddListeningPort(args->Get("listen"), ServerCredentials(*tls), &port);
-  builder.RegisterService(&service);
-  builder.RegisterService(&health);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(absl::StrCat(
-                    "cannot listen on ", args->Get("listen"),
-                    "; is the port in use or the host name wrong?")),
-                1);
+  builder.AddListeningPort(listen, ServerCredentials(tls), &grpc->port);
+  builder.RegisterService(&grpc->service);
+  builder.RegisterService(&grpc->health);
+  grpc->server = builder.BuildAndStart();
+  if (grpc->server == nullptr || grpc->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen,
+                     "; is the port in use or the host name wrong?"));
   }
-  std::string listen = args->Get("listen");
-  std::string host = listen.substr(0, listen.rfind(':'));
+  return grpc;
+}
+
+// The addresses on stdout (tools wait for them), and a log line of what
+// the daemon serves.
+void Announce(const Flags& flags, int port,
+              const metrics::HttpServer* metrics_server, bool static_cluster,
+              bool insecure) {
+  std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
   std::cout << "lockstep-coordinator listening on " << host << ":" << port
             << std::endl;
-  if (*metrics_server != nullptr) {
-    std::cout << "lockstep-coordinator metrics on "
-              << (*metrics_server)->address() << std::endl;
+  if (metrics_server != nullptr) {
+    std::cout << "lockstep-coordinator metrics on " << metrics_server->address()
+              << std::endl;
   }
-  LogInfo("serving on ", host, ":", port, ", state in ", args->Get("state-dir"),
+  LogInfo("serving on ", host, ":", port, ", state in ", flags.state_dir,
           static_cluster ? ", static cluster" : ", free registration",
-          tls->insecure ? ", without TLS" : ", mutual TLS");
+          insecure ? ", without TLS" : ", mutual TLS");
+}
 
+// Sweeps the coordinator until SIGTERM or SIGINT (of `signals`, blocked),
+// then shuts everything down: health first, the gRPC server last.
+void ServeUntilSignal(const sigset_t& signals, Coordinator& coordinator,
+                      GrpcServer& grpc,
+                      std::unique_ptr<metrics::HttpServer>& metrics_server) {
   // Liveness runs on the coordinator's clock: sweep often so a silent
   // worker is declared failed right after its timeout.
   absl::Notification stopping;
   std::thread sweeper([&] {
     while (!stopping.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-      (*coordinator)->Sweep();
+      coordinator.Sweep();
     }
   });
 
@@ -291,10 +361,39 @@ int Run(int argc, char** argv) {
   LogInfo("signal ", signal, ": shutting down");
   stopping.Notify();
   sweeper.join();
-  health.SetServing(false);
-  metrics_server->reset();
-  (*coordinator)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc.health.SetServing(false);
+  metrics_server.reset();
+  coordinator.Shutdown();
+  grpc.server->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(2));
+}
+
+int Run(int argc, char** argv) {
+  const sigset_t signals = BlockShutdownSignals();
+  auto args = ParseArgs(argc, argv);
+  if (!args.ok()) return Fail(args.status(), 2);
+  if (args->Has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  SetLogTag("coordinator");
+  auto tls = SetUpTls(*args);
+  if (!tls.ok()) return Fail(tls.status(), 2);
+  auto flags = CheckFlags(*args);
+  if (!flags.ok()) return Fail(flags.status(), 2);
+  RaiseFileLimit();
+  const bool static_cluster = flags->coordinator.cluster.has_value();
+  auto coordinator =
+      OpenCoordinator(flags->state_dir, std::move(flags->coordinator));
+  if (!coordinator.ok()) return Fail(coordinator.status(), 1);
+  auto metrics_server = StartMetrics(flags->metrics_listen, coordinator->get());
+  if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
+  auto grpc = StartGrpcServer(flags->listen, *tls, flags->service_limits,
+                              coordinator->get());
+  if (!grpc.ok()) return Fail(grpc.status(), 1);
+  Announce(*flags, (*grpc)->port, metrics_server->get(), static_cluster,
+           tls->insecure);
+  ServeUntilSignal(signals, **coordinator, **grpc, *metrics_server);
   return 0;
 }
 
