@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/sha256.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace {
 

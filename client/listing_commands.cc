@@ -12,7 +12,7 @@
 #include "client/commands.h"
 #include "client/views.h"
 #include "common/terminal_text.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::client {
 namespace {

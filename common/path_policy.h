@@ -12,7 +12,7 @@
 //
 // The check runs when a worker gets an assignment; a path swapped for a link
 // after it is not caught here, which is why the checkpoint files are also
-// opened without following links (worker/checkpoint/store.h).
+// opened without following links (checkpoint/store.h).
 //
 // Thread-compatible; the functions read only the filesystem.
 #ifndef LOCKSTEP_COMMON_PATH_POLICY_H_

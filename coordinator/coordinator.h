@@ -392,13 +392,12 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- worker reports (worker_reports.cc) ----
-  // Raises the job's applied_step from a rank's result, whatever its
-  // generation.
   // A leaving worker's word on the live state it held (PreemptRequest with
   // live_state_done): the checkpoint it saved it as, or why it did not.
   void HandleLiveStateLocked(Worker& worker, const v1::PreemptRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Only for the rank `worker` was last given.
+  // Raises the job's applied_step from a rank's result, whatever its
+  // generation; only for the rank `worker` was last given.
   void NoteAppliedStepLocked(const Worker& worker, const v1::TaskResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleResultLocked(Worker& worker, const v1::TaskResult& result)

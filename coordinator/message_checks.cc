@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "lockstep/v1/checkpoint.pb.h"
 #include "tests/fuzz/fuzz_files.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "coordinator/session_sink.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {

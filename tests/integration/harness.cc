@@ -192,7 +192,6 @@ std::vector<std::string> LocalMlpRun() {
           kMlp};
 }
 
-// The JSON object on the last line of `text`.
 Result RunAndKillAWorker(const std::vector<std::string>& argv) {
   Result result;
   // With --json, progress goes to stderr: read it through a pipe.

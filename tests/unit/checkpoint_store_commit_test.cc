@@ -9,7 +9,7 @@
 
 #include "common/sha256.h"
 #include "tests/unit/checkpoint_store_fixture.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::checkpoint {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::checkpoint {
 

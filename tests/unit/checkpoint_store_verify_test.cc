@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/unit/checkpoint_store_fixture.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::checkpoint {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "tests/fakes/fake_control_plane.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::worker {
 namespace {

@@ -6,8 +6,11 @@
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -60,12 +63,21 @@ TEST(JobSpecTest, ModelIsANameOrAnObject) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
-// The examples the README points at load and validate as they are.
+// Every job spec in examples/ loads and validates as it is, so a new
+// example is tested the day it is added.
 TEST(JobSpecTest, EveryExampleIsValid) {
-  for (const char* name :
-       {"fashion_mnist_mlp", "fashion_mnist_cnn", "fashion_mnist_resnet"}) {
-    auto spec = LoadJobSpec(
-        absl::StrCat(LOCKSTEP_SOURCE_DIR, "/examples/", name, ".json"));
+  const std::filesystem::path dir =
+      std::filesystem::path(LOCKSTEP_SOURCE_DIR) / "examples";
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".json") {
+      names.push_back(entry.path().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 3u) << "no job specs found in " << dir;
+  for (const std::string& name : names) {
+    auto spec = LoadJobSpec(name);
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
     ApplyDefaults(&*spec);
     EXPECT_TRUE(ValidateJobSpec(*spec, 2).ok()) << name;

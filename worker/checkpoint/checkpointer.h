@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "lockstep/v1/checkpoint.pb.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 #include "worker/task_context.h"
 
 namespace lockstep::worker {

@@ -14,7 +14,7 @@
 #include "common/job_spec.h"
 #include "lockstep/v1/job.pb.h"
 #include "worker/checkpoint/checkpointer.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 #include "worker/train/replica.h"
 
 namespace lockstep::worker {

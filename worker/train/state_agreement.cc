@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 #include "worker/train/state_handover.h"
 
 namespace lockstep::worker {

@@ -33,8 +33,8 @@
 namespace lockstep::worker {
 
 struct HandoverOptions {
-  // The sender's applies. Tensors are packed into buffers of at most this many
-  // bytes; one larger travels alone. 0: every tensor alone.
+  // Read by the sender only: it packs tensors into buffers of at most this
+  // many bytes; a larger one travels alone. 0: every tensor alone.
   size_t pack_bytes = size_t{4} << 20;
 };
 

@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
-#include "worker/checkpoint/store.h"
-#include "worker/train/generation.h"
+#include "checkpoint/store.h"
 #include "worker/train/replica.h"
 #include "worker/train/tensor_dataset.h"
 #include "worker/train/torch_error.h"
+#include "worker/train/training_generation.h"
 
 namespace lockstep::worker {
 
@@ -73,7 +73,7 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
   job_ended_ = false;
   absl::StatusOr<v1::TaskResult> result;
   try {
-    Generation generation(task, *replica_, torch::Device(device_));
+    TrainingGeneration generation(task, *replica_, torch::Device(device_));
     result = generation.Run();
     if (auto position = generation.LastPosition()) {
       position_ = std::make_unique<ReplicaPosition>(*std::move(position));

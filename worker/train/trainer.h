@@ -5,7 +5,7 @@
 // generation. When a generation starts, the ranks agree on the most
 // advanced step any of them applied and adopt that rank's state, so a
 // replacement worker or a rank that fell behind continues exactly where the
-// group was (worker/train/generation.h, state_agreement.h).
+// group was (worker/train/training_generation.h, state_agreement.h).
 #ifndef LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 #define LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 

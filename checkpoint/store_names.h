@@ -2,8 +2,8 @@
 // store_cleanup.cc): the names lockstep gives the entries of a backup folder,
 // the bounds on what a folder's files can make a reader trust, and the test
 // of what lockstep itself wrote there. Internal to worker/checkpoint/.
-#ifndef LOCKSTEP_WORKER_CHECKPOINT_STORE_NAMES_H_
-#define LOCKSTEP_WORKER_CHECKPOINT_STORE_NAMES_H_
+#ifndef LOCKSTEP_CHECKPOINT_STORE_NAMES_H_
+#define LOCKSTEP_CHECKPOINT_STORE_NAMES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -62,4 +62,4 @@ bool IsLockstepCheckpoint(const std::string& backup_dir,
 
 }  // namespace lockstep::checkpoint
 
-#endif  // LOCKSTEP_WORKER_CHECKPOINT_STORE_NAMES_H_
+#endif  // LOCKSTEP_CHECKPOINT_STORE_NAMES_H_

@@ -15,8 +15,8 @@
 // that. No torch here: the CLI and the tests use this too.
 //
 // Thread-compatible; the functions touch only the paths they are given.
-#ifndef LOCKSTEP_WORKER_CHECKPOINT_STORE_H_
-#define LOCKSTEP_WORKER_CHECKPOINT_STORE_H_
+#ifndef LOCKSTEP_CHECKPOINT_STORE_H_
+#define LOCKSTEP_CHECKPOINT_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -130,4 +130,4 @@ absl::Status RemoveAll(const std::string& backup_dir);
 
 }  // namespace lockstep::checkpoint
 
-#endif  // LOCKSTEP_WORKER_CHECKPOINT_STORE_H_
+#endif  // LOCKSTEP_CHECKPOINT_STORE_H_

@@ -1,6 +1,6 @@
 // The checkpoint folder's operations: prepare, commit, verify, list and find
 // the newest valid checkpoint (store.h); clean-up is in store_cleanup.cc.
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -27,7 +27,7 @@
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
-#include "worker/checkpoint/store_names.h"
+#include "checkpoint/store_names.h"
 
 namespace lockstep::checkpoint {
 namespace {

@@ -1,6 +1,6 @@
 // Setup, the step, evaluation and the loop of one generation
 // (generation.h).
-#include "worker/train/generation.h"
+#include "worker/train/training_generation.h"
 
 #include <torch/version.h>
 
@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/membership.h"
 #ifdef LOCKSTEP_HAVE_NCCL
@@ -69,8 +69,8 @@ absl::Duration Millis(absl::Duration d) {
 
 }  // namespace
 
-Generation::Generation(TaskContext& task, Replica& replica,
-                       torch::Device device)
+TrainingGeneration::TrainingGeneration(TaskContext& task, Replica& replica,
+                                       torch::Device device)
     : task_(task),
       replica_(replica),
       spec_(task.assignment.spec()),
@@ -80,9 +80,9 @@ Generation::Generation(TaskContext& task, Replica& replica,
   metrics_.set_sink(task.metrics);
 }
 
-Generation::~Generation() { task_.SetCommunicator(nullptr); }
+TrainingGeneration::~TrainingGeneration() { task_.SetCommunicator(nullptr); }
 
-std::string Generation::Backend() const {
+std::string TrainingGeneration::Backend() const {
   // The coordinator resolves "auto" for the whole generation; without its
   // word (an older coordinator) only an explicit "nccl" means NCCL.
   const std::string& backend = task_.assignment.backend().empty()
@@ -91,7 +91,7 @@ std::string Generation::Backend() const {
   return backend == "nccl" ? "nccl" : "gloo";
 }
 
-absl::Status Generation::CheckSupported() const {
+absl::Status TrainingGeneration::CheckSupported() const {
   if (Backend() == "nccl" && !device_.is_cuda()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job asks for communication.backend \"nccl\", but worker rank ",
@@ -109,7 +109,7 @@ absl::Status Generation::CheckSupported() const {
   return absl::OkStatus();
 }
 
-absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
+absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
   auto load = [data = spec_.data()](bool train) {
     return LoadSplit(data, train);
   };
@@ -143,7 +143,7 @@ absl::Status Generation::ConnectAndLoad(absl::Time* connected_at) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
+absl::StatusOr<std::unique_ptr<Communicator>> TrainingGeneration::Connect() {
   if (world_ == 1) return std::make_unique<SingleRankCommunicator>();
   ASSIGN_OR_RETURN(Membership membership, MembershipOf(task_.assignment));
   // Each backend's communicator is registered with the task before it
@@ -185,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Generation::Connect() {
   return connect(GlooCommunicator::Create(options));
 }
 
-absl::Status Generation::PlanBatches() {
+absl::Status TrainingGeneration::PlanBatches() {
   if (replica_.global_batch > 0) {
     // A resumed job keeps its global batch on any world size.
     ASSIGN_OR_RETURN(
@@ -206,7 +206,7 @@ absl::Status Generation::PlanBatches() {
   return absl::OkStatus();
 }
 
-absl::Status Generation::Setup() {
+absl::Status TrainingGeneration::Setup() {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(CheckSupported());
   absl::Time connected;
@@ -256,7 +256,7 @@ absl::Status Generation::Setup() {
   return absl::OkStatus();
 }
 
-void Generation::StartPipeline() {
+void TrainingGeneration::StartPipeline() {
   sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
                                              rank_);
   total_steps_ = sampler_->steps_per_epoch() * spec_.epochs();
@@ -291,7 +291,7 @@ void Generation::StartPipeline() {
   }
 }
 
-v1::TrainingPlan Generation::TrainingPlanOf() const {
+v1::TrainingPlan TrainingGeneration::TrainingPlanOf() const {
   v1::TrainingPlan plan;
   plan.set_replicas(world_);
   plan.set_per_replica_batch_size(plan_.per_replica);
@@ -305,8 +305,9 @@ v1::TrainingPlan Generation::TrainingPlanOf() const {
   return plan;
 }
 
-void Generation::LogPlan(absl::Duration setup, absl::Duration rendezvous,
-                         absl::Duration loaded) const {
+void TrainingGeneration::LogPlan(absl::Duration setup,
+                                 absl::Duration rendezvous,
+                                 absl::Duration loaded) const {
   LogInfo("generation ", task_.assignment.generation(), " set up in ",
           absl::FormatDuration(Millis(setup)), " (rendezvous ",
           absl::FormatDuration(Millis(rendezvous)), ", data ready after ",
@@ -332,12 +333,12 @@ void Generation::LogPlan(absl::Duration setup, absl::Duration rendezvous,
               : absl::StrCat(" from ", agreed_.restored_from));
 }
 
-std::optional<ReplicaPosition> Generation::LastPosition() const {
+std::optional<ReplicaPosition> TrainingGeneration::LastPosition() const {
   if (sampler_ == nullptr || lr_ == nullptr) return std::nullopt;
   return Position();
 }
 
-ReplicaPosition Generation::Position() const {
+ReplicaPosition TrainingGeneration::Position() const {
   ReplicaPosition position;
   position.job_id = task_.assignment.job_id();
   position.generation = task_.assignment.generation();
@@ -351,7 +352,7 @@ ReplicaPosition Generation::Position() const {
   return position;
 }
 
-absl::Status Generation::Step(bool* stop) {
+absl::Status TrainingGeneration::Step(bool* stop) {
   StepMetrics::Timer timer(&metrics_);
   const int64_t step = replica_.step;
   auto [images, labels] = batches_->Take(step);
@@ -432,7 +433,7 @@ absl::Status Generation::Step(bool* stop) {
   return absl::OkStatus();
 }
 
-absl::Status Generation::ApplyGradients(int64_t step) {
+absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
   LossScaler& scaler = replica_.scaler;
   if (scaler.enabled()) {
     // Every rank holds the same averaged gradients: an overflow on any rank
@@ -472,7 +473,7 @@ absl::Status Generation::ApplyGradients(int64_t step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Generation::Evaluate(double* loss) {
+absl::StatusOr<double> TrainingGeneration::Evaluate(double* loss) {
   RETURN_IF_ERROR(AverageRunningStatistics(*counted_, *statistics_));
   torch::NoGradGuard no_grad;
   Network& model = *replica_.model;
@@ -506,7 +507,8 @@ absl::StatusOr<double> Generation::Evaluate(double* loss) {
   return totals[0] / n;
 }
 
-absl::Status Generation::MaybeSave(int64_t step, bool epoch_end, bool stop) {
+absl::Status TrainingGeneration::MaybeSave(int64_t step, bool epoch_end,
+                                           bool stop) {
   if (checkpointer_ == nullptr || step == total_steps_) {
     return absl::OkStatus();
   }
@@ -530,7 +532,7 @@ absl::Status Generation::MaybeSave(int64_t step, bool epoch_end, bool stop) {
   return absl::OkStatus();
 }
 
-absl::Status Generation::Finalize() {
+absl::Status TrainingGeneration::Finalize() {
   if (checkpointer_ != nullptr) (void)checkpointer_->Wait();
   if (rank_ != 0) return absl::OkStatus();
   RETURN_IF_ERROR(ExportModel(spec_, replica_));
@@ -544,7 +546,7 @@ absl::Status Generation::Finalize() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::TaskResult> Generation::Run() {
+absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
   RETURN_IF_ERROR(Setup());
   train_start_ = absl::Now();
   const int64_t first_step = replica_.step;
@@ -583,7 +585,7 @@ absl::StatusOr<v1::TaskResult> Generation::Run() {
   return Result(first_step, stop);
 }
 
-v1::TaskResult Generation::Result(int64_t first_step, bool stop) const {
+v1::TaskResult TrainingGeneration::Result(int64_t first_step, bool stop) const {
   const double seconds =
       absl::ToDoubleSeconds(absl::Now() - train_start_ - eval_time_);
   v1::TaskResult result;

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "worker/checkpoint/store.h"
-#include "worker/checkpoint/store_names.h"
+#include "checkpoint/store.h"
+#include "checkpoint/store_names.h"
 
 namespace lockstep::checkpoint {
 

@@ -1,6 +1,6 @@
 // The names of a backup folder's entries and the test of what lockstep
 // wrote there (store_names.h).
-#include "worker/checkpoint/store_names.h"
+#include "checkpoint/store_names.h"
 
 #include <sys/stat.h>
 
@@ -15,7 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/proto_json.h"
-#include "worker/checkpoint/store.h"
+#include "checkpoint/store.h"
 
 namespace lockstep::checkpoint {
 

@@ -9,8 +9,8 @@
 // pipeline, gradient buckets, checkpointer) is the generation's own.
 // Thread-compatible: the agent's task thread runs it; an abort reaches it
 // through the TaskContext, which closes its communicator.
-#ifndef LOCKSTEP_WORKER_TRAIN_GENERATION_H_
-#define LOCKSTEP_WORKER_TRAIN_GENERATION_H_
+#ifndef LOCKSTEP_WORKER_TRAIN_TRAINING_GENERATION_H_
+#define LOCKSTEP_WORKER_TRAIN_TRAINING_GENERATION_H_
 
 #include <torch/torch.h>
 
@@ -40,13 +40,13 @@
 
 namespace lockstep::worker {
 
-class Generation {
+class TrainingGeneration {
  public:
   // Trains `replica` on `device`, this worker's.
-  Generation(TaskContext& task, Replica& replica, torch::Device device);
-  ~Generation();
-  Generation(const Generation&) = delete;
-  Generation& operator=(const Generation&) = delete;
+  TrainingGeneration(TaskContext& task, Replica& replica, torch::Device device);
+  ~TrainingGeneration();
+  TrainingGeneration(const TrainingGeneration&) = delete;
+  TrainingGeneration& operator=(const TrainingGeneration&) = delete;
 
   // Trains to the end of the generation. Errors: Aborted when the
   // generation was aborted; Unavailable, DeadlineExceeded when a peer
@@ -127,4 +127,4 @@ class Generation {
 
 }  // namespace lockstep::worker
 
-#endif  // LOCKSTEP_WORKER_TRAIN_GENERATION_H_
+#endif  // LOCKSTEP_WORKER_TRAIN_TRAINING_GENERATION_H_
