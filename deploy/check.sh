@@ -80,12 +80,13 @@ stage_packages() {  # DOCKERFILE STAGE
 #   prometheus         promtool and the server the metrics tests scrape with
 # and for Dockerfile.gpu also:
 #   libtorch-dev       a CUDA LibTorch comes from LIBTORCH_URL instead
-#   libopenblas0 libopenblas0-pthread  that LibTorch brings its own BLAS
+#   libopenblas0 libopenblas0-openmp  that LibTorch brings its own BLAS
+#   python3-torch python3-numpy  the DDP reference of bench/ddp_compare.sh
 #   python3            only Debian's libtorch-dev needs it
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy"
 # shellcheck disable=SC2034
-allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-pthread python3"
+allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-openmp python3"
 install_deps_packages >"$work/install-deps.txt"
 [ -s "$work/install-deps.txt" ] || fail "no packages=( ... ) list found in scripts/install-deps"
 for image in cpu gpu; do

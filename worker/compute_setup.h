@@ -1,0 +1,47 @@
+// How this worker process computes, set once at start: the device it trains
+// on (--device), its compute threads and the BLAS they use (--threads), and
+// how glibc's allocator keeps training's large buffers.
+#ifndef LOCKSTEP_WORKER_COMPUTE_SETUP_H_
+#define LOCKSTEP_WORKER_COMPUTE_SETUP_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/coordinator.pb.h"
+
+namespace lockstep::worker {
+
+// The device of --device `flag`: "auto" (GPU 0 of those the process sees,
+// else the CPU), "cpu" or "cuda:N". Errors: InvalidArgument for another
+// value, a GPU the process does not see, or a GPU in a build without CUDA.
+absl::StatusOr<v1::Device> ResolveDevice(const std::string& flag);
+
+// What the loaded BLAS is, read from the library itself (not its path: the
+// container image copies Debian's alternatives as plain files).
+struct BlasInfo {
+  bool openblas = false;
+  // OpenBLAS' threading: 0 sequential, 1 its own pthreads, 2 OpenMP.
+  int parallel = -1;
+  std::string description;  // OpenBLAS' configuration, or the file
+};
+BlasInfo LoadedBlas();
+
+// Limits LibTorch and OpenBLAS to `threads` and logs which BLAS is loaded,
+// warning when it will be slow: the reference BLAS (~10x slower than
+// OpenBLAS), or OpenBLAS' pthreads build with more than one thread, whose
+// own thread pool competes with LibTorch's OpenMP threads for the cores.
+void ConfigureThreads(int threads);
+
+// Training allocates and frees the same large activation and gradient
+// buffers every step. By default glibc serves blocks over 128 KiB with fresh
+// mmap pages and gives them back on free, so every step pays first-touch
+// page faults for all its activations: on this project's VMs the CNN's
+// forward and backward ran 4x slower for it (docs/BENCHMARKS.md). Keep such
+// blocks in the heap, as jemalloc or tcmalloc would; the worker's memory
+// stays at its peak, which every step reaches anyway. Variables the user set
+// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) win.
+void KeepLargeBlocksInTheHeap();
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_COMPUTE_SETUP_H_
