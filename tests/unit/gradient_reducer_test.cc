@@ -146,7 +146,8 @@ TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
           offset += g.numel();
         }
       }
-      EXPECT_EQ(checker.steps(), 3);
+      // Alone (world 1) nothing is reduced, so nothing is handed off.
+      EXPECT_EQ(checker.steps(), world > 1 ? 3 : 0);
       EXPECT_EQ(checker.errors(), "");
     });
   }

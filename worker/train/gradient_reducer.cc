@@ -17,6 +17,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
     : params_(std::move(params)),
       comm_(comm),
       options_(options),
+      alone_(comm->size() == 1),
       handoff_(options.handoff != nullptr ? options.handoff : &host_handoff_) {
   slots_.resize(params_.size());
   std::vector<size_t> sizes;  // floats per bucket
@@ -51,6 +52,11 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
     bucket_ready_.assign(buckets_.size(), false);
   }
   arrived_.assign(params_.size(), false);
+  if (alone_) {
+    buckets_.clear();  // the layout stays, for buckets()
+    staging_.clear();
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor param = params_[i];
     hooks_.push_back(param.register_hook([this, i](torch::Tensor grad) {
@@ -67,13 +73,14 @@ GradientReducer::~GradientReducer() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < hooks_.size(); ++i) {
     torch::Tensor param = params_[i];
     param.remove_hook(hooks_[i]);
   }
 }
 
 void GradientReducer::Prepare(float loss, float stop_vote) {
+  if (alone_) return PrepareAlone(loss, stop_vote);
   if (on_device()) {
     Prepare(torch::full({1}, loss, options_.device), stop_vote);
     return;
@@ -86,6 +93,9 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
 }
 
 void GradientReducer::Prepare(const torch::Tensor& loss, float stop_vote) {
+  if (alone_) {
+    return PrepareAlone(loss.detach().to(torch::kCPU).item<float>(), stop_vote);
+  }
   if (!on_device()) {
     Prepare(loss.item<float>(), stop_vote);
     return;
@@ -200,7 +210,32 @@ void GradientReducer::CommunicationLoop() {
   }
 }
 
+void GradientReducer::PrepareAlone(float loss, float stop_vote) {
+  alone_extras_[0] = loss;
+  alone_extras_[1] = stop_vote;
+  if (options_.accumulate) return;  // .grad holds the earlier micro-batches
+  // No .grad: autograd hands the last backward's gradient over as it is,
+  // as the bucketed path copies it (adding it to zeroed .grad would turn a
+  // -0.0 into +0.0).
+  for (const torch::Tensor& param : params_) {
+    param.mutable_grad() = torch::Tensor();
+  }
+}
+
+void GradientReducer::FinishAlone(float* loss_sum, float* stop_sum) {
+  for (const torch::Tensor& param : params_) {
+    if (!param.grad().defined())
+      param.mutable_grad() = torch::zeros_like(param);
+  }
+  *loss_sum = alone_extras_[0];
+  *stop_sum = alone_extras_[1];
+}
+
 absl::Status GradientReducer::Finish(float* loss_sum, float* stop_sum) {
+  if (alone_) {
+    FinishAlone(loss_sum, stop_sum);
+    return absl::OkStatus();
+  }
   // Parameters that took no part in this backward pass contribute zeros
   // (or what earlier micro-batches left in .grad).
   armed_ = false;

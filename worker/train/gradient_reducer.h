@@ -21,6 +21,13 @@
 // without Prepare(): the hooks are idle and gradients add up in `.grad`;
 // Prepare() arms them for the last one, which reduces `.grad` plus its own
 // gradient.
+// Alone (a communicator of one rank, a 1-worker job) there is nothing to
+// average: no hooks, no buckets, no thread. Prepare() lets the last
+// backward write fresh gradients into `.grad` (or add to what earlier
+// micro-batches left there), and Finish() only gives a parameter that took
+// no part zeros: the same bits as the bucketed path, whose copies and
+// hand-offs were pure overhead for one rank.
+//
 // Thread-safety: Prepare/Finish on the training thread; hooks run there too
 // (LibTorch's CPU autograd runs backward on the calling thread). The
 // communication thread is the reducer's own.
@@ -86,6 +93,9 @@ class GradientReducer {
   };
 
   void Arm();
+  // Alone: what Prepare and Finish do instead (see the file comment).
+  void PrepareAlone(float loss, float stop_vote);
+  void FinishAlone(float* loss_sum, float* stop_sum);
   void OnGradient(int param, const torch::Tensor& grad);
   // Copies `param`'s part of its bucket in: `grad` (plus what earlier
   // micro-batches left in .grad), or zeros when it took no part.
@@ -102,6 +112,8 @@ class GradientReducer {
   const std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   const Options options_;
+  const bool alone_;                       // one rank: nothing to reduce
+  float alone_extras_[2] = {0, 0};         // alone: the loss and stop vote
   std::vector<Slot> slots_;                // per parameter
   std::vector<std::vector<int>> members_;  // per bucket
   // Per bucket, flat float32 on the device (+2 extras in the last); with
