@@ -17,14 +17,26 @@
 # end of step 1, its processes' start included (cold).
 #
 # Without python3-torch it exits 77 (ctest's bench smoke counts that as a
-# skip). STEPS overrides the steps of both models (400 MLP, 120 CNN).
+# skip). STEPS overrides the steps of both models (400 MLP, 120 CNN; "" for
+# those).
 #
-#   bench/ddp_compare.sh [BUILD_DIR] [REPEATS] [STEPS]
-#   bench/ddp_compare.sh BUILD_DIR 1 15       a smoke run (DDP warms up 10)
+# --check MIN: exit 1 when lockstep / (DDP + heap) is below MIN in any cell
+# (the cells that fell are named). `make test` runs it with MIN 0.8 and 3
+# repeats (ctest bench_smoke.ddp_compare, alone on the machine), so a change
+# that makes lockstep slower than PyTorch on one machine does not land: a
+# regression to a third of DDP's speed in the 1-worker CNN cell went unseen
+# for a month before this check.
+#
+#   bench/ddp_compare.sh [BUILD_DIR] [REPEATS] [STEPS] [--check MIN]
+#   bench/ddp_compare.sh BUILD_DIR 3 "" --check 0.8     the check make test runs
 set -euo pipefail
 build=${1:-build}
 repeats=${2:-3}
 steps_override=${3:-}
+check_min=""
+if [ "${4:-}" = --check ]; then
+  check_min=${5:?--check needs the lowest ratio allowed, e.g. 0.8}
+fi
 cores=$(nproc)
 python=/usr/bin/python3
 "$python" -c 'import torch' 2>/dev/null || {
@@ -49,6 +61,7 @@ ddp() {  # workers model steps [env...] -> samples/s, cold first step
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { "$python" -c "print('%.2f' % ($1 / $2))"; }
 tuned=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824)
+below=()  # cells under --check's minimum
 
 echo "global batch 128, Adam, threads per worker = $cores cores / workers; median of $repeats"
 printf "%-5s %-3s %9s %9s %9s %7s %7s | %-19s %9s\n" model W "lockstep" "DDP" "DDP+heap" \
@@ -74,5 +87,13 @@ for model in mlp cnn; do
     f=$(printf '%s\n' "${theirs_cold[@]}" | median)
     printf "%-5s %-3s %9.0f %9.0f %9.0f %7s %7s | %9.2f %9.2f %9.2f\n" "$model" "$workers" \
         "$a" "$b" "$c" "$(ratio "$a" "$b")" "$(ratio "$a" "$c")" "$j" "$k" "$f"
+    if [ -n "$check_min" ] && "$python" -c "import sys; sys.exit(0 if $a / $c < $check_min else 1)"; then
+      below+=("$model on $workers worker(s): $(ratio "$a" "$c")")
+    fi
   done
 done
+echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}; BLAS $(readlink -f /usr/lib/"$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)"/libopenblas.so.0 2>/dev/null || echo unknown)"
+if [ ${#below[@]} -gt 0 ]; then
+  echo "ddp_compare: lockstep / (DDP + heap) below $check_min in: ${below[*]}" >&2
+  exit 1
+fi
