@@ -66,8 +66,11 @@ fuzz: san-configure
 # The container images (deploy/README.md "Images"): lockstep-cpu:dev with
 # docker, or offline with Debian's podman/buildah and a Debian base image made
 # from the archive; LOCKSTEP_GPU_IMAGE=1 also lockstep-gpu:dev. Prints sizes.
+# The CPU image takes the binaries built here (build-image/, sharing ccache
+# with build/); FROM_SOURCE=1 compiles them inside the image build instead.
+FROM_SOURCE ?= 0
 images:
-	@bash scripts/build-images
+	@FROM_SOURCE=$(FROM_SOURCE) bash scripts/build-images
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
@@ -104,4 +107,4 @@ format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsa $(SAN_DIR)
+	@rm -rf $(BUILD_DIR) build-tsa build-image $(SAN_DIR)
