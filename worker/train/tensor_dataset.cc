@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <string>
 #include <tuple>
@@ -70,8 +71,19 @@ absl::StatusOr<TensorDataset> LoadSplit(const v1::DataSpec& spec, bool train) {
   ASSIGN_OR_RETURN(TensorDataset data, Decode(spec, train));
   absl::MutexLock lock(&cache_mu);
   if (cache == nullptr) cache = new std::map<CacheKey, TensorDataset>;
+  // One data set at a time: another one's splits go.
+  for (auto it = cache->begin(); it != cache->end();) {
+    const bool same = std::get<0>(it->first) == std::get<0>(key) &&
+                      std::get<1>(it->first) == std::get<1>(key);
+    it = same ? std::next(it) : cache->erase(it);
+  }
   (*cache)[key] = data;
   return data;
+}
+
+void ForgetCachedData() {
+  absl::MutexLock lock(&cache_mu);
+  if (cache != nullptr) cache->clear();
 }
 
 absl::Status MatchTestToTrain(const v1::DataSpec& spec,

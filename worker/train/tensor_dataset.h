@@ -35,8 +35,17 @@ struct TensorDataset {
 
 // The training or test split of `spec`. Decoding takes a second or two, so
 // each split is decoded once per process and cached (keyed by format, folder
-// and split). Thread-safe. Errors name the file that is missing or malformed.
+// and split), so that the next generation of the job, or a spare given a
+// rank, does not decode it again. The cache holds one data set at a time:
+// loading another (format, folder) drops the other's splits, so a worker
+// that trains job after job holds at most one data set besides the one a
+// running generation uses. Thread-safe. Errors name the file that is
+// missing or malformed.
 absl::StatusOr<TensorDataset> LoadSplit(const v1::DataSpec& spec, bool train);
+
+// Drops the cached splits (a job ended here; its next job may bring other
+// data). Tensors a running generation holds stay valid. Thread-safe.
+void ForgetCachedData();
 
 // The test split is evaluated with the training split's statistics, and
 // must have the same image size. Errors: InvalidArgument naming both sizes.

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/log.h"
 #include "checkpoint/store.h"
+#include "common/log.h"
 #include "worker/train/replica.h"
 #include "worker/train/tensor_dataset.h"
 #include "worker/train/torch_error.h"
@@ -85,6 +85,8 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
   // A job trained to its last step is done (the chief exported it and
   // removed its checkpoints); a stop saved its step as a checkpoint.
   job_ended_ = result.ok() && !result->stopped();
+  // Either way the job is over on this worker: its data need not stay.
+  if (result.ok()) ForgetCachedData();
   v1::TaskResult out;
   if (result.ok()) {
     out = *std::move(result);
