@@ -127,7 +127,11 @@ class WorkerRegistry {
   // cannot fill a rank shrinks; spares never make it grow.
   std::vector<Worker*> Pick(const v1::JobSpec& spec,
                             const std::vector<std::string>& previous);
-  // Connected idle workers that could take a rank (not leaving).
+  // Connected idle workers that could take a rank (not leaving): spares
+  // and idle workers that are not spares alike. Not only spares on
+  // purpose: Pick gives a failed rank to an idle worker that is not a spare
+  // first (a static task back from a failure), so each of them is told to
+  // stand by for the running job and load its data before it is needed.
   std::vector<Worker*> StandingBy();
   // The workers of `rank_workers` that still hold a rank of `job_id`.
   std::vector<Worker*> RanksOf(const std::string& job_id,
