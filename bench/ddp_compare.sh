@@ -17,8 +17,8 @@
 # end of step 1, its processes' start included (cold).
 #
 # Without python3-torch it exits 77 (ctest's bench smoke counts that as a
-# skip). STEPS overrides the steps of both models (400 MLP, 120 CNN; "" for
-# those).
+# skip). STEPS overrides the steps of both models (400 MLP, 120 CNN;
+# "default" or "" for those).
 #
 # --check MIN: exit 1 when lockstep / (DDP + heap) is below MIN in any cell
 # (the cells that fell are named). `make test` runs it with MIN 0.8 and 3
@@ -28,11 +28,12 @@
 # for a month before this check.
 #
 #   bench/ddp_compare.sh [BUILD_DIR] [REPEATS] [STEPS] [--check MIN]
-#   bench/ddp_compare.sh BUILD_DIR 3 "" --check 0.8     the check make test runs
+#   bench/ddp_compare.sh BUILD_DIR 3 default --check 0.8   the check make test runs
 set -euo pipefail
 build=${1:-build}
 repeats=${2:-3}
 steps_override=${3:-}
+[ "$steps_override" = default ] && steps_override=""
 check_min=""
 if [ "${4:-}" = --check ]; then
   check_min=${5:?--check needs the lowest ratio allowed, e.g. 0.8}
