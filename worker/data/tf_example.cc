@@ -1,0 +1,330 @@
+// Decoding tf.train.Example records against feature specs (tf_example.h).
+#include "worker/data/tf_example.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/terminal_text.h"
+#include "tensorflow/example.pb.h"
+#include "worker/collective/half.h"
+
+// A column is the host's representation of its values, copied as is; the
+// format is little-endian, and so must the host be.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "tf_example.cc writes columns in host byte order");
+
+namespace lockstep::worker {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  int size;
+  bool integer;
+  int64_t min;  // integers only
+  int64_t max;
+};
+
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kUInt8, "uint8", 1, true, 0, 255},
+    {DType::kInt8, "int8", 1, true, -128, 127},
+    {DType::kInt16, "int16", 2, true, -32768, 32767},
+    {DType::kInt32, "int32", 4, true, -2147483648LL, 2147483647LL},
+    {DType::kInt64, "int64", 8, true, kInt64Min, kInt64Max},
+    {DType::kUInt16, "uint16", 2, true, 0, 65535},
+    {DType::kUInt32, "uint32", 4, true, 0, 4294967295LL},
+    {DType::kFloat16, "float16", 2, false, 0, 0},
+    {DType::kBFloat16, "bfloat16", 2, false, 0, 0},
+    {DType::kFloat32, "float32", 4, false, 0, 0},
+};
+
+const DTypeInfo& Info(DType dtype) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.dtype == dtype) return info;
+  }
+  return kDTypes[0];  // unreachable for a valid enum value
+}
+
+// "uint8 [28, 28]": how a spec is named in errors.
+std::string Describe(const FeatureSpec& spec) {
+  return absl::StrCat("'", TerminalSafe(spec.name), "' (",
+                      DTypeName(spec.dtype), " [",
+                      absl::StrJoin(spec.shape, ", "), "])");
+}
+
+absl::string_view KindName(tfexample::Feature::KindCase kind) {
+  switch (kind) {
+    case tfexample::Feature::kBytesList:
+      return "bytes_list";
+    case tfexample::Feature::kFloatList:
+      return "float_list";
+    case tfexample::Feature::kInt64List:
+      return "int64_list";
+    default:
+      return "no list (an empty Feature)";
+  }
+}
+
+// Stores `value`, known to be in range, as `dtype` at `out`.
+void StoreInteger(DType dtype, int64_t value, char* out) {
+  switch (Info(dtype).size) {
+    case 1: {
+      const auto v = static_cast<uint8_t>(value);
+      std::memcpy(out, &v, 1);
+      break;
+    }
+    case 2: {
+      const auto v = static_cast<uint16_t>(value);
+      std::memcpy(out, &v, 2);
+      break;
+    }
+    case 4: {
+      const auto v = static_cast<uint32_t>(value);
+      std::memcpy(out, &v, 4);
+      break;
+    }
+    default:
+      std::memcpy(out, &value, 8);
+  }
+}
+
+// One feature decoded into its column; errors say what is wrong, the caller
+// says where.
+class FeatureDecoder {
+ public:
+  FeatureDecoder(const FeatureSpec& spec, int64_t elements, char* out)
+      : spec_(spec), info_(Info(spec.dtype)), elements_(elements), out_(out) {}
+
+  absl::Status Decode(const tfexample::Feature& feature) const {
+    switch (feature.kind_case()) {
+      case tfexample::Feature::kInt64List:
+        return FromInt64s(feature.int64_list());
+      case tfexample::Feature::kFloatList:
+        return FromFloats(feature.float_list());
+      case tfexample::Feature::kBytesList:
+        return FromBytes(feature.bytes_list());
+      default:
+        return WrongKind(feature.kind_case());
+    }
+  }
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("feature ", Describe(spec_), ": ", what));
+  }
+  absl::Status WrongKind(tfexample::Feature::KindCase found) const {
+    return Error(absl::StrCat(
+        "expected ", info_.integer ? "an int64_list" : "a float_list", " of ",
+        elements_, " values or a bytes_list holding its ",
+        elements_ * info_.size, " raw bytes; found ", KindName(found)));
+  }
+  absl::Status CheckCount(int found, absl::string_view kind) const {
+    if (found == elements_) return absl::OkStatus();
+    return Error(absl::StrCat("expected ", elements_, " values, found ", found,
+                              " in its ", kind));
+  }
+
+  absl::Status FromInt64s(const tfexample::Int64List& list) const {
+    if (!info_.integer) return WrongKind(tfexample::Feature::kInt64List);
+    RETURN_IF_ERROR(CheckCount(list.value_size(), "int64_list"));
+    for (int i = 0; i < list.value_size(); ++i) {
+      const int64_t value = list.value(i);
+      if (value < info_.min || value > info_.max) {
+        return Error(absl::StrCat("value ", value, " at position ", i,
+                                  " is out of range for ", info_.name, " (",
+                                  info_.min, "..", info_.max, ")"));
+      }
+      StoreInteger(spec_.dtype, value, out_ + int64_t{i} * info_.size);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FromFloats(const tfexample::FloatList& list) const {
+    if (info_.integer) return WrongKind(tfexample::Feature::kFloatList);
+    RETURN_IF_ERROR(CheckCount(list.value_size(), "float_list"));
+    for (int i = 0; i < list.value_size(); ++i) {
+      const float value = list.value(i);
+      char* at = out_ + int64_t{i} * info_.size;
+      if (spec_.dtype == DType::kFloat32) {
+        std::memcpy(at, &value, 4);
+        continue;
+      }
+      const uint16_t bits = spec_.dtype == DType::kFloat16
+                                ? FloatToHalf(value)
+                                : FloatToBFloat16(value);
+      std::memcpy(at, &bits, 2);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FromBytes(const tfexample::BytesList& list) const {
+    const int64_t want = elements_ * info_.size;
+    if (list.value_size() != 1) {
+      return Error(absl::StrCat("expected a bytes_list of one value (", want,
+                                " raw bytes), found ", list.value_size(),
+                                " values"));
+    }
+    const std::string& raw = list.value(0);
+    if (static_cast<int64_t>(raw.size()) != want) {
+      return Error(absl::StrCat("expected ", want, " raw bytes (", elements_,
+                                " x ", info_.size, "), found ", raw.size(),
+                                " in its bytes_list"));
+    }
+    std::memcpy(out_, raw.data(), raw.size());
+    return absl::OkStatus();
+  }
+
+  const FeatureSpec& spec_;
+  const DTypeInfo& info_;
+  const int64_t elements_;
+  char* const out_;
+};
+
+// "it has: a, b, c": the names an Example does have, for a missing one.
+// Names come from the record: shown safely, few and short.
+std::string PresentNames(const tfexample::Features& features) {
+  std::vector<std::string> names;
+  for (const auto& entry : features.feature()) {
+    names.push_back(TerminalSafe(entry.first.substr(0, 64)));
+  }
+  if (names.empty()) return "it has no features";
+  std::sort(names.begin(), names.end());
+  constexpr size_t kShown = 10;
+  std::string out = absl::StrCat(
+      "it has ",
+      absl::StrJoin(names.begin(),
+                    names.begin() + std::min(names.size(), kShown), ", "));
+  if (names.size() > kShown) {
+    absl::StrAppend(&out, " and ", names.size() - kShown, " more");
+  }
+  return out;
+}
+
+}  // namespace
+
+int DTypeSize(DType dtype) { return Info(dtype).size; }
+
+absl::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  std::vector<absl::string_view> names;
+  for (const DTypeInfo& info : kDTypes) {
+    if (name == info.name) return info.dtype;
+    names.push_back(info.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", TerminalSafe(name), "\"; use one of ",
+                   absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<ExampleDecoder> ExampleDecoder::Create(
+    std::vector<FeatureSpec> specs, uint64_t max_example_bytes) {
+  std::vector<int64_t> elements, bytes;
+  absl::flat_hash_set<std::string> seen;
+  for (const FeatureSpec& spec : specs) {
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError("a feature spec has no name");
+    }
+    if (!seen.insert(spec.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature ", Describe(spec), " is listed twice"));
+    }
+    int64_t count = 1;
+    for (int64_t dim : spec.shape) {
+      // Divided, not multiplied: count * dim could pass 64 bits.
+      if (dim < 0 || (dim > 0 && count > kMaxFeatureBytes / dim)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("feature ", Describe(spec),
+                         ": each dimension must be >= 0 and "
+                         "the column at most ",
+                         kMaxFeatureBytes, " bytes"));
+      }
+      count *= dim;
+    }
+    if (count * DTypeSize(spec.dtype) > kMaxFeatureBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature ", Describe(spec), " is more than ",
+                       kMaxFeatureBytes, " bytes per sample"));
+    }
+    elements.push_back(count);
+    bytes.push_back(count * DTypeSize(spec.dtype));
+  }
+  return ExampleDecoder(std::move(specs), std::move(elements), std::move(bytes),
+                        max_example_bytes);
+}
+
+ExampleDecoder::ExampleDecoder(std::vector<FeatureSpec> specs,
+                               std::vector<int64_t> elements,
+                               std::vector<int64_t> bytes,
+                               uint64_t max_example_bytes)
+    : specs_(std::move(specs)),
+      elements_(std::move(elements)),
+      bytes_(std::move(bytes)),
+      max_example_bytes_(max_example_bytes) {}
+
+absl::Status ExampleDecoder::Decode(absl::string_view example,
+                                    absl::Span<const absl::Span<char>> outputs,
+                                    absl::string_view origin) const {
+  const std::string where = origin.empty() ? "" : absl::StrCat(origin, ": ");
+  if (outputs.size() != specs_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, outputs.size(), " output columns for ",
+                     specs_.size(), " feature specs"));
+  }
+  for (size_t k = 0; k < specs_.size(); ++k) {
+    if (static_cast<int64_t>(outputs[k].size()) != bytes_[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "the output for feature ", Describe(specs_[k]),
+                       " is ", outputs[k].size(), " bytes, not ", bytes_[k]));
+    }
+  }
+  // Parsing costs memory in proportion to the bytes; the bound comes first.
+  const uint64_t bound =
+      std::min<uint64_t>(max_example_bytes_, std::numeric_limits<int>::max());
+  if (example.size() > bound) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "the Example is ", example.size(),
+                     " bytes, more than the bound of ", bound));
+  }
+  tfexample::Example parsed;
+  if (!parsed.ParseFromArray(example.data(),
+                             static_cast<int>(example.size()))) {
+    return absl::DataLossError(
+        absl::StrCat(where, "its ", example.size(),
+                     " bytes do not parse as a tf.train.Example"));
+  }
+  const auto& features = parsed.features().feature();
+  for (size_t k = 0; k < specs_.size(); ++k) {
+    auto it = features.find(specs_[k].name);
+    if (it == features.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "feature ", Describe(specs_[k]), " is missing; ",
+                       PresentNames(parsed.features())));
+    }
+    FeatureDecoder decoder(specs_[k], elements_[k], outputs[k].data());
+    absl::Status status = decoder.Decode(it->second);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(where, status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeExample(absl::string_view example,
+                           const std::vector<FeatureSpec>& specs,
+                           absl::Span<const absl::Span<char>> outputs) {
+  ASSIGN_OR_RETURN(ExampleDecoder decoder, ExampleDecoder::Create(specs));
+  return decoder.Decode(example, outputs);
+}
+
+}  // namespace lockstep::worker
