@@ -94,7 +94,10 @@ void GradientReducer::Prepare(float loss, float stop_vote) {
 
 void GradientReducer::Prepare(const torch::Tensor& loss, float stop_vote) {
   if (alone_) {
-    return PrepareAlone(loss.detach().to(torch::kCPU).item<float>(), stop_vote);
+    // Read in Finish, after backward was launched: no synchronisation here.
+    PrepareAlone(0, stop_vote);
+    alone_device_loss_ = loss.detach();
+    return;
   }
   if (!on_device()) {
     Prepare(loss.item<float>(), stop_vote);
@@ -211,6 +214,7 @@ void GradientReducer::CommunicationLoop() {
 }
 
 void GradientReducer::PrepareAlone(float loss, float stop_vote) {
+  alone_device_loss_ = torch::Tensor();
   alone_extras_[0] = loss;
   alone_extras_[1] = stop_vote;
   if (options_.accumulate) return;  // .grad holds the earlier micro-batches
@@ -224,8 +228,14 @@ void GradientReducer::PrepareAlone(float loss, float stop_vote) {
 
 void GradientReducer::FinishAlone(float* loss_sum, float* stop_sum) {
   for (const torch::Tensor& param : params_) {
-    if (!param.grad().defined())
+    if (!param.grad().defined()) {
       param.mutable_grad() = torch::zeros_like(param);
+    }
+  }
+  if (alone_device_loss_.defined()) {
+    alone_extras_[0] =
+        alone_device_loss_.to(torch::kCPU, torch::kFloat32).item<float>();
+    alone_device_loss_ = torch::Tensor();
   }
   *loss_sum = alone_extras_[0];
   *stop_sum = alone_extras_[1];

@@ -112,9 +112,10 @@ class GradientReducer {
   const std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   const Options options_;
-  const bool alone_;                       // one rank: nothing to reduce
-  float alone_extras_[2] = {0, 0};         // alone: the loss and stop vote
-  std::vector<Slot> slots_;                // per parameter
+  const bool alone_;                 // one rank: nothing to reduce
+  float alone_extras_[2] = {0, 0};   // alone: the loss and stop vote
+  torch::Tensor alone_device_loss_;  // alone on a GPU: the loss, read in Finish
+  std::vector<Slot> slots_;          // per parameter
   std::vector<std::vector<int>> members_;  // per bucket
   // Per bucket, flat float32 on the device (+2 extras in the last); with
   // staging, pinned host copies of them.
