@@ -85,8 +85,10 @@ v1::TaskResult TrainingRunner::Run(TaskContext& task) {
   // A job trained to its last step is done (the chief exported it and
   // removed its checkpoints); a stop saved its step as a checkpoint.
   job_ended_ = result.ok() && !result->stopped();
-  // Either way the job is over on this worker: its data need not stay.
-  if (result.ok()) ForgetCachedData();
+  // Its data need not stay. Not after a stop: a preempted group's stop
+  // waits for the group to re-form and train on (a job stopped for good
+  // gives its data up when the next data set is loaded).
+  if (job_ended_) ForgetCachedData();
   v1::TaskResult out;
   if (result.ok()) {
     out = *std::move(result);
