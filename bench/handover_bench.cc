@@ -89,7 +89,8 @@ absl::StatusOr<int64_t> HandOverArchive(Communicator& comm, int source,
 
 absl::StatusOr<Replica> BuildReplica(const v1::JobSpec& spec) {
   Replica replica;
-  RETURN_IF_ERROR(InitializeReplica(spec, 28, 28, torch::kCPU, &replica));
+  RETURN_IF_ERROR(
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &replica));
   return replica;
 }
 

@@ -72,8 +72,13 @@ std::string MetricsJson(const v1::JobStatus& status) {
     auto& row = *evals->add_values()->mutable_struct_value()->mutable_fields();
     row["step"].set_number_value(static_cast<double>(eval.step()));
     row["epoch"].set_number_value(eval.epoch() + 1);
-    row["test_accuracy"].set_number_value(eval.test_accuracy());
+    if (eval.metrics().empty() || eval.metrics().contains("test_accuracy")) {
+      row["test_accuracy"].set_number_value(eval.test_accuracy());
+    }
     row["test_loss"].set_number_value(eval.test_loss());
+    for (const auto& [name, value] : eval.metrics()) {
+      row[name].set_number_value(value);
+    }
     row["time"].set_number_value(eval.time());
   }
   return ToJson(out);
@@ -196,8 +201,17 @@ std::string CompareJson(const std::vector<v1::JobStatus>& jobs,
     r["steps_per_epoch"].set_number_value(job.plan().steps_per_epoch());
     r["steps"].set_number_value(static_cast<double>(job.step()));
     r["final_loss"].set_number_value(job.loss());
-    r["test_accuracy"].set_number_value(job.test_accuracy());
+    if (job.has_test_accuracy()) {
+      r["test_accuracy"].set_number_value(job.test_accuracy());
+    }
+    if (job.has_test_loss()) r["test_loss"].set_number_value(job.test_loss());
+    for (const auto& [name, value] : job.test_metrics()) {
+      r[name].set_number_value(value);
+    }
     r["samples_per_second"].set_number_value(job.samples_per_second());
+    if (job.tokens_per_second() > 0) {
+      r["tokens_per_second"].set_number_value(job.tokens_per_second());
+    }
   }
   auto* warned = f["warnings"].mutable_list_value();
   for (const std::string& w : warnings) {
@@ -247,16 +261,17 @@ int RunCompare(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   std::cout << absl::StrFormat(
-      "%-24s %8s %11s %7s %10s %10s %7s %10s %8s %10s\n", "JOB", "REPLICAS",
-      "PER-REPLICA", "GLOBAL", "LR", "STEPS/EP", "STEPS", "LOSS", "TEST ACC",
+      "%-24s %8s %11s %7s %10s %10s %7s %10s %-22s %10s\n", "JOB", "REPLICAS",
+      "PER-REPLICA", "GLOBAL", "LR", "STEPS/EP", "STEPS", "LOSS", "TEST",
       "SAMPLES/S");
   for (const v1::JobStatus& job : jobs) {
+    const std::string metrics = MetricsText(job);
     std::cout << TerminalSafe(absl::StrFormat(
-        "%-24s %8d %11d %7d %10.4g %10d %7d %10.4f %7.2f%% %10.0f\n",
+        "%-24s %8d %11d %7d %10.4g %10d %7d %10.4f %-22s %10.0f\n",
         job.job_id(), job.plan().replicas(),
         job.plan().per_replica_batch_size(), GlobalBatch(job),
         job.plan().scaled_lr(), job.plan().steps_per_epoch(), job.step(),
-        job.loss(), 100 * job.test_accuracy(), job.samples_per_second()));
+        job.loss(), metrics.empty() ? "-" : metrics, job.samples_per_second()));
   }
   for (const std::string& w : warnings) {
     std::cerr << "lockstep: warning: " << TerminalSafe(w) << "\n";

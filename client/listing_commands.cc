@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "checkpoint/store.h"
 #include "client/commands.h"
 #include "client/views.h"
 #include "common/terminal_text.h"
-#include "checkpoint/store.h"
 
 namespace lockstep::client {
 namespace {
@@ -158,16 +158,14 @@ int RunStatus(const std::vector<std::string>& argv) {
   }
   std::cout << absl::StrFormat("%-28s %-10s %-13s %-7s %-7s %-8s %-9s %s\n",
                                "JOB", "STATE", "STEP", "WORKERS", "BACKEND",
-                               "LOSS", "TEST ACC", "SAMPLES/S");
+                               "LOSS", "TEST", "SAMPLES/S");
   for (const v1::JobStatus& job : response.jobs()) {
     std::cout << TerminalSafe(absl::StrFormat(
         "%-28s %-10s %-13s %-7d %-7s %-8.4f %-9s %.0f\n", job.job_id(),
         StateName(job.state()),
         absl::StrCat(job.step(), "/", job.total_steps()), job.world_size(),
         job.backend().empty() ? "-" : job.backend(), job.loss(),
-        job.has_test_accuracy()
-            ? absl::StrFormat("%.2f%%", 100 * job.test_accuracy())
-            : "-",
+        MetricsText(job).empty() ? "-" : MetricsText(job),
         job.samples_per_second()));
     if (!job.error().empty() && job.state() != v1::JOB_STATE_SUCCEEDED) {
       std::cout << "  " << TerminalSafe(job.error()) << "\n";

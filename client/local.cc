@@ -57,7 +57,10 @@ Flags:
                        (e.g. --set epochs=1 --set per_replica_batch_size=32)
   --json               progress on stderr; the last line of stdout is one JSON
                        object: state, workers, steps, epochs, final_loss,
-                       test_accuracy, samples_per_second, generations,
+                       test_loss, the task's test metrics (test_accuracy,
+                       test_top5_accuracy, test_mse, test_mae,
+                       test_perplexity), samples_per_second (and
+                       tokens_per_second), generations,
                        backend (gloo or nccl), model_digest, startup_seconds
                        (processes up and registered), first_step_seconds
                        (from submitting the job to its first step), ...
@@ -208,8 +211,21 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   f["steps"].set_number_value(static_cast<double>(status.step()));
   f["epochs"].set_number_value(status.epoch() + 1);
   f["final_loss"].set_number_value(status.loss());
-  f["test_accuracy"].set_number_value(status.test_accuracy());
+  // The task's metrics under their fixed names; a classifier's accuracy
+  // also when an older worker reported it alone.
+  if (status.has_test_accuracy()) {
+    f["test_accuracy"].set_number_value(status.test_accuracy());
+  }
+  if (status.has_test_loss()) {
+    f["test_loss"].set_number_value(status.test_loss());
+  }
+  for (const auto& [name, value] : status.test_metrics()) {
+    f[name].set_number_value(value);
+  }
   f["samples_per_second"].set_number_value(status.samples_per_second());
+  if (status.tokens_per_second() > 0) {
+    f["tokens_per_second"].set_number_value(status.tokens_per_second());
+  }
   f["generations"].set_number_value(status.generations());
   f["backend"].set_string_value(status.backend());
   f["wall_seconds"].set_number_value(wall_seconds);
@@ -292,12 +308,13 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
       ok = false;
     }
   }
+  const std::string metrics = MetricsText(status);
   progress() << absl::StrFormat(
-                    "%s %s in %.1f s: %d steps, loss %.4f, test accuracy "
-                    "%.2f%%, %.0f samples/s on %d workers",
+                    "%s %s in %.1f s: %d steps, loss %.4f, %s%s on %d workers",
                     status.job_id(), StateName(status.state()), wall,
-                    status.step(), status.loss(), 100 * status.test_accuracy(),
-                    status.samples_per_second(), status.world_size())
+                    status.step(), status.loss(),
+                    metrics.empty() ? "" : absl::StrCat("test ", metrics, ", "),
+                    ThroughputText(status), status.world_size())
              << std::endl;
   if (!ok) {
     std::cerr << "lockstep: " << status.error() << "\nlogs are in " << run_dir_

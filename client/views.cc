@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_state.h"
 #include "common/terminal_text.h"
@@ -37,13 +40,59 @@ std::string EventLine(const v1::JobEvent& event) {
 }
 
 std::string EvalLine(const v1::JobStatus& status, const v1::EvalPoint& eval) {
-  return absl::StrFormat(
-      "%s  epoch %d/%d done at step %d: test accuracy %.2f%%, test loss %.4f",
-      status.job_id(), eval.epoch() + 1, status.spec().epochs(), eval.step(),
-      100 * eval.test_accuracy(), eval.test_loss());
+  const std::string head =
+      absl::StrFormat("%s  epoch %d/%d done at step %d: ", status.job_id(),
+                      eval.epoch() + 1, status.spec().epochs(), eval.step());
+  if (eval.metrics().empty() || eval.metrics().contains("test_accuracy")) {
+    // A classifier (or an older worker's evaluation, accuracy only).
+    return head + absl::StrFormat("test accuracy %.2f%%, test loss %.4f",
+                                  100 * eval.test_accuracy(), eval.test_loss());
+  }
+  return head + absl::StrFormat("test loss %.4f, %s", eval.test_loss(),
+                                MetricsText(eval.metrics()));
 }
 
 }  // namespace
+
+std::string MetricsText(
+    const google::protobuf::Map<std::string, double>& metrics) {
+  auto get = [&](const char* name) -> std::optional<double> {
+    auto it = metrics.find(name);
+    if (it == metrics.end()) return std::nullopt;
+    return it->second;
+  };
+  std::vector<std::string> parts;
+  if (auto accuracy = get("test_accuracy")) {
+    parts.push_back(absl::StrFormat("acc %.2f%%", 100 * *accuracy));
+  }
+  if (auto mse = get("test_mse")) {
+    parts.push_back(absl::StrFormat("mse %.4g", *mse));
+  }
+  if (auto mae = get("test_mae")) {
+    parts.push_back(absl::StrFormat("mae %.4g", *mae));
+  }
+  if (auto perplexity = get("test_perplexity")) {
+    parts.push_back(absl::StrFormat("ppl %.3f", *perplexity));
+  }
+  return absl::StrJoin(parts, "  ");
+}
+
+std::string MetricsText(const v1::JobStatus& status) {
+  if (!status.test_metrics().empty()) {
+    return MetricsText(status.test_metrics());
+  }
+  if (status.has_test_accuracy()) {
+    return absl::StrFormat("acc %.2f%%", 100 * status.test_accuracy());
+  }
+  return "";
+}
+
+std::string ThroughputText(const v1::JobStatus& status) {
+  if (status.tokens_per_second() > 0) {
+    return absl::StrFormat("%.0f tokens/s", status.tokens_per_second());
+  }
+  return absl::StrFormat("%.0f samples/s", status.samples_per_second());
+}
 
 int GlobalBatch(const v1::JobStatus& status) {
   if (status.plan().global_batch_size() > 0) {
@@ -73,14 +122,13 @@ std::string FormatProgress(const v1::JobStatus& status) {
                         " on ", status.world_size(),
                         " workers: loading data, connecting the ranks");
   }
-  std::string line = absl::StrFormat(
-      "%s  step %d/%d  epoch %d/%d  loss %.4f  %.0f samples/s  gen %d",
-      status.job_id(), status.step(), status.total_steps(), status.epoch() + 1,
-      status.spec().epochs(), status.loss(), status.samples_per_second(),
-      status.generation());
-  if (status.has_test_accuracy()) {
-    absl::StrAppendFormat(&line, "  test acc %.2f%%",
-                          100 * status.test_accuracy());
+  std::string line =
+      absl::StrFormat("%s  step %d/%d  epoch %d/%d  loss %.4f  %s  gen %d",
+                      status.job_id(), status.step(), status.total_steps(),
+                      status.epoch() + 1, status.spec().epochs(), status.loss(),
+                      ThroughputText(status), status.generation());
+  if (const std::string metrics = MetricsText(status); !metrics.empty()) {
+    absl::StrAppend(&line, "  test ", metrics);
   }
   if (!status.stall().empty())
     absl::StrAppend(&line, "  [", status.stall(), "]");
@@ -108,12 +156,11 @@ std::string ProgressBar(const v1::JobStatus& status) {
   std::string line = absl::StrFormat("epoch %d/%d [%s] %d/%d  loss %.4f",
                                      status.epoch() + 1, status.spec().epochs(),
                                      bar, in_epoch, per_epoch, status.loss());
-  if (status.has_test_accuracy()) {
-    absl::StrAppendFormat(&line, "  acc %.2f%%", 100 * status.test_accuracy());
+  if (const std::string metrics = MetricsText(status); !metrics.empty()) {
+    absl::StrAppend(&line, "  ", metrics);
   }
-  absl::StrAppendFormat(&line, "  %.0f samples/s  ETA %s  gen %d",
-                        status.samples_per_second(), FormatDuration(eta),
-                        status.generation());
+  absl::StrAppendFormat(&line, "  %s  ETA %s  gen %d", ThroughputText(status),
+                        FormatDuration(eta), status.generation());
   if (!status.stall().empty())
     absl::StrAppend(&line, "  [", status.stall(), "]");
   return line;
@@ -160,13 +207,14 @@ void ProgressView::Update(const v1::JobStatus& status) {
 
 void ProgressView::Finish(const v1::JobStatus& status) {
   Update(status);
+  const std::string metrics = MetricsText(status);
   std::string line = absl::StrFormat(
-      "%s %s: %d steps, loss %.4f, test accuracy %.2f%%, %.0f samples/s on %d "
-      "worker%s, %d generation%s",
+      "%s %s: %d steps, loss %.4f, %s%s on %d worker%s, %d generation%s",
       status.job_id(), StateName(status.state()), status.step(), status.loss(),
-      100 * status.test_accuracy(), status.samples_per_second(),
-      status.world_size(), status.world_size() == 1 ? "" : "s",
-      status.generations(), status.generations() == 1 ? "" : "s");
+      metrics.empty() ? "" : absl::StrCat("test ", metrics, ", "),
+      ThroughputText(status), status.world_size(),
+      status.world_size() == 1 ? "" : "s", status.generations(),
+      status.generations() == 1 ? "" : "s");
   if (!status.error().empty()) absl::StrAppend(&line, ": ", status.error());
   Print(line);
   out_.flush();

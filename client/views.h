@@ -48,6 +48,16 @@ std::string ProgressBar(const v1::JobStatus& status);
 // One line of progress: "step 120/936  epoch 1  loss 0.5234 ...".
 std::string FormatProgress(const v1::JobStatus& status);
 
+// The task's test metrics, short: "acc 91.23%", "mse 0.0123 mae 0.0876" or
+// "ppl 4.521"; empty before the first evaluation.
+std::string MetricsText(
+    const google::protobuf::Map<std::string, double>& metrics);
+std::string MetricsText(const v1::JobStatus& status);
+
+// The job's throughput: "12345 tokens/s" for a language model, else
+// "2310 samples/s".
+std::string ThroughputText(const v1::JobStatus& status);
+
 // "succeeded", "failed", ...
 std::string StateName(v1::JobState state);
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/job_spec_internal.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 
@@ -25,9 +26,8 @@ namespace {
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-absl::Status Invalid(absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat("job spec: ", message));
-}
+using internal::CheckChoice;
+using internal::Invalid;
 
 // The bound of every field, by dotted path: bytes for strings, the value for
 // numbers. A test checks that every scalar field of JobSpec has one, so a
@@ -43,8 +43,25 @@ constexpr FieldBound kFieldBounds[] = {
     {"model.name", kMaxChoiceBytes},
     {"model.torchscript", kMaxPathBytes},
     {"model.dropout", 1},
+    {"model.n_layer", 256},
+    {"model.n_head", 256},
+    {"model.n_embd", 65536},
+    {"model.vocab_size", kMaxClasses},
     {"data.format", kMaxChoiceBytes},
     {"data.dir", kMaxPathBytes},
+    {"data.train", kMaxPathBytes},
+    {"data.test", kMaxPathBytes},
+    {"data.token_dtype", kMaxChoiceBytes},
+    {"data.block_size", kMaxBlockSize},
+    {"data.window_stride", kMaxBlockSize},
+    {"data.shuffle", kMaxChoiceBytes},
+    {"data.shuffle_block", 1 << 30},
+    {"task.type", kMaxChoiceBytes},
+    {"task.num_classes", kMaxClasses},
+    {"task.label_smoothing", 1},
+    {"task.loss", kMaxChoiceBytes},
+    {"task.input", kMaxColumnNameBytes},
+    {"task.target", kMaxColumnNameBytes},
     {"epochs", kMaxEpochs},
     {"global_batch_size", kMaxGlobalBatch},
     {"per_replica_batch_size", kMaxPerReplicaBatch},
@@ -56,6 +73,8 @@ constexpr FieldBound kFieldBounds[] = {
     {"optimizer.type", kMaxChoiceBytes},
     {"optimizer.momentum", 1},
     {"optimizer.weight_decay", 1000},
+    {"optimizer.beta1", 1},
+    {"optimizer.beta2", 1},
     {"seed", kUnbounded},  // every 64-bit seed is a valid seed
     {"max_steps", kMaxSteps},
     {"log_every_steps", kMaxSteps32},
@@ -175,6 +194,14 @@ absl::Status CheckFieldBounds(const google::protobuf::Message& message,
   return absl::OkStatus();
 }
 
+}  // namespace
+
+namespace internal {
+
+absl::Status Invalid(absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", message));
+}
+
 bool OneOf(const std::string& value, std::initializer_list<const char*> set) {
   for (const char* item : set) {
     if (value == item) return true;
@@ -192,6 +219,10 @@ absl::Status CheckChoice(absl::string_view field, const std::string& value,
   return Invalid(
       absl::StrCat(field, " is \"", value, "\"; choose one of ", choices));
 }
+
+}  // namespace internal
+
+namespace {
 
 // "model": "cnn" is short for "model": {"name": "cnn"}: expanded in the
 // spec's text. Only the top-level "model" string is rewritten and every
@@ -326,16 +357,14 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->name().empty()) spec->set_name("job");
   v1::ModelSpec* model = spec->mutable_model();
   if (model->name().empty() && model->torchscript().empty()) {
-    model->set_name("mlp");
+    model->set_name(spec->task().type() == "language_model" ? "gpt" : "mlp");
   }
   if (spec->precision().empty()) spec->set_precision("fp32");
   if (!spec->has_loss_scale()) spec->set_loss_scale(65536);
   if (!spec->has_loss_scale_growth_interval()) {
     spec->set_loss_scale_growth_interval(2000);
   }
-  if (spec->data().format().empty()) spec->mutable_data()->set_format("idx");
-  if (spec->data().dir().empty())
-    spec->mutable_data()->set_dir(kDefaultDataDir);
+  internal::ApplyWorkloadDefaults(spec);
   if (spec->epochs() == 0) spec->set_epochs(1);
   if (spec->lr_scaling().empty()) spec->set_lr_scaling("none");
   if (spec->lr_decay().empty()) spec->set_lr_decay("constant");
@@ -344,7 +373,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (opt->type().empty()) opt->set_type("sgd");
   if (!opt->has_momentum()) opt->set_momentum(opt->type() == "sgd" ? 0.9 : 0);
   if (spec->base_lr() == 0)
-    spec->set_base_lr(opt->type() == "adam" ? 1e-3 : 0.1);
+    spec->set_base_lr(opt->type() == "sgd" ? 0.1 : 1e-3);
   v1::CommunicationSpec* comm = spec->mutable_communication();
   if (comm->backend().empty()) comm->set_backend("auto");
   if (comm->algorithm().empty()) comm->set_algorithm("direct");
@@ -469,8 +498,8 @@ namespace {
 absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
   const v1::ModelSpec& model = spec.model();
   if (model.torchscript().empty()) {
-    RETURN_IF_ERROR(
-        CheckChoice("model.name", model.name(), {"mlp", "cnn", "resnet"}));
+    RETURN_IF_ERROR(CheckChoice("model.name", model.name(),
+                                {"mlp", "cnn", "resnet", "gpt"}));
   } else if (!model.name().empty()) {
     return Invalid(absl::StrCat(
         "model.name \"", model.name(), "\" and model.torchscript \"",
@@ -488,11 +517,9 @@ absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
         spec.loss_scale(), " and ", spec.loss_scale_growth_interval()));
   }
   RETURN_IF_ERROR(
-      CheckChoice("data.format", spec.data().format(), {"idx", "npy"}));
-  RETURN_IF_ERROR(
       CheckChoice("lr_scaling", spec.lr_scaling(), {"none", "linear", "sqrt"}));
-  RETURN_IF_ERROR(
-      CheckChoice("optimizer.type", spec.optimizer().type(), {"sgd", "adam"}));
+  RETURN_IF_ERROR(CheckChoice("optimizer.type", spec.optimizer().type(),
+                              {"sgd", "adam", "adamw"}));
   RETURN_IF_ERROR(CheckChoice("communication.backend",
                               spec.communication().backend(),
                               {"auto", "gloo", "nccl"}));
@@ -613,6 +640,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   // and multiply them.
   RETURN_IF_ERROR(CheckFieldBounds(spec, ""));
   RETURN_IF_ERROR(ValidateModelAndChoices(spec));
+  RETURN_IF_ERROR(internal::ValidateWorkload(spec));
   RETURN_IF_ERROR(ValidateBatch(spec));
   RETURN_IF_ERROR(ValidateSchedule(spec));
   RETURN_IF_ERROR(ValidateOptimizerAndCheckpoints(spec));

@@ -29,6 +29,13 @@ inline constexpr int64_t kMaxSteps = 1000000000000;  // int64 step counts
 inline constexpr int64_t kMaxSteps32 = 1000000000;   // int32 step counts
 inline constexpr int64_t kMaxJobNameBytes = 256;
 inline constexpr int64_t kMaxPathBytes = 4096;
+inline constexpr int64_t kMaxClasses = 1 << 24;  // also a vocabulary
+inline constexpr int64_t kMaxBlockSize = 1 << 20;
+inline constexpr int64_t kMaxColumnNameBytes = 64;
+// A declared column: dimensions, and elements of one sample.
+inline constexpr int kMaxColumnRank = 8;
+inline constexpr int64_t kMaxSampleElements = int64_t{1} << 28;
+inline constexpr int kMaxColumns = 64;
 
 // The upper bound of the job spec field at `path` (dotted, proto field
 // names: "communication.bucket_mb"): bytes for strings, the value for

@@ -37,12 +37,16 @@ void AddResumedEvent(v1::JobStatus& status, const v1::ProgressReport& report,
 
 void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
              double now) {
-  status.set_test_accuracy(report.test_accuracy());
+  if (report.has_test_accuracy()) {
+    status.set_test_accuracy(report.test_accuracy());
+  }
+  *status.mutable_test_metrics() = report.test_metrics();
   v1::EvalPoint* eval = status.add_evals();
   eval->set_step(report.step());
   eval->set_epoch(report.epoch());
   eval->set_test_accuracy(report.test_accuracy());
   eval->set_test_loss(report.test_loss());
+  *eval->mutable_metrics() = report.test_metrics();
   eval->set_time(now);
 }
 
@@ -103,9 +107,11 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
     }
     status.set_loss(report.step_losses(report.step_losses_size() - 1));
   }
+  status.set_tokens_per_second(report.tokens_per_second());
   if (report.has_test_loss()) status.set_test_loss(report.test_loss());
   if (report.has_plan()) *status.mutable_plan() = report.plan();
-  if (report.has_test_accuracy()) AddEval(status, report, now);
+  // Every task reports a test loss; only classifiers an accuracy.
+  if (report.has_test_loss()) AddEval(status, report, now);
 }
 
 void NoteAppliedStep(v1::JobStatus& status, int64_t step) {
@@ -123,8 +129,17 @@ void ApplyResult(v1::JobStatus& status, int rank,
   if (rank != 0) return;
   status.set_step(result.steps());
   status.set_loss(result.final_loss());
-  status.set_test_accuracy(result.test_accuracy());
+  // A task without accuracy (regression, language models) leaves it unset.
+  if (result.test_metrics().contains("test_accuracy") ||
+      result.test_metrics().empty()) {
+    status.set_test_accuracy(result.test_accuracy());
+  }
+  if (!result.test_metrics().empty()) {
+    status.set_test_loss(result.test_loss());
+    *status.mutable_test_metrics() = result.test_metrics();
+  }
   status.set_samples_per_second(result.samples_per_second());
+  status.set_tokens_per_second(result.tokens_per_second());
   *status.mutable_breakdown() = result.breakdown();
 }
 

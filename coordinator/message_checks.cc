@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
 #include "checkpoint/store.h"
+#include "common/log.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -94,6 +94,22 @@ void Rendezvous(Checker& check, const std::string& job_id, int64_t generation,
   check.Printable(key_field, key, kMaxKeyBytes, /*spaces=*/false);
 }
 
+// A task's metrics by name: at most kMaxMetrics, each name a short
+// identifier ("test_mse").
+void Metrics(Checker& check,
+             const google::protobuf::Map<std::string, double>& metrics) {
+  check.Range("test_metrics", static_cast<int64_t>(metrics.size()), 0,
+              kMaxMetrics);
+  for (const auto& [name, value] : metrics) {
+    check.That(!name.empty() && name.size() <= kMaxMetricNameBytes &&
+                   name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                          "0123456789_") == std::string::npos,
+               "test_metrics",
+               absl::StrCat("has a name that is not 1 to ", kMaxMetricNameBytes,
+                            " lower-case letters, digits or '_'"));
+  }
+}
+
 absl::Status CheckProgress(const v1::ProgressReport& report) {
   Checker check("progress report");
   check.Range("generation", report.generation(), 1, kMaxGeneration);
@@ -129,6 +145,7 @@ absl::Status CheckProgress(const v1::ProgressReport& report) {
   check.Range("plan.total_steps", plan.total_steps(), 0, kMaxStep);
   check.Range("plan.warmup_steps", plan.warmup_steps(), 0, kMaxStep);
   check.Text("plan.lr_scaling", plan.lr_scaling());
+  Metrics(check, report.test_metrics());
   return check.status();
 }
 
@@ -142,6 +159,7 @@ absl::Status CheckResult(const v1::TaskResult& result) {
   check.Text("stop_save_error", result.stop_save_error());
   check.Text("model_digest", result.model_digest());
   check.Range("breakdown.saves", result.breakdown().saves(), 0, kMaxStep);
+  Metrics(check, result.test_metrics());
   return check.status();
 }
 

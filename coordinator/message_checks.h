@@ -27,6 +27,9 @@ inline constexpr int kMaxRank = 1 << 20;
 // Losses in one progress report (they come at least every few seconds).
 inline constexpr int kMaxLossesPerReport = 1 << 20;
 inline constexpr int kMaxWarningsPerReport = 64;
+// A task's metrics in one report or result, and the length of a name.
+inline constexpr int kMaxMetrics = 16;
+inline constexpr size_t kMaxMetricNameBytes = 32;
 inline constexpr int kMaxCheckpointFiles = 4096;
 inline constexpr int64_t kMaxCheckpointFileBytes = int64_t{1} << 50;
 // Text that becomes part of a job's status (errors, reasons, notes).

@@ -1,5 +1,6 @@
 // The prefetcher hands out exactly the sampler's batches, normalized, in
-// step order, and stops cleanly however far it got.
+// step order, stops cleanly however far it got, and reports a bad sample
+// instead of training on it.
 #include "worker/train/prefetcher.h"
 
 #include <gtest/gtest.h>
@@ -7,24 +8,34 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/data/sources.h"
+
 namespace lockstep::worker {
 namespace {
 
-// 40 images of 2x3 pixels whose bytes say which image they are.
-TensorDataset SmallDataset() {
-  TensorDataset data;
+// 40 images of 2x3 pixels whose bytes say which image they are, labelled
+// i % 10 (or `bad_label` for image 7 when set).
+std::shared_ptr<const SplitSource> SmallSplit(int bad_label = -1) {
+  ImageDataset data;
+  data.count = 40;
   data.rows = 2;
   data.cols = 3;
-  data.mean = 0.5f;
-  data.std = 0.25f;
-  constexpr int64_t kCount = 40;
-  data.images = torch::empty({kCount, 1, 2, 3}, torch::kUInt8);
-  data.labels = torch::empty({kCount}, torch::kInt64);
-  for (int64_t i = 0; i < kCount; ++i) {
-    data.images[i].fill_(static_cast<uint8_t>(i * 6));
-    data.labels[i] = i % 10;
+  for (int64_t i = 0; i < data.count; ++i) {
+    data.pixels.insert(data.pixels.end(), 6, static_cast<uint8_t>(i * 6));
+    data.labels.push_back(static_cast<uint8_t>(i % 10));
   }
-  return data;
+  if (bad_label >= 0) data.labels[7] = static_cast<uint8_t>(bad_label);
+  return ImagesInMemory(std::move(data), "memory");
+}
+
+Task ImageTask(const SplitSource& split) {
+  v1::JobSpec spec;
+  spec.mutable_data()->set_format("idx");
+  spec.mutable_task()->set_type("classification");
+  spec.mutable_task()->set_num_classes(10);
+  auto task = ResolveTask(spec, split);
+  EXPECT_TRUE(task.ok()) << task.status();
+  return *task;
 }
 
 BatchPlan Plan() {
@@ -37,21 +48,28 @@ BatchPlan Plan() {
 }
 
 TEST(PrefetcherTest, EveryStepIsTheSamplersSliceNormalized) {
-  const TensorDataset data = SmallDataset();
+  auto split = SmallSplit();
+  const Task task = ImageTask(*split);
+  const BatchAssembler assembler(split, task);
   const BatchPlan plan = Plan();
   constexpr int kRank = 1;
-  GlobalSampler sampler(9, data.size(), plan, kRank);
-  Prefetcher prefetcher(data, 9, plan, kRank, /*first_step=*/2,
-                        /*end_step=*/9);
+  GlobalSampler sampler(9, split->size(), plan, kRank);
+  Prefetcher prefetcher(assembler, GlobalSampler(9, split->size(), plan, kRank),
+                        plan, /*first_step=*/2, /*end_step=*/9);
+  const float scale = task.normalization.scale;
+  const float shift = task.normalization.shift;
   for (int64_t step = 2; step < 9; ++step) {
-    auto [images, labels] = prefetcher.Take(step);
+    auto batch = prefetcher.Take(step);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    auto [images, labels] = *batch;
     const std::vector<int64_t>& indices = sampler.RankBatch(step);
-    ASSERT_EQ(images.size(0), plan.rank_batch());
+    ASSERT_EQ(images.sizes().vec(),
+              (std::vector<int64_t>{plan.rank_batch(), 1, 2, 3}));
     ASSERT_EQ(indices.size(), static_cast<size_t>(plan.rank_batch()));
     for (size_t i = 0; i < indices.size(); ++i) {
-      const torch::Tensor expected =
-          Normalize(data.images[indices[i]].unsqueeze(0), data.mean, data.std);
-      EXPECT_TRUE(torch::allclose(images[i].unsqueeze(0), expected))
+      const float expected =
+          static_cast<uint8_t>(indices[i] * 6) * scale - shift;
+      EXPECT_TRUE(torch::equal(images[i], torch::full({1, 2, 3}, expected)))
           << "step " << step << " sample " << i;
       EXPECT_EQ(labels[i].item<int64_t>(), indices[i] % 10);
     }
@@ -60,11 +78,36 @@ TEST(PrefetcherTest, EveryStepIsTheSamplersSliceNormalized) {
 }
 
 TEST(PrefetcherTest, StopsWhileItsRingIsFull) {
-  const TensorDataset data = SmallDataset();
-  Prefetcher prefetcher(data, 1, Plan(), 0, 0, 100);
+  auto split = SmallSplit();
+  const BatchAssembler assembler(split, ImageTask(*split));
+  Prefetcher prefetcher(assembler, GlobalSampler(1, split->size(), Plan(), 0),
+                        Plan(), 0, 100);
   auto batch = prefetcher.Take(0);  // the thread fills the ring and waits
-  EXPECT_EQ(batch.first.size(0), Plan().rank_batch());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->first.size(0), Plan().rank_batch());
 }  // the destructor must not wait for a Release
+
+TEST(PrefetcherTest, ALabelOutOfRangeFailsTheStepNamingTheSample) {
+  auto split = SmallSplit();
+  Task task = ImageTask(*split);
+  task.outputs = 7;  // labels 7, 8 and 9 are out of range
+  const BatchAssembler assembler(split, task);
+  Prefetcher prefetcher(assembler, GlobalSampler(1, split->size(), Plan(), 0),
+                        Plan(), 0, 3);
+  bool failed = false;
+  for (int64_t step = 0; step < 3 && !failed; ++step) {
+    auto batch = prefetcher.Take(step);
+    if (!batch.ok()) {
+      EXPECT_TRUE(absl::IsInvalidArgument(batch.status()));
+      EXPECT_NE(batch.status().message().find("outside [0, 7)"),
+                std::string::npos)
+          << batch.status();
+      failed = true;
+    }
+    prefetcher.Release(step);
+  }
+  EXPECT_TRUE(failed);
+}
 
 }  // namespace
 }  // namespace lockstep::worker

@@ -30,7 +30,8 @@ v1::JobSpec Spec(const std::string& model, const std::string& optimizer) {
 // A replica that took one optimizer step, so the optimizer has state.
 Replica Trained(const v1::JobSpec& spec) {
   Replica replica;
-  absl::Status built = InitializeReplica(spec, 28, 28, torch::kCPU, &replica);
+  absl::Status built =
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &replica);
   EXPECT_TRUE(built.ok()) << built;
   torch::Tensor images = torch::randn({4, 1, 28, 28});
   torch::Tensor labels = torch::tensor({1, 2, 3, 4}, torch::kInt64);
@@ -66,7 +67,8 @@ TEST_P(ReplicaCheckpointTest, ThroughTheHostHoldsTheSameState) {
   const std::string optimizer_bytes =
       SerializeOptimizerThroughHost(spec, trained);
   Replica fresh;
-  ASSERT_TRUE(InitializeReplica(spec, 28, 28, torch::kCPU, &fresh).ok());
+  ASSERT_TRUE(
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &fresh).ok());
   std::istringstream model_in(model_bytes);
   torch::serialize::InputArchive model_archive;
   model_archive.load_from(model_in, fresh.device);
@@ -84,7 +86,8 @@ TEST_P(ReplicaCheckpointTest, ASnapshotLoadsOntoTheDeviceItIsGiven) {
   const v1::JobSpec spec = Spec(model, optimizer);
   Replica trained = Trained(spec);
   Replica fresh;
-  ASSERT_TRUE(InitializeReplica(spec, 28, 28, torch::kCPU, &fresh).ok());
+  ASSERT_TRUE(
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &fresh).ok());
   ASSERT_NE(ModelDigest(*fresh.model), ModelDigest(*trained.model));
   std::istringstream model_in(SerializeModelOnHost(trained));
   torch::serialize::InputArchive archive;
@@ -114,7 +117,9 @@ TEST(LoadCheckpointTest, AFileTheManifestOmitsIsNotRead) {
   ASSERT_TRUE(WriteFileDurably(dir + "/trainer.state", trainer).ok());
   ASSERT_TRUE(WriteFileDurably(dir + "/model.pt", "not vouched for").ok());
   Replica replica;
-  ASSERT_TRUE(InitializeReplica(spec, 28, 28, torch::kCPU, &replica).ok());
+  ASSERT_TRUE(
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &replica)
+          .ok());
   absl::Status loaded = LoadCheckpoint(found, spec, "mlp", replica);
   EXPECT_EQ(loaded.code(), absl::StatusCode::kDataLoss) << loaded;
   EXPECT_THAT(std::string(loaded.message()),

@@ -74,5 +74,38 @@ TEST(SamplerTest, StepSeedsArePureAndDistinct) {
   EXPECT_NE(StepSeed(7, 0, 0), StepSeed(8, 0, 0));
 }
 
+// data.shuffle "blocks": every world size sees the same samples at the same
+// step, an epoch is still a permutation, and a step's samples come from few
+// blocks of neighbours.
+TEST(SamplerTest, BlockShuffleIsAPermutationOfBlocksWhateverTheWorldSize) {
+  constexpr int64_t kSize = 1003, kBlock = 100;
+  const BatchPlan one{1, 20, 20};
+  const BatchPlan four{4, 5, 20};
+  GlobalSampler whole(5, kSize, one, 0, kBlock);
+  std::vector<GlobalSampler> ranks;
+  for (int r = 0; r < 4; ++r) ranks.emplace_back(5, kSize, four, r, kBlock);
+  std::set<int64_t> seen;
+  std::set<int64_t> blocks_of_step;
+  for (int64_t step = 0; step < whole.steps_per_epoch(); ++step) {
+    std::vector<int64_t> joined;
+    for (GlobalSampler& rank : ranks) {
+      const std::vector<int64_t>& part = rank.RankBatch(step);
+      joined.insert(joined.end(), part.begin(), part.end());
+    }
+    ASSERT_EQ(joined, whole.RankBatch(step)) << "step " << step;
+    std::set<int64_t> blocks;
+    for (int64_t i : joined) {
+      ASSERT_TRUE(seen.insert(i).second) << i;
+      blocks.insert(i / kBlock);
+    }
+    // Two blocks, or three around the last, short one.
+    EXPECT_LE(blocks.size(), 3u) << "step " << step;
+  }
+  EXPECT_EQ(seen.size(), 1000u);  // 50 steps of 20; 3 left over
+  // The next epoch orders them differently.
+  const std::vector<int64_t> next = whole.RankBatch(whole.steps_per_epoch());
+  EXPECT_NE(next, whole.RankBatch(0));
+}
+
 }  // namespace
 }  // namespace lockstep::worker

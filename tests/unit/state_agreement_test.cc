@@ -32,8 +32,8 @@ Replica BuildReplica() {
   static absl::Mutex mu(absl::kConstInit);
   absl::MutexLock lock(&mu);
   Replica replica;
-  absl::Status built =
-      InitializeReplica(MlpSpec(), 28, 28, torch::kCPU, &replica);
+  absl::Status built = InitializeReplica(MlpSpec(), ModelOptionsOf(MlpSpec()),
+                                         torch::kCPU, &replica);
   EXPECT_TRUE(built.ok()) << built;
   return replica;
 }

@@ -40,7 +40,8 @@ absl::Mutex torch_mu(absl::kConstInit);
 Replica Build(const v1::JobSpec& spec) {
   absl::MutexLock lock(&torch_mu);
   Replica replica;
-  absl::Status built = InitializeReplica(spec, 28, 28, torch::kCPU, &replica);
+  absl::Status built =
+      InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &replica);
   EXPECT_TRUE(built.ok()) << built;
   return replica;
 }
@@ -168,7 +169,8 @@ TEST(RawHandoverTest, ALayoutLongerThanTheFirstMessageFollowsIt) {
     torch::manual_seed(3);
     r.model = std::make_shared<ManyTensors>(2000);
     r.optimizer =
-        MakeOptimizer(Spec("mlp", "sgd").optimizer(), r.model->parameters());
+        MakeOptimizer(Spec("mlp", "sgd").optimizer(), r.model->parameters(),
+                      r.model->WeightDecayMask());
   }
   {
     torch::NoGradGuard no_grad;

@@ -153,8 +153,8 @@ absl::StatusOr<ImageDataset> ToDataset(const NpyArray& images,
 
 }  // namespace
 
-absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
-                                  const std::string& origin) {
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
+                                         const std::string& origin) {
   if (bytes.size() < 10 || bytes.substr(0, 6) != absl::string_view(kMagic, 6)) {
     return Bad(origin, "it does not start with the NumPy magic \\x93NUMPY");
   }
@@ -176,6 +176,12 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
     return Bad(origin, absl::StrCat("format version ", major,
                                     ".x is not one lockstep reads (1-3)"));
   }
+  if (header_length > kMaxNpyHeaderBytes) {
+    return Bad(origin, absl::StrCat("its header claims ", header_length,
+                                    " bytes; lockstep reads headers of at "
+                                    "most ",
+                                    kMaxNpyHeaderBytes));
+  }
   if (bytes.size() < header_start + header_length) {
     return Bad(origin, "its header is cut short (truncated file?)");
   }
@@ -190,7 +196,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
                "it is in Fortran order; save a C-ordered array "
                "(numpy.ascontiguousarray)");
   }
-  NpyArray out;
+  NpyHeader out;
   absl::string_view d = absl::StripPrefix(absl::StripSuffix(descr, "'"), "'");
   if (d.size() < 3 || (d[0] != '<' && d[0] != '|')) {
     return Bad(origin, absl::StrCat("dtype ", descr,
@@ -214,28 +220,54 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
     }
     out.shape.push_back(dim);
   }
+  if (out.shape.size() > 16) {
+    return Bad(origin, absl::StrCat("its shape ", shape_text,
+                                    " has more than 16 dimensions"));
+  }
+  out.data_offset = static_cast<int64_t>(header_start + header_length);
+  out.element_size = element;
+  out.shape_text = shape_text;
+  out.descr = descr;
+  return out;
+}
+
+absl::StatusOr<int64_t> NpyDataBytes(const NpyHeader& header, int64_t available,
+                                     const std::string& origin) {
   // The shape is untrusted: its product is checked against the bytes the
   // file has before it is formed, so it cannot pass 64 bits.
-  const size_t available = bytes.size() - header_start - header_length;
-  size_t expected = static_cast<size_t>(element);
-  for (int64_t dim : out.shape) {
+  uint64_t expected = static_cast<uint64_t>(header.element_size);
+  for (int64_t dim : header.shape) {
     if (dim == 0) expected = 0;
   }
-  for (int64_t dim : out.shape) {
+  for (int64_t dim : header.shape) {
     if (expected == 0) break;
-    if (static_cast<uint64_t>(dim) > available / expected) {
-      return absl::DataLossError(absl::StrCat(
-          origin, " is truncated: its shape ", shape_text, " of dtype ", descr,
-          " needs more than the ", available, " bytes of data the file has"));
+    if (static_cast<uint64_t>(dim) >
+        static_cast<uint64_t>(available) / expected) {
+      return absl::DataLossError(
+          absl::StrCat(origin, " is truncated: its shape ", header.shape_text,
+                       " of dtype ", header.descr, " needs more than the ",
+                       available, " bytes of data the file has"));
     }
-    expected *= static_cast<size_t>(dim);
+    expected *= static_cast<uint64_t>(dim);
   }
-  if (expected > available) {
-    return absl::DataLossError(
-        absl::StrCat(origin, " is truncated: its shape ", shape_text, " needs ",
-                     expected, " bytes of data, the file has ", available));
+  if (expected > static_cast<uint64_t>(available)) {
+    return absl::DataLossError(absl::StrCat(
+        origin, " is truncated: its shape ", header.shape_text, " needs ",
+        expected, " bytes of data, the file has ", available));
   }
-  out.data = std::string(bytes.substr(header_start + header_length, expected));
+  return static_cast<int64_t>(expected);
+}
+
+absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
+                                  const std::string& origin) {
+  ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(bytes, origin));
+  const int64_t available =
+      static_cast<int64_t>(bytes.size()) - header.data_offset;
+  ASSIGN_OR_RETURN(int64_t data_bytes, NpyDataBytes(header, available, origin));
+  NpyArray out;
+  out.dtype = header.dtype;
+  out.shape = header.shape;
+  out.data = std::string(bytes.substr(header.data_offset, data_bytes));
   return out;
 }
 

@@ -31,6 +31,30 @@ struct NpyArray {
   std::string data;  // raw little-endian elements, C order
 };
 
+// What a .npy file's header says, and where its data starts.
+struct NpyHeader {
+  std::string dtype;  // without byte order: "u1", "f4", ...
+  std::vector<int64_t> shape;
+  int64_t data_offset = 0;
+  int element_size = 0;
+  std::string shape_text;  // as written, for errors
+  std::string descr;
+};
+
+// Headers longer than this are refused (NumPy writes a few hundred bytes).
+inline constexpr size_t kMaxNpyHeaderBytes = 1 << 16;
+
+// Parses the header at the start of `bytes` (at least its first
+// kMaxNpyHeaderBytes + 12 bytes, or the whole file when shorter).
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
+                                         const std::string& origin);
+
+// The bytes of data `header` describes, checked against the `available`
+// bytes after the header without overflowing. DataLoss naming `origin` when
+// the file is shorter.
+absl::StatusOr<int64_t> NpyDataBytes(const NpyHeader& header, int64_t available,
+                                     const std::string& origin);
+
 // Parses the bytes of a .npy file; `origin` (its path) names it in errors.
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
                                   const std::string& origin);

@@ -2,6 +2,7 @@
 // seeds (sampler.h).
 #include "worker/data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace lockstep::worker {
@@ -37,12 +38,14 @@ uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
 }
 
 GlobalSampler::GlobalSampler(uint64_t seed, int64_t dataset_size,
-                             const BatchPlan& plan, int rank)
+                             const BatchPlan& plan, int rank,
+                             int64_t shuffle_block)
     : seed_(seed),
       dataset_size_(dataset_size),
       plan_(plan),
       rank_(rank),
-      steps_per_epoch_(plan.global > 0 ? dataset_size / plan.global : 0) {}
+      steps_per_epoch_(plan.global > 0 ? dataset_size / plan.global : 0),
+      shuffle_block_(shuffle_block) {}
 
 std::vector<int64_t> GlobalSampler::EpochPermutation(uint64_t seed,
                                                      int64_t epoch, int64_t n) {
@@ -58,17 +61,55 @@ std::vector<int64_t> GlobalSampler::EpochPermutation(uint64_t seed,
   return permutation;
 }
 
+void GlobalSampler::StartEpoch(int64_t epoch) {
+  cached_epoch_ = epoch;
+  if (shuffle_block_ <= 0) {
+    permutation_ = EpochPermutation(seed_, epoch, dataset_size_);
+    return;
+  }
+  const int64_t blocks = (dataset_size_ + shuffle_block_ - 1) / shuffle_block_;
+  // The blocks' order has its own stream: the seed's bits flipped.
+  block_order_ = EpochPermutation(~seed_, epoch, blocks);
+  block_starts_.resize(static_cast<size_t>(blocks));
+  int64_t start = 0;
+  for (int64_t k = 0; k < blocks; ++k) {
+    block_starts_[k] = start;
+    const int64_t first = block_order_[k] * shuffle_block_;
+    start += std::min(shuffle_block_, dataset_size_ - first);
+  }
+  cached_block_ = -1;
+}
+
+int64_t GlobalSampler::At(int64_t p) {
+  if (shuffle_block_ <= 0) return permutation_[p];
+  const int64_t k =
+      std::upper_bound(block_starts_.begin(), block_starts_.end(), p) -
+      block_starts_.begin() - 1;
+  const int64_t block = block_order_[k];
+  const int64_t first = block * shuffle_block_;
+  if (block != cached_block_) {
+    const int64_t size = std::min(shuffle_block_, dataset_size_ - first);
+    // Each block's inner order: a function of (seed, epoch, block).
+    const uint64_t mixed = StepSeed(seed_, 0, block);
+    block_permutation_ = EpochPermutation(mixed, cached_epoch_, size);
+    cached_block_ = block;
+  }
+  return first + block_permutation_[p - block_starts_[k]];
+}
+
 const std::vector<int64_t>& GlobalSampler::RankBatch(int64_t step) {
   int64_t epoch = step / steps_per_epoch_;
   int64_t within = step % steps_per_epoch_;
-  if (epoch != cached_epoch_) {
-    permutation_ = EpochPermutation(seed_, epoch, dataset_size_);
-    cached_epoch_ = epoch;
-  }
+  if (epoch != cached_epoch_) StartEpoch(epoch);
   const int64_t size = plan_.rank_batch();
   int64_t begin = within * plan_.global + int64_t{rank_} * size;
-  batch_.assign(permutation_.begin() + begin,
-                permutation_.begin() + begin + size);
+  if (shuffle_block_ <= 0) {
+    batch_.assign(permutation_.begin() + begin,
+                  permutation_.begin() + begin + size);
+    return batch_;
+  }
+  batch_.resize(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) batch_[i] = At(begin + i);
   return batch_;
 }
 

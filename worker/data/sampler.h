@@ -6,6 +6,12 @@
 // therefore sees the same samples at the same step. The tail that does not fill
 // a global batch is dropped each epoch (it is a different tail every epoch).
 //
+// With data.shuffle "blocks" an epoch permutes blocks of `shuffle_block`
+// consecutive samples, and the samples inside each block: a step reads one
+// or two blocks' worth of neighbouring samples (for data on slow or network
+// storage), and the sampler holds one entry per block rather than per
+// sample. The order still depends only on (seed, epoch).
+//
 // Thread-compatible.
 #ifndef LOCKSTEP_WORKER_DATA_SAMPLER_H_
 #define LOCKSTEP_WORKER_DATA_SAMPLER_H_
@@ -25,8 +31,9 @@ uint64_t StepSeed(uint64_t seed, int rank, int64_t step);
 
 class GlobalSampler {
  public:
+  // `shuffle_block` 0: a full permutation of the samples each epoch.
   GlobalSampler(uint64_t seed, int64_t dataset_size, const BatchPlan& plan,
-                int rank);
+                int rank, int64_t shuffle_block = 0);
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
@@ -40,13 +47,24 @@ class GlobalSampler {
                                                int64_t n);
 
  private:
+  // The sample at position `p` of epoch `cached_epoch_`.
+  int64_t At(int64_t p);
+  void StartEpoch(int64_t epoch);
+
   const uint64_t seed_;
   const int64_t dataset_size_;
   const BatchPlan plan_;
   const int rank_;
   const int64_t steps_per_epoch_;
+  const int64_t shuffle_block_;
   int64_t cached_epoch_ = -1;
-  std::vector<int64_t> permutation_;
+  std::vector<int64_t> permutation_;  // global: of the samples
+  // blocks: the blocks' order, where each starts in the epoch, and the
+  // permutation inside the block last read.
+  std::vector<int64_t> block_order_;
+  std::vector<int64_t> block_starts_;
+  int64_t cached_block_ = -1;
+  std::vector<int64_t> block_permutation_;
   std::vector<int64_t> batch_;
 };
 

@@ -10,16 +10,19 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/status/statusor.h"
+
 namespace lockstep::worker {
 
 // Thread-compatible: one training thread takes the batches, in step order.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // The normalized images [rank batch, 1, H, W] (float) and labels
-  // [rank batch] (int64) of `step`, the next one not yet taken. Valid until
-  // Release(step).
-  virtual std::pair<torch::Tensor, torch::Tensor> Take(int64_t step) = 0;
+  // The model's inputs and the loss's targets for this rank's samples of
+  // `step` (BatchAssembler's tensors), the next step not yet taken. Valid
+  // until Release(step). Errors: the data's, naming the sample.
+  virtual absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Take(
+      int64_t step) = 0;
   // The step is done with its batch.
   virtual void Release(int64_t step) = 0;
 };

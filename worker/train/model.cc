@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
+#include "worker/train/gpt.h"
 #include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
@@ -26,8 +28,8 @@ class SequentialNetwork : public Network {
       : body_(register_module("body", std::move(body))),
         head_(register_module("head", std::move(head))) {}
 
-  torch::Tensor Features(const torch::Tensor& images) override {
-    return body_->forward(images);
+  torch::Tensor Features(const torch::Tensor& inputs) override {
+    return body_->forward(inputs);
   }
   torch::Tensor Logits(const torch::Tensor& features) override {
     return head_->forward(features.to(torch::kFloat32));
@@ -230,38 +232,61 @@ class ScriptedNetwork : public Network {
   bool batch_norm_ = false;
 };
 
-// Runs one small batch through `network` to check it returns logits of the
-// right shape; errors name the file.
+// Runs one small batch through `network` to check it returns what the
+// task needs; errors name the file and both shapes.
 absl::Status CheckScriptedOutput(ScriptedNetwork& network,
                                  const ModelOptions& options) {
-  const std::vector<int64_t> shape = {2, options.channels, options.rows,
-                                      options.cols};
-  torch::Tensor logits;
+  std::vector<int64_t> shape = {2};
+  shape.insert(shape.end(), options.input.begin(), options.input.end());
+  std::vector<int64_t> expected = {2};
+  if (options.token_input) expected.push_back(options.input[0]);
+  expected.push_back(options.outputs);
+  torch::Tensor outputs;
+  const char* what = options.token_input ? "token ids" : "inputs";
   try {
     torch::NoGradGuard no_grad;
     network.train(false);  // batch norm statistics stay untouched
-    logits = network.forward(torch::zeros(shape));
+    outputs = network.forward(torch::zeros(
+        shape, options.token_input ? torch::kInt64 : torch::kFloat32));
     network.train(true);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.torchscript ", network.path(), " fails on images of shape [",
+        "model.torchscript ", network.path(), " fails on ", what, " of shape [",
         absl::StrJoin(shape, ", "), "]: ", TorchErrorSentence(e.what())));
   }
-  if (logits.dim() != 2 || logits.size(0) != 2 ||
-      logits.size(1) != options.classes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.torchscript ", network.path(), " returns shape [",
-                     absl::StrJoin(logits.sizes(), ", "),
-                     "] for images of shape [", absl::StrJoin(shape, ", "),
-                     "]; it must return [N, ", options.classes, "] logits"));
+  if (outputs.sizes().vec() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.torchscript ", network.path(), " returns shape [",
+        absl::StrJoin(outputs.sizes(), ", "), "] for ", what, " of shape [",
+        absl::StrJoin(shape, ", "), "]; the task needs [",
+        absl::StrJoin(expected, ", "), "] (N = 2)"));
   }
   return absl::OkStatus();
+}
+
+// The input as [C, H, W] for the convolutional models.
+absl::StatusOr<std::vector<int64_t>> ImageInput(const ModelOptions& options) {
+  const std::vector<int64_t>& in = options.input;
+  if (options.token_input || in.size() != 3 || in[1] < 4 || in[2] < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model \"", options.name, "\" takes images [C, H, W] of at least 4x4",
+        options.token_input ? " (not token ids)" : "",
+        ", but the task's input is [", absl::StrJoin(in, ", "),
+        "]; use model \"mlp\" or reshape the data"));
+  }
+  return in;
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> Network::Export() const {
   return SerializeModel(*this);
+}
+
+std::vector<bool> Network::WeightDecayMask() const {
+  std::vector<bool> mask;
+  for (const torch::Tensor& p : parameters()) mask.push_back(p.dim() >= 2);
+  return mask;
 }
 
 absl::StatusOr<std::shared_ptr<Network>> BuildModel(
@@ -273,8 +298,28 @@ absl::StatusOr<std::shared_ptr<Network>> BuildModel(
     if (!checked.ok()) return checked;
     return std::shared_ptr<Network>(*std::move(network));
   }
-  const int64_t pixels = options.rows * options.cols;
   const double p = options.dropout;
+  if (options.name == "gpt") {
+    if (!options.token_input || options.input.size() != 1) {
+      return absl::InvalidArgumentError(
+          "model \"gpt\" is a language model: it takes windows of token ids "
+          "(task.type \"language_model\")");
+    }
+    GptOptions gpt;
+    gpt.vocab = options.outputs;
+    gpt.block = options.input[0];
+    gpt.n_layer = options.n_layer;
+    gpt.n_head = options.n_head;
+    gpt.n_embd = options.n_embd;
+    gpt.dropout = p;
+    return MakeGpt(gpt);
+  }
+  if (options.token_input) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model \"", options.name,
+        "\" does not take token ids; a language model trains model \"gpt\" "
+        "or a TorchScript module"));
+  }
   // Dropout after each hidden layer, when asked for.
   auto hidden = [p](nn::Sequential& body, int64_t in, int64_t out) {
     body->push_back(nn::Linear(in, out));
@@ -282,33 +327,49 @@ absl::StatusOr<std::shared_ptr<Network>> BuildModel(
     if (p > 0) body->push_back(nn::Dropout(p));
   };
   if (options.name == "mlp") {
+    int64_t inputs = 1;
+    for (int64_t dim : options.input) inputs *= dim;
     nn::Sequential body{nn::Flatten()};
-    hidden(body, options.channels * pixels, 256);
+    hidden(body, inputs, 256);
     hidden(body, 256, 128);
     return std::make_shared<SequentialNetwork>(
-        body, nn::Linear(128, options.classes));
+        body, nn::Linear(128, options.outputs));
   }
   if (options.name == "cnn") {
-    nn::Sequential body(
-        nn::Conv2d(nn::Conv2dOptions(options.channels, 32, 3).padding(1)),
-        nn::ReLU(), nn::MaxPool2d(2),
-        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(),
-        nn::MaxPool2d(2), nn::Flatten());
-    hidden(body, 64 * (options.rows / 4) * (options.cols / 4), 128);
+    ASSIGN_OR_RETURN(std::vector<int64_t> in, ImageInput(options));
+    nn::Sequential body(nn::Conv2d(nn::Conv2dOptions(in[0], 32, 3).padding(1)),
+                        nn::ReLU(), nn::MaxPool2d(2),
+                        nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)),
+                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten());
+    hidden(body, 64 * (in[1] / 4) * (in[2] / 4), 128);
     return std::make_shared<SequentialNetwork>(
-        body, nn::Linear(128, options.classes));
+        body, nn::Linear(128, options.outputs));
   }
   if (options.name == "resnet") {
-    return std::make_shared<ResNet>(options.channels, options.classes, p);
+    ASSIGN_OR_RETURN(std::vector<int64_t> in, ImageInput(options));
+    return std::make_shared<ResNet>(in[0], options.outputs, p);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown model \"", options.name, "\"; choose mlp, cnn or resnet"));
+      "unknown model \"", options.name, "\"; choose mlp, cnn, resnet or gpt"));
 }
 
 std::string ModelLabel(const ModelOptions& options) {
-  return options.torchscript.empty()
-             ? options.name
-             : absl::StrCat("torchscript:", options.torchscript);
+  if (!options.torchscript.empty()) {
+    return absl::StrCat("torchscript:", options.torchscript);
+  }
+  const ModelOptions fashion_mnist;
+  if (options.input == fashion_mnist.input && !options.token_input &&
+      options.outputs == fashion_mnist.outputs) {
+    return options.name;
+  }
+  std::string label =
+      absl::StrCat(options.name, ":in=[", absl::StrJoin(options.input, ", "),
+                   "]:out=", options.outputs);
+  if (options.name == "gpt") {
+    absl::StrAppend(&label, ":layers=", options.n_layer,
+                    ":heads=", options.n_head, ":embd=", options.n_embd);
+  }
+  return label;
 }
 
 std::string ModelDigest(const torch::nn::Module& model) {

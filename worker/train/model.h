@@ -8,23 +8,29 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace lockstep::worker {
 
-// A classifier split where mixed precision needs it: the trainer runs
-// Features under autocast and Logits in fp32, so the output layer and the
-// loss keep full precision.
+// A model split where mixed precision needs it: the trainer runs Features
+// under autocast and Logits in fp32, so the output layer and the loss keep
+// full precision.
 class Network : public torch::nn::Module {
  public:
-  // Everything up to the output layer, for images [N, C, H, W].
-  virtual torch::Tensor Features(const torch::Tensor& images) = 0;
-  // The output layer: fp32 logits [N, classes].
+  // Everything up to the output layer, for a batch of inputs [N, ...]
+  // (floats, or int64 token ids).
+  virtual torch::Tensor Features(const torch::Tensor& inputs) = 0;
+  // The output layer: fp32 outputs [N, outputs] ([N, T, vocab] for a
+  // language model).
   virtual torch::Tensor Logits(const torch::Tensor& features) = 0;
   torch::Tensor forward(const torch::Tensor& images) {
     return Logits(Features(images));
   }
+  // Which of parameters() the optimizer "adamw" decays: the matrices
+  // (dim >= 2) by default; not biases or norms.
+  virtual std::vector<bool> WeightDecayMask() const;
   // Whether the model normalizes over the batch (batch norm), which makes
   // its statistics depend on the per-replica batch.
   virtual bool has_batch_norm() const { return false; }
@@ -37,28 +43,38 @@ class Network : public torch::nn::Module {
 };
 
 struct ModelOptions {
-  // "mlp", "cnn" or "resnet"; ignored when `torchscript` is set.
+  // "mlp", "cnn", "resnet" or "gpt"; ignored when `torchscript` is set.
   std::string name = "mlp";
   // Path of a TorchScript module to train instead of a built-in.
   std::string torchscript;
   // Dropout probability after each hidden layer of the built-in models.
   double dropout = 0;
-  int64_t channels = 1;
-  int64_t rows = 28;
-  int64_t cols = 28;
-  int64_t classes = 10;
+  // One sample's input: floats [C, H, W] (images), [D] or any shape (mlp);
+  // or, with `token_input`, [T] int64 token ids.
+  std::vector<int64_t> input = {1, 28, 28};
+  bool token_input = false;
+  // Classes, regression targets, or the vocabulary of a language model.
+  int64_t outputs = 10;
+  // gpt's sizes.
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
 };
 
-// "mlp": 784-256-128-10 with ReLU. "cnn": two 3x3 conv + max-pool blocks
-// (32, 64 channels), then 128 hidden units. "resnet": a 3x3 stem and three
-// residual blocks (16, 32, 64 channels, the last two at stride 2), each
-// conv followed by batch norm, then global average pooling. All take
-// [N, C, H, W] images and return [N, classes] logits. Errors name the
-// TorchScript file that cannot be loaded or does not produce logits.
+// "mlp": inputs flattened, then 256-128 hidden units with ReLU. "cnn": two
+// 3x3 conv + max-pool blocks (32, 64 channels), then 128 hidden units.
+// "resnet": a 3x3 stem and three residual blocks (16, 32, 64 channels, the
+// last two at stride 2), each conv followed by batch norm, then global
+// average pooling. cnn and resnet take [C, H, W] inputs. All return
+// [N, outputs]. "gpt": gpt.h, for token inputs. Errors name the TorchScript
+// file that cannot be loaded or does not produce the task's shape, or the
+// model that cannot take the input.
 absl::StatusOr<std::shared_ptr<Network>> BuildModel(
     const ModelOptions& options);
 
-// How checkpoints name the model, to refuse restoring another one.
+// How checkpoints name the model, to refuse restoring another one: the
+// name alone for Fashion-MNIST's shape (what lockstep always wrote), else
+// with the shapes and sizes ("cnn:in=[3, 32, 32]:out=100").
 std::string ModelLabel(const ModelOptions& options);
 
 // SHA-256 (hex) of the fp32 parameters in registration order.

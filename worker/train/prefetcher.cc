@@ -3,19 +3,17 @@
 
 namespace lockstep::worker {
 
-Prefetcher::Prefetcher(const TensorDataset& data, uint64_t seed,
-                       const BatchPlan& plan, int rank, int64_t first_step,
+Prefetcher::Prefetcher(const BatchAssembler& assembler, GlobalSampler sampler,
+                       const BatchPlan& plan, int64_t first_step,
                        int64_t end_step, bool pinned)
-    : data_(data),
+    : assembler_(assembler),
       end_(end_step),
-      sampler_(seed, data.size(), plan, rank),
+      sampler_(std::move(sampler)),
       next_(first_step) {
   const auto options = torch::TensorOptions().pinned_memory(pinned);
   for (Buffers& buffers : buffers_) {
-    buffers.images = torch::empty({plan.rank_batch(), 1, data.rows, data.cols},
-                                  options.dtype(torch::kFloat32));
-    buffers.labels =
-        torch::empty({plan.rank_batch()}, options.dtype(torch::kInt64));
+    buffers.inputs = assembler.NewInputs(plan.rank_batch(), options);
+    buffers.targets = assembler.NewTargets(plan.rank_batch(), options);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -28,14 +26,16 @@ Prefetcher::~Prefetcher() {
   thread_.join();
 }
 
-std::pair<torch::Tensor, torch::Tensor> Prefetcher::Take(int64_t step) {
+absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Prefetcher::Take(
+    int64_t step) {
   const int index = static_cast<int>(step % kDepth);
   absl::MutexLock lock(&mu_);
   auto filled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return slots_[index].ready && slots_[index].step == step;
   };
   mu_.Await(absl::Condition(&filled));
-  return {buffers_[index].images, buffers_[index].labels};
+  if (!slots_[index].status.ok()) return slots_[index].status;
+  return std::make_pair(buffers_[index].inputs, buffers_[index].targets);
 }
 
 void Prefetcher::Release(int64_t step) {
@@ -56,27 +56,14 @@ void Prefetcher::Loop() {
       step = next_++;
     }
     const int index = static_cast<int>(step % kDepth);
-    Fill(sampler_.RankBatch(step), buffers_[index]);
+    Buffers& buffers = buffers_[index];
+    absl::Status filled =
+        assembler_.Fill(sampler_.RankBatch(step), buffers.inputs,
+                        buffers.targets, buffers.scratch);
     absl::MutexLock lock(&mu_);
     slots_[index].step = step;
     slots_[index].ready = true;
-  }
-}
-
-void Prefetcher::Fill(const std::vector<int64_t>& indices,
-                      Buffers& buffers) const {
-  const int64_t pixels = data_.rows * data_.cols;
-  const uint8_t* images = data_.images.data_ptr<uint8_t>();
-  const int64_t* labels = data_.labels.data_ptr<int64_t>();
-  float* x = buffers.images.data_ptr<float>();
-  int64_t* y = buffers.labels.data_ptr<int64_t>();
-  const float scale = 1.0f / (255.0f * data_.std);
-  const float shift = data_.mean / data_.std;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const uint8_t* src = images + indices[i] * pixels;
-    float* dst = x + static_cast<int64_t>(i) * pixels;
-    for (int64_t j = 0; j < pixels; ++j) dst[j] = src[j] * scale - shift;
-    y[i] = labels[indices[i]];
+    slots_[index].status = std::move(filled);
   }
 }
 

@@ -1,6 +1,7 @@
 // Prepares the batches of the next steps on a background thread while the
 // current step computes: for each step, the sampler's slice of the global
-// batch for this rank (docs/DESIGN.md §4), gathered and normalized.
+// batch for this rank (docs/DESIGN.md §4), read from the split and
+// assembled into the task's tensors (BatchAssembler).
 //
 // A bounded ring of kDepth reused tensors: no allocation per step, and the
 // thread never runs more than kDepth steps ahead. A slot belongs to the
@@ -24,8 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "worker/data/sampler.h"
+#include "worker/train/batch_assembler.h"
 #include "worker/train/batch_source.h"
-#include "worker/train/tensor_dataset.h"
 
 namespace lockstep::worker {
 
@@ -34,38 +35,40 @@ class Prefetcher : public BatchSource {
   static constexpr int kDepth = 2;
 
   // Prepares the batches of steps [first_step, end_step) of `rank` under
-  // `plan`. `data` must outlive the prefetcher. `pinned`: the slots are in
-  // page-locked memory, for asynchronous copies to a GPU; the caller
-  // releases a slot only once its copy completed.
-  Prefetcher(const TensorDataset& data, uint64_t seed, const BatchPlan& plan,
-             int rank, int64_t first_step, int64_t end_step,
+  // `plan`, in the order `sampler` gives. `assembler` must outlive the
+  // prefetcher. `pinned`: the slots are in page-locked memory, for
+  // asynchronous copies to a GPU; the caller releases a slot only once its
+  // copy completed.
+  Prefetcher(const BatchAssembler& assembler, GlobalSampler sampler,
+             const BatchPlan& plan, int64_t first_step, int64_t end_step,
              bool pinned = false);
   ~Prefetcher() override;
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // The images [rank batch, 1, H, W] (float) and labels [rank batch] (int64)
-  // of `step`, the next one not yet taken, once they are ready. Valid until
-  // Release(step).
-  std::pair<torch::Tensor, torch::Tensor> Take(int64_t step) override;
+  // The inputs and targets of `step`, the next one not yet taken, once they
+  // are ready. Valid until Release(step). Errors: the data's (a corrupt
+  // record, a label out of range), naming the sample.
+  absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Take(
+      int64_t step) override;
   // Hands the slot of `step` back to the thread.
   void Release(int64_t step) override;
 
  private:
   struct Buffers {
-    torch::Tensor images;
-    torch::Tensor labels;
+    torch::Tensor inputs;
+    torch::Tensor targets;
+    std::vector<char> scratch;
   };
   struct SlotState {
     int64_t step = -1;
     bool ready = false;
+    absl::Status status;  // how filling it went
   };
 
   void Loop();
-  // Gathers and normalizes the samples: one pass over the bytes.
-  void Fill(const std::vector<int64_t>& indices, Buffers& buffers) const;
 
-  const TensorDataset& data_;
+  const BatchAssembler& assembler_;
   const int64_t end_;
   GlobalSampler sampler_;  // the thread's only
   // Written by the thread while its slot is not ready, read by the training

@@ -10,18 +10,19 @@ namespace lockstep::worker {
 
 ProgressReporter::ProgressReporter(const v1::Assignment& assignment,
                                    v1::TrainingPlan plan, int64_t first_step,
-                                   AgreedState agreed, Send send)
+                                   AgreedState agreed, Send send,
+                                   int64_t tokens_per_sample)
     : assignment_(assignment),
       plan_(std::move(plan)),
       generation_first_step_(first_step),
+      tokens_per_sample_(tokens_per_sample),
       send_(std::move(send)),
       resumed_at_(first_step),
       agreed_(std::move(agreed)),
       pending_first_step_(first_step) {}
 
 void ProgressReporter::StepDone(int64_t step, double loss, bool force,
-                                std::optional<double> accuracy,
-                                std::optional<double> test_loss,
+                                const std::optional<Evaluation>& evaluation,
                                 absl::Duration training_time) {
   pending_losses_.push_back(static_cast<float>(loss));
   const absl::Time now = absl::Now();
@@ -46,9 +47,20 @@ void ProgressReporter::StepDone(int64_t step, double loss, bool force,
     report.set_samples_per_second(
         static_cast<double>(step - generation_first_step_) *
         plan_.global_batch_size() / seconds);
+    report.set_tokens_per_second(report.samples_per_second() *
+                                 static_cast<double>(tokens_per_sample_));
   }
-  if (accuracy) report.set_test_accuracy(*accuracy);
-  if (test_loss) report.set_test_loss(*test_loss);
+  if (evaluation.has_value()) {
+    report.set_test_loss(evaluation->test_loss);
+    for (const auto& [name, value] : evaluation->metrics) {
+      (*report.mutable_test_metrics())[name] = value;
+    }
+    // The field older coordinators and clients read.
+    auto accuracy = evaluation->metrics.find("test_accuracy");
+    if (accuracy != evaluation->metrics.end()) {
+      report.set_test_accuracy(accuracy->second);
+    }
+  }
   if (resumed_at_.has_value()) {
     report.set_resumed_at_step(*resumed_at_);
     report.set_state_source_rank(agreed_.source_rank);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@
 
 namespace lockstep::worker {
 
+// An evaluation's results: the test loss and the task's metrics by name.
+struct Evaluation {
+  double test_loss = 0;
+  std::map<std::string, double> metrics;
+};
+
 class ProgressReporter {
  public:
   using Send = std::function<void(const v1::ProgressReport&)>;
@@ -26,8 +33,11 @@ class ProgressReporter {
   // A generation of `assignment` that starts after step `first_step` with
   // the state `agreed` on, training by `plan`. `send` is called on this
   // thread.
+  // `tokens_per_sample`: a language model's window (its reports carry
+  // tokens/s), else 0.
   ProgressReporter(const v1::Assignment& assignment, v1::TrainingPlan plan,
-                   int64_t first_step, AgreedState agreed, Send send);
+                   int64_t first_step, AgreedState agreed, Send send,
+                   int64_t tokens_per_sample = 0);
 
   // Goes into the next report (and becomes a "warning" event).
   void Warn(std::string warning) { warnings_.push_back(std::move(warning)); }
@@ -37,13 +47,14 @@ class ProgressReporter {
   // when it is the generation's first. `training_time` is the time the
   // generation has trained so far, evaluations excluded.
   void StepDone(int64_t step, double loss, bool force,
-                std::optional<double> accuracy, std::optional<double> test_loss,
+                const std::optional<Evaluation>& evaluation,
                 absl::Duration training_time);
 
  private:
   const v1::Assignment& assignment_;
   const v1::TrainingPlan plan_;
   const int64_t generation_first_step_;
+  const int64_t tokens_per_sample_;
   const Send send_;
   // The first report of the generation says where it resumed.
   std::optional<int64_t> resumed_at_;

@@ -54,11 +54,33 @@ void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
-    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params) {
+    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params,
+    const std::vector<bool>& decay) {
+  // Unset (a spec without defaults applied): Adam's usual 0.9 and 0.999.
+  const std::tuple<double, double> betas = {
+      spec.has_beta1() ? spec.beta1() : 0.9,
+      spec.has_beta2() ? spec.beta2() : 0.999};
   if (spec.type() == "adam") {
     return std::make_unique<torch::optim::Adam>(
-        params,
-        torch::optim::AdamOptions(1e-3).weight_decay(spec.weight_decay()));
+        params, torch::optim::AdamOptions(1e-3).betas(betas).weight_decay(
+                    spec.weight_decay()));
+  }
+  if (spec.type() == "adamw") {
+    // Two groups, in the parameters' order: decayed, then not.
+    std::vector<torch::Tensor> decayed, kept;
+    for (size_t i = 0; i < params.size(); ++i) {
+      (i < decay.size() && decay[i] ? decayed : kept).push_back(params[i]);
+    }
+    auto options = [&](double weight_decay) {
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-3).betas(betas).weight_decay(
+              weight_decay));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decayed, options(spec.weight_decay()));
+    groups.emplace_back(kept, options(0));
+    return std::make_unique<torch::optim::AdamW>(
+        groups, torch::optim::AdamWOptions(1e-3).betas(betas));
   }
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(0.1)
@@ -66,23 +88,26 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
                   .weight_decay(spec.weight_decay()));
 }
 
-ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
-                            int64_t cols) {
+ModelOptions ModelOptionsOf(const v1::JobSpec& spec, std::vector<int64_t> input,
+                            bool token_input, int64_t outputs) {
   ModelOptions options;
   options.name = spec.model().name();
   options.torchscript = spec.model().torchscript();
   options.dropout = spec.model().dropout();
-  options.rows = rows;
-  options.cols = cols;
+  options.input = std::move(input);
+  options.token_input = token_input;
+  options.outputs = outputs;
+  options.n_layer = spec.model().n_layer();
+  options.n_head = spec.model().n_head();
+  options.n_embd = spec.model().n_embd();
   return options;
 }
 
-absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
-                               int64_t cols, torch::Device device,
-                               Replica* replica) {
+absl::Status InitializeReplica(const v1::JobSpec& spec,
+                               const ModelOptions& options,
+                               torch::Device device, Replica* replica) {
   torch::manual_seed(spec.seed());
-  ASSIGN_OR_RETURN(replica->model,
-                   BuildModel(ModelOptionsOf(spec, rows, cols)));
+  ASSIGN_OR_RETURN(replica->model, BuildModel(options));
   LossScaler::Options scaling;
   scaling.initial_scale = spec.loss_scale();
   scaling.growth_interval = spec.loss_scale_growth_interval();
@@ -97,7 +122,8 @@ absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
   replica->device = device;
   if (!device.is_cpu()) replica->model->to(device);
   replica->optimizer =
-      MakeOptimizer(spec.optimizer(), replica->model->parameters());
+      MakeOptimizer(spec.optimizer(), replica->model->parameters(),
+                    replica->model->WeightDecayMask());
   return absl::OkStatus();
 }
 

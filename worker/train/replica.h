@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,11 @@ struct Replica {
   // a generation on another world size re-slices it.
   int global_batch = 0;
   double last_loss = 0;
+  // The last evaluation: classification's accuracy, the test loss and the
+  // task's metrics by name.
   double last_accuracy = 0;
+  double last_test_loss = 0;
+  std::map<std::string, double> last_metrics;
   LossScaler scaler;  // fp16 only; holds the skipped-step count
   // Where the model and the optimizer's state live (this worker's device).
   torch::Device device = torch::kCPU;
@@ -42,21 +47,27 @@ struct Replica {
   int64_t applied_steps() const { return step - scaler.skipped_steps(); }
 };
 
-// The model options of the job's model for images of rows x cols.
-ModelOptions ModelOptionsOf(const v1::JobSpec& spec, int64_t rows,
-                            int64_t cols);
+// The options of the job's model for one sample's `input` shape (int64
+// token ids when `token_input`) and `outputs` (classes, targets or the
+// vocabulary). The defaults are Fashion-MNIST's.
+ModelOptions ModelOptionsOf(const v1::JobSpec& spec,
+                            std::vector<int64_t> input = {1, 28, 28},
+                            bool token_input = false, int64_t outputs = 10);
 
 // Builds the job's model, optimizer and loss scaler into `replica` under the
 // job's seed, so every rank starts from the same parameters, and puts the
 // model on `device` (the optimizer's state follows it). Errors name the
-// TorchScript file that cannot be used.
-absl::Status InitializeReplica(const v1::JobSpec& spec, int64_t rows,
-                               int64_t cols, torch::Device device,
-                               Replica* replica);
+// TorchScript file that cannot be used, or the model that cannot take the
+// task's input.
+absl::Status InitializeReplica(const v1::JobSpec& spec,
+                               const ModelOptions& options,
+                               torch::Device device, Replica* replica);
 
-// The job's optimizer over `params`.
+// The job's optimizer over `params`; `decay[i]` says whether params[i] is
+// decayed by "adamw" (Network::WeightDecayMask; sgd and adam decay all).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
-    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params);
+    const v1::OptimizerSpec& spec, std::vector<torch::Tensor> params,
+    const std::vector<bool>& decay);
 
 void SetLearningRate(torch::optim::Optimizer& optimizer, double lr);
 

@@ -51,7 +51,8 @@ std::string SerializeOptimizerThroughHost(const v1::JobSpec& spec,
   for (const torch::Tensor& p : replica.model->parameters()) {
     params.push_back(p.detach().to(torch::kCPU).requires_grad_(true));
   }
-  auto twin = MakeOptimizer(spec.optimizer(), params);
+  auto twin =
+      MakeOptimizer(spec.optimizer(), params, replica.model->WeightDecayMask());
   std::istringstream in(SerializeOptimizer(*replica.optimizer));
   torch::serialize::InputArchive archive;
   archive.load_from(in, torch::Device(torch::kCPU));

@@ -75,8 +75,7 @@ absl::StatusOr<SlotsByParam> CheckOptimizerEntries(
     if (param == param_index.end() || !slot_known) {
       return Mismatch(rank, source, i, entry.ToString(),
                       absl::StrCat("no such state for its ",
-                                   type == OptimizerType::kSgd ? "SGD" : "Adam",
-                                   " optimizer"));
+                                   OptimizerName(type), " optimizer"));
     }
     TensorLayout expected = params[param->second].layout;
     expected.kind = StateKind::kOptimizer;
@@ -442,9 +441,11 @@ absl::StatusOr<HandoverStats> HandOver(Communicator& comm, int source,
     return moved;
   }
   if (sending) return stats;
-  for (auto& [state, step] : targets.steps) {
-    static_cast<torch::optim::AdamParamState*>(state)->step(
-        step.item<int64_t>());
+  if (!targets.steps.empty()) {
+    ASSIGN_OR_RETURN(const OptimizerType type, TypeOf(*replica.optimizer));
+    for (auto& [state, step] : targets.steps) {
+      SetSlot(type, *state, "step", step);
+    }
   }
   replica.global_batch = static_cast<int>(header.global_batch);
   replica.scaler.Restore(header.loss_scale, static_cast<int>(header.good_steps),

@@ -139,8 +139,24 @@ absl::StatusOr<OptimizerType> TypeOf(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) {
     return OptimizerType::kAdam;
   }
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) {
+    return OptimizerType::kAdamW;
+  }
   return absl::UnimplementedError(
-      "the state handover knows SGD and Adam; this optimizer is neither");
+      "the state handover knows SGD, Adam and AdamW; this optimizer is none "
+      "of them");
+}
+
+const char* OptimizerName(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kSgd:
+      return "SGD";
+    case OptimizerType::kAdam:
+      return "Adam";
+    case OptimizerType::kAdamW:
+      return "AdamW";
+  }
+  return "";
 }
 
 const std::vector<Slot>& SlotsOf(OptimizerType type) {
@@ -156,25 +172,23 @@ std::string StateKey(const torch::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
 }
 
-torch::Tensor GetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
-                      const std::string& slot) {
-  if (type == OptimizerType::kSgd) {
-    return static_cast<torch::optim::SGDParamState&>(s).momentum_buffer();
-  }
-  auto& adam = static_cast<torch::optim::AdamParamState&>(s);
+namespace {
+
+// Adam's and AdamW's states have the same slots under different types.
+template <typename State>
+torch::Tensor GetAdamSlot(torch::optim::OptimizerParamState& s,
+                          const std::string& slot) {
+  auto& adam = static_cast<State&>(s);
   if (slot == "step") return torch::tensor(adam.step(), torch::kInt64);
   if (slot == "exp_avg") return adam.exp_avg();
   if (slot == "exp_avg_sq") return adam.exp_avg_sq();
   return adam.max_exp_avg_sq();
 }
 
-void SetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
-             const std::string& slot, const torch::Tensor& value) {
-  if (type == OptimizerType::kSgd) {
-    static_cast<torch::optim::SGDParamState&>(s).momentum_buffer(value);
-    return;
-  }
-  auto& adam = static_cast<torch::optim::AdamParamState&>(s);
+template <typename State>
+void SetAdamSlot(torch::optim::OptimizerParamState& s, const std::string& slot,
+                 const torch::Tensor& value) {
+  auto& adam = static_cast<State&>(s);
   if (slot == "step") {
     adam.step(value.defined() ? value.item<int64_t>() : 0);
   } else if (slot == "exp_avg") {
@@ -186,12 +200,45 @@ void SetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
   }
 }
 
+}  // namespace
+
+torch::Tensor GetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
+                      const std::string& slot) {
+  switch (type) {
+    case OptimizerType::kSgd:
+      return static_cast<torch::optim::SGDParamState&>(s).momentum_buffer();
+    case OptimizerType::kAdam:
+      return GetAdamSlot<torch::optim::AdamParamState>(s, slot);
+    case OptimizerType::kAdamW:
+      return GetAdamSlot<torch::optim::AdamWParamState>(s, slot);
+  }
+  return {};
+}
+
+void SetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
+             const std::string& slot, const torch::Tensor& value) {
+  switch (type) {
+    case OptimizerType::kSgd:
+      static_cast<torch::optim::SGDParamState&>(s).momentum_buffer(value);
+      return;
+    case OptimizerType::kAdam:
+      return SetAdamSlot<torch::optim::AdamParamState>(s, slot, value);
+    case OptimizerType::kAdamW:
+      return SetAdamSlot<torch::optim::AdamWParamState>(s, slot, value);
+  }
+}
+
 std::unique_ptr<torch::optim::OptimizerParamState> NewState(
     OptimizerType type) {
-  if (type == OptimizerType::kSgd) {
-    return std::make_unique<torch::optim::SGDParamState>();
+  switch (type) {
+    case OptimizerType::kSgd:
+      return std::make_unique<torch::optim::SGDParamState>();
+    case OptimizerType::kAdam:
+      return std::make_unique<torch::optim::AdamParamState>();
+    case OptimizerType::kAdamW:
+      return std::make_unique<torch::optim::AdamWParamState>();
   }
-  return std::make_unique<torch::optim::AdamParamState>();
+  return nullptr;
 }
 
 absl::Status MalformedLayout(uint64_t index, absl::string_view what) {

@@ -94,9 +94,11 @@ absl::Status MalformedLayout(uint64_t index, absl::string_view what);
 
 // The optimizers MakeOptimizer builds, and the per-parameter state each
 // keeps (LibTorch creates it at a parameter's first step).
-enum class OptimizerType { kSgd, kAdam };
+enum class OptimizerType { kSgd, kAdam, kAdamW };
 // Unimplemented for any other optimizer.
 absl::StatusOr<OptimizerType> TypeOf(const torch::optim::Optimizer& optimizer);
+// "SGD", "Adam", "AdamW".
+const char* OptimizerName(OptimizerType type);
 
 // Every slot in travel order; `required` ones exist whenever the parameter
 // has state at all.
@@ -108,8 +110,8 @@ const std::vector<Slot>& SlotsOf(OptimizerType type);
 
 // The key of a parameter's state in Optimizer::state().
 std::string StateKey(const torch::Tensor& param);
-// The slot's tensor; Adam's step as a 0-dim int64 host tensor. Undefined
-// when the parameter's state does not hold the slot.
+// The slot's tensor; Adam's (and AdamW's) step as a 0-dim int64 host tensor.
+// Undefined when the parameter's state does not hold the slot.
 torch::Tensor GetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
                       const std::string& slot);
 void SetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,

@@ -11,8 +11,8 @@
 #include "absl/time/clock.h"
 #include "checkpoint/store.h"
 #include "common/log.h"
+#include "worker/train/data_cache.h"
 #include "worker/train/replica.h"
-#include "worker/train/tensor_dataset.h"
 #include "worker/train/torch_error.h"
 #include "worker/train/training_generation.h"
 
@@ -33,8 +33,7 @@ void TrainingRunner::Standby(const v1::Standby& standby) {
       std::async(std::launch::async, [standby] {
         const absl::Time start = absl::Now();
         for (bool train : {true, false}) {
-          absl::StatusOr<TensorDataset> data =
-              LoadSplit(standby.spec().data(), train);
+          auto data = LoadSplit(standby.spec().data(), train);
           if (!data.ok()) {
             LogWarning("standing by for job ", standby.job_id(),
                        ": cannot load its data: ", data.status().message());

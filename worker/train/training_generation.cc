@@ -11,14 +11,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "checkpoint/store.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "checkpoint/store.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/membership.h"
 #ifdef LOCKSTEP_HAVE_NCCL
 #include "worker/collective/nccl_communicator.h"
 #endif
+#include "worker/train/data_cache.h"
 #include "worker/train/device_batches.h"
 #include "worker/train/model.h"
 #include "worker/train/prefetcher.h"
@@ -28,6 +29,8 @@ namespace lockstep::worker {
 namespace {
 
 constexpr int64_t kEvalBatch = 1000;
+// An evaluation chunk's outputs are kept near this many values.
+constexpr int64_t kEvalOutputs = int64_t{1} << 24;
 // A preempting rank's stop vote: any sum this large means "save, then stop".
 constexpr float kPreemptVote = 1000.0f;
 // Below this per-replica batch, batch norm's statistics are noisy.
@@ -126,14 +129,10 @@ absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
   RETURN_IF_ERROR(connected);
   train_ = *std::move(train);
   test_ = *std::move(test);
-  RETURN_IF_ERROR(MatchTestToTrain(spec_.data(), train_, &test_));
-  if (KeepOnDevice(train_, device_)) {
-    // Put on the GPU once per generation; batches are gathered there.
-    for (TensorDataset* data : {&train_, &test_}) {
-      data->images = data->images.to(device_);
-      data->labels = data->labels.to(device_);
-    }
-  }
+  ASSIGN_OR_RETURN(learning_, ResolveTask(spec_, *train_));
+  RETURN_IF_ERROR(MatchTestColumns(learning_, *test_));
+  train_assembler_ = std::make_unique<BatchAssembler>(train_, learning_);
+  test_assembler_ = std::make_unique<BatchAssembler>(test_, learning_);
   counted_ = std::make_unique<CountingCommunicator>(
       comm_.get(), &task_.collective_seq, task_.metrics);
   if (task_.metrics != nullptr) {
@@ -198,9 +197,9 @@ absl::Status TrainingGeneration::PlanBatches() {
     ASSIGN_OR_RETURN(plan_, ResolveBatch(spec_, world_));
   }
   replica_.global_batch = plan_.global;
-  if (train_.size() < plan_.global) {
+  if (train_->size() < plan_.global) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the training set has ", train_.size(),
+        "the training data (", train_->description(), ") has ", train_->size(),
         " samples, fewer than one global batch of ", plan_.global));
   }
   return absl::OkStatus();
@@ -213,8 +212,7 @@ absl::Status TrainingGeneration::Setup() {
   RETURN_IF_ERROR(ConnectAndLoad(&connected));
   const absl::Time loaded = absl::Now();
   if (replica_.model == nullptr) {
-    RETURN_IF_ERROR(
-        InitializeReplica(spec_, train_.rows, train_.cols, device_, &replica_));
+    RETURN_IF_ERROR(InitializeReplica(spec_, Model(), device_, &replica_));
   }
   replica_.model->train();
   const std::string& backup_dir = spec_.checkpoint().backup_dir();
@@ -222,8 +220,7 @@ absl::Status TrainingGeneration::Setup() {
     checkpointer_ = std::make_unique<Checkpointer>(task_, backup_dir,
                                                    spec_.checkpoint().keep());
   }
-  const std::string label =
-      ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+  const std::string label = ModelLabel(Model());
   const int64_t newest_checkpoint = rank_ == 0 && checkpointer_ != nullptr
                                         ? checkpoint::NewestStep(backup_dir)
                                         : 0;
@@ -251,30 +248,44 @@ absl::Status TrainingGeneration::Setup() {
   reducer.handoff = handoff_.get();
   reducer_ =
       std::make_unique<GradientReducer>(params_, counted_.get(), reducer);
-  StartPipeline();
+  RETURN_IF_ERROR(StartPipeline());
   LogPlan(absl::Now() - start, connected - start, loaded - start);
   return absl::OkStatus();
 }
 
-void TrainingGeneration::StartPipeline() {
-  sampler_ = std::make_unique<GlobalSampler>(spec_.seed(), train_.size(), plan_,
-                                             rank_);
+ModelOptions TrainingGeneration::Model() const {
+  return ModelOptionsOf(spec_, learning_.model_input, learning_.token_input,
+                        learning_.outputs);
+}
+
+GlobalSampler TrainingGeneration::MakeSampler() const {
+  const bool blocks = spec_.data().shuffle() == "blocks";
+  return GlobalSampler(spec_.seed(), train_->size(), plan_, rank_,
+                       blocks ? spec_.data().shuffle_block() : 0);
+}
+
+absl::Status TrainingGeneration::StartPipeline() {
+  sampler_ = std::make_unique<GlobalSampler>(MakeSampler());
   total_steps_ = sampler_->steps_per_epoch() * spec_.epochs();
   if (spec_.max_steps() > 0) {
     total_steps_ = std::min(total_steps_, spec_.max_steps());
   }
   lr_ = std::make_unique<LrSchedule>(spec_, plan_.global, total_steps_);
-  if (train_.images.device() == device_ && device_.is_cuda()) {
+  // On a GPU a split small enough is assembled once and lives there.
+  ASSIGN_OR_RETURN(std::optional<DeviceSplit> on_device,
+                   AssembleOnDevice(*train_assembler_, device_));
+  if (on_device.has_value()) {
     batches_ =
-        std::make_unique<DeviceBatches>(train_, spec_.seed(), plan_, rank_);
+        std::make_unique<DeviceBatches>(*std::move(on_device), MakeSampler());
   } else {
-    batches_ = std::make_unique<Prefetcher>(train_, spec_.seed(), plan_, rank_,
-                                            replica_.step, total_steps_,
+    batches_ = std::make_unique<Prefetcher>(*train_assembler_, MakeSampler(),
+                                            plan_, replica_.step, total_steps_,
                                             /*pinned=*/device_.is_cuda());
   }
-  if (rank_ != 0) return;
+  if (rank_ != 0) return absl::OkStatus();
   reporter_ = std::make_unique<ProgressReporter>(
-      task_.assignment, TrainingPlanOf(), replica_.step, agreed_, task_.report);
+      task_.assignment, TrainingPlanOf(), replica_.step, agreed_, task_.report,
+      learning_.token_input ? learning_.block : 0);
   if (replica_.model->has_batch_norm() &&
       plan_.per_replica < kSmallBatchNormBatch) {
     std::string warning = absl::StrCat(
@@ -289,6 +300,7 @@ void TrainingGeneration::StartPipeline() {
     LogWarning(warning);
     reporter_->Warn(std::move(warning));
   }
+  return absl::OkStatus();
 }
 
 v1::TrainingPlan TrainingGeneration::TrainingPlanOf() const {
@@ -347,15 +359,15 @@ ReplicaPosition TrainingGeneration::Position() const {
   position.plan = plan_;
   position.steps_per_epoch = sampler_->steps_per_epoch();
   position.next_lr = lr_->At(replica_.applied_steps());
-  position.model_label =
-      ModelLabel(ModelOptionsOf(spec_, train_.rows, train_.cols));
+  position.model_label = ModelLabel(Model());
   return position;
 }
 
 absl::Status TrainingGeneration::Step(bool* stop) {
   StepMetrics::Timer timer(&metrics_);
   const int64_t step = replica_.step;
-  auto [images, labels] = batches_->Take(step);
+  ASSIGN_OR_RETURN(auto batch, batches_->Take(step));
+  auto [images, labels] = std::move(batch);
   if (images.device() != device_) {
     // Pinned host batches for a GPU (a data set too large to keep there),
     // copied asynchronously; the slot goes back to the prefetcher only
@@ -388,8 +400,8 @@ absl::Status TrainingGeneration::Step(bool* stop) {
       features = model.Features(images.narrow(0, begin, plan_.per_replica));
     }
     // The output layer and the loss in fp32.
-    torch::Tensor loss = torch::nn::functional::cross_entropy(
-        model.Logits(features), labels.narrow(0, begin, plan_.per_replica));
+    torch::Tensor loss = TaskLoss(learning_, model.Logits(features),
+                                  labels.narrow(0, begin, plan_.per_replica));
     if (accumulation > 1) loss = loss / accumulation;
     if (device_.is_cpu()) {
       local_loss += loss.item<float>();
@@ -473,38 +485,50 @@ absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> TrainingGeneration::Evaluate(double* loss) {
+absl::Status TrainingGeneration::Evaluate() {
   RETURN_IF_ERROR(AverageRunningStatistics(*counted_, *statistics_));
   torch::NoGradGuard no_grad;
   Network& model = *replica_.model;
   model.eval();
-  const int64_t n = test_.size();
+  // Every test sample once, whatever the world size: rank r takes its
+  // contiguous share, no padding.
+  const int64_t n = test_->size();
   const int64_t begin = n * rank_ / world_;
   const int64_t end = n * (rank_ + 1) / world_;
-  double correct = 0;
-  double loss_sum = 0;
-  for (int64_t i = begin; i < end; i += kEvalBatch) {
-    const int64_t stop = std::min(end, i + kEvalBatch);
+  // Chunks whose outputs stay near kEvalOutputs values (a language model's
+  // logits are windows x positions x vocabulary).
+  const int64_t per_sample = std::max<int64_t>(
+      1, learning_.outputs * std::max<int64_t>(1, learning_.block));
+  const int64_t chunk =
+      std::clamp<int64_t>(kEvalOutputs / per_sample, 1, kEvalBatch);
+  torch::Tensor inputs = test_assembler_->NewInputs(chunk, {});
+  torch::Tensor targets = test_assembler_->NewTargets(chunk, {});
+  std::vector<char> scratch;
+  std::vector<int64_t> indices;
+  std::vector<double> sums(EvalSumCount(learning_), 0.0);
+  for (int64_t i = begin; i < end; i += chunk) {
+    const int64_t count = std::min(end, i + chunk) - i;
+    indices.resize(static_cast<size_t>(count));
+    for (int64_t k = 0; k < count; ++k) indices[k] = i + k;
+    RETURN_IF_ERROR(test_assembler_->Fill(indices, inputs, targets, scratch));
     torch::Tensor features;
     {
       Autocast autocast(spec_.precision(), device_);
-      features = model.Features(Normalize(
-          test_.images.slice(0, i, stop).to(device_), test_.mean, test_.std));
+      features = model.Features(inputs.narrow(0, 0, count).to(device_));
     }
-    torch::Tensor logits = model.Logits(features);
-    torch::Tensor labels = test_.labels.slice(0, i, stop).to(device_);
-    correct += logits.argmax(1).eq(labels).sum().item<double>();
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, labels,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                        torch::kSum))
-                    .item<double>();
+    AddEvalSums(learning_, model.Logits(features),
+                targets.narrow(0, 0, count).to(device_), &sums);
   }
   model.train();
-  float totals[2] = {static_cast<float>(correct), static_cast<float>(loss_sum)};
-  RETURN_IF_ERROR(counted_->AllReduceSum(totals, 2));
-  *loss = totals[1] / n;
-  return totals[0] / n;
+  std::vector<float> totals(sums.begin(), sums.end());
+  RETURN_IF_ERROR(
+      counted_->AllReduceSum(totals.data(), static_cast<int>(totals.size())));
+  const EvalMetrics metrics = MetricsFromSums(
+      learning_, std::vector<double>(totals.begin(), totals.end()));
+  replica_.last_accuracy = metrics.accuracy;
+  replica_.last_test_loss = metrics.loss;
+  replica_.last_metrics = metrics.metrics;
+  return absl::OkStatus();
 }
 
 absl::Status TrainingGeneration::MaybeSave(int64_t step, bool epoch_end,
@@ -560,23 +584,27 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
     const int64_t step = replica_.step;
     const bool epoch_end = step % steps_per_epoch == 0;
     const bool last = step == total_steps_ || stop;
-    std::optional<double> eval_accuracy, eval_loss;
-    if (epoch_end || last) {
+    const bool evaluated = epoch_end || last;
+    if (evaluated) {
       const absl::Time eval_start = absl::Now();
-      double loss = 0;
-      ASSIGN_OR_RETURN(replica_.last_accuracy, Evaluate(&loss));
+      RETURN_IF_ERROR(Evaluate());
       eval_time_ += absl::Now() - eval_start;
-      eval_accuracy = replica_.last_accuracy;
-      eval_loss = loss;
       if (rank_ == 0) {
+        std::string metrics;
+        for (const auto& [name, value] : replica_.last_metrics) {
+          absl::StrAppend(&metrics, ", ", name, " ", value);
+        }
         LogInfo("epoch ", (step - 1) / steps_per_epoch + 1, " step ", step, "/",
-                total_steps_, ": loss ", replica_.last_loss, ", test accuracy ",
-                replica_.last_accuracy, ", test loss ", loss);
+                total_steps_, ": loss ", replica_.last_loss, ", test loss ",
+                replica_.last_test_loss, metrics);
       }
     }
     if (reporter_ != nullptr) {
-      reporter_->StepDone(step, replica_.last_loss, epoch_end || last,
-                          eval_accuracy, eval_loss,
+      std::optional<Evaluation> evaluation;
+      if (evaluated) {
+        evaluation = Evaluation{replica_.last_test_loss, replica_.last_metrics};
+      }
+      reporter_->StepDone(step, replica_.last_loss, evaluated, evaluation,
                           absl::Now() - train_start_ - eval_time_);
     }
     RETURN_IF_ERROR(MaybeSave(step, epoch_end, stop));
@@ -598,9 +626,17 @@ v1::TaskResult TrainingGeneration::Result(int64_t first_step, bool stop) const {
   result.set_steps(replica_.step);
   result.set_final_loss(replica_.last_loss);
   result.set_test_accuracy(replica_.last_accuracy);
+  result.set_test_loss(replica_.last_test_loss);
+  for (const auto& [name, value] : replica_.last_metrics) {
+    (*result.mutable_test_metrics())[name] = value;
+  }
   const int64_t trained = replica_.step - first_step;
-  result.set_samples_per_second(seconds > 0 ? trained * plan_.global / seconds
-                                            : 0);
+  const double samples_per_second =
+      seconds > 0 ? trained * plan_.global / seconds : 0;
+  result.set_samples_per_second(samples_per_second);
+  if (learning_.token_input) {
+    result.set_tokens_per_second(samples_per_second * learning_.block);
+  }
   result.set_model_digest(ModelDigest(*replica_.model));
   if (!metrics_.empty()) metrics_.Fill(result.mutable_breakdown());
   return result;

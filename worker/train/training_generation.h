@@ -28,6 +28,7 @@
 #include "worker/collective/counting_communicator.h"
 #include "worker/data/sampler.h"
 #include "worker/task_context.h"
+#include "worker/train/batch_assembler.h"
 #include "worker/train/batch_source.h"
 #include "worker/train/gradient_reducer.h"
 #include "worker/train/lr_schedule.h"
@@ -36,7 +37,7 @@
 #include "worker/train/replica_checkpoint.h"
 #include "worker/train/state_agreement.h"
 #include "worker/train/step_metrics.h"
-#include "worker/train/tensor_dataset.h"
+#include "worker/train/task.h"
 
 namespace lockstep::worker {
 
@@ -70,18 +71,23 @@ class TrainingGeneration {
   absl::Status ConnectAndLoad(absl::Time* connected);
   // Splits the global batch over this generation's ranks.
   absl::Status PlanBatches();
-  void StartPipeline();
+  absl::Status StartPipeline();
   void LogPlan(absl::Duration setup, absl::Duration rendezvous,
                absl::Duration loaded) const;
   v1::TrainingPlan TrainingPlanOf() const;
+  // The job's model for its task's shapes.
+  ModelOptions Model() const;
+  // The sampler of this rank under the job's data.shuffle.
+  GlobalSampler MakeSampler() const;
   ReplicaPosition Position() const;
 
   // One optimizer step; sets *stop when any rank asked to stop.
   absl::Status Step(bool* stop);
   // Applies the averaged gradients unless fp16 overflowed.
   absl::Status ApplyGradients(int64_t step);
-  // Test accuracy; *loss the mean test loss.
-  absl::StatusOr<double> Evaluate(double* loss);
+  // Evaluates every test sample once (this rank's share), all-reduces the
+  // sums, and keeps the metrics in the replica.
+  absl::Status Evaluate();
   // Saves when the job's checkpoint rules say so (and on a stop).
   absl::Status MaybeSave(int64_t step, bool epoch_end, bool stop);
   // The chief's work after the last step: export, then drop the backups.
@@ -100,8 +106,12 @@ class TrainingGeneration {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<CountingCommunicator> counted_;
 
-  TensorDataset train_;
-  TensorDataset test_;
+  // The job's data and what it learns from it.
+  std::shared_ptr<const SplitSource> train_;
+  std::shared_ptr<const SplitSource> test_;
+  Task learning_;
+  std::unique_ptr<BatchAssembler> train_assembler_;
+  std::unique_ptr<BatchAssembler> test_assembler_;
   BatchPlan plan_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null without backup_dir
   AgreedState agreed_;

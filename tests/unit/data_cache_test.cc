@@ -1,6 +1,6 @@
-// The per-process data set cache: a split is decoded once, the cache holds
+// The per-process data set cache: a split is opened once, the cache holds
 // one data set at a time, and a finished job's data can be dropped.
-#include "worker/train/tensor_dataset.h"
+#include "worker/train/data_cache.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,11 +14,11 @@
 namespace lockstep::worker {
 namespace {
 
-class TensorDatasetTest : public ::testing::Test {
+class DataCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ForgetCachedData();
-    std::string tmpl = ::testing::TempDir() + "tensor_dataset_XXXXXX";
+    std::string tmpl = ::testing::TempDir() + "data_cache_XXXXXX";
     root_ = mkdtemp(tmpl.data());
   }
   void TearDown() override {
@@ -44,17 +44,17 @@ class TensorDatasetTest : public ::testing::Test {
     return spec;
   }
 
-  // Where the split's pixels live: the same address means the same decode.
+  // The split's source: the same address means the same opening.
   const void* Pixels(const v1::DataSpec& spec, bool train) {
     auto data = LoadSplit(spec, train);
     EXPECT_TRUE(data.ok()) << data.status();
-    return data.ok() ? data->images.data_ptr() : nullptr;
+    return data.ok() ? data->get() : nullptr;
   }
 
   std::string root_;
 };
 
-TEST_F(TensorDatasetTest, ASplitIsDecodedOncePerDataSet) {
+TEST_F(DataCacheTest, ASplitIsDecodedOncePerDataSet) {
   const v1::DataSpec a = DataSet("a");
   const void* train = Pixels(a, true);
   const void* test = Pixels(a, false);
@@ -63,28 +63,35 @@ TEST_F(TensorDatasetTest, ASplitIsDecodedOncePerDataSet) {
   EXPECT_NE(train, test);
 }
 
-TEST_F(TensorDatasetTest, AnotherDataSetReplacesTheCachedOne) {
+TEST_F(DataCacheTest, AnotherDataSetReplacesTheCachedOne) {
   const v1::DataSpec a = DataSet("a");
   const v1::DataSpec b = DataSet("b");
   // Held by the test, as a running generation holds its data: it stays
   // valid when the cache lets go of it.
-  absl::StatusOr<TensorDataset> held = LoadSplit(a, true);
+  auto held = LoadSplit(a, true);
   ASSERT_TRUE(held.ok()) << held.status();
-  const void* b_train = Pixels(b, true);
+  auto held_b = LoadSplit(b, true);
+  ASSERT_TRUE(held_b.ok()) << held_b.status();
+  const void* b_train = held_b->get();
   EXPECT_EQ(Pixels(b, true), b_train);
-  // a was dropped: decoded again.
-  EXPECT_NE(Pixels(a, true), held->images.data_ptr());
-  EXPECT_EQ(held->images.numel(), 12);
-  EXPECT_EQ(held->images.flatten()[0].item<int>(), 0x7f);
+  // a was dropped: opened again.
+  auto a_again = LoadSplit(a, true);
+  ASSERT_TRUE(a_again.ok());
+  EXPECT_NE(a_again->get(), held->get());
+  ASSERT_EQ((*held)->size(), 3);
+  char pixels[4];
+  ASSERT_TRUE((*held)->ReadColumn((*held)->Find("images"), {2}, pixels).ok());
+  EXPECT_EQ(pixels[0], 0x7f);
   // and b in its turn.
   EXPECT_NE(Pixels(b, true), b_train);
 }
 
-TEST_F(TensorDatasetTest, ForgettingDropsEverySplit) {
+TEST_F(DataCacheTest, ForgettingDropsEverySplit) {
   const v1::DataSpec a = DataSet("a");
-  const void* train = Pixels(a, true);
+  auto held = LoadSplit(a, true);  // keeps its address from being reused
+  ASSERT_TRUE(held.ok());
   ForgetCachedData();
-  EXPECT_NE(Pixels(a, true), train);
+  EXPECT_NE(Pixels(a, true), held->get());
 }
 
 }  // namespace

@@ -1,0 +1,247 @@
+// The defaults and rules of a job's workload: data.*, task.* and the model
+// sizes (job_spec_internal.h).
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/dtype.h"
+#include "common/job_spec.h"
+#include "common/job_spec_internal.h"
+#include "common/status_macros.h"
+
+namespace lockstep::internal {
+namespace {
+
+// A glob relative to data.dir that cannot name a file outside it: no
+// absolute path, no "..", no empty or "." segment tricks.
+absl::Status CheckGlob(absl::string_view field, const std::string& glob) {
+  if (glob.empty()) return absl::OkStatus();
+  if (glob[0] == '/') {
+    return Invalid(
+        absl::StrCat(field, " \"", glob,
+                     "\" is absolute; give a glob relative to data.dir (e.g. "
+                     "\"train-*.tfrecord\")"));
+  }
+  for (absl::string_view part : absl::StrSplit(glob, '/')) {
+    if (part == "..") {
+      return Invalid(absl::StrCat(field, " \"", glob,
+                                  "\" steps out of data.dir with \"..\"; "
+                                  "name files inside data.dir"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsColumnName(const std::string& name) {
+  return !name.empty() &&
+         static_cast<int64_t>(name.size()) <= kMaxColumnNameBytes &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyz"
+             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-") == std::string::npos;
+}
+
+absl::Status CheckColumnName(absl::string_view field, const std::string& name) {
+  if (name.empty() || IsColumnName(name)) return absl::OkStatus();
+  return Invalid(absl::StrCat(
+      field, " \"", name, "\" is not a column name (1 to ", kMaxColumnNameBytes,
+      " letters, digits, '_', '.', '/' or '-')"));
+}
+
+absl::Status ValidateFeatures(const v1::DataSpec& data) {
+  if (data.features_size() > kMaxColumns) {
+    return Invalid(absl::StrCat("data.features has ", data.features_size(),
+                                " entries; at most ", kMaxColumns));
+  }
+  for (const auto& [name, column] : data.features()) {
+    const std::string field = absl::StrCat("data.features[\"", name, "\"]");
+    // Checked before `field` (which holds the name) is echoed anywhere.
+    if (!IsColumnName(name)) {
+      return Invalid(absl::StrCat(
+          "data.features holds a key that is not a column name (1 to ",
+          kMaxColumnNameBytes, " letters, digits, '_', '.', '/' or '-')"));
+    }
+    if (!column.dtype().empty() && !DtypeFromName(column.dtype())) {
+      // Not echoed: it may hold anything.
+      return Invalid(absl::StrCat(field,
+                                  ".dtype is not a dtype lockstep reads; "
+                                  "choose one of ",
+                                  DtypeNames()));
+    }
+    if (column.shape_size() > kMaxColumnRank) {
+      return Invalid(absl::StrCat(field, ".shape has ", column.shape_size(),
+                                  " dimensions; at most ", kMaxColumnRank));
+    }
+    int64_t elements = 1;
+    for (int64_t dim : column.shape()) {
+      if (dim < 1 || dim > kMaxSampleElements ||
+          elements > kMaxSampleElements / dim) {
+        return Invalid(
+            absl::StrCat(field, ".shape [", absl::StrJoin(column.shape(), ", "),
+                         "] is not a shape of positive sizes with at most ",
+                         kMaxSampleElements, " elements"));
+      }
+      elements *= dim;
+    }
+    if (column.has_std() && !(column.std() > 0 && column.std() < 1e30)) {
+      return Invalid(absl::StrCat(field, ".std must be positive and finite"));
+    }
+    if (column.has_mean() && !(column.mean() > -1e30 && column.mean() < 1e30)) {
+      return Invalid(absl::StrCat(field, ".mean must be finite"));
+    }
+    if (data.format() == "tfrecord" && column.dtype().empty()) {
+      return Invalid(absl::StrCat(
+          field,
+          " needs a dtype (and a shape, [] for a scalar): a TFRecord file "
+          "does not say what its features hold"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const v1::DataSpec& data) {
+  RETURN_IF_ERROR(CheckChoice("data.format", data.format(),
+                              {"idx", "npy", "tokens", "tfrecord"}));
+  RETURN_IF_ERROR(CheckGlob("data.train", data.train()));
+  RETURN_IF_ERROR(CheckGlob("data.test", data.test()));
+  if ((!data.train().empty() || !data.test().empty()) &&
+      !OneOf(data.format(), {"npy", "tfrecord"})) {
+    return Invalid(absl::StrCat(
+        "data.train and data.test are globs of npy or tfrecord files; data "
+        "format \"",
+        data.format(), "\" has fixed file names"));
+  }
+  if (data.format() == "tfrecord" &&
+      (data.train().empty() || data.test().empty() ||
+       data.features_size() == 0)) {
+    return Invalid(
+        "data.format \"tfrecord\" needs data.train and data.test (globs of "
+        "files under data.dir) and data.features (each feature's dtype and "
+        "shape)");
+  }
+  RETURN_IF_ERROR(ValidateFeatures(data));
+  RETURN_IF_ERROR(
+      CheckChoice("data.shuffle", data.shuffle(), {"global", "blocks"}));
+  if (data.shuffle_block() < 1) {
+    return Invalid(absl::StrCat("data.shuffle_block must be >= 1, got ",
+                                data.shuffle_block()));
+  }
+  if (data.format() == "tokens") {
+    RETURN_IF_ERROR(CheckChoice("data.token_dtype", data.token_dtype(),
+                                {"uint16", "uint32"}));
+    if (data.block_size() < 1 || data.window_stride() < 1) {
+      return Invalid(absl::StrCat(
+          "data.block_size and data.window_stride must be >= 1, got ",
+          data.block_size(), " and ", data.window_stride()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTask(const v1::JobSpec& spec) {
+  const v1::TaskSpec& task = spec.task();
+  RETURN_IF_ERROR(
+      CheckChoice("task.type", task.type(),
+                  {"classification", "regression", "language_model"}));
+  RETURN_IF_ERROR(CheckColumnName("task.input", task.input()));
+  RETURN_IF_ERROR(CheckColumnName("task.target", task.target()));
+  if (task.type() == "classification" && task.num_classes() < 2) {
+    return Invalid(absl::StrCat("task.num_classes must be >= 2, got ",
+                                task.num_classes()));
+  }
+  if (!(task.label_smoothing() >= 0 && task.label_smoothing() < 1)) {
+    return Invalid(absl::StrCat("task.label_smoothing must be in [0, 1), got ",
+                                task.label_smoothing()));
+  }
+  if (task.type() == "regression") {
+    RETURN_IF_ERROR(
+        CheckChoice("task.loss", task.loss(), {"mse", "l1", "huber"}));
+  } else if (!task.loss().empty()) {
+    return Invalid(absl::StrCat("task.loss is for task.type \"regression\"; ",
+                                task.type(), " uses cross-entropy"));
+  }
+  const v1::ModelSpec& model = spec.model();
+  const bool lm = task.type() == "language_model";
+  if (model.name() == "gpt" && !lm) {
+    return Invalid(
+        absl::StrCat("model \"gpt\" is a language model; set task.type "
+                     "\"language_model\" (the job's task is \"",
+                     task.type(), "\")"));
+  }
+  if (lm && !model.name().empty() && model.name() != "gpt") {
+    return Invalid(
+        absl::StrCat("task.type \"language_model\" trains model "
+                     "\"gpt\" or a TorchScript module, not \"",
+                     model.name(), "\""));
+  }
+  if (lm && spec.data().format() != "tokens" && spec.data().format() != "npy" &&
+      spec.data().format() != "tfrecord") {
+    return Invalid(absl::StrCat(
+        "task.type \"language_model\" reads token ids: use data.format "
+        "\"tokens\" (or npy/tfrecord windows of ids), not \"",
+        spec.data().format(), "\""));
+  }
+  if (model.name() == "gpt") {
+    if (model.n_layer() < 1 || model.n_head() < 1 || model.n_embd() < 1 ||
+        model.n_embd() % model.n_head() != 0) {
+      return Invalid(absl::StrCat(
+          "model.n_layer, n_head and n_embd must be >= 1 with n_embd a "
+          "multiple of n_head, got ",
+          model.n_layer(), ", ", model.n_head(), " and ", model.n_embd()));
+    }
+    if (model.vocab_size() < 0) {
+      return Invalid("model.vocab_size must be >= 0 (0: from the data)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ApplyWorkloadDefaults(v1::JobSpec* spec) {
+  v1::DataSpec* data = spec->mutable_data();
+  if (data->format().empty()) data->set_format("idx");
+  if (data->dir().empty()) data->set_dir(kDefaultDataDir);
+  if (data->shuffle().empty()) data->set_shuffle("global");
+  if (data->shuffle_block() == 0) data->set_shuffle_block(4096);
+  if (data->format() == "tokens") {
+    if (data->token_dtype().empty()) data->set_token_dtype("uint16");
+    if (data->block_size() == 0) data->set_block_size(64);
+    if (data->window_stride() == 0) {
+      data->set_window_stride(data->block_size());
+    }
+  }
+  v1::TaskSpec* task = spec->mutable_task();
+  if (task->type().empty()) task->set_type("classification");
+  if (task->type() == "classification" && task->num_classes() == 0) {
+    task->set_num_classes(10);
+  }
+  if (task->type() == "regression" && task->loss().empty()) {
+    task->set_loss("mse");
+  }
+  v1::ModelSpec* model = spec->mutable_model();
+  if (model->name() == "gpt") {
+    if (model->n_layer() == 0) model->set_n_layer(4);
+    if (model->n_head() == 0) model->set_n_head(4);
+    if (model->n_embd() == 0) model->set_n_embd(128);
+  }
+  v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
+  if (!optimizer->has_beta1()) optimizer->set_beta1(0.9);
+  if (!optimizer->has_beta2()) optimizer->set_beta2(0.999);
+}
+
+absl::Status ValidateWorkload(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateData(spec.data()));
+  RETURN_IF_ERROR(ValidateTask(spec));
+  const v1::OptimizerSpec& optimizer = spec.optimizer();
+  if (!(optimizer.beta1() >= 0 && optimizer.beta1() < 1 &&
+        optimizer.beta2() >= 0 && optimizer.beta2() < 1)) {
+    return Invalid(
+        absl::StrCat("optimizer.beta1 and beta2 must be in [0, 1), got ",
+                     optimizer.beta1(), " and ", optimizer.beta2()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep::internal

@@ -1,0 +1,49 @@
+// The formats' sources behind OpenSplit (split_source.h).
+#ifndef LOCKSTEP_WORKER_DATA_SOURCES_H_
+#define LOCKSTEP_WORKER_DATA_SOURCES_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "worker/data/idx.h"
+#include "worker/data/split_source.h"
+
+namespace lockstep::worker {
+
+// Columns of .npy arrays: for each column name its files, in order; each
+// file holds samples along its first axis. Every file is memory-mapped,
+// and its header checked: a dtype lockstep reads, C order, the same
+// per-sample shape and dtype across one column's shards, data as long as
+// the shape says; every column the same number of samples.
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
+    const std::map<std::string, std::vector<std::string>>& files,
+    const std::string& description);
+
+// A flat file of token ids (`dtype` uint16 or uint32) read as windows of
+// block + 1 tokens starting every `stride` tokens: one column "tokens"
+// [block + 1]. Errors: a file whose size is not a whole number of tokens,
+// or shorter than one window.
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
+    const std::string& path, Dtype dtype, int64_t block, int64_t stride);
+
+// TFRecord files of tf.train.Example records, in order, with the columns
+// spec.features declares (sorted by name). Each plain file is indexed once
+// (LoadOrBuildTfRecordIndex: the index is kept beside the file, or in
+// `index_cache_dir`) and read record by record; a GZIP file cannot be
+// entered in the middle, so its samples are decoded once into memory.
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
+    const std::vector<std::string>& files, const v1::DataSpec& spec,
+    const std::string& index_cache_dir = "");
+
+// A decoded IDX image data set: columns "image" (uint8 [1, H, W]) and
+// "label" (uint8 []).
+std::shared_ptr<const SplitSource> ImagesInMemory(ImageDataset data,
+                                                  const std::string& dir);
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_DATA_SOURCES_H_

@@ -1,0 +1,189 @@
+// TFRecord files of tf.train.Example records as a split (sources.h).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/data/sources.h"
+#include "worker/data/tf_example.h"
+#include "worker/data/tfrecord.h"
+
+namespace lockstep::worker {
+namespace {
+
+// GZIP files decoded whole: more than this per split is refused.
+constexpr int64_t kMaxInMemoryBytes = int64_t{4} << 30;
+
+class TfRecordSplit : public SplitSource {
+ public:
+  TfRecordSplit(std::vector<ColumnInfo> columns, ExampleDecoder decoder,
+                std::string description)
+      : decoder_(std::move(decoder)) {
+    columns_ = std::move(columns);
+    description_ = std::move(description);
+    for (const ColumnInfo& column : columns_) {
+      decoded_bytes_ += column.sample_bytes();
+    }
+  }
+
+  // A plain file, read record by record.
+  void AddIndexed(std::unique_ptr<TfRecordFile> file) {
+    Part part;
+    part.first = size_;
+    part.count = file->index().size();
+    part.file = std::move(file);
+    size_ += part.count;
+    if (part.count > 0) parts_.push_back(std::move(part));
+  }
+
+  // A GZIP file, decoded now: every sample's columns, back to back.
+  absl::Status AddDecoded(const std::string& path) {
+    ASSIGN_OR_RETURN(std::unique_ptr<TfRecordStream> stream,
+                     TfRecordStream::Open(path));
+    Part part;
+    part.first = size_;
+    std::string record;
+    while (true) {
+      const int64_t at = stream->next_index();
+      ASSIGN_OR_RETURN(bool more, stream->Next(&record));
+      if (!more) break;
+      if (static_cast<int64_t>(part.decoded.size()) + decoded_bytes_ >
+          kMaxInMemoryBytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            path, " decodes to more than ", kMaxInMemoryBytes >> 30,
+            " GiB: a GZIP file cannot be read in place; store the data set "
+            "as plain TFRecord files (TFRecordWriter without compression)"));
+      }
+      const size_t offset = part.decoded.size();
+      part.decoded.resize(offset + static_cast<size_t>(decoded_bytes_));
+      RETURN_IF_ERROR(DecodeInto(record, path, at, &part.decoded[offset]));
+      ++part.count;
+    }
+    size_ += part.count;
+    if (part.count > 0) parts_.push_back(std::move(part));
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(absl::Span<const int> columns,
+                    absl::Span<const int64_t> indices,
+                    absl::Span<char* const> outs) const override {
+    std::string scratch(static_cast<size_t>(decoded_bytes_), '\0');
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const int64_t index = indices[i];
+      auto it = std::upper_bound(
+          parts_.begin(), parts_.end(), index,
+          [](int64_t at, const Part& part) { return at < part.first; });
+      const Part& part = *std::prev(it);
+      const int64_t record = index - part.first;
+      const char* sample;
+      if (part.file != nullptr) {
+        ASSIGN_OR_RETURN(std::string bytes, part.file->Read(record));
+        RETURN_IF_ERROR(
+            DecodeInto(bytes, part.file->index().path, record, scratch.data()));
+        sample = scratch.data();
+      } else {
+        sample = part.decoded.data() + record * decoded_bytes_;
+      }
+      for (size_t c = 0; c < columns.size(); ++c) {
+        const int64_t bytes = columns_[columns[c]].sample_bytes();
+        std::memcpy(outs[c] + static_cast<int64_t>(i) * bytes,
+                    sample + offsets_[columns[c]], static_cast<size_t>(bytes));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void ComputeOffsets() {
+    int64_t offset = 0;
+    for (const ColumnInfo& column : columns_) {
+      offsets_.push_back(offset);
+      offset += column.sample_bytes();
+    }
+  }
+
+ private:
+  struct Part {
+    int64_t first = 0;
+    int64_t count = 0;
+    std::unique_ptr<TfRecordFile> file;  // null: decoded
+    std::string decoded;
+  };
+
+  absl::Status DecodeInto(absl::string_view record, const std::string& path,
+                          int64_t index, char* out) const {
+    std::vector<absl::Span<char>> spans;
+    int64_t offset = 0;
+    for (const ColumnInfo& column : columns_) {
+      spans.emplace_back(out + offset,
+                         static_cast<size_t>(column.sample_bytes()));
+      offset += column.sample_bytes();
+    }
+    return decoder_.Decode(record, spans,
+                           absl::StrCat(path, " record ", index));
+  }
+
+  const ExampleDecoder decoder_;
+  int64_t decoded_bytes_ = 0;
+  std::vector<int64_t> offsets_;
+  std::vector<Part> parts_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
+    const std::vector<std::string>& files, const v1::DataSpec& spec,
+    const std::string& index_cache_dir) {
+  // Sorted by name: a protobuf map has no fixed order.
+  std::map<std::string, v1::ColumnSpec> sorted(spec.features().begin(),
+                                               spec.features().end());
+  std::vector<ColumnInfo> columns;
+  std::vector<FeatureSpec> features;
+  for (const auto& [name, declared] : sorted) {
+    ColumnInfo column;
+    column.name = name;
+    column.dtype = DtypeFromName(declared.dtype()).value_or(Dtype::kFloat32);
+    column.shape.assign(declared.shape().begin(), declared.shape().end());
+    columns.push_back(column);
+    FeatureSpec feature;
+    feature.name = name;
+    ASSIGN_OR_RETURN(feature.dtype, ParseDType(declared.dtype()));
+    feature.shape = column.shape;
+    features.push_back(std::move(feature));
+  }
+  ASSIGN_OR_RETURN(ExampleDecoder decoder,
+                   ExampleDecoder::Create(std::move(features)));
+  auto split = std::make_shared<TfRecordSplit>(
+      std::move(columns), std::move(decoder),
+      absl::StrCat(files.size(), " TFRecord file", files.size() == 1 ? "" : "s",
+                   " (first ", files.front(), ")"));
+  split->ComputeOffsets();
+  TfRecordIndexOptions options;
+  options.cache_dir = index_cache_dir;
+  for (const std::string& path : files) {
+    TfRecordIndexReport report;
+    ASSIGN_OR_RETURN(TfRecordIndex index,
+                     LoadOrBuildTfRecordIndex(path, options, &report));
+    if (index.compression == TfRecordCompression::kGzip) {
+      RETURN_IF_ERROR(split->AddDecoded(path));
+      continue;
+    }
+    if (!report.reused && !report.save_status.ok()) {
+      LogWarning("the record index of ", path,
+                 " could not be saved (it is rebuilt by every reader): ",
+                 report.save_status.message());
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<TfRecordFile> file,
+                     TfRecordFile::Open(std::move(index)));
+    split->AddIndexed(std::move(file));
+  }
+  if (split->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(split->description(), " hold no records"));
+  }
+  return std::shared_ptr<const SplitSource>(split);
+}
+
+}  // namespace lockstep::worker

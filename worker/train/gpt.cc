@@ -1,0 +1,148 @@
+// The gpt model (gpt.h).
+#include "worker/train/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace lockstep::worker {
+namespace {
+
+namespace nn = torch::nn;
+
+void InitLinear(nn::Linear& linear, double std) {
+  torch::NoGradGuard no_grad;
+  linear->weight.normal_(0.0, std);
+  if (linear->bias.defined()) linear->bias.zero_();
+}
+
+class CausalSelfAttentionImpl : public nn::Module {
+ public:
+  CausalSelfAttentionImpl(const GptOptions& o)
+      : n_head_(o.n_head),
+        c_attn_(register_module("c_attn", nn::Linear(o.n_embd, 3 * o.n_embd))),
+        c_proj_(register_module("c_proj", nn::Linear(o.n_embd, o.n_embd))),
+        attn_dropout_(register_module("attn_dropout", nn::Dropout(o.dropout))),
+        resid_dropout_(
+            register_module("resid_dropout", nn::Dropout(o.dropout))) {
+    InitLinear(c_attn_, 0.02);
+    InitLinear(c_proj_, 0.02 / std::sqrt(2.0 * o.n_layer));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+    const int64_t hs = c / n_head_;
+    std::vector<torch::Tensor> qkv = c_attn_->forward(x).split(c, 2);
+    auto heads = [&](const torch::Tensor& m) {
+      return m.view({b, t, n_head_, hs}).transpose(1, 2);
+    };
+    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    torch::Tensor att =
+        torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
+    torch::Tensor causal =
+        torch::ones({t, t}, x.options().dtype(torch::kBool)).tril();
+    att = att.masked_fill(causal.logical_not(),
+                          -std::numeric_limits<float>::infinity());
+    att = attn_dropout_->forward(torch::softmax(att, -1));
+    torch::Tensor y =
+        torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
+    return resid_dropout_->forward(c_proj_->forward(y));
+  }
+
+ private:
+  const int64_t n_head_;
+  nn::Linear c_attn_;
+  nn::Linear c_proj_;
+  nn::Dropout attn_dropout_;
+  nn::Dropout resid_dropout_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class BlockImpl : public nn::Module {
+ public:
+  BlockImpl(const GptOptions& o)
+      : ln_1_(register_module("ln_1",
+                              nn::LayerNorm(nn::LayerNormOptions({o.n_embd})))),
+        attn_(register_module("attn", CausalSelfAttention(o))),
+        ln_2_(register_module("ln_2",
+                              nn::LayerNorm(nn::LayerNormOptions({o.n_embd})))),
+        c_fc_(register_module("c_fc", nn::Linear(o.n_embd, 4 * o.n_embd))),
+        c_proj_(register_module("c_proj", nn::Linear(4 * o.n_embd, o.n_embd))),
+        dropout_(register_module("dropout", nn::Dropout(o.dropout))) {
+    InitLinear(c_fc_, 0.02);
+    InitLinear(c_proj_, 0.02 / std::sqrt(2.0 * o.n_layer));
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn_->forward(ln_1_->forward(x));
+    torch::Tensor h = torch::gelu(c_fc_->forward(ln_2_->forward(x)));
+    return x + dropout_->forward(c_proj_->forward(h));
+  }
+
+ private:
+  nn::LayerNorm ln_1_;
+  CausalSelfAttention attn_;
+  nn::LayerNorm ln_2_;
+  nn::Linear c_fc_;
+  nn::Linear c_proj_;
+  nn::Dropout dropout_;
+};
+TORCH_MODULE(Block);
+
+class Gpt : public Network {
+ public:
+  explicit Gpt(const GptOptions& o)
+      : wte_(register_module("wte", nn::Embedding(o.vocab, o.n_embd))),
+        wpe_(register_module("wpe", nn::Embedding(o.block, o.n_embd))),
+        drop_(register_module("drop", nn::Dropout(o.dropout))),
+        h_(register_module("h", nn::ModuleList())),
+        ln_f_(register_module(
+            "ln_f", nn::LayerNorm(nn::LayerNormOptions({o.n_embd})))) {
+    for (int64_t i = 0; i < o.n_layer; ++i) h_->push_back(Block(o));
+    torch::NoGradGuard no_grad;
+    wte_->weight.normal_(0.0, 0.02);
+    wpe_->weight.normal_(0.0, 0.02);
+  }
+
+  torch::Tensor Features(const torch::Tensor& tokens) override {
+    const int64_t t = tokens.size(1);
+    torch::Tensor positions = torch::arange(
+        t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
+    torch::Tensor x =
+        drop_->forward(wte_->forward(tokens) + wpe_->forward(positions));
+    for (const auto& block : *h_) x = block->as<Block>()->forward(x);
+    return ln_f_->forward(x);
+  }
+
+  // The output layer is the token embedding, transposed (weight tying).
+  torch::Tensor Logits(const torch::Tensor& features) override {
+    return torch::matmul(features.to(torch::kFloat32), wte_->weight.t());
+  }
+
+  // Decay only the matrices of the blocks: not biases, LayerNorms or the
+  // embeddings (the output layer is the token embedding).
+  std::vector<bool> WeightDecayMask() const override {
+    std::vector<bool> mask;
+    for (const auto& p : named_parameters()) {
+      const std::string& name = p.key();
+      mask.push_back(p.value().dim() >= 2 && name != "wte.weight" &&
+                     name != "wpe.weight");
+    }
+    return mask;
+  }
+
+ private:
+  nn::Embedding wte_;
+  nn::Embedding wpe_;
+  nn::Dropout drop_;
+  nn::ModuleList h_;
+  nn::LayerNorm ln_f_;
+};
+
+}  // namespace
+
+std::shared_ptr<Network> MakeGpt(const GptOptions& options) {
+  return std::make_shared<Gpt>(options);
+}
+
+}  // namespace lockstep::worker
