@@ -47,6 +47,7 @@ int RunMetrics(const std::vector<std::string>& argv);
 int RunCompare(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
 int RunHealth(const std::vector<std::string>& argv);
+int RunData(const std::vector<std::string>& argv);
 
 }  // namespace lockstep::client
 

@@ -26,6 +26,7 @@ Usage:
   lockstep metrics JOB [--csv | --json]
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
   lockstep health HOST:PORT [--timeout SECS] [--json]
+  lockstep data inspect PATH... [--format F] | data check JOB.json
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   if (command == "metrics") return RunMetrics(rest);
   if (command == "compare") return RunCompare(rest);
   if (command == "health") return RunHealth(rest);
+  if (command == "data") return RunData(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

@@ -19,6 +19,7 @@
 namespace lockstep::integration {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // The data tool (not a global: kBin is another file's).
@@ -203,6 +204,29 @@ TEST(WorkloadTest, RegressionLearnsALinearRule) {
   EXPECT_NEAR(f.at("test_loss").number_value(), f.at("test_mse").number_value(),
               1e-6);
   EXPECT_EQ(f.count("test_accuracy"), 0u);
+}
+
+// `lockstep data inspect` shows the columns; `lockstep data check` gives the
+// error a worker would fail the job with, before anything is submitted.
+TEST(WorkloadTest, DataInspectAndCheckSeeWhatAWorkerWouldSee) {
+  const std::string dir = MakeData("classes-check", {"classes"});
+  Result inspect = RunCommand({kBin + "/lockstep", "data", "inspect", dir});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, AllOf(HasSubstr("6400 samples"),
+                                 HasSubstr("float32   [32]"),
+                                 HasSubstr("int64     []")));
+  auto check = [&](const std::string& classes) {
+    return RunCommand({kBin + "/lockstep", "data", "check", kMlp, "--set",
+                       "data.format=npy", "--set", "data.dir=" + dir, "--set",
+                       "task.num_classes=" + classes});
+  };
+  Result fits = check("100");
+  EXPECT_EQ(fits.code, 0) << fits.err;
+  EXPECT_THAT(fits.out, HasSubstr("into 100 classes"));
+  Result misfit = check("10");
+  EXPECT_EQ(misfit.code, 1);
+  EXPECT_THAT(misfit.err, AllOf(HasSubstr("is outside [0, 10)"),
+                                HasSubstr("task.num_classes")));
 }
 
 }  // namespace

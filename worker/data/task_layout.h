@@ -1,0 +1,62 @@
+// What a job learns from its data (README.md, "Tasks"): which columns feed
+// the model and the loss, the shapes the model takes and returns, and how the
+// input is normalized, resolved against the training split. No tensors: the
+// CLI's `lockstep data check` resolves a job's task as a worker would.
+#ifndef LOCKSTEP_WORKER_DATA_TASK_LAYOUT_H_
+#define LOCKSTEP_WORKER_DATA_TASK_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/job.pb.h"
+#include "worker/data/split_source.h"
+
+namespace lockstep::worker {
+
+enum class TaskType { kClassification, kRegression, kLanguageModel };
+
+// x -> x * scale - shift, in float: the input's normalization.
+struct Normalization {
+  float scale = 1;
+  float shift = 0;
+};
+
+struct Task {
+  TaskType type = TaskType::kClassification;
+  int input_column = 0;   // in the split's source
+  int target_column = 0;  // the same column for a language model
+  ColumnInfo input;
+  ColumnInfo target;
+  // What the model takes per sample: floats of this shape, or (language
+  // models) `block` int64 token ids.
+  std::vector<int64_t> model_input;
+  bool token_input = false;
+  int64_t block = 0;
+  // Classes, target elements (regression) or the vocabulary.
+  int64_t outputs = 0;
+  Normalization normalization;
+  // The spec's task settings.
+  double label_smoothing = 0;
+  std::string regression_loss = "mse";
+};
+
+// Resolves the job's task against its training split: the columns
+// (task.input/target, or the defaults), their dtypes and shapes, the
+// output width (num_classes, the target's elements, model.vocab_size or the
+// largest token id + 1), and the input's normalization (Fashion-MNIST's
+// for idx, data.features' when given, else statistics of the training
+// split). Errors name the column, the data and what the task needs.
+absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
+                                 const SplitSource& train);
+
+// The test split must hold the same columns as the training split.
+absl::Status MatchTestColumns(const Task& task, const SplitSource& test);
+
+// The task for a log line: "classification of 'image' into 100 classes".
+std::string TaskText(const Task& task);
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_DATA_TASK_LAYOUT_H_
