@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "tests/unit/npy_bytes.h"
+#include "worker/data/split_source.h"
 
 namespace lockstep::worker {
 namespace {
@@ -42,19 +43,30 @@ class NpyTest : public ::testing::Test {
   std::string dir_;
 };
 
+// The legacy four-file layout reads as columns images and labels, of any
+// integer label type and either image shape.
 TEST_F(NpyTest, ReadsWhatNumpySaveWrites) {
   WriteValid();
-  auto train = LoadNpyDataset(dir_, true);
+  v1::DataSpec spec;
+  spec.set_format("npy");
+  spec.set_dir(dir_);
+  auto train = OpenSplit(spec, true);
   ASSERT_TRUE(train.ok()) << train.status();
-  EXPECT_EQ(train->count, 3);
-  EXPECT_EQ(train->rows, 2);
-  EXPECT_EQ(train->cols, 2);
-  EXPECT_EQ(train->pixels.size(), 12u);
-  EXPECT_EQ(train->labels, (std::vector<uint8_t>{0, 9, 4}));
-  auto test = LoadNpyDataset(dir_, false);  // (N, 1, H, W) and uint8 labels
+  EXPECT_EQ((*train)->size(), 3);
+  const ColumnInfo& images = (*train)->columns()[(*train)->Find("images")];
+  EXPECT_EQ(images.shape, (std::vector<int64_t>{2, 2}));
+  int64_t labels[3];
+  ASSERT_TRUE((*train)
+                  ->ReadColumn((*train)->Find("labels"), {0, 1, 2},
+                               reinterpret_cast<char*>(labels))
+                  .ok());
+  EXPECT_EQ(std::vector<int64_t>(labels, labels + 3),
+            (std::vector<int64_t>{0, 9, 4}));
+  auto test = OpenSplit(spec, false);  // (N, 1, H, W) and uint8 labels
   ASSERT_TRUE(test.ok()) << test.status();
-  EXPECT_EQ(test->count, 2);
-  EXPECT_EQ(test->labels, (std::vector<uint8_t>{2, 3}));
+  EXPECT_EQ((*test)->size(), 2);
+  EXPECT_EQ((*test)->columns()[(*test)->Find("images")].shape,
+            (std::vector<int64_t>{1, 2, 2}));
 }
 
 TEST_F(NpyTest, ReadsFormatVersionTwo) {
@@ -105,43 +117,21 @@ TEST_F(NpyTest, EveryMalformedFileIsNamed) {
   }
 }
 
-TEST_F(NpyTest, MismatchedSplitsAreNamed) {
+TEST_F(NpyTest, ColumnsOfOtherLengthsAndAMissingFolderAreNamed) {
   WriteValid();
   Write("train_labels.npy", Npy("<i8", "(2,)", Int64s({0, 1})));
-  auto count = LoadNpyDataset(dir_, true);
+  v1::DataSpec spec;
+  spec.set_format("npy");
+  spec.set_dir(dir_);
+  auto count = OpenSplit(spec, true);
   ASSERT_FALSE(count.ok());
   EXPECT_THAT(count.status().message(),
-              AllOf(HasSubstr("train_labels.npy"), HasSubstr("2 labels"),
-                    HasSubstr("3 images")));
-
-  Write("train_labels.npy", Npy("<i8", "(3,)", Int64s({0, 10, 1})));
-  auto range = LoadNpyDataset(dir_, true);
-  ASSERT_FALSE(range.ok());
-  EXPECT_THAT(range.status().message(),
-              AllOf(HasSubstr("train_labels.npy"), HasSubstr("label 10"),
-                    HasSubstr("index 1"), HasSubstr("out of range")));
-
-  Write("train_labels.npy", Npy("<i8", "(3,)", Int64s({0, -1, 1})));
-  EXPECT_FALSE(LoadNpyDataset(dir_, true).ok());
-
-  Write("train_images.npy", Npy("<f4", "(3, 2, 2)", std::string(48, '\0')));
-  auto floats = LoadNpyDataset(dir_, true);
-  ASSERT_FALSE(floats.ok());
-  EXPECT_THAT(floats.status().message(),
-              AllOf(HasSubstr("train_images.npy"), HasSubstr("uint8")));
-
-  Write("train_images.npy", Npy("|u1", "(12,)", std::string(12, '\0')));
-  auto flat = LoadNpyDataset(dir_, true);
-  ASSERT_FALSE(flat.ok());
-  EXPECT_THAT(flat.status().message(), HasSubstr("(N, H, W)"));
-}
-
-TEST_F(NpyTest, MissingFileSaysWhichFilesAreNeeded) {
-  auto missing = LoadNpyDataset(dir_, true);
+              AllOf(HasSubstr("train_labels.npy"), HasSubstr("2 samples"),
+                    HasSubstr("has 3")));
+  spec.set_dir(dir_ + "/missing");
+  auto missing = OpenSplit(spec, true);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(missing.status().message(),
-              AllOf(HasSubstr(dir_ + "/train_images.npy"),
-                    HasSubstr("test_labels.npy")));
+  EXPECT_THAT(missing.status().message(), HasSubstr(dir_ + "/missing"));
 }
 
 }  // namespace

@@ -60,97 +60,6 @@ int ElementSize(const std::string& dtype) {
   return absl::SimpleAtoi(dtype.substr(1), &size) ? size : 0;
 }
 
-// The split's two files, checked against each other.
-absl::StatusOr<ImageDataset> ToDataset(const NpyArray& images,
-                                       const std::string& images_path,
-                                       const NpyArray& labels,
-                                       const std::string& labels_path) {
-  if (images.dtype != "u1") {
-    return Bad(
-        images_path,
-        absl::StrCat("the images are dtype ", images.dtype,
-                     "; lockstep reads uint8 images (u1) — convert "
-                     "with numpy.clip(x * 255, 0, 255).astype('uint8')"));
-  }
-  std::vector<int64_t> shape = images.shape;
-  if (shape.size() == 4 && shape[1] == 1) shape.erase(shape.begin() + 1);
-  if (shape.size() != 3) {
-    return Bad(images_path,
-               absl::StrCat("the images have shape (",
-                            absl::StrJoin(images.shape, ", "),
-                            "); expected (N, H, W) or (N, 1, H, W)"));
-  }
-  if (labels.shape.size() != 1) {
-    return Bad(labels_path, absl::StrCat("the labels have shape (",
-                                         absl::StrJoin(labels.shape, ", "),
-                                         "); expected (N,)"));
-  }
-  if (labels.shape[0] != shape[0]) {
-    return Bad(labels_path,
-               absl::StrCat("it has ", labels.shape[0], " labels but ",
-                            images_path, " has ", shape[0], " images"));
-  }
-  const std::string& t = labels.dtype;
-  if (t != "u1" && t != "i1" && t != "u2" && t != "i2" && t != "u4" &&
-      t != "i4" && t != "u8" && t != "i8") {
-    return Bad(labels_path, absl::StrCat("the labels are dtype ", t,
-                                         "; use an integer dtype"));
-  }
-  ImageDataset out;
-  out.count = shape[0];
-  out.rows = shape[1];
-  out.cols = shape[2];
-  out.pixels.assign(images.data.begin(), images.data.end());
-  out.labels.resize(static_cast<size_t>(out.count));
-  const int size = ElementSize(t);
-  const bool is_signed = t[0] == 'i';
-  for (int64_t i = 0; i < out.count; ++i) {
-    const char* p = labels.data.data() + i * size;
-    int64_t value = 0;
-    if (is_signed) {
-      switch (size) {
-        case 1:
-          value = static_cast<int8_t>(*p);
-          break;
-        case 2: {
-          int16_t v;
-          std::memcpy(&v, p, 2);
-          value = v;
-          break;
-        }
-        case 4: {
-          int32_t v;
-          std::memcpy(&v, p, 4);
-          value = v;
-          break;
-        }
-        default:
-          std::memcpy(&value, p, 8);
-      }
-    } else {
-      uint64_t v = 0;
-      std::memcpy(&v, p, static_cast<size_t>(size));  // little-endian
-      if (v >= static_cast<uint64_t>(kNumClasses)) {
-        return Bad(
-            labels_path,
-            absl::StrCat("label ", v, " at index ", i,
-                         " is out of range; the built-in models have ",
-                         kNumClasses, " classes (0..", kNumClasses - 1, ")"));
-      }
-      value = static_cast<int64_t>(v);
-    }
-    if (value < 0 || value >= kNumClasses) {
-      return Bad(
-          labels_path,
-          absl::StrCat("label ", value, " at index ", i,
-                       " is out of range; the built-in models have ",
-                       kNumClasses, " classes (0..", kNumClasses - 1, ")"));
-    }
-    out.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(value);
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
@@ -275,21 +184,9 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   auto bytes = ReadFileToString(path);
   if (!bytes.ok()) {
     return absl::NotFoundError(absl::StrCat(
-        "cannot read ", path, ": ", bytes.status().message(),
-        "; data.format \"npy\" needs train_images.npy, train_labels.npy, "
-        "test_images.npy and test_labels.npy in data.dir"));
+        "cannot read ", path, ": ", bytes.status().message()));
   }
   return ParseNpy(*bytes, path);
-}
-
-absl::StatusOr<ImageDataset> LoadNpyDataset(const std::string& dir,
-                                            bool train) {
-  const std::string prefix = absl::StrCat(dir, train ? "/train" : "/test");
-  const std::string images_path = prefix + "_images.npy";
-  const std::string labels_path = prefix + "_labels.npy";
-  ASSIGN_OR_RETURN(NpyArray images, ReadNpy(images_path));
-  ASSIGN_OR_RETURN(NpyArray labels, ReadNpy(labels_path));
-  return ToDataset(images, images_path, labels, labels_path);
 }
 
 }  // namespace lockstep::worker

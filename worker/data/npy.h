@@ -1,17 +1,9 @@
-// NumPy .npy files (format versions 1.0 to 3.0), so users can bring any
-// image classification data set: `data.format: "npy"` reads four arrays
-// from `data.dir`:
-//
-//   train_images.npy  uint8, [N, H, W] or [N, 1, H, W]
-//   train_labels.npy  uint8, int32 or int64 (or unsigned), [N], each < 10
-//   test_images.npy   as train_images.npy, with the same H and W
-//   test_labels.npy   as train_labels.npy
-//
-// (numpy.save writes exactly this; see README.md, "Bringing your own data".)
-// Every malformed input -- wrong magic, a header that does not parse,
-// Fortran order, big-endian or unsupported dtypes, a shape that does not
-// match, a label out of range, a truncated file -- is an error naming the
-// file.
+// NumPy .npy files (format versions 1.0 to 3.0): headers parsed and checked
+// against the file's size, so `data.format: "npy"` can map arrays of any
+// dtype lockstep reads (worker/data/split_source.h) and never read them
+// whole. Every malformed input -- wrong magic, a header that does not parse
+// or is too long, Fortran order, big-endian or unsupported dtypes, a
+// truncated file -- is an error naming the file.
 #ifndef LOCKSTEP_WORKER_DATA_NPY_H_
 #define LOCKSTEP_WORKER_DATA_NPY_H_
 
@@ -21,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/data/idx.h"
 
 namespace lockstep::worker {
 
@@ -59,9 +50,6 @@ absl::StatusOr<int64_t> NpyDataBytes(const NpyHeader& header, int64_t available,
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
                                   const std::string& origin);
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
-
-// The split `train` (true) or test of an npy data set in `dir`.
-absl::StatusOr<ImageDataset> LoadNpyDataset(const std::string& dir, bool train);
 
 }  // namespace lockstep::worker
 
