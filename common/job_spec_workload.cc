@@ -141,9 +141,16 @@ absl::Status ValidateData(const v1::DataSpec& data) {
 
 absl::Status ValidateTask(const v1::JobSpec& spec) {
   const v1::TaskSpec& task = spec.task();
-  RETURN_IF_ERROR(
-      CheckChoice("task.type", task.type(),
-                  {"classification", "regression", "language_model"}));
+  RETURN_IF_ERROR(CheckChoice(
+      "task.type", task.type(),
+      {"classification", "regression", "language_model", "custom"}));
+  if (task.type() == "custom" && spec.model().torchscript().empty()) {
+    return Invalid(
+        "task.type \"custom\" trains a training-step module: set "
+        "model.torchscript to a TorchScript module whose forward takes the "
+        "batch's columns (Dict[str, Tensor]) and returns its \"loss\" "
+        "(docs/MODELS.md)");
+  }
   RETURN_IF_ERROR(CheckColumnName("task.input", task.input()));
   RETURN_IF_ERROR(CheckColumnName("task.target", task.target()));
   if (task.type() == "classification" && task.num_classes() < 2) {

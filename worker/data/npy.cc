@@ -183,8 +183,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   auto bytes = ReadFileToString(path);
   if (!bytes.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "cannot read ", path, ": ", bytes.status().message()));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", path, ": ", bytes.status().message()));
   }
   return ParseNpy(*bytes, path);
 }

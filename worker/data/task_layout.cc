@@ -204,7 +204,16 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
   const std::string& type = spec.task().type();
   task.type = type == "regression"       ? TaskType::kRegression
               : type == "language_model" ? TaskType::kLanguageModel
+              : type == "custom"         ? TaskType::kCustom
                                          : TaskType::kClassification;
+  if (task.type == TaskType::kCustom) {
+    // The module takes every column as it is: no normalization.
+    task.all = source.columns();
+    for (size_t c = 0; c < source.columns().size(); ++c) {
+      task.columns.push_back(static_cast<int>(c));
+    }
+    return task;
+  }
   task.label_smoothing = spec.task().label_smoothing();
   if (!spec.task().loss().empty()) task.regression_loss = spec.task().loss();
   if (task.type == TaskType::kLanguageModel) {
@@ -242,7 +251,31 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
 }
 
 absl::Status MatchTestColumns(const Task& task, const SplitSource& test) {
-  for (const ColumnInfo* column : {&task.input, &task.target}) {
+  std::vector<const ColumnInfo*> columns = {&task.input, &task.target};
+  if (task.type == TaskType::kCustom) {
+    columns.clear();
+    for (const ColumnInfo& column : test.columns()) columns.push_back(&column);
+    if (test.columns().size() != task.all.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the test data (", test.description(), ") has columns ",
+          ColumnNames(test), " but the training data has ", task.all.size(),
+          "; both splits must have the same columns"));
+    }
+  }
+  for (const ColumnInfo* wanted : columns) {
+    const ColumnInfo* column = wanted;
+    if (task.type == TaskType::kCustom) {
+      // Compared against the training split's column of the same name.
+      auto same = std::find_if(
+          task.all.begin(), task.all.end(),
+          [&](const ColumnInfo& c) { return c.name == wanted->name; });
+      if (same == task.all.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the test data has column ", wanted->name,
+                         " which the training data does not have"));
+      }
+      column = &*same;
+    }
     const int index = test.Find(column->name);
     if (index < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -275,6 +308,9 @@ std::string TaskText(const Task& task) {
     case TaskType::kLanguageModel:
       return absl::StrCat("language model over ", task.outputs,
                           " token ids, windows of ", task.block);
+    case TaskType::kCustom:
+      return absl::StrCat("a training-step module's loss over ",
+                          task.all.size(), " columns");
   }
   return "";
 }

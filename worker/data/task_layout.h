@@ -15,7 +15,9 @@
 
 namespace lockstep::worker {
 
-enum class TaskType { kClassification, kRegression, kLanguageModel };
+// kCustom: a training-step module (docs/MODELS.md) computes the loss and
+// the evaluation's sums from every column of the batch.
+enum class TaskType { kClassification, kRegression, kLanguageModel, kCustom };
 
 // x -> x * scale - shift, in float: the input's normalization.
 struct Normalization {
@@ -25,6 +27,10 @@ struct Normalization {
 
 struct Task {
   TaskType type = TaskType::kClassification;
+  // kCustom: every column of the split, in order (and their indices); the
+  // other tasks use input_column and target_column.
+  std::vector<ColumnInfo> all;
+  std::vector<int> columns;
   int input_column = 0;   // in the split's source
   int target_column = 0;  // the same column for a language model
   ColumnInfo input;

@@ -30,8 +30,60 @@ torch::Tensor BatchAssembler::NewTargets(
       return torch::empty({n, task_.outputs}, options.dtype(torch::kFloat32));
     case TaskType::kLanguageModel:
       return torch::empty({n, task_.block}, options.dtype(torch::kInt64));
+    case TaskType::kCustom:
+      break;
   }
   return {};
+}
+
+Batch BatchAssembler::NewBatch(int64_t n,
+                               const torch::TensorOptions& options) const {
+  if (task_.type != TaskType::kCustom) {
+    return {NewInputs(n, options), NewTargets(n, options)};
+  }
+  Batch batch;
+  for (const ColumnInfo& column : task_.all) {
+    std::vector<int64_t> shape = {n};
+    shape.insert(shape.end(), column.shape.begin(), column.shape.end());
+    batch.push_back(torch::empty(
+        shape, options.dtype(IsFloat(column.dtype) ? torch::kFloat32
+                                                   : torch::kInt64)));
+  }
+  return batch;
+}
+
+std::vector<std::string> BatchAssembler::names() const {
+  std::vector<std::string> names;
+  for (const ColumnInfo& column : task_.all) names.push_back(column.name);
+  return names;
+}
+
+absl::Status BatchAssembler::Fill(absl::Span<const int64_t> indices,
+                                  Batch& batch,
+                                  std::vector<char>& scratch) const {
+  if (task_.type != TaskType::kCustom) {
+    return Fill(indices, batch[0], batch[1], scratch);
+  }
+  const int64_t n = static_cast<int64_t>(indices.size());
+  for (size_t c = 0; c < task_.all.size(); ++c) {
+    const ColumnInfo& column = task_.all[c];
+    scratch.resize(static_cast<size_t>(n * column.sample_bytes()));
+    RETURN_IF_ERROR(
+        source_->ReadColumn(task_.columns[c], indices, scratch.data()));
+    const int64_t total = n * column.elements();
+    if (IsFloat(column.dtype)) {
+      float* out = batch[c].data_ptr<float>();
+      for (int64_t j = 0; j < total; ++j) {
+        out[j] = ElementAsFloat(column.dtype, scratch.data(), j);
+      }
+    } else {
+      int64_t* out = batch[c].data_ptr<int64_t>();
+      for (int64_t j = 0; j < total; ++j) {
+        out[j] = ElementAsInt(column.dtype, scratch.data(), j);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status BatchAssembler::OutOfRange(const char* what, int64_t value,

@@ -20,6 +20,10 @@
 
 namespace lockstep::worker {
 
+// A step's tensors: {inputs, targets}, or for a training-step module
+// (TaskType::kCustom) one tensor per column, named by BatchAssembler::names.
+using Batch = std::vector<torch::Tensor>;
+
 class BatchAssembler {
  public:
   BatchAssembler(std::shared_ptr<const SplitSource> source, const Task& task);
@@ -36,6 +40,15 @@ class BatchAssembler {
   // naming the sample.
   absl::Status Fill(absl::Span<const int64_t> indices, torch::Tensor& inputs,
                     torch::Tensor& targets, std::vector<char>& scratch) const;
+
+  // The same for any task: a Batch of `n` samples, and filling it.
+  // kCustom: each column as float32 (float dtypes) or int64 (integers),
+  // [n, per-sample shape...], not normalized.
+  Batch NewBatch(int64_t n, const torch::TensorOptions& options) const;
+  absl::Status Fill(absl::Span<const int64_t> indices, Batch& batch,
+                    std::vector<char>& scratch) const;
+  // kCustom: the columns' names, in the Batch's order.
+  std::vector<std::string> names() const;
 
   const SplitSource& source() const { return *source_; }
   int64_t size() const { return source_->size(); }

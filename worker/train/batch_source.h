@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -18,11 +19,11 @@ namespace lockstep::worker {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // The model's inputs and the loss's targets for this rank's samples of
-  // `step` (BatchAssembler's tensors), the next step not yet taken. Valid
-  // until Release(step). Errors: the data's, naming the sample.
-  virtual absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Take(
-      int64_t step) = 0;
+  // This rank's samples of `step` (a BatchAssembler's Batch: the model's
+  // inputs and the loss's targets, or a training-step module's columns),
+  // the next step not yet taken. Valid until Release(step). Errors: the
+  // data's, naming the sample.
+  virtual absl::StatusOr<std::vector<torch::Tensor>> Take(int64_t step) = 0;
   // The step is done with its batch.
   virtual void Release(int64_t step) = 0;
 };

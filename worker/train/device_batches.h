@@ -22,8 +22,7 @@ namespace lockstep::worker {
 
 // The whole split assembled, on `device`.
 struct DeviceSplit {
-  torch::Tensor inputs;
-  torch::Tensor targets;
+  Batch batch;
 };
 
 // The split assembled on `device` when `device` is a GPU and the assembled
@@ -38,8 +37,7 @@ class DeviceBatches : public BatchSource {
  public:
   DeviceBatches(DeviceSplit split, GlobalSampler sampler);
 
-  absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Take(
-      int64_t step) override;
+  absl::StatusOr<Batch> Take(int64_t step) override;
   void Release(int64_t) override {}
 
  private:

@@ -4,8 +4,10 @@
 
 #include <torch/script.h>
 
+#include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +185,14 @@ class ScriptedNetwork : public Network {
             "the training precision with the job's \"precision\""));
       }
     }
+    // A training-step module's forward takes the batch's columns.
+    const auto& arguments = network->module_.get_method("forward")
+                                .function()
+                                .getSchema()
+                                .arguments();
+    network->step_module_ =
+        arguments.size() == 2 &&
+        arguments[1].type()->kind() == c10::TypeKind::DictType;
     for (const auto& module : network->module_.modules()) {
       if (module.type()->name() && module.type()->name()->name().find(
                                        "BatchNorm") != std::string::npos) {
@@ -204,6 +214,27 @@ class ScriptedNetwork : public Network {
   }
   bool has_batch_norm() const override { return batch_norm_; }
   bool is_torchscript() const override { return true; }
+  bool is_step_module() const override { return step_module_; }
+  torch::Tensor StepLoss(const NamedBatch& batch) override {
+    c10::impl::GenericDict out =
+        module_.forward({ToDict(batch)}).toGenericDict();
+    return out.at("loss").toTensor();
+  }
+  std::map<std::string, torch::Tensor> EvalStep(
+      const NamedBatch& batch) override {
+    const bool has_eval = module_.find_method("eval_step").has_value();
+    c10::IValue out = has_eval ? module_.run_method("eval_step", ToDict(batch))
+                               : module_.forward({ToDict(batch)});
+    std::map<std::string, torch::Tensor> sums;
+    for (const auto& entry : out.toGenericDict()) {
+      sums[entry.key().toStringRef()] = entry.value().toTensor();
+    }
+    return sums;
+  }
+  std::vector<std::string> EvalSums() const override { return eval_sums_; }
+  void set_eval_sums(std::vector<std::string> sums) {
+    eval_sums_ = std::move(sums);
+  }
   // The registered tensors are the scripted module's own; its other
   // attributes (constants) move with it.
   using Network::to;
@@ -227,10 +258,84 @@ class ScriptedNetwork : public Network {
  private:
   explicit ScriptedNetwork(std::string path) : path_(std::move(path)) {}
 
+  static c10::Dict<std::string, torch::Tensor> ToDict(const NamedBatch& batch) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (const auto& [name, tensor] : batch) dict.insert(name, tensor);
+    return dict;
+  }
+
   std::string path_;
   torch::jit::Module module_;
   bool batch_norm_ = false;
+  bool step_module_ = false;
+  std::vector<std::string> eval_sums_;
 };
+
+// What a training-step module's outputs may be called: a metric's name
+// once "test_" is put before it.
+bool IsSumName(const std::string& name) {
+  return !name.empty() && name.size() <= 27 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") ==
+             std::string::npos;
+}
+
+// Runs a training-step module on a batch of two zero samples of every
+// column: forward must return a scalar "loss", and the evaluation (its
+// eval_step, or forward) scalars with names that can be metrics. Notes the
+// evaluation's names. Errors name the file.
+absl::Status CheckStepModule(ScriptedNetwork& network,
+                             const ModelOptions& options) {
+  NamedBatch batch;
+  std::vector<std::string> columns;
+  for (const ColumnInfo& column : options.step_columns) {
+    std::vector<int64_t> shape = {2};
+    shape.insert(shape.end(), column.shape.begin(), column.shape.end());
+    batch.emplace_back(column.name, torch::zeros(shape, IsFloat(column.dtype)
+                                                            ? torch::kFloat32
+                                                            : torch::kInt64));
+    columns.push_back(absl::StrCat(column.name, " [2, ",
+                                   absl::StrJoin(column.shape, ", "), "]"));
+  }
+  const std::string named = absl::StrCat("model.torchscript ", network.path(),
+                                         " (a training-step module)");
+  std::map<std::string, torch::Tensor> sums;
+  try {
+    torch::NoGradGuard no_grad;
+    network.train(false);
+    torch::Tensor loss = network.StepLoss(batch);
+    sums = network.EvalStep(batch);
+    network.train(true);
+    if (loss.numel() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          named, " returns a \"loss\" of shape [",
+          absl::StrJoin(loss.sizes(), ", "), "]; it must be a scalar"));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, " fails on a batch of the job's columns (",
+        absl::StrJoin(columns, ", "),
+        "); forward(batch: Dict[str, Tensor]) must return a Dict[str, "
+        "Tensor] holding \"loss\": ",
+        TorchErrorSentence(e.what())));
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, value] : sums) {
+    if (value.numel() != 1 || !IsSumName(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          named, "'s evaluation returns \"", name.substr(0, 64),
+          "\" of shape [", absl::StrJoin(value.sizes(), ", "),
+          "]; every output must be a scalar named by 1 to 27 lower-case "
+          "letters, digits or '_'"));
+    }
+    if (name != "loss") names.push_back(name);
+  }
+  if (sums.count("loss") == 0 || names.size() > 15) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, "'s evaluation must return \"loss\" and at most 15 sums"));
+  }
+  network.set_eval_sums(std::move(names));
+  return absl::OkStatus();
+}
 
 // Runs one small batch through `network` to check it returns what the
 // task needs; errors name the file and both shapes.
@@ -283,6 +388,14 @@ absl::StatusOr<std::string> Network::Export() const {
   return SerializeModel(*this);
 }
 
+torch::Tensor Network::StepLoss(const NamedBatch&) {
+  throw std::logic_error("not a training-step module");
+}
+
+std::map<std::string, torch::Tensor> Network::EvalStep(const NamedBatch&) {
+  throw std::logic_error("not a training-step module");
+}
+
 std::vector<bool> Network::WeightDecayMask() const {
   std::vector<bool> mask;
   for (const torch::Tensor& p : parameters()) mask.push_back(p.dim() >= 2);
@@ -294,7 +407,18 @@ absl::StatusOr<std::shared_ptr<Network>> BuildModel(
   if (!options.torchscript.empty()) {
     auto network = ScriptedNetwork::Load(options.torchscript);
     if (!network.ok()) return network.status();
-    absl::Status checked = CheckScriptedOutput(**network, options);
+    const bool step = !options.step_columns.empty();
+    if ((*network)->is_step_module() != step) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.torchscript ", options.torchscript,
+          step ? " takes one tensor, but task.type \"custom\" trains a "
+                 "training-step module, whose forward takes the batch's "
+                 "columns (Dict[str, Tensor]); see docs/MODELS.md"
+               : " is a training-step module (its forward takes a Dict of "
+                 "columns): set task.type \"custom\""));
+    }
+    absl::Status checked = step ? CheckStepModule(**network, options)
+                                : CheckScriptedOutput(**network, options);
     if (!checked.ok()) return checked;
     return std::shared_ptr<Network>(*std::move(network));
   }

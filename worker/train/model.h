@@ -6,17 +6,23 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/data/split_source.h"
 
 namespace lockstep::worker {
 
 // A model split where mixed precision needs it: the trainer runs Features
 // under autocast and Logits in fp32, so the output layer and the loss keep
 // full precision.
+// A training-step module's batch: every column by name, [N, ...] each.
+using NamedBatch = std::vector<std::pair<std::string, torch::Tensor>>;
+
 class Network : public torch::nn::Module {
  public:
   // Everything up to the output layer, for a batch of inputs [N, ...]
@@ -36,6 +42,19 @@ class Network : public torch::nn::Module {
   virtual bool has_batch_norm() const { return false; }
   // A user's TorchScript module (exported as TorchScript, not as an archive).
   virtual bool is_torchscript() const { return false; }
+  // A training-step module (docs/MODELS.md): forward takes the batch's
+  // columns and returns its "loss" and additive sums.
+  virtual bool is_step_module() const { return false; }
+  // A training-step module's scalar loss for `batch`.
+  virtual torch::Tensor StepLoss(const NamedBatch& batch);
+  // A training-step module's evaluation of `batch` (its eval_step, else
+  // forward; the caller disables gradients): "loss", the batch's mean, and
+  // the other outputs, sums to add up over batches and ranks.
+  virtual std::map<std::string, torch::Tensor> EvalStep(
+      const NamedBatch& batch);
+  // The names EvalStep returns besides "loss", sorted (the same on every
+  // rank: found when the module is loaded).
+  virtual std::vector<std::string> EvalSums() const { return {}; }
   // The trained model as a file users load: a LibTorch archive
   // (torch::load into the same architecture) for the built-in models, a
   // TorchScript module (torch.jit.load) for user models.
@@ -55,6 +74,9 @@ struct ModelOptions {
   bool token_input = false;
   // Classes, regression targets, or the vocabulary of a language model.
   int64_t outputs = 10;
+  // Set for a training-step module (task.type "custom"): every column of
+  // the batch, which it is checked against when loaded.
+  std::vector<ColumnInfo> step_columns;
   // gpt's sizes.
   int64_t n_layer = 4;
   int64_t n_head = 4;

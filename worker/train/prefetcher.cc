@@ -12,8 +12,7 @@ Prefetcher::Prefetcher(const BatchAssembler& assembler, GlobalSampler sampler,
       next_(first_step) {
   const auto options = torch::TensorOptions().pinned_memory(pinned);
   for (Buffers& buffers : buffers_) {
-    buffers.inputs = assembler.NewInputs(plan.rank_batch(), options);
-    buffers.targets = assembler.NewTargets(plan.rank_batch(), options);
+    buffers.batch = assembler.NewBatch(plan.rank_batch(), options);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -26,8 +25,7 @@ Prefetcher::~Prefetcher() {
   thread_.join();
 }
 
-absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Prefetcher::Take(
-    int64_t step) {
+absl::StatusOr<Batch> Prefetcher::Take(int64_t step) {
   const int index = static_cast<int>(step % kDepth);
   absl::MutexLock lock(&mu_);
   auto filled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -35,7 +33,7 @@ absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Prefetcher::Take(
   };
   mu_.Await(absl::Condition(&filled));
   if (!slots_[index].status.ok()) return slots_[index].status;
-  return std::make_pair(buffers_[index].inputs, buffers_[index].targets);
+  return buffers_[index].batch;
 }
 
 void Prefetcher::Release(int64_t step) {
@@ -57,9 +55,8 @@ void Prefetcher::Loop() {
     }
     const int index = static_cast<int>(step % kDepth);
     Buffers& buffers = buffers_[index];
-    absl::Status filled =
-        assembler_.Fill(sampler_.RankBatch(step), buffers.inputs,
-                        buffers.targets, buffers.scratch);
+    absl::Status filled = assembler_.Fill(sampler_.RankBatch(step),
+                                          buffers.batch, buffers.scratch);
     absl::MutexLock lock(&mu_);
     slots_[index].step = step;
     slots_[index].ready = true;

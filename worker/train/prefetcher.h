@@ -49,15 +49,13 @@ class Prefetcher : public BatchSource {
   // The inputs and targets of `step`, the next one not yet taken, once they
   // are ready. Valid until Release(step). Errors: the data's (a corrupt
   // record, a label out of range), naming the sample.
-  absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Take(
-      int64_t step) override;
+  absl::StatusOr<Batch> Take(int64_t step) override;
   // Hands the slot of `step` back to the thread.
   void Release(int64_t step) override;
 
  private:
   struct Buffers {
-    torch::Tensor inputs;
-    torch::Tensor targets;
+    Batch batch;
     std::vector<char> scratch;
   };
   struct SlotState {

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/store.h"
 #include "common/job_spec.h"
 #include "lockstep/v1/job.pb.h"
 #include "worker/checkpoint/checkpointer.h"
-#include "checkpoint/store.h"
 #include "worker/train/replica.h"
 
 namespace lockstep::worker {

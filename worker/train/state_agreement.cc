@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "checkpoint/store.h"
+#include "common/status_macros.h"
 #include "worker/train/state_handover.h"
 
 namespace lockstep::worker {

@@ -30,6 +30,8 @@ torch::Tensor TaskLoss(const Task& task, const torch::Tensor& outputs,
     case TaskType::kLanguageModel:
       return F::cross_entropy(outputs.reshape({-1, outputs.size(-1)}),
                               targets.reshape({-1}));
+    case TaskType::kCustom:
+      break;  // the module's own (Network::StepLoss)
   }
   return {};
 }
@@ -80,6 +82,8 @@ void AddEvalSums(const Task& task, const torch::Tensor& outputs,
               .item<double>();
       s[1] += static_cast<double>(targets.numel());
       break;
+    case TaskType::kCustom:
+      break;  // TrainingGeneration::AddCustomSums
   }
 }
 
@@ -101,7 +105,27 @@ EvalMetrics MetricsFromSums(const Task& task, const std::vector<double>& s) {
       out.loss = s[0] / s[1];
       out.metrics["test_perplexity"] = std::exp(out.loss);
       break;
+    case TaskType::kCustom:
+      break;  // CustomMetrics
   }
+  return out;
+}
+
+EvalMetrics CustomMetrics(const std::vector<std::string>& names,
+                          const std::vector<double>& sums) {
+  EvalMetrics out;
+  const double samples = std::max(sums[1], 1.0);
+  out.loss = sums[0] / samples;
+  double per = samples;
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (names[k] == "count" && sums[k + 2] > 0) per = sums[k + 2];
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (names[k] == "count") continue;
+    out.metrics["test_" + names[k]] = sums[k + 2] / per;
+  }
+  auto accuracy = out.metrics.find("test_accuracy");
+  if (accuracy != out.metrics.end()) out.accuracy = accuracy->second;
   return out;
 }
 

@@ -36,6 +36,13 @@ struct EvalMetrics {
 };
 EvalMetrics MetricsFromSums(const Task& task, const std::vector<double>& sums);
 
+// A training-step module's metrics from the all-reduced sums: [0] the
+// loss times the samples, [1] the samples, then the module's `names`.
+// test_<name> is each sum per "count" when the module returns one, else
+// per sample; "count" itself is not reported.
+EvalMetrics CustomMetrics(const std::vector<std::string>& names,
+                          const std::vector<double>& sums);
+
 }  // namespace lockstep::worker
 
 #endif  // LOCKSTEP_WORKER_TRAIN_TASK_H_

@@ -133,6 +133,7 @@ absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
   RETURN_IF_ERROR(MatchTestColumns(learning_, *test_));
   train_assembler_ = std::make_unique<BatchAssembler>(train_, learning_);
   test_assembler_ = std::make_unique<BatchAssembler>(test_, learning_);
+  column_names_ = train_assembler_->names();
   counted_ = std::make_unique<CountingCommunicator>(
       comm_.get(), &task_.collective_seq, task_.metrics);
   if (task_.metrics != nullptr) {
@@ -254,8 +255,10 @@ absl::Status TrainingGeneration::Setup() {
 }
 
 ModelOptions TrainingGeneration::Model() const {
-  return ModelOptionsOf(spec_, learning_.model_input, learning_.token_input,
-                        learning_.outputs);
+  ModelOptions options = ModelOptionsOf(
+      spec_, learning_.model_input, learning_.token_input, learning_.outputs);
+  if (learning_.type == TaskType::kCustom) options.step_columns = learning_.all;
+  return options;
 }
 
 GlobalSampler TrainingGeneration::MakeSampler() const {
@@ -366,14 +369,13 @@ ReplicaPosition TrainingGeneration::Position() const {
 absl::Status TrainingGeneration::Step(bool* stop) {
   StepMetrics::Timer timer(&metrics_);
   const int64_t step = replica_.step;
-  ASSIGN_OR_RETURN(auto batch, batches_->Take(step));
-  auto [images, labels] = std::move(batch);
-  if (images.device() != device_) {
+  ASSIGN_OR_RETURN(Batch batch, batches_->Take(step));
+  for (torch::Tensor& tensor : batch) {
+    if (tensor.device() == device_) continue;
     // Pinned host batches for a GPU (a data set too large to keep there),
     // copied asynchronously; the slot goes back to the prefetcher only
     // after the step's one synchronisation (Finish), when the copy is done.
-    images = images.to(device_, /*non_blocking=*/true);
-    labels = labels.to(device_, /*non_blocking=*/true);
+    tensor = tensor.to(device_, /*non_blocking=*/true);
   }
   timer.Lap(StepMetrics::kData);
   const int accumulation = plan_.accumulation;
@@ -394,14 +396,7 @@ absl::Status TrainingGeneration::Step(bool* stop) {
   torch::Tensor device_loss;
   for (int micro = 0; micro < accumulation; ++micro) {
     const int64_t begin = int64_t{micro} * plan_.per_replica;
-    torch::Tensor features;
-    {
-      Autocast autocast(spec_.precision(), device_);
-      features = model.Features(images.narrow(0, begin, plan_.per_replica));
-    }
-    // The output layer and the loss in fp32.
-    torch::Tensor loss = TaskLoss(learning_, model.Logits(features),
-                                  labels.narrow(0, begin, plan_.per_replica));
+    torch::Tensor loss = MicroBatchLoss(batch, begin, plan_.per_replica);
     if (accumulation > 1) loss = loss / accumulation;
     if (device_.is_cpu()) {
       local_loss += loss.item<float>();
@@ -443,6 +438,28 @@ absl::Status TrainingGeneration::Step(bool* stop) {
   ++replica_.step;
   metrics_.StepDone();
   return absl::OkStatus();
+}
+
+torch::Tensor TrainingGeneration::MicroBatchLoss(const Batch& batch,
+                                                 int64_t begin, int64_t count) {
+  Network& model = *replica_.model;
+  if (learning_.type == TaskType::kCustom) {
+    // The module computes its own loss, under the job's precision.
+    NamedBatch named;
+    for (size_t c = 0; c < batch.size(); ++c) {
+      named.emplace_back(column_names_[c], batch[c].narrow(0, begin, count));
+    }
+    Autocast autocast(spec_.precision(), device_);
+    return model.StepLoss(named).to(torch::kFloat32).reshape({});
+  }
+  torch::Tensor features;
+  {
+    Autocast autocast(spec_.precision(), device_);
+    features = model.Features(batch[0].narrow(0, begin, count));
+  }
+  // The output layer and the loss in fp32.
+  return TaskLoss(learning_, model.Logits(features),
+                  batch[1].narrow(0, begin, count));
 }
 
 absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
@@ -501,33 +518,79 @@ absl::Status TrainingGeneration::Evaluate() {
       1, learning_.outputs * std::max<int64_t>(1, learning_.block));
   const int64_t chunk =
       std::clamp<int64_t>(kEvalOutputs / per_sample, 1, kEvalBatch);
-  torch::Tensor inputs = test_assembler_->NewInputs(chunk, {});
-  torch::Tensor targets = test_assembler_->NewTargets(chunk, {});
+  Batch batch = test_assembler_->NewBatch(chunk, {});
   std::vector<char> scratch;
   std::vector<int64_t> indices;
-  std::vector<double> sums(EvalSumCount(learning_), 0.0);
+  const bool custom = learning_.type == TaskType::kCustom;
+  const std::vector<std::string> custom_sums = model.EvalSums();
+  std::vector<double> sums(
+      custom ? custom_sums.size() + 2 : EvalSumCount(learning_), 0.0);
   for (int64_t i = begin; i < end; i += chunk) {
     const int64_t count = std::min(end, i + chunk) - i;
     indices.resize(static_cast<size_t>(count));
     for (int64_t k = 0; k < count; ++k) indices[k] = i + k;
-    RETURN_IF_ERROR(test_assembler_->Fill(indices, inputs, targets, scratch));
+    RETURN_IF_ERROR(test_assembler_->Fill(indices, batch, scratch));
+    Batch part;
+    for (const torch::Tensor& t : batch) {
+      part.push_back(t.narrow(0, 0, count).to(device_));
+    }
+    if (custom) {
+      RETURN_IF_ERROR(AddCustomSums(part, count, &sums));
+      continue;
+    }
     torch::Tensor features;
     {
       Autocast autocast(spec_.precision(), device_);
-      features = model.Features(inputs.narrow(0, 0, count).to(device_));
+      features = model.Features(part[0]);
     }
-    AddEvalSums(learning_, model.Logits(features),
-                targets.narrow(0, 0, count).to(device_), &sums);
+    AddEvalSums(learning_, model.Logits(features), part[1], &sums);
   }
   model.train();
   std::vector<float> totals(sums.begin(), sums.end());
   RETURN_IF_ERROR(
       counted_->AllReduceSum(totals.data(), static_cast<int>(totals.size())));
-  const EvalMetrics metrics = MetricsFromSums(
-      learning_, std::vector<double>(totals.begin(), totals.end()));
+  const std::vector<double> reduced(totals.begin(), totals.end());
+  const EvalMetrics metrics = custom ? CustomMetrics(custom_sums, reduced)
+                                     : MetricsFromSums(learning_, reduced);
   replica_.last_accuracy = metrics.accuracy;
   replica_.last_test_loss = metrics.loss;
   replica_.last_metrics = metrics.metrics;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingGeneration::AddCustomSums(const Batch& batch,
+                                               int64_t count,
+                                               std::vector<double>* sums) {
+  NamedBatch named;
+  for (size_t c = 0; c < batch.size(); ++c) {
+    named.emplace_back(column_names_[c], batch[c]);
+  }
+  std::map<std::string, torch::Tensor> outputs;
+  {
+    Autocast autocast(spec_.precision(), device_);
+    outputs = replica_.model->EvalStep(named);
+  }
+  const std::vector<std::string> names = replica_.model->EvalSums();
+  auto loss = outputs.find("loss");
+  if (loss == outputs.end() || loss->second.numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.torchscript ", spec_.model().torchscript(),
+        " returned no scalar \"loss\" from its evaluation on rank ", rank_));
+  }
+  // The loss is the batch's mean: weighted by its samples.
+  (*sums)[0] += loss->second.item<double>() * static_cast<double>(count);
+  (*sums)[1] += static_cast<double>(count);
+  for (size_t k = 0; k < names.size(); ++k) {
+    auto it = outputs.find(names[k]);
+    if (it == outputs.end() || it->second.numel() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.torchscript ", spec_.model().torchscript(),
+                       "'s evaluation returned no scalar \"", names[k],
+                       "\" for a batch on rank ", rank_,
+                       "; it must return the same outputs for every batch"));
+    }
+    (*sums)[k + 2] += it->second.item<double>();
+  }
   return absl::OkStatus();
 }
 

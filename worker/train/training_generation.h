@@ -83,6 +83,14 @@ class TrainingGeneration {
 
   // One optimizer step; sets *stop when any rank asked to stop.
   absl::Status Step(bool* stop);
+  // The loss of samples [begin, begin + count) of `batch`.
+  torch::Tensor MicroBatchLoss(const Batch& batch, int64_t begin,
+                               int64_t count);
+  // A training-step module's evaluation of `batch` (`count` samples) added
+  // to `sums`: the loss weighted by the samples, the samples, then each of
+  // the module's sums.
+  absl::Status AddCustomSums(const Batch& batch, int64_t count,
+                             std::vector<double>* sums);
   // Applies the averaged gradients unless fp16 overflowed.
   absl::Status ApplyGradients(int64_t step);
   // Evaluates every test sample once (this rank's share), all-reduces the
@@ -112,6 +120,7 @@ class TrainingGeneration {
   Task learning_;
   std::unique_ptr<BatchAssembler> train_assembler_;
   std::unique_ptr<BatchAssembler> test_assembler_;
+  std::vector<std::string> column_names_;  // a training-step module's
   BatchPlan plan_;
   std::unique_ptr<Checkpointer> checkpointer_;  // null without backup_dir
   AgreedState agreed_;
