@@ -61,7 +61,8 @@ TEST(PrefetcherTest, EveryStepIsTheSamplersSliceNormalized) {
   for (int64_t step = 2; step < 9; ++step) {
     auto batch = prefetcher.Take(step);
     ASSERT_TRUE(batch.ok()) << batch.status();
-    auto [images, labels] = *batch;
+    const torch::Tensor& images = (*batch)[0];
+    const torch::Tensor& labels = (*batch)[1];
     const std::vector<int64_t>& indices = sampler.RankBatch(step);
     ASSERT_EQ(images.sizes().vec(),
               (std::vector<int64_t>{plan.rank_batch(), 1, 2, 3}));
@@ -84,7 +85,7 @@ TEST(PrefetcherTest, StopsWhileItsRingIsFull) {
                         Plan(), 0, 100);
   auto batch = prefetcher.Take(0);  // the thread fills the ring and waits
   ASSERT_TRUE(batch.ok()) << batch.status();
-  EXPECT_EQ(batch->first.size(0), Plan().rank_batch());
+  EXPECT_EQ((*batch)[0].size(0), Plan().rank_batch());
 }  // the destructor must not wait for a Release
 
 TEST(PrefetcherTest, ALabelOutOfRangeFailsTheStepNamingTheSample) {
