@@ -229,7 +229,7 @@ int Check(const Args& args) {
   if (!train.ok()) return Misfit(train.status());
   auto test = worker::OpenSplit(spec->data(), false);
   if (!test.ok()) return Misfit(test.status());
-  auto task = worker::ResolveTask(*spec, **train);
+  auto task = worker::ResolveTask(*spec, **train, test->get());
   if (!task.ok()) return Misfit(task.status());
   if (absl::Status matched = worker::MatchTestColumns(*task, **test);
       !matched.ok()) {

@@ -59,6 +59,31 @@ void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
     out.Family(gauge.name, metrics::kGauge, gauge.help);
     out.Sample(gauge.name, job, gauge.value);
   }
+  if (status.tokens_per_second() > 0) {
+    out.Family("lockstep_job_tokens_per_second", metrics::kGauge,
+               "The running language model's training throughput in tokens.");
+    out.Sample("lockstep_job_tokens_per_second", job,
+               status.tokens_per_second());
+  }
+  if (status.has_test_loss()) {
+    out.Family("lockstep_job_test_loss", metrics::kGauge,
+               "The running job's last test loss.");
+    out.Sample("lockstep_job_test_loss", job, status.test_loss());
+  }
+  if (!status.test_metrics().empty()) {
+    // One family, the task's metric in a label: accuracy, mse, perplexity,
+    // a training-step module's own (names checked when reported).
+    out.Family("lockstep_job_test_metric", metrics::kGauge,
+               "The running job's last test metrics, by the task's names "
+               "(test_accuracy, test_mse, test_perplexity, ...).");
+    std::map<std::string, double> sorted(status.test_metrics().begin(),
+                                         status.test_metrics().end());
+    for (const auto& [name, value] : sorted) {
+      metrics::Labels labels = job;
+      labels.push_back({"metric", name});
+      out.Sample("lockstep_job_test_metric", labels, value);
+    }
+  }
   out.Family("lockstep_job_restarts_total", metrics::kCounter,
              "Restarts the running job has used (re-formations after a "
              "failure; preemptions are not counted).");

@@ -78,13 +78,15 @@ stage_packages() {  # DOCKERFILE STAGE
 #   openssl            the CLI for scripts/lockstep-certs, run where certificates
 #                      are made, not in the images
 #   prometheus         promtool and the server the metrics tests scrape with
+#   fortunes           the text examples/char_lm_fortunes.json is made from, on
+#                      the machine that runs the example, not in the images
 # and for Dockerfile.gpu also:
 #   libtorch-dev       a CUDA LibTorch comes from LIBTORCH_URL instead
 #   libopenblas0 libopenblas0-openmp  that LibTorch brings its own BLAS
 #   python3-torch python3-numpy  the DDP reference of bench/ddp_compare.sh
 #   python3            only Debian's libtorch-dev needs it
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-openmp python3"
 install_deps_packages >"$work/install-deps.txt"

@@ -56,6 +56,10 @@ TEST_F(CoordinatorMetricsTest, FollowsTheRunningJobAndItsWorkers) {
   progress.mutable_progress()->set_step(7);
   progress.mutable_progress()->set_first_step(6);  // the loss of step 7
   progress.mutable_progress()->add_step_losses(0.5f);
+  // An evaluation: its loss and the task's metrics.
+  progress.mutable_progress()->set_test_loss(2.25);
+  (*progress.mutable_progress()->mutable_test_metrics())["test_perplexity"] =
+      9.5;
   ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, progress).ok());
   clock_.Advance(absl::Seconds(3));
 
@@ -71,6 +75,11 @@ TEST_F(CoordinatorMetricsTest, FollowsTheRunningJobAndItsWorkers) {
               Optional(std::string("1")));
   EXPECT_THAT(SampleValue(page, "lockstep_job_restarts_total" + of_job),
               Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_test_loss" + of_job),
+              Optional(std::string("2.25")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_test_metric{job=\"" + job +
+                                    "\",metric=\"test_perplexity\"}"),
+              Optional(std::string("9.5")));
   EXPECT_THAT(SampleValue(page, "lockstep_workers{state=\"training\"}"),
               Optional(std::string("2")));
   EXPECT_THAT(SampleValue(page, "lockstep_worker_last_heard_seconds{worker=\"" +

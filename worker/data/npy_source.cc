@@ -176,6 +176,33 @@ std::string ColumnInfo::ShapeText() const {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+absl::StatusOr<int64_t> SplitSource::LargestValue(int column) const {
+  {
+    absl::MutexLock lock(&largest_mu_);
+    auto known = largest_.find(column);
+    if (known != largest_.end()) return known->second;
+  }
+  constexpr int64_t kChunk = 1024;
+  const ColumnInfo& info = columns_[column];
+  std::vector<int64_t> indices;
+  std::vector<char> buffer;
+  int64_t largest = -1;
+  for (int64_t begin = 0; begin < size_; begin += kChunk) {
+    const int64_t n = std::min(kChunk, size_ - begin);
+    indices.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
+    buffer.resize(static_cast<size_t>(n * info.sample_bytes()));
+    RETURN_IF_ERROR(ReadColumn(column, indices, buffer.data()));
+    const int64_t total = n * info.elements();
+    for (int64_t i = 0; i < total; ++i) {
+      largest = std::max(largest, ElementAsInt(info.dtype, buffer.data(), i));
+    }
+  }
+  absl::MutexLock lock(&largest_mu_);
+  largest_[column] = largest;
+  return largest;
+}
+
 int SplitSource::Find(const std::string& name) const {
   for (size_t i = 0; i < columns_.size(); ++i) {
     if (columns_[i].name == name) return static_cast<int>(i);

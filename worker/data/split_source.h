@@ -10,11 +10,14 @@
 #define LOCKSTEP_WORKER_DATA_SPLIT_SOURCE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "lockstep/v1/job.pb.h"
@@ -56,10 +59,19 @@ class SplitSource {
     return Read({column}, indices, {out});
   }
 
+  // The largest value of column `column` (as an integer) over every
+  // sample: one pass over the split, remembered (a language model's
+  // vocabulary; each generation asks again). Errors: Read's.
+  absl::StatusOr<int64_t> LargestValue(int column) const;
+
  protected:
   int64_t size_ = 0;
   std::vector<ColumnInfo> columns_;
   std::string description_;
+
+ private:
+  mutable absl::Mutex largest_mu_;
+  mutable std::map<int, int64_t> largest_ ABSL_GUARDED_BY(largest_mu_);
 };
 
 // Opens split `train` (true) or test of the data set `spec` describes:

@@ -153,26 +153,9 @@ absl::Status CheckLabels(const SplitSource& source, const Task& task) {
   return status;
 }
 
-// The largest token id in the split + 1.
-absl::StatusOr<int64_t> VocabularyOf(const SplitSource& source,
-                                     const Task& task) {
-  std::vector<int64_t> all(static_cast<size_t>(source.size()));
-  for (int64_t i = 0; i < source.size(); ++i) all[i] = i;
-  int64_t largest = -1;
-  RETURN_IF_ERROR(VisitColumn(
-      source, task.input_column, all,
-      [&](const char* data, int64_t count, size_t) {
-        const int64_t total = count * task.input.elements();
-        for (int64_t i = 0; i < total; ++i) {
-          largest = std::max(largest, ElementAsInt(task.input.dtype, data, i));
-        }
-      }));
-  return largest + 1;
-}
-
 absl::StatusOr<Task> ResolveLanguageModel(const v1::JobSpec& spec,
                                           const SplitSource& source,
-                                          Task task) {
+                                          const SplitSource* test, Task task) {
   ASSIGN_OR_RETURN(task.input_column, FindColumn(source, spec.task().input(),
                                                  {"tokens"}, "task.input"));
   task.target_column = task.input_column;
@@ -191,7 +174,14 @@ absl::StatusOr<Task> ResolveLanguageModel(const v1::JobSpec& spec,
   if (spec.model().vocab_size() > 0) {
     task.outputs = spec.model().vocab_size();
   } else {
-    ASSIGN_OR_RETURN(task.outputs, VocabularyOf(source, task));
+    // The vocabulary the data uses: the largest id of both splits + 1.
+    ASSIGN_OR_RETURN(int64_t largest, source.LargestValue(task.input_column));
+    const int test_column = test != nullptr ? test->Find(task.input.name) : -1;
+    if (test_column >= 0) {
+      ASSIGN_OR_RETURN(int64_t in_test, test->LargestValue(test_column));
+      largest = std::max(largest, in_test);
+    }
+    task.outputs = largest + 1;
   }
   return task;
 }
@@ -199,7 +189,8 @@ absl::StatusOr<Task> ResolveLanguageModel(const v1::JobSpec& spec,
 }  // namespace
 
 absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
-                                 const SplitSource& source) {
+                                 const SplitSource& source,
+                                 const SplitSource* test) {
   Task task;
   const std::string& type = spec.task().type();
   task.type = type == "regression"       ? TaskType::kRegression
@@ -217,7 +208,7 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
   task.label_smoothing = spec.task().label_smoothing();
   if (!spec.task().loss().empty()) task.regression_loss = spec.task().loss();
   if (task.type == TaskType::kLanguageModel) {
-    return ResolveLanguageModel(spec, source, std::move(task));
+    return ResolveLanguageModel(spec, source, test, std::move(task));
   }
   ASSIGN_OR_RETURN(task.input_column,
                    FindColumn(source, spec.task().input(),

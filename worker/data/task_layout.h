@@ -54,8 +54,12 @@ struct Task {
 // largest token id + 1), and the input's normalization (Fashion-MNIST's
 // for idx, data.features' when given, else statistics of the training
 // split). Errors name the column, the data and what the task needs.
+// `test`, when given, counts for a language model's vocabulary too (a test
+// token the model cannot output fails at once, not at the first
+// evaluation).
 absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
-                                 const SplitSource& train);
+                                 const SplitSource& train,
+                                 const SplitSource* test = nullptr);
 
 // The test split must hold the same columns as the training split.
 absl::Status MatchTestColumns(const Task& task, const SplitSource& test);

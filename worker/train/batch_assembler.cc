@@ -92,8 +92,8 @@ absl::Status BatchAssembler::OutOfRange(const char* what, int64_t value,
       what, " ", value, " of sample ", index, " in ", source_->description(),
       " is outside [0, ", task_.outputs, "): ",
       task_.type == TaskType::kLanguageModel
-          ? "set model.vocab_size above the largest token id (or leave it "
-            "unset to take it from the training tokens)"
+          ? "set model.vocab_size above the largest token id (unset, it "
+            "is the largest id of the training and test tokens + 1)"
           : "set task.num_classes to the number of classes"));
 }
 

@@ -129,7 +129,7 @@ absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
   RETURN_IF_ERROR(connected);
   train_ = *std::move(train);
   test_ = *std::move(test);
-  ASSIGN_OR_RETURN(learning_, ResolveTask(spec_, *train_));
+  ASSIGN_OR_RETURN(learning_, ResolveTask(spec_, *train_, test_.get()));
   RETURN_IF_ERROR(MatchTestColumns(learning_, *test_));
   train_assembler_ = std::make_unique<BatchAssembler>(train_, learning_);
   test_assembler_ = std::make_unique<BatchAssembler>(test_, learning_);
@@ -546,10 +546,21 @@ absl::Status TrainingGeneration::Evaluate() {
     AddEvalSums(learning_, model.Logits(features), part[1], &sums);
   }
   model.train();
-  std::vector<float> totals(sums.begin(), sums.end());
+  // Each sum travels as two floats, its float value and what that leaves:
+  // about 48 bits, so counts past 2^24 (a language model's tokens) stay
+  // exact and the loss sums lose nothing that matters.
+  const size_t n_sums = sums.size();
+  std::vector<float> totals(2 * n_sums);
+  for (size_t k = 0; k < n_sums; ++k) {
+    totals[k] = static_cast<float>(sums[k]);
+    totals[n_sums + k] = static_cast<float>(sums[k] - totals[k]);
+  }
   RETURN_IF_ERROR(
       counted_->AllReduceSum(totals.data(), static_cast<int>(totals.size())));
-  const std::vector<double> reduced(totals.begin(), totals.end());
+  std::vector<double> reduced(n_sums);
+  for (size_t k = 0; k < n_sums; ++k) {
+    reduced[k] = static_cast<double>(totals[k]) + totals[n_sums + k];
+  }
   const EvalMetrics metrics = custom ? CustomMetrics(custom_sums, reduced)
                                      : MetricsFromSums(learning_, reduced);
   replica_.last_accuracy = metrics.accuracy;
