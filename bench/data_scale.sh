@@ -37,7 +37,13 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  for w in 0 1; do rmdir "$CG/$NAME-w$w" 2>/dev/null || true; done
+  for w in 0 1; do
+    # Whatever is still in the cgroup goes too, then the cgroup.
+    local cg="$CG/$NAME-w$w"
+    [ -d "$cg" ] || continue
+    xargs -r kill -9 < "$cg/cgroup.procs" 2>/dev/null || true
+    for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -19,10 +19,11 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   local pid
-  # A daemon's own exit status (143 when SIGTERM lands before its handler)
-  # is not the test's.
+  # SIGKILL: a worker given SIGTERM after its coordinator is gone waits out
+  # its preemption grace for it (and was left running). A daemon's exit
+  # status is not the test's.
   for pid in "${pids[@]+"${pids[@]}"}"; do
-    kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+    kill -9 "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
   done
   rm -rf "$work"
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,6 +29,11 @@ inline std::string Npy(const std::string& descr, const std::string& shape,
   const uint32_t length = static_cast<uint32_t>(header.size());
   out.append(reinterpret_cast<const char*>(&length), version == 1 ? 2 : 4);
   return out + header + data;
+}
+
+inline std::string Floats(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()),
+                     values.size() * sizeof(float));
 }
 
 inline std::string Int64s(std::initializer_list<int64_t> values) {

@@ -24,11 +24,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Floats(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()),
-                     values.size() * sizeof(float));
-}
-
 std::string Uint16s(const std::vector<uint16_t>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()),
                      values.size() * 2);

@@ -21,11 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Floats(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()),
-                     values.size() * sizeof(float));
-}
-
 class TaskTest : public ::testing::Test {
  protected:
   void SetUp() override {

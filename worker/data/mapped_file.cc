@@ -48,6 +48,12 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
   return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, mtime));
 }
 
+void MappedFile::Advise(Access access) const {
+  if (data_ == nullptr) return;
+  (void)madvise(const_cast<char*>(data_), static_cast<size_t>(size_),
+                access == Access::kRandom ? MADV_RANDOM : MADV_SEQUENTIAL);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) {
     munmap(const_cast<char*>(data_), static_cast<size_t>(size_));

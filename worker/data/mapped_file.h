@@ -36,6 +36,11 @@ class MappedFile {
   const char* data() const { return data_; }
   // The file's modification time when it was mapped.
   int64_t mtime_ns() const { return mtime_ns_; }
+  // Tells the kernel samples will be read in no order (no readahead: a
+  // fault reads its page, not the 128 KiB after it) or in order. Advisory:
+  // a failure changes nothing but speed.
+  enum class Access { kRandom, kSequential };
+  void Advise(Access access) const;
 
  private:
   MappedFile(std::string path, const char* data, int64_t size, int64_t mtime)

@@ -212,7 +212,7 @@ int SplitSource::Find(const std::string& name) const {
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
-    const std::string& description) {
+    const std::string& description, bool random) {
   std::vector<ColumnInfo> columns;
   std::vector<MappedColumn> mapped;
   int64_t size = -1;
@@ -223,6 +223,10 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     int64_t samples = 0;
     for (const std::string& path : paths) {
       RETURN_IF_ERROR(MapShard(path, name, &info, &column, &samples));
+    }
+    for (const Shard& shard : column.shards) {
+      shard.file->Advise(random ? MappedFile::Access::kRandom
+                                : MappedFile::Access::kSequential);
     }
     if (size >= 0 && samples != size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -245,8 +249,11 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
 }
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
-    const std::string& path, Dtype dtype, int64_t block, int64_t stride) {
+    const std::string& path, Dtype dtype, int64_t block, int64_t stride,
+    bool random) {
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  file->Advise(random ? MappedFile::Access::kRandom
+                      : MappedFile::Access::kSequential);
   const int64_t token = DtypeSize(dtype);
   if (file->size() % token != 0) {
     return absl::DataLossError(

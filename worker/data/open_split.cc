@@ -173,7 +173,10 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpy(
         files.size() > 1 ? absl::StrCat(": ", files.size(), " shards") : "");
   }
   description += ")";
-  return OpenNpyColumns(columns, description);
+  // The test split is read in order; a training split in a permutation
+  // unless shuffled by blocks.
+  const bool random = train && spec.shuffle() != "blocks";
+  return OpenNpyColumns(columns, description, random);
 }
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
@@ -186,8 +189,9 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
   }
   const Dtype dtype =
       spec.token_dtype() == "uint32" ? Dtype::kUInt32 : Dtype::kUInt16;
-  auto source =
-      OpenTokenFile(path, dtype, spec.block_size(), spec.window_stride());
+  const bool random = train && spec.shuffle() != "blocks";
+  auto source = OpenTokenFile(path, dtype, spec.block_size(),
+                              spec.window_stride(), random);
   if (absl::IsNotFound(source.status())) {
     return absl::NotFoundError(
         absl::StrCat(source.status().message(),

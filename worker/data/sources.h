@@ -19,16 +19,19 @@ namespace lockstep::worker {
 // and its header checked: a dtype lockstep reads, C order, the same
 // per-sample shape and dtype across one column's shards, data as long as
 // the shape says; every column the same number of samples.
+// `random`: the samples will be read in a full permutation (data.shuffle
+// "global"), so the files are mapped without readahead.
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
-    const std::string& description);
+    const std::string& description, bool random = false);
 
 // A flat file of token ids (`dtype` uint16 or uint32) read as windows of
 // block + 1 tokens starting every `stride` tokens: one column "tokens"
 // [block + 1]. Errors: a file whose size is not a whole number of tokens,
 // or shorter than one window.
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
-    const std::string& path, Dtype dtype, int64_t block, int64_t stride);
+    const std::string& path, Dtype dtype, int64_t block, int64_t stride,
+    bool random = false);
 
 // TFRecord files of tf.train.Example records, in order, with the columns
 // spec.features declares (sorted by name). Each plain file is indexed once

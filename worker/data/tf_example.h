@@ -30,23 +30,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/dtype.h"
 #include "worker/data/tfrecord.h"
 
 namespace lockstep::worker {
 
-// The element types a column can have; each is stored little-endian.
-enum class DType {
-  kUInt8,
-  kInt8,
-  kInt16,
-  kInt32,
-  kInt64,
-  kUInt16,
-  kUInt32,
-  kFloat16,
-  kBFloat16,
-  kFloat32,
-};
+// The element types a column can have (common/dtype.h); each is stored
+// little-endian.
+using DType = ::lockstep::Dtype;
 
 // Bytes per element: 1, 2, 4 or 8.
 int DTypeSize(DType dtype);
