@@ -23,6 +23,7 @@
 #include "common/tls.h"
 #include "worker/agent.h"
 #include "worker/compute_setup.h"
+#include "worker/data/split_source.h"
 #include "worker/rpc/grpc_control_plane.h"
 #include "worker/train/trainer.h"
 #include "worker/worker_metrics.h"
@@ -87,6 +88,9 @@ Flags:
                            (default: /var/lib/lockstep and $TMPDIR or /tmp)
   --export-root DIRS       folders a job's export may lie under (default: as
                            --backup-root)
+  --index-cache DIR        where the record index of a TFRecord file goes when
+                           its own folder is read-only (default: $TMPDIR or
+                           /tmp, /lockstep-tfrecord-index)
                            DIRS: absolute paths separated by ':'; each flag
                            may be repeated and replaces that default. A job
                            naming a path elsewhere (after resolving '..' and
@@ -358,13 +362,13 @@ void StartPreemptionThread(Agent& agent, absl::Duration grace) {
 int Run(int argc, char** argv) {
   KeepLargeBlocksInTheHeap();
   InstallSignalHandlers();
-  auto args =
-      Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                  {"coordinator", "task-type", "task-index", "host", "threads",
-                   "connect-timeout", "health-listen", "preempt-grace",
-                   "device", "data-root", "backup-root", "export-root",
-                   "tls-cert", "tls-key", "tls-ca", "metrics-listen"},
-                  {"help", "spare", kInsecureFlag});
+  auto args = Args::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"coordinator", "task-type", "task-index", "host", "threads",
+       "connect-timeout", "health-listen", "preempt-grace", "device",
+       "data-root", "backup-root", "export-root", "index-cache", "tls-cert",
+       "tls-key", "tls-ca", "metrics-listen"},
+      {"help", "spare", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -373,6 +377,10 @@ int Run(int argc, char** argv) {
   auto flags = ParseFlags(*args);
   if (!flags.ok()) return Fail(flags.status(), 2);
   if (flags->tls.insecure) LogWarning(InsecureWarning("lockstep-worker"));
+  const char* tmp = std::getenv("TMPDIR");
+  SetIndexCacheDir(args->Get(
+      "index-cache", absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                  "/lockstep-tfrecord-index")));
   ConfigureThreads(flags->threads);
   const v1::Device& device = flags->registration.device();
   LogInfo("device: ", device.name(),

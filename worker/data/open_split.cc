@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
 #include "worker/data/sources.h"
@@ -202,7 +203,21 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
   return source;
 }
 
+absl::Mutex index_cache_mu(absl::kConstInit);
+std::string* index_cache ABSL_GUARDED_BY(index_cache_mu) = nullptr;
+
+std::string IndexCacheDir() {
+  absl::MutexLock lock(&index_cache_mu);
+  return index_cache != nullptr ? *index_cache : "";
+}
+
 }  // namespace
+
+void SetIndexCacheDir(std::string dir) {
+  absl::MutexLock lock(&index_cache_mu);
+  delete index_cache;
+  index_cache = new std::string(std::move(dir));
+}
 
 std::shared_ptr<const SplitSource> ImagesInMemory(ImageDataset data,
                                                   const std::string& dir) {
@@ -219,7 +234,7 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenSplit(
     ASSIGN_OR_RETURN(
         std::vector<std::string> files,
         Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
-    return OpenTfRecordFiles(files, spec);
+    return OpenTfRecordFiles(files, spec, IndexCacheDir());
   }
   ASSIGN_OR_RETURN(ImageDataset images, LoadFashionMnist(spec.dir(), train));
   return ImagesInMemory(std::move(images), spec.dir());

@@ -82,6 +82,11 @@ class SplitSource {
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenSplit(
     const v1::DataSpec& spec, bool train);
 
+// Where OpenSplit keeps a TFRecord file's record index when the file's own
+// folder is not writable (empty: nowhere; it is rebuilt by every reader).
+// Process-wide; the worker sets it once from --index-cache. Thread-safe.
+void SetIndexCacheDir(std::string dir);
+
 }  // namespace lockstep::worker
 
 #endif  // LOCKSTEP_WORKER_DATA_SPLIT_SOURCE_H_
