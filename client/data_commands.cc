@@ -231,9 +231,8 @@ int Check(const Args& args) {
   if (!test.ok()) return Misfit(test.status());
   auto task = worker::ResolveTask(*spec, **train, test->get());
   if (!task.ok()) return Misfit(task.status());
-  if (absl::Status matched = worker::MatchTestColumns(*task, **test);
-      !matched.ok()) {
-    return Misfit(matched);
+  if (auto for_test = worker::TaskForTest(*task, **test); !for_test.ok()) {
+    return Misfit(for_test.status());
   }
   std::cout << "train:\n" << TerminalSafe(Describe(**train));
   std::cout << "test:\n" << TerminalSafe(Describe(**test));

@@ -135,6 +135,23 @@ TEST_F(SplitSourceTest, AGlobMayNotLeaveTheDataFolderThroughALink) {
   EXPECT_TRUE(absl::IsPermissionDenied(split.status())) << split.status();
 }
 
+TEST_F(SplitSourceTest, ALinkInTheDataFolderMayNotLeadOutOfIt) {
+  const std::string outside = dir_ + "-elsewhere";
+  std::filesystem::create_directory(outside);
+  ASSERT_TRUE(WriteFileAtomically(outside + "/secret.npy",
+                                  Npy("<f4", "(1,)", Floats({1})))
+                  .ok());
+  std::filesystem::create_symlink(outside + "/secret.npy",
+                                  dir_ + "/train_v.npy");
+  auto split = OpenSplit(Spec("npy"), true);
+  EXPECT_TRUE(absl::IsPermissionDenied(split.status())) << split.status();
+  std::filesystem::remove(dir_ + "/train_v.npy");
+  std::filesystem::create_symlink(outside + "/secret.npy", dir_ + "/train.bin");
+  split = OpenSplit(Spec("tokens"), true);
+  std::filesystem::remove_all(outside);
+  EXPECT_TRUE(absl::IsPermissionDenied(split.status())) << split.status();
+}
+
 TEST_F(SplitSourceTest, TokenFilesAreReadAsWindows) {
   // 10 tokens, windows of block 3 + 1 every 3 tokens: starts 0, 3, 6.
   Write("train.bin", Uint16s({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));

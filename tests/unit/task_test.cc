@@ -127,6 +127,49 @@ TEST_F(TaskTest, LanguageModelsTakeTheVocabularyFromTheTokens) {
   EXPECT_THAT(filled.message(), HasSubstr("token id 41 of sample 2"));
 }
 
+// The test split's columns are found by name: an extra column that comes
+// first in its order does not shift them; a bad label there fails now.
+TEST_F(TaskTest, TheTestSplitsColumnsAreItsOwnByName) {
+  Write("train_x.npy", Npy("<f4", "(2, 2)", Floats({1, 3, 5, 7})));
+  Write("train_y.npy", Npy("<i8", "(2,)", Int64s({0, 1})));
+  Write("test_a.npy", Npy("<f4", "(2, 8)", Floats(std::vector<float>(16, 9))));
+  Write("test_x.npy", Npy("<f4", "(2, 2)", Floats({2, 4, 6, 8})));
+  Write("test_y.npy", Npy("<i8", "(2,)", Int64s({1, 0})));
+  spec_.mutable_task()->set_num_classes(2);
+  auto task = Resolve();
+  ASSERT_TRUE(task.ok()) << task.status();
+  auto test = OpenSplit(spec_.data(), false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  auto for_test = TaskForTest(*task, **test);
+  ASSERT_TRUE(for_test.ok()) << for_test.status();
+  EXPECT_EQ((*test)->columns()[for_test->input_column].name, "x");
+  const BatchAssembler assembler(*test, *for_test);
+  torch::Tensor x = assembler.NewInputs(2, {});
+  torch::Tensor y = assembler.NewTargets(2, {});
+  std::vector<char> scratch;
+  ASSERT_TRUE(assembler.Fill({1}, x, y, scratch).ok());
+  EXPECT_EQ(y[0].item<int64_t>(), 0);
+  Write("test_y.npy", Npy("<i8", "(2,)", Int64s({1, 5})));
+  test = OpenSplit(spec_.data(), false);
+  ASSERT_TRUE(test.ok());
+  EXPECT_THAT(TaskForTest(*task, **test).status().message(),
+              HasSubstr("label 5 of sample 1"));
+}
+
+TEST_F(TaskTest, AVocabularyFromTheDataIsBounded) {
+  const std::vector<uint32_t> tokens = {1, 2, 0xFFFFFFFFu, 4, 5};
+  Write("train.bin",
+        std::string(reinterpret_cast<const char*>(tokens.data()), 20));
+  spec_.mutable_data()->set_format("tokens");
+  spec_.mutable_data()->set_token_dtype("uint32");
+  spec_.mutable_data()->set_block_size(2);
+  spec_.mutable_data()->set_window_stride(2);
+  spec_.mutable_task()->set_type("language_model");
+  auto task = Resolve();
+  EXPECT_TRUE(absl::IsInvalidArgument(task.status()));
+  EXPECT_THAT(task.status().message(), HasSubstr("set model.vocab_size"));
+}
+
 TEST(TaskMetricsTest, SumsBecomeTheSameMetricsHoweverTheyAreSplit) {
   Task task;
   task.type = TaskType::kClassification;

@@ -15,7 +15,9 @@ namespace lockstep::worker {
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
     const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in its place must not block the open; it is
+  // refused below as not a regular file.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
     const std::string message =

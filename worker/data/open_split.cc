@@ -99,6 +99,14 @@ std::string NpyColumnOf(absl::string_view name, absl::string_view prefix) {
   return std::string(name);
 }
 
+// `path` (in `dir`) resolved; a symbolic link that leads out of `dir` is
+// refused (PermissionDenied), as for the globs' matches.
+absl::StatusOr<std::string> InsideDataDir(const std::string& path,
+                                          const std::string& dir) {
+  return CheckUnderRoots("data.dir", path, {dir}, "data.dir",
+                         CurrentDirectory());
+}
+
 // The files `glob` (relative to `dir`) matches, sorted, each resolved and
 // checked to lie inside `dir`; index files are never data.
 absl::StatusOr<std::vector<std::string>> Expand(const std::string& dir,
@@ -155,9 +163,10 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpy(
     ASSIGN_OR_RETURN(std::vector<std::string> names, ListFolder(dir));
     for (const std::string& name : names) {
       const std::string column = NpyColumnOf(name, split);
-      if (!column.empty()) {
-        columns[column].push_back(absl::StrCat(dir, "/", name));
-      }
+      if (column.empty()) continue;
+      ASSIGN_OR_RETURN(std::string path,
+                       InsideDataDir(absl::StrCat(dir, "/", name), dir));
+      columns[column].push_back(path);
     }
   }
   if (columns.empty()) {
@@ -187,6 +196,9 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
   if (!train && access(path.c_str(), F_OK) != 0) {
     const std::string test = absl::StrCat(spec.dir(), "/test.bin");
     if (access(test.c_str(), F_OK) == 0) path = test;
+  }
+  if (access(path.c_str(), F_OK) == 0) {
+    ASSIGN_OR_RETURN(path, InsideDataDir(path, spec.dir()));
   }
   const Dtype dtype =
       spec.token_dtype() == "uint32" ? Dtype::kUInt32 : Dtype::kUInt16;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 
 namespace lockstep::worker {
@@ -181,6 +182,14 @@ absl::StatusOr<Task> ResolveLanguageModel(const v1::JobSpec& spec,
       ASSIGN_OR_RETURN(int64_t in_test, test->LargestValue(test_column));
       largest = std::max(largest, in_test);
     }
+    if (largest >= kMaxClasses) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the largest token id in ", source.description(),
+          test_column >= 0 ? absl::StrCat(" or ", test->description()) : "",
+          " is ", largest, ": a vocabulary of more than ", kMaxClasses,
+          " ids; the data is not token ids of this dtype, or set "
+          "model.vocab_size"));
+    }
     task.outputs = largest + 1;
   }
   return task;
@@ -241,48 +250,57 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
   return task;
 }
 
-absl::Status MatchTestColumns(const Task& task, const SplitSource& test) {
-  std::vector<const ColumnInfo*> columns = {&task.input, &task.target};
+absl::StatusOr<Task> TaskForTest(const Task& task, const SplitSource& test) {
+  Task out = task;
+  // The test split's own column of `column`'s name: the same dtype and
+  // shape, wherever it stands among the test split's columns.
+  auto find = [&](const ColumnInfo& column) -> absl::StatusOr<int> {
+    const int index = test.Find(column.name);
+    if (index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the test data (", test.description(), ") has no column ",
+          column.name, "; its columns are ", ColumnNames(test)));
+    }
+    const ColumnInfo& found = test.columns()[index];
+    if (found.dtype != column.dtype || found.shape != column.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "column ", column.name, " is ", DtypeName(found.dtype), " ",
+          found.ShapeText(), " in the test data (", test.description(),
+          ") but ", DtypeName(column.dtype), " ", column.ShapeText(),
+          " in the training data; both splits must agree"));
+    }
+    return index;
+  };
   if (task.type == TaskType::kCustom) {
-    columns.clear();
-    for (const ColumnInfo& column : test.columns()) columns.push_back(&column);
     if (test.columns().size() != task.all.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the test data (", test.description(), ") has columns ",
           ColumnNames(test), " but the training data has ", task.all.size(),
           "; both splits must have the same columns"));
     }
+    for (size_t c = 0; c < task.all.size(); ++c) {
+      ASSIGN_OR_RETURN(out.columns[c], find(task.all[c]));
+    }
+    return out;
   }
-  for (const ColumnInfo* wanted : columns) {
-    const ColumnInfo* column = wanted;
-    if (task.type == TaskType::kCustom) {
-      // Compared against the training split's column of the same name.
-      auto same = std::find_if(
-          task.all.begin(), task.all.end(),
-          [&](const ColumnInfo& c) { return c.name == wanted->name; });
-      if (same == task.all.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the test data has column ", wanted->name,
-                         " which the training data does not have"));
-      }
-      column = &*same;
-    }
-    const int index = test.Find(column->name);
-    if (index < 0) {
+  ASSIGN_OR_RETURN(out.input_column, find(task.input));
+  ASSIGN_OR_RETURN(out.target_column, find(task.target));
+  // Checked now rather than at the first evaluation, hours in, on the one
+  // rank whose share holds a bad value.
+  if (task.type == TaskType::kClassification) {
+    RETURN_IF_ERROR(CheckLabels(test, out));
+  } else if (task.type == TaskType::kLanguageModel) {
+    ASSIGN_OR_RETURN(const int64_t largest,
+                     test.LargestValue(out.input_column));
+    if (largest >= task.outputs) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the test data (", test.description(), ") has no column ",
-          column->name, "; its columns are ", ColumnNames(test)));
-    }
-    const ColumnInfo& found = test.columns()[index];
-    if (found.dtype != column->dtype || found.shape != column->shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "column ", column->name, " is ", DtypeName(found.dtype), " ",
-          found.ShapeText(), " in the test data (", test.description(),
-          ") but ", DtypeName(column->dtype), " ", column->ShapeText(),
-          " in the training data; both splits must agree"));
+          "token id ", largest, " in the test data (", test.description(),
+          ") is outside the vocabulary of ", task.outputs,
+          ": set model.vocab_size above the largest token id (unset, it is "
+          "the largest id of the training and test tokens + 1)"));
     }
   }
-  return absl::OkStatus();
+  return out;
 }
 
 std::string TaskText(const Task& task) {

@@ -61,8 +61,11 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
                                  const SplitSource& train,
                                  const SplitSource* test = nullptr);
 
-// The test split must hold the same columns as the training split.
-absl::Status MatchTestColumns(const Task& task, const SplitSource& test);
+// The task for the test split: its columns of the training split's names
+// (with the same dtypes and shapes), wherever they stand among the test
+// split's columns; its labels checked against the classes, or its token ids
+// against the vocabulary.
+absl::StatusOr<Task> TaskForTest(const Task& task, const SplitSource& test);
 
 // The task for a log line: "classification of 'image' into 100 classes".
 std::string TaskText(const Task& task);

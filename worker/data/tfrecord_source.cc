@@ -50,10 +50,13 @@ class TfRecordSplit : public SplitSource {
       const int64_t at = stream->next_index();
       ASSIGN_OR_RETURN(bool more, stream->Next(&record));
       if (!more) break;
-      if (static_cast<int64_t>(part.decoded.size()) + decoded_bytes_ >
+      // Every GZIP file of the split together.
+      if (in_memory_ + static_cast<int64_t>(part.decoded.size()) +
+              decoded_bytes_ >
           kMaxInMemoryBytes) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            path, " decodes to more than ", kMaxInMemoryBytes >> 30,
+            "the GZIP files of the split, up to ", path,
+            ", decode to more than ", kMaxInMemoryBytes >> 30,
             " GiB: a GZIP file cannot be read in place; store the data set "
             "as plain TFRecord files (TFRecordWriter without compression)"));
       }
@@ -62,6 +65,7 @@ class TfRecordSplit : public SplitSource {
       RETURN_IF_ERROR(DecodeInto(record, path, at, &part.decoded[offset]));
       ++part.count;
     }
+    in_memory_ += static_cast<int64_t>(part.decoded.size());
     size_ += part.count;
     if (part.count > 0) parts_.push_back(std::move(part));
     return absl::OkStatus();
@@ -127,6 +131,7 @@ class TfRecordSplit : public SplitSource {
 
   const ExampleDecoder decoder_;
   int64_t decoded_bytes_ = 0;
+  int64_t in_memory_ = 0;  // decoded GZIP samples, all files
   std::vector<int64_t> offsets_;
   std::vector<Part> parts_;
 };
