@@ -23,6 +23,13 @@ bool OneOf(const std::string& value, std::initializer_list<const char*> set);
 absl::Status CheckChoice(absl::string_view field, const std::string& value,
                          std::initializer_list<const char*> set);
 
+// The learning rate, its decay and the step counts.
+absl::Status ValidateSchedule(const v1::JobSpec& spec);
+
+// The optimizer's hyperparameters, the checkpoints, and what one replica's
+// batch would take.
+absl::Status ValidateOptimizerAndCheckpoints(const v1::JobSpec& spec);
+
 // The defaults of data.*, task.* and the gpt model's sizes.
 void ApplyWorkloadDefaults(v1::JobSpec* spec);
 
