@@ -51,7 +51,7 @@ sanitize: san-configure
 # Each fuzzer for FUZZ_RUNS inputs (FUZZ_TARGETS: a subset), its new inputs
 # kept in $(SAN_DIR)/fuzz-corpus/NAME between runs. A crash stops it and
 # leaves crash-* there: add it to tests/fuzz/corpus/NAME/ with the fix.
-FUZZ_TARGETS ?= job_spec tf_config checkpoint idx npy tokens tfrecord tf_example coordinator
+FUZZ_TARGETS ?= job_spec tf_config checkpoint idx npy tokens tfrecord tf_example data_plane coordinator
 fuzz: san-configure
 	@cmake --build $(SAN_DIR) -j $(JOBS) --target sanitize_tests
 	@for t in $(FUZZ_TARGETS); do \

@@ -69,6 +69,9 @@ Flags:
                        coordinator's at http://127.0.0.1:PORT/metrics, worker
                        I's (spares after the workers) at port PORT+1+I
   --threads N          compute threads per worker (default: cores / N)
+  --data-plane-encryption on|off, --data-plane-transport lockstep|gloo
+                       passed to each worker (lockstep-worker --help); for
+                       comparing the data plane's cost
   --keep-logs          keep the run directory (logs, state) after success
   --insecure           run the daemons without TLS (--insecure): anyone who
                        can reach 127.0.0.1 may call them
@@ -166,6 +169,19 @@ absl::Status LocalRun::Prepare() {
   ASSIGN_OR_RETURN(threads_,
                    args_.GetInt("threads", std::max(1, cores / workers_)));
   if (threads_ < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  for (const char* flag : {"data-plane-encryption", "data-plane-transport"}) {
+    if (!args_.Has(flag)) continue;
+    const std::string value = args_.Get(flag);
+    const bool known = std::string(flag) == "data-plane-encryption"
+                           ? value == "on" || value == "off"
+                           : value == "lockstep" || value == "gloo";
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " '", value, "' is not a choice; see --help"));
+    }
+    data_plane_flags_.insert(data_plane_flags_.end(),
+                             {absl::StrCat("--", flag), value});
+  }
   ASSIGN_OR_RETURN(metrics_port_, args_.GetInt("metrics-port", 0));
   if (args_.Has("metrics-port") &&
       (metrics_port_ < 1 || metrics_port_ > 65535 - workers_ - spares_)) {
@@ -404,7 +420,8 @@ int LocalRun::Run() {
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
   auto args = Args::Parse(
       argv,
-      {"workers", "spares", "set", "metrics-out", "threads", "metrics-port"},
+      {"workers", "spares", "set", "metrics-out", "threads", "metrics-port",
+       "data-plane-encryption", "data-plane-transport"},
       {"json", "keep-logs", "gpus", "help", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {

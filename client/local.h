@@ -75,6 +75,8 @@ class LocalRun {
   // --metrics-port: the coordinator's /metrics port, the workers' after it;
   // 0 serves none.
   int metrics_port_ = 0;
+  // --data-plane-encryption / --data-plane-transport, passed to each worker.
+  std::vector<std::string> data_plane_flags_;
   // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
   std::vector<std::string> gpus_;
   v1::JobSpec spec_;

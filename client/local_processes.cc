@@ -185,6 +185,8 @@ absl::Status LocalRun::SpawnWorker(int index) {
                                       "--device",
                                       device};
   if (index >= workers_) command.push_back("--spare");
+  command.insert(command.end(), data_plane_flags_.begin(),
+                 data_plane_flags_.end());
   if (metrics_port_ > 0) {
     command.insert(command.end(),
                    {"--metrics-listen",

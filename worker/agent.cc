@@ -179,6 +179,8 @@ void Agent::StartTask(const v1::Assignment& assignment,
   task->kv = control_->KeyValue(assignment.job_id(), assignment.generation());
   task->host = options_.registration.host();
   task->metrics = options_.metrics;
+  task->data_plane_encryption = options_.data_plane_encryption;
+  task->data_plane_gloo = options_.data_plane_gloo;
   // The task holds the session too: it may outlive this session's loop.
   task->report = [session](const v1::ProgressReport& report) {
     v1::WorkerMessage message;

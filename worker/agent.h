@@ -69,6 +69,9 @@ class Agent {
     std::function<absl::Status(const v1::JobSpec&)> check_paths;
     // The worker's metrics, handed to each task; may be null.
     WorkerMetrics* metrics = nullptr;
+    // How its tasks' CPU collectives travel (TaskContext).
+    bool data_plane_encryption = true;
+    bool data_plane_gloo = false;
   };
 
   Agent(ControlPlane* control, TaskRunner runner, Options options,

@@ -88,6 +88,16 @@ Flags:
                            (default: /var/lib/lockstep and $TMPDIR or /tmp)
   --export-root DIRS       folders a job's export may lie under (default: as
                            --backup-root)
+  --data-plane-encryption on|off  encrypt the CPU collectives' traffic
+                           between workers (AES-256-GCM; default on). Either
+                           way each connection is authenticated with the
+                           generation's secret before anything it sends is
+                           read. off only where nobody can read the network:
+                           gradients and model state then travel in clear
+                           text. Every worker of a job must agree
+  --data-plane-transport lockstep|gloo  gloo: Gloo's TCP pairs, which
+                           authenticate nobody before parsing and encrypt
+                           nothing; for comparison benchmarks only
   --index-cache DIR        where the record index of a TFRecord file goes when
                            its own folder is read-only (default: $TMPDIR or
                            /tmp, /lockstep-tfrecord-index)
@@ -162,6 +172,8 @@ struct WorkerFlags {
   absl::Duration connect_timeout;
   absl::Duration preempt_grace;
   PathRoots roots;
+  bool data_plane_encryption = true;
+  bool data_plane_gloo = false;
 };
 
 // Who this worker is: its task (TF_CONFIG, overridden by --task-type and
@@ -233,6 +245,33 @@ absl::StatusOr<WorkerFlags> ParseFlags(const Args& args) {
   ASSIGN_OR_RETURN(double preempt_grace, args.GetDouble("preempt-grace", 25));
   flags.preempt_grace = absl::Seconds(preempt_grace);
   ASSIGN_OR_RETURN(flags.roots, PathRootsOf(args));
+  const std::string encryption = args.Get("data-plane-encryption", "on");
+  const std::string transport = args.Get("data-plane-transport", "lockstep");
+  if (encryption != "on" && encryption != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-plane-encryption is on or off, not '", encryption, "'"));
+  }
+  if (transport != "lockstep" && transport != "gloo") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-plane-transport is lockstep or gloo, not '", transport, "'"));
+  }
+  flags.data_plane_encryption = encryption == "on";
+  flags.data_plane_gloo = transport == "gloo";
+  if (flags.data_plane_gloo && flags.data_plane_encryption) {
+    return absl::InvalidArgumentError(
+        "--data-plane-transport gloo encrypts nothing: it needs "
+        "--data-plane-encryption off");
+  }
+  if (flags.data_plane_gloo) {
+    LogWarning(
+        "--data-plane-transport gloo: the collectives use Gloo's TCP pairs, "
+        "which parse a stranger's bytes before any check and carry gradients "
+        "in clear text; use it only to compare against lockstep's transport");
+  } else if (!flags.data_plane_encryption) {
+    LogWarning(
+        "--data-plane-encryption off: connections are still authenticated, "
+        "but gradients and model state cross the network in clear text");
+  }
   return flags;
 }
 
@@ -323,6 +362,8 @@ void StartPreemptionThread(Agent& agent, absl::Duration grace) {
   options.metrics = &metrics;
   options.registration = flags.registration;
   options.connect_timeout = flags.connect_timeout;
+  options.data_plane_encryption = flags.data_plane_encryption;
+  options.data_plane_gloo = flags.data_plane_gloo;
   TrainingRunner runner(flags.registration.device().name());
   const std::string cwd = CurrentDirectory();
   options.check_paths = [roots = flags.roots, cwd](const v1::JobSpec& spec) {
@@ -367,7 +408,8 @@ int Run(int argc, char** argv) {
       {"coordinator", "task-type", "task-index", "host", "threads",
        "connect-timeout", "health-listen", "preempt-grace", "device",
        "data-root", "backup-root", "export-root", "index-cache", "tls-cert",
-       "tls-key", "tls-ca", "metrics-listen"},
+       "data-plane-encryption", "data-plane-transport", "tls-key", "tls-ca",
+       "metrics-listen"},
       {"help", "spare", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {

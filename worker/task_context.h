@@ -35,6 +35,11 @@ class TaskContext {
   v1::Assignment assignment;
   std::unique_ptr<KeyValueClient> kv;  // scoped to (job, generation)
   std::string host;                    // data-plane address of this worker
+  // How the CPU collectives travel (--data-plane-encryption,
+  // --data-plane-transport): AES-256-GCM on lockstep's transport unless
+  // off; Gloo's unauthenticated TCP pairs only for comparisons.
+  bool data_plane_encryption = true;
+  bool data_plane_gloo = false;
   std::atomic<bool> stop_requested{false};
   // This worker is being preempted (SIGTERM): the ranks stop at an agreed
   // step and save it; the job re-forms when the worker is back.

@@ -20,6 +20,21 @@ inline size_t ElementSize(DataType type) {
   return type == DataType::kFloat32 ? 4 : 2;
 }
 
+// How AllReduceSum moves the data. Both send 2(W-1)/W of the buffer per
+// rank; they differ in who talks to whom.
+enum class AllReduceAlgorithm {
+  // Reduce-scatter by direct exchange with every peer, then all-gather:
+  // two rounds whatever W, so the fewest latencies; each element is summed
+  // as x0 + x1 + ... in rank order (bf16/fp16 in fp32, rounded once).
+  kDirect,
+  // Reduce-scatter then all-gather around the ring of ranks: 2(W-1)
+  // rounds, each rank talks only to its two neighbours, which suits
+  // networks where the mesh's concurrent flows contend. Each chunk is
+  // summed in a different rank order; bf16/fp16 partial sums are rounded
+  // at every hop.
+  kRing,
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -44,20 +44,8 @@ namespace lockstep::worker {
 
 class GlooCommunicator : public Communicator {
  public:
-  // How AllReduceSum moves the data. Both send 2(W-1)/W of the buffer per
-  // rank; they differ in who talks to whom.
-  enum class Algorithm {
-    // Reduce-scatter by direct exchange with every peer, then all-gather:
-    // two rounds whatever W, so the fewest latencies; each element is summed
-    // as x0 + x1 + ... in rank order (bf16/fp16 in fp32, rounded once).
-    kDirect,
-    // Reduce-scatter then all-gather around the ring of ranks: 2(W-1)
-    // rounds, each rank talks only to its two neighbours, which suits
-    // networks where the mesh's concurrent flows contend. Each chunk is
-    // summed in a different rank order; bf16/fp16 partial sums are rounded
-    // at every hop.
-    kRing,
-  };
+  // How AllReduceSum moves the data (communicator.h).
+  using Algorithm = AllReduceAlgorithm;
 
   struct Options {
     int rank = 0;
@@ -140,10 +128,6 @@ class GlooCommunicator : public Communicator {
   void Wait(gloo::transport::UnboundBuffer& buffer, int n, bool sends);
   absl::Status DirectAllReduceSum(void* data, size_t count, DataType type);
   absl::Status RingAllReduceSum(void* data, size_t count, DataType type);
-  // Sums the owned chunk [begin, begin + count) of `data` with the peers'
-  // copies in `scratch` (one `stride`-element block per peer), in rank order.
-  void SumInRankOrder(void* data, const char* scratch, size_t begin,
-                      size_t count, size_t stride, DataType type);
   // The peers whose sends/receives of the current call did not complete.
   std::string UnfinishedPeers() const;
   // Each call's tags: room for the ring's 2(W-1) rounds.

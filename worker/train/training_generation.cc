@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/membership.h"
+#include "worker/collective/mesh_communicator.h"
 #ifdef LOCKSTEP_HAVE_NCCL
 #include "worker/collective/nccl_communicator.h"
 #endif
@@ -171,15 +172,26 @@ absl::StatusOr<std::unique_ptr<Communicator>> TrainingGeneration::Connect() {
         "LOCKSTEP_CUDA=ON"));
 #endif
   }
-  GlooCommunicator::Options options;
+  const AllReduceAlgorithm algorithm =
+      spec_.communication().algorithm() == "ring" ? AllReduceAlgorithm::kRing
+                                                  : AllReduceAlgorithm::kDirect;
+  if (task_.data_plane_gloo) {
+    GlooCommunicator::Options options;
+    options.rank = rank_;
+    options.size = world_;
+    options.host = task_.host;
+    options.algorithm = algorithm;
+    options.membership = std::move(membership);
+    return connect(GlooCommunicator::Create(options));
+  }
+  MeshCommunicator::Options options;
   options.rank = rank_;
   options.size = world_;
   options.host = task_.host;
-  options.algorithm = spec_.communication().algorithm() == "ring"
-                          ? GlooCommunicator::Algorithm::kRing
-                          : GlooCommunicator::Algorithm::kDirect;
+  options.algorithm = algorithm;
   options.membership = std::move(membership);
-  return connect(GlooCommunicator::Create(options));
+  options.encrypted = task_.data_plane_encryption;
+  return connect(MeshCommunicator::Create(options));
 }
 
 absl::Status TrainingGeneration::PlanBatches() {

@@ -1,0 +1,549 @@
+// lockstep's data-plane transport over real TCP sockets on 127.0.0.1, ranks
+// as threads meeting through an in-memory key-value store; strangers,
+// replays, a man in the middle and a proxy that reads the wire are played
+// by the test itself.
+#include "worker/collective/mesh_communicator.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "worker/collective/gloo_communicator.h"
+#include "worker/collective/half.h"
+#include "worker/collective/in_memory_kv.h"
+
+namespace lockstep::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using Algorithm = AllReduceAlgorithm;
+
+Membership TestMembership() {
+  return Membership{"job-1", 3, std::string(kSecretSize, 's')};
+}
+
+MeshCommunicator::Options RankOptions(
+    int rank, int world, bool encrypted,
+    Algorithm algorithm = Algorithm::kDirect) {
+  MeshCommunicator::Options options;
+  options.rank = rank;
+  options.size = world;
+  options.timeout = absl::Seconds(30);
+  options.algorithm = algorithm;
+  options.membership = TestMembership();
+  options.encrypted = encrypted;
+  return options;
+}
+
+// Runs `body` on `world` ranks of `options_of`'s communicators and joins.
+void OnMesh(
+    int world, KeyValueClient* kv,
+    const std::function<MeshCommunicator::Options(int)>& options_of,
+    const std::function<void(int, absl::StatusOr<Communicator*>)>& body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = MeshCommunicator::Connect(kv, options_of(rank));
+      if (!comm.ok()) {
+        body(rank, comm.status());
+        return;
+      }
+      body(rank, comm->get());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// A connected TCP socket to "host:port" (the test's stranger).
+int ConnectTo(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(address.substr(colon + 1), &port));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  return fd;
+}
+
+struct Case {
+  int world;
+  size_t count;
+  Algorithm algorithm;
+  bool encrypted;
+};
+
+class MeshAllReduceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MeshAllReduceTest, SumsBroadcastsAndGathersOnEveryRank) {
+  const Case c = GetParam();
+  InMemoryKeyValue kv;
+  std::vector<std::vector<float>> sums(c.world), broadcasts(c.world);
+  std::vector<std::vector<int>> gathered(c.world);
+  std::vector<absl::Status> errors(c.world);
+  OnMesh(
+      c.world, &kv,
+      [&](int rank) {
+        return RankOptions(rank, c.world, c.encrypted, c.algorithm);
+      },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        if (!comm.ok()) {
+          errors[rank] = comm.status();
+          return;
+        }
+        std::vector<float>& data = sums[rank];
+        for (size_t i = 0; i < c.count; ++i) {
+          data.push_back(float(rank + 1) * (i % 97));
+        }
+        errors[rank] = (*comm)->AllReduceSum(data.data(), data.size());
+        if (!errors[rank].ok()) return;
+        broadcasts[rank].assign(c.count, float(rank));
+        errors[rank] =
+            (*comm)->Broadcast(broadcasts[rank].data(), c.count, c.world - 1);
+        if (!errors[rank].ok()) return;
+        gathered[rank].resize(c.world);
+        const int mine = rank * 10;
+        errors[rank] =
+            (*comm)->AllGather(&mine, sizeof(int), gathered[rank].data());
+      });
+  const float factor = c.world * (c.world + 1) / 2.0f;
+  for (int rank = 0; rank < c.world; ++rank) {
+    ASSERT_TRUE(errors[rank].ok()) << errors[rank];
+    for (size_t i = 0; i < c.count; ++i) {
+      ASSERT_EQ(sums[rank][i], factor * (i % 97)) << rank << " " << i;
+      ASSERT_EQ(broadcasts[rank][i], float(c.world - 1));
+    }
+    for (int r = 0; r < c.world; ++r) EXPECT_EQ(gathered[rank][r], r * 10);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, MeshAllReduceTest,
+    ::testing::Values(Case{2, 0, Algorithm::kDirect, true},
+                      Case{2, 1, Algorithm::kDirect, true},
+                      Case{2, 1001, Algorithm::kDirect, false},
+                      Case{3, 7, Algorithm::kDirect, true},
+                      Case{3, 1 << 20, Algorithm::kDirect, true},
+                      Case{4, 262147, Algorithm::kDirect, false},
+                      Case{4, 3, Algorithm::kDirect, true},
+                      Case{2, 1, Algorithm::kRing, true},
+                      Case{3, 2, Algorithm::kRing, false},
+                      Case{3, 1 << 20, Algorithm::kRing, true},
+                      Case{4, 262147, Algorithm::kRing, true}),
+    [](const auto& info) {
+      return absl::StrCat(
+          info.param.algorithm == Algorithm::kRing ? "Ring" : "Direct", "_W",
+          info.param.world, "_N", info.param.count,
+          info.param.encrypted ? "_Encrypted" : "_Clear");
+    });
+
+// The same inputs through Gloo's pairs and through lockstep's transport give
+// the same bits: the algorithms and their rank-order sums did not change
+// with the transport (what keeps the reference digests).
+TEST(MeshCommunicatorTest, SameBitsAsTheGlooTransport) {
+  constexpr int kWorld = 3;
+  constexpr size_t kCount = 100003;
+  std::vector<std::vector<float>> inputs(kWorld);
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0, 1);
+  for (auto& input : inputs) {
+    for (size_t i = 0; i < kCount; ++i) input.push_back(normal(random));
+  }
+  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
+    for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+      auto bytes_of = [&](int rank) {
+        std::vector<uint16_t> half;
+        for (float x : inputs[rank]) half.push_back(FloatToBFloat16(x));
+        std::string out;
+        if (type == DataType::kFloat32) {
+          out.assign(reinterpret_cast<const char*>(inputs[rank].data()),
+                     kCount * 4);
+        } else {
+          out.assign(reinterpret_cast<const char*>(half.data()), kCount * 2);
+        }
+        return out;
+      };
+      std::vector<std::string> mesh(kWorld), gloo(kWorld);
+      InMemoryKeyValue mesh_kv, gloo_kv;
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < kWorld; ++rank) {
+        threads.emplace_back([&, rank] {
+          mesh[rank] = bytes_of(rank);
+          auto comm = MeshCommunicator::Connect(
+              &mesh_kv, RankOptions(rank, kWorld, true, algorithm));
+          ASSERT_TRUE(comm.ok()) << comm.status();
+          ASSERT_TRUE(
+              (*comm)->AllReduceSum(mesh[rank].data(), kCount, type).ok());
+        });
+        threads.emplace_back([&, rank] {
+          gloo[rank] = bytes_of(rank);
+          GlooCommunicator::Options options;
+          options.rank = rank;
+          options.size = kWorld;
+          options.algorithm = algorithm;
+          auto comm = GlooCommunicator::Connect(&gloo_kv, options);
+          ASSERT_TRUE(comm.ok()) << comm.status();
+          ASSERT_TRUE(
+              (*comm)->AllReduceSum(gloo[rank].data(), kCount, type).ok());
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int rank = 0; rank < kWorld; ++rank) {
+        EXPECT_TRUE(mesh[rank] == gloo[rank]) << "rank " << rank;
+        EXPECT_TRUE(mesh[rank] == mesh[0]) << "rank " << rank;
+      }
+    }
+  }
+}
+
+// Only rank 0 of 2 shows up, so the rendezvous timeout is certain.
+TEST(MeshCommunicatorTest, AMissingPeerIsNamedWithinTheTimeout) {
+  InMemoryKeyValue kv;
+  auto options = RankOptions(0, 2, true);
+  options.timeout = absl::Milliseconds(300);
+  auto comm = MeshCommunicator::Connect(&kv, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
+  EXPECT_THAT(comm.status().message(), HasSubstr("for rank(s) 1 to connect"));
+}
+
+// The peer never comes and the timeout is an hour: only Abort() ends the
+// wait, wherever rank 0 is in it.
+TEST(MeshCommunicatorTest, AbortReleasesTheRendezvousAndAPendingAllReduce) {
+  InMemoryKeyValue kv;
+  auto options = RankOptions(0, 2, true);
+  options.timeout = absl::Hours(1);
+  auto comm = MeshCommunicator::Create(options);
+  ASSERT_TRUE(comm.ok());
+  absl::Status result;
+  std::thread connecting([&] { result = (*comm)->Connect(&kv); });
+  ASSERT_TRUE(kv.Get("0", absl::Minutes(1)).ok());  // listening, waiting
+  (*comm)->Abort();
+  connecting.join();
+  EXPECT_TRUE(absl::IsAborted(result)) << result;
+
+  // Rank 1 connects and then never calls the all-reduce.
+  InMemoryKeyValue kv2;
+  absl::Notification hung, done;
+  std::unique_ptr<MeshCommunicator> zero;
+  absl::Notification zero_ready;
+  absl::Status all_reduce;
+  std::thread peer([&] {
+    auto one = MeshCommunicator::Connect(&kv2, RankOptions(1, 2, true));
+    ASSERT_TRUE(one.ok());
+    done.WaitForNotification();
+  });
+  std::thread waiting([&] {
+    auto options = RankOptions(0, 2, true);
+    options.timeout = absl::Hours(1);
+    auto connected = MeshCommunicator::Connect(&kv2, options);
+    ASSERT_TRUE(connected.ok());
+    zero = *std::move(connected);
+    zero_ready.Notify();
+    std::vector<float> data(1000, 1.0f);
+    all_reduce = zero->AllReduceSum(data.data(), data.size());
+  });
+  zero_ready.WaitForNotification();
+  zero->Abort();
+  waiting.join();
+  done.Notify();
+  peer.join();
+  EXPECT_TRUE(absl::IsAborted(all_reduce)) << all_reduce;
+}
+
+// Rank 2 of 3 connects, then leaves without joining the all-reduce: the
+// others fail and name it with its address.
+TEST(MeshCommunicatorTest, ADeadPeerIsNamedWithItsAddress) {
+  InMemoryKeyValue kv;
+  std::vector<absl::Status> results(3);
+  OnMesh(
+      3, &kv, [](int rank) { return RankOptions(rank, 3, true); },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        if (rank == 2) return;  // its sockets close as the thread ends
+        std::vector<float> data(100000, 1.0f);
+        results[rank] = (*comm)->AllReduceSum(data.data(), data.size());
+      });
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(absl::IsUnavailable(results[rank])) << results[rank];
+    EXPECT_THAT(
+        std::string(results[rank].message()),
+        ::testing::ContainsRegex("rank 2 \\(127\\.0\\.0\\.1:[0-9]+\\)"));
+  }
+}
+
+// Before the real peer arrives, rank 0's port gets the Gloo header that
+// killed workers, garbage, silence, bare connects, a Hello made with
+// another generation's secret and a replayed member's Hello that never
+// confirms. Each is refused; the real rank 1 then connects and the
+// all-reduce is right.
+TEST(MeshCommunicatorTest, StrangersOnThePortAreRefusedAndTheMembersConnect) {
+  InMemoryKeyValue kv;
+  auto options = RankOptions(0, 2, true);
+  options.handshake_timeout = absl::Milliseconds(300);
+  auto zero = MeshCommunicator::Create(options);
+  ASSERT_TRUE(zero.ok());
+  const std::string address = (*zero)->listen_address();
+  absl::Status zero_result;
+  std::vector<float> zero_data(5000, 1.0f);
+  std::thread zero_thread([&] {
+    zero_result = (*zero)->Connect(&kv);
+    if (zero_result.ok()) {
+      zero_result = (*zero)->AllReduceSum(zero_data.data(), zero_data.size());
+    }
+  });
+  std::vector<int> strangers;
+  auto stranger = [&](const std::string& bytes) {
+    int fd = ConnectTo(address);
+    if (!bytes.empty()) {
+      EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(bytes.size()));
+    }
+    strangers.push_back(fd);
+  };
+  // struct.pack("<6Q", 1<<62, 1, 0x41<<56, 0, 1<<62, 0): Gloo's header.
+  uint64_t gloo_header[6] = {uint64_t{1} << 62, 1, uint64_t{0x41} << 56, 0,
+                             uint64_t{1} << 62, 0};
+  stranger(std::string(reinterpret_cast<char*>(gloo_header), 48));
+  stranger(std::string(kHelloSize, 'x'));
+  stranger("");                               // silence
+  for (int i = 0; i < 80; ++i) stranger("");  // a flood of bare connects
+  Membership other = TestMembership();
+  other.secret = std::string(kSecretSize, 'o');
+  stranger(MakeHello(other, 1, 0, true).bytes);
+  stranger(MakeHello(TestMembership(), 1, 0, true).bytes);  // never confirms
+  auto one = MeshCommunicator::Connect(&kv, RankOptions(1, 2, true));
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<float> one_data(5000, 2.0f);
+  ASSERT_TRUE((*one)->AllReduceSum(one_data.data(), one_data.size()).ok());
+  zero_thread.join();
+  ASSERT_TRUE(zero_result.ok()) << zero_result;
+  EXPECT_EQ(zero_data[4999], 3.0f);
+  EXPECT_EQ(one_data[0], 3.0f);
+  // Those whose handshake ended before the peer came were all refused.
+  EXPECT_GE((*zero)->refused(), 3);
+  for (int fd : strangers) close(fd);
+}
+
+// A rank holding another generation's secret cannot join: the member it
+// calls refuses it, and it cannot pass for rank 0 either.
+TEST(MeshCommunicatorTest, ARankWithAnotherSecretIsRefused) {
+  InMemoryKeyValue kv;
+  std::vector<absl::Status> results(2);
+  OnMesh(
+      2, &kv,
+      [](int rank) {
+        auto options = RankOptions(rank, 2, true);
+        options.timeout = absl::Seconds(2);
+        options.handshake_timeout = absl::Milliseconds(300);
+        if (rank == 1) options.membership.generation = 4;
+        return options;
+      },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        results[rank] = comm.status();
+      });
+  EXPECT_TRUE(absl::IsDeadlineExceeded(results[0])) << results[0];
+  EXPECT_FALSE(results[1].ok());
+}
+
+// Every worker of a job must agree on encryption: the rank that sees the
+// other setting says which ranks run with which.
+TEST(MeshCommunicatorTest, AnEncryptionMismatchIsNamed) {
+  InMemoryKeyValue kv;
+  std::vector<absl::Status> results(2);
+  OnMesh(
+      2, &kv,
+      [](int rank) {
+        auto options = RankOptions(rank, 2, rank == 0);
+        options.timeout = absl::Seconds(2);
+        return options;
+      },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        results[rank] = comm.status();
+      });
+  EXPECT_TRUE(absl::IsFailedPrecondition(results[0])) << results[0];
+  EXPECT_THAT(results[0].message(),
+              HasSubstr("--data-plane-encryption off, rank 0 with on"));
+  EXPECT_FALSE(results[1].ok());
+}
+
+// A proxy between rank 1 and rank 0 (rank 1 reads the proxy's address as
+// rank 0's): it records what rank 1 sends, and may flip one byte of it.
+class Proxy {
+ public:
+  Proxy(std::string target, int64_t flip_at)
+      : target_(std::move(target)), flip_at_(flip_at) {
+    listen_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.1", &any.sin_addr);
+    bind(listen_, reinterpret_cast<sockaddr*>(&any), sizeof(any));
+    listen(listen_, 1);
+    socklen_t size = sizeof(any);
+    getsockname(listen_, reinterpret_cast<sockaddr*>(&any), &size);
+    address_ = absl::StrCat("127.0.0.1:", ntohs(any.sin_port));
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Proxy() {
+    thread_.join();
+    close(listen_);
+  }
+  const std::string& address() const { return address_; }
+  // What rank 1 sent, once the connection ended.
+  std::string captured() {
+    thread_.join();
+    thread_ = std::thread([] {});
+    return captured_;
+  }
+
+ private:
+  void Run() {
+    int client = accept(listen_, nullptr, nullptr);
+    int server = ConnectTo(target_);
+    char buffer[65536];
+    pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+    while (poll(fds, 2, 30000) > 0) {
+      bool ended = false;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].revents == 0) continue;
+        ssize_t n = recv(fds[i].fd, buffer, sizeof(buffer), 0);
+        if (n <= 0) {
+          ended = true;
+          break;
+        }
+        if (i == 0) {
+          const int64_t start = captured_.size();
+          captured_.append(buffer, n);
+          if (flip_at_ >= start && flip_at_ < start + n) {
+            buffer[flip_at_ - start] ^= 0x01;
+          }
+        }
+        send(fds[1 - i].fd, buffer, n, MSG_NOSIGNAL);
+      }
+      if (ended) break;
+    }
+    close(client);
+    close(server);
+  }
+
+  const std::string target_;
+  const int64_t flip_at_;
+  int listen_ = -1;
+  std::string address_;
+  std::string captured_;
+  std::thread thread_;
+};
+
+// Rank 1 reads the proxy's address when it asks for rank 0's.
+class ProxiedKeyValue : public KeyValueClient {
+ public:
+  ProxiedKeyValue(KeyValueClient* inner, std::string proxy)
+      : inner_(inner), proxy_(std::move(proxy)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    auto value = inner_->Get(key, timeout);
+    if (key == "0" && value.ok()) return proxy_;
+    return value;
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  KeyValueClient* const inner_;
+  const std::string proxy_;
+};
+
+// A man in the middle runs an all-reduce of 2 ranks through the proxy.
+// Returns each rank's result; `captured` gets what rank 1 sent.
+std::vector<absl::Status> ThroughProxy(bool encrypted, int64_t flip_at,
+                                       const std::vector<float>& values,
+                                       std::string* captured) {
+  InMemoryKeyValue kv;
+  auto zero = MeshCommunicator::Create(RankOptions(0, 2, encrypted));
+  EXPECT_TRUE(zero.ok());
+  Proxy proxy((*zero)->listen_address(), flip_at);
+  ProxiedKeyValue proxied(&kv, proxy.address());
+  std::vector<absl::Status> results(2);
+  std::thread zero_thread([&] {
+    results[0] = (*zero)->Connect(&kv);
+    std::vector<float> data(values.size(), 0.0f);
+    if (results[0].ok()) {
+      results[0] = (*zero)->AllReduceSum(data.data(), data.size());
+    }
+    zero->reset();  // closes: the proxy's connection ends
+  });
+  {
+    auto one =
+        MeshCommunicator::Connect(&proxied, RankOptions(1, 2, encrypted));
+    results[1] = one.status();
+    std::vector<float> data = values;
+    if (one.ok()) results[1] = (*one)->AllReduceSum(data.data(), data.size());
+    zero_thread.join();
+  }
+  *captured = proxy.captured();
+  return results;
+}
+
+// The bytes of a training step's gradients never appear on the wire when
+// encrypted; the same capture unencrypted shows them (the capture works).
+TEST(MeshCommunicatorTest, ACaptureOfTheWireHoldsNoPlaintextGradients) {
+  std::vector<float> gradients(20000);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    gradients[i] = 0.001f * static_cast<float>(i % 1000) - 0.37f;
+  }
+  // Rank 1 sends rank 0 its copy of chunk 0: the first half.
+  const std::string needle(reinterpret_cast<const char*>(&gradients[100]), 64);
+  std::string captured;
+  auto results = ThroughProxy(true, -1, gradients, &captured);
+  ASSERT_TRUE(results[0].ok() && results[1].ok()) << results[0] << results[1];
+  EXPECT_GT(captured.size(), gradients.size() * 2);
+  EXPECT_EQ(captured.find(needle), std::string::npos);
+  results = ThroughProxy(false, -1, gradients, &captured);
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  EXPECT_NE(captured.find(needle), std::string::npos);
+}
+
+// One bit flipped in a frame's payload (encrypted) or in a frame header
+// (unencrypted): rank 0 closes the connection and fails, naming rank 1 and
+// the address it came from; nothing crashes.
+TEST(MeshCommunicatorTest, AnAlteredFrameFailsTheCallNamingThePeer) {
+  std::vector<float> values(20000, 0.5f);
+  std::string captured;
+  // After the handshake (Hello, Confirm) and the barrier's frame: the first
+  // all-reduce frame's payload, or its header's sequence number.
+  const int64_t handshake = kHelloSize + kConfirmSize;
+  auto results = ThroughProxy(
+      true,
+      handshake + kFrameHeaderSize + 1 + kFrameTagSize + kFrameHeaderSize + 5,
+      values, &captured);
+  EXPECT_TRUE(absl::IsUnavailable(results[0])) << results[0];
+  EXPECT_THAT(std::string(results[0].message()),
+              ::testing::ContainsRegex(
+                  "rank 1 \\(127\\.0\\.0\\.1:[0-9]+\\) frame 1 failed "
+                  "authentication"));
+  results =
+      ThroughProxy(false, handshake + kFrameHeaderSize + 1, values, &captured);
+  EXPECT_TRUE(absl::IsUnavailable(results[0])) << results[0];
+  EXPECT_THAT(std::string(results[0].message()),
+              HasSubstr("malformed frame header"));
+}
+
+}  // namespace
+}  // namespace lockstep::worker

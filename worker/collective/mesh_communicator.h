@@ -1,0 +1,180 @@
+// lockstep's own data-plane transport for the CPU collectives: one TCP
+// connection per pair of ranks, each mutually authenticated with the
+// generation's secret before any byte of it is parsed, and encrypted with
+// AES-256-GCM unless the worker runs with --data-plane-encryption off
+// (secure_channel.h has the wire format; docs/DESIGN.md "Data-plane
+// transport" the reasons).
+//
+// Rendezvous: each rank listens on one port and publishes "host:port"
+// under its rank in the coordinator's key-value store; it connects to
+// every lower rank and accepts every higher one. The accepting side keeps
+// up to kMaxPendingHandshakes unfinished handshakes, each for at most
+// handshake_timeout, so a stranger who connects, sends garbage or nothing,
+// or floods the port is refused (logged, rate-limited) while the real peer
+// gets through: a stranger can neither crash a rank nor fail its
+// generation. The port is closed once the mesh is complete.
+//
+// Collectives: the algorithms of communicator.h (direct and ring
+// all-reduce, fp32 or 16-bit, summed by reduce.h) over one primitive,
+// Exchange, which moves at most one message each way with each peer,
+// concurrently, through non-blocking sockets and poll(2). Every wait also
+// polls an eventfd, so Abort() from another thread ends it at once. A peer
+// that closes, resets, sends a malformed frame or one that fails its tag
+// gets its connection closed, and the call fails naming its rank and real
+// address; the process never dies of it.
+//
+// Thread-compatible: one thread issues Connect and the collectives;
+// Abort() may be called from any thread.
+#ifndef LOCKSTEP_WORKER_COLLECTIVE_MESH_COMMUNICATOR_H_
+#define LOCKSTEP_WORKER_COLLECTIVE_MESH_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/collective/communicator.h"
+#include "worker/collective/membership.h"
+#include "worker/collective/secure_channel.h"
+#include "worker/control_plane.h"
+
+namespace lockstep::worker {
+
+class MeshCommunicator : public Communicator {
+ public:
+  using Algorithm = AllReduceAlgorithm;
+  // Unfinished handshakes the accepting side keeps; a new connection
+  // beyond them closes the oldest.
+  static constexpr int kMaxPendingHandshakes = 64;
+
+  struct Options {
+    int rank = 0;
+    int size = 1;
+    // The address this rank listens on and publishes to its peers.
+    std::string host = "127.0.0.1";
+    // Bounds the rendezvous, and each collective's wait for progress.
+    absl::Duration timeout = absl::Seconds(60);
+    Algorithm algorithm = Algorithm::kDirect;
+    // The generation's job, number and secret, which keys the handshakes.
+    // Tests may leave the secret empty (every build of this code is then a
+    // member).
+    Membership membership;
+    // AES-256-GCM on every frame. Off only on a network where nobody can
+    // read or alter the traffic; every rank of a job must agree.
+    bool encrypted = true;
+    // How long an accepted connection may take to finish its handshake: a
+    // member does it at once.
+    absl::Duration handshake_timeout = absl::Seconds(5);
+  };
+
+  // Binds this rank's listening socket; nothing is connected yet. Errors:
+  // Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MeshCommunicator>> Create(
+      const Options& options);
+  // Publishes the listening address through `kv`, connects to every lower
+  // rank and accepts every higher one (each with the handshake), then waits
+  // until every rank has. Call once, before any collective; Abort() from
+  // another thread ends it. Errors: Aborted; DeadlineExceeded naming the
+  // ranks that did not publish or connect in time; Unavailable when a
+  // published address cannot be reached, or what answers there does not
+  // prove it holds the secret (naming the rank and address); DataLoss for a
+  // malformed published address; FailedPrecondition when a member runs with
+  // the other --data-plane-encryption setting.
+  absl::Status Connect(KeyValueClient* kv);
+  // Create, then Connect.
+  static absl::StatusOr<std::unique_ptr<MeshCommunicator>> Connect(
+      KeyValueClient* kv, const Options& options);
+  ~MeshCommunicator() override;
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  using Communicator::AllReduceSum;
+  using Communicator::Broadcast;
+  absl::Status AllReduceSum(void* data, size_t count, DataType type) override;
+  absl::Status Broadcast(void* data, size_t bytes, int root) override;
+  absl::Status AllGather(const void* in, size_t bytes, void* out) override;
+  absl::Status Barrier() override;
+  void Abort() override;
+
+  // "host:port" this rank listens on until Connect ends.
+  const std::string& listen_address() const { return listen_address_; }
+  // Connections the rendezvous refused: strangers, replays, floods.
+  int refused() const { return refused_; }
+
+ private:
+  // One peer's connection, once its handshake finished.
+  struct Peer {
+    int fd = -1;
+    std::string address;  // the remote end, "host:port"
+    std::unique_ptr<FrameSealer> out;
+    std::unique_ptr<FrameOpener> in;
+  };
+  // What one Exchange moves with one peer: a message each way, either of
+  // which may be empty.
+  struct Transfer {
+    const void* send = nullptr;
+    size_t send_bytes = 0;
+    void* recv = nullptr;
+    size_t recv_bytes = 0;
+  };
+  // An accepted connection whose handshake is under way.
+  struct Pending;
+
+  explicit MeshCommunicator(Options options);
+
+  // The rendezvous' halves (mesh_rendezvous.cc).
+  absl::Status ConnectTo(KeyValueClient* kv, int peer, absl::Time deadline);
+  absl::Status AcceptPeers(absl::Time deadline);
+  // Reads the next part of `pending`'s handshake; true when it is done
+  // with (refused, or promoted to a peer). An error fails the rendezvous.
+  absl::StatusOr<bool> Advance(Pending& pending);
+  // Logs a refused connection (rate-limited) and counts it.
+  void Refuse(const std::string& address, absl::string_view why);
+  // Makes `fd` the connection with `peer` after a handshake of `hello` and
+  // `reply`.
+  void AddPeer(int peer, int fd, std::string address, const Hello& hello,
+               const std::string& reply);
+  // Waits until `fd` is ready for `events` or `deadline`, polling the abort
+  // eventfd too. Errors: Aborted, DeadlineExceeded.
+  absl::Status WaitFor(int fd, short events, absl::Time deadline);
+  // Reads (writes) exactly `bytes` before `deadline`; Unavailable when the
+  // connection ends first.
+  absl::Status ReadAll(int fd, char* data, size_t bytes, absl::Time deadline);
+  absl::Status WriteAll(int fd, const char* data, size_t bytes,
+                        absl::Time deadline);
+
+  // Moves `transfers` (indexed by peer; this rank's entry unused) at once.
+  absl::Status Exchange(absl::string_view what,
+                        const std::vector<Transfer>& transfers);
+  // Fails `what` with `peer`: closes its connection and names it.
+  absl::Status PeerFailed(absl::string_view what, int peer,
+                          absl::string_view why);
+  absl::Status Aborted(absl::string_view what);
+  absl::Status DirectAllReduceSum(void* data, size_t count, DataType type);
+  absl::Status RingAllReduceSum(void* data, size_t count, DataType type);
+
+  // Constant after construction.
+  const Options options_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd Abort() writes
+  std::string listen_address_;
+
+  // Touched by the calling thread only.
+  std::vector<Peer> peers_;
+  std::vector<char> scratch_;
+  std::vector<float> accumulator_;
+  std::vector<Transfer> transfers_;
+  int refused_ = 0;
+
+  absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  // The store Connect is waiting on: Abort cancels it.
+  KeyValueClient* connecting_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_COLLECTIVE_MESH_COMMUNICATOR_H_
