@@ -1,11 +1,12 @@
-// All-reduce throughput on loopback: lockstep's GlooCommunicator (its direct
-// and ring algorithms) against a plain gloo::allreduce (ring) loop, all in
-// this run, ranks as threads over Gloo's TCP transport. Reports per size the
-// median time, algorithm bandwidth (bytes / time) and bus bandwidth
-// (algbw * 2(W-1)/W, as nccl-tests define it), and lockstep's time relative
-// to plain Gloo. Where the NCCL backend is built and GPUs are visible, an
-// NCCL section follows: one rank per GPU (NCCL allows no more), device
-// buffers, the same columns.
+// All-reduce throughput on loopback, all in this run, ranks as threads:
+// lockstep's direct and ring algorithms over Gloo's TCP pairs (the data
+// plane before lockstep's own transport) and over lockstep's transport in
+// clear and encrypted (AES-256-GCM), and a plain gloo::allreduce (ring)
+// loop. Reports per size each variant's bus bandwidth (bytes / median time
+// * 2(W-1)/W, as nccl-tests define it) and its time relative to lockstep's
+// direct algorithm over Gloo's pairs. Where the NCCL backend is built and GPUs
+// are visible, an NCCL section follows: one rank per GPU (NCCL allows no more),
+// device buffers, the same columns.
 //
 //   allreduce_bench [MAX_MIB]     sizes 4 KiB .. MAX_MIB (default 256)
 //   allreduce_bench --tiny        4 KiB .. 64 KiB, 3 iterations: a smoke run
@@ -29,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/in_memory_kv.h"
+#include "worker/collective/mesh_communicator.h"
 
 #ifdef LOCKSTEP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -83,22 +85,48 @@ struct Sizes {
 
 void Run(int world, Sizes sizes) {
   const size_t max_bytes = sizes.max_bytes;
-  // Connect both implementations once.
-  worker::InMemoryKeyValue kv;
-  worker::InMemoryKeyValue ring_kv;
-  std::vector<std::unique_ptr<worker::GlooCommunicator>> ours(world);
-  std::vector<std::unique_ptr<worker::GlooCommunicator>> ring(world);
+  // Connect every transport and algorithm once: lockstep's algorithms over
+  // Gloo's pairs (the transport before lockstep's own) and over lockstep's
+  // transport in clear and encrypted, and plain gloo::allreduce.
+  using Algorithm = worker::AllReduceAlgorithm;
+  struct Variant {
+    const char* name;
+    bool gloo;
+    Algorithm algorithm;
+    bool encrypted;
+    worker::InMemoryKeyValue kv;
+    std::vector<std::unique_ptr<worker::Communicator>> comms;
+  };
+  Variant variants[] = {
+      {"gloo direct", true, Algorithm::kDirect, false, {}, {}},
+      {"gloo ring", true, Algorithm::kRing, false, {}, {}},
+      {"clear direct", false, Algorithm::kDirect, false, {}, {}},
+      {"aes direct", false, Algorithm::kDirect, true, {}, {}},
+      {"aes ring", false, Algorithm::kRing, true, {}, {}},
+  };
   gloo::rendezvous::HashStore store;
   std::vector<std::shared_ptr<gloo::Context>> plain(world);
   std::vector<std::thread> threads;
+  for (Variant& v : variants) v.comms.resize(world);
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
-      worker::GlooCommunicator::Options options;
-      options.rank = rank;
-      options.size = world;
-      ours[rank] = *worker::GlooCommunicator::Connect(&kv, options);
-      options.algorithm = worker::GlooCommunicator::Algorithm::kRing;
-      ring[rank] = *worker::GlooCommunicator::Connect(&ring_kv, options);
+      for (Variant& v : variants) {
+        if (v.gloo) {
+          worker::GlooCommunicator::Options options;
+          options.rank = rank;
+          options.size = world;
+          options.algorithm = v.algorithm;
+          v.comms[rank] = *worker::GlooCommunicator::Connect(&v.kv, options);
+        } else {
+          worker::MeshCommunicator::Options options;
+          options.rank = rank;
+          options.size = world;
+          options.algorithm = v.algorithm;
+          options.encrypted = v.encrypted;
+          options.membership = {"bench", 1, std::string(32, 's')};
+          v.comms[rank] = *worker::MeshCommunicator::Connect(&v.kv, options);
+        }
+      }
       gloo::transport::tcp::attr attr;
       attr.hostname = "127.0.0.1";
       auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -109,9 +137,10 @@ void Run(int world, Sizes sizes) {
   }
   for (std::thread& t : threads) t.join();
 
-  std::printf("\nW = %d\n%10s %10s %8s %8s %10s %8s %8s %10s %8s %8s\n", world,
-              "bytes", "direct us", "busbw", "ratio", "ring us", "busbw",
-              "ratio", "gloo us", "algbw", "busbw");
+  std::printf("\nW = %d: busbw GB/s per variant (time / gloo direct's)\n%10s",
+              world, "bytes");
+  for (const Variant& v : variants) std::printf(" %20s", v.name);
+  std::printf(" %12s\n", "plain gloo");
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const size_t count = bytes / sizeof(float);
     std::vector<std::vector<float>> data(world,
@@ -120,12 +149,17 @@ void Run(int world, Sizes sizes) {
         std::min(sizes.max_iterations, bytes >= (64u << 20)  ? 3
                                        : bytes >= (4u << 20) ? 10
                                                              : 50);
-    double t_ours = Time(world, iterations, [&](int rank) {
-      Check(ours[rank]->AllReduceSum(data[rank].data(), count));
-    });
-    double t_ring = Time(world, iterations, [&](int rank) {
-      Check(ring[rank]->AllReduceSum(data[rank].data(), count));
-    });
+    const double bus = 2.0 * (world - 1) / world;
+    auto busbw = [&](double t) { return bytes / t / 1e9 * bus; };
+    std::printf("%10zu", bytes);
+    double reference = 0;
+    for (Variant& v : variants) {
+      const double t = Time(world, iterations, [&](int rank) {
+        Check(v.comms[rank]->AllReduceSum(data[rank].data(), count));
+      });
+      if (reference == 0) reference = t;
+      std::printf(" %12.3f (%5.2f)", busbw(t), t / reference);
+    }
     std::vector<uint32_t> tags(world, 0);
     double t_plain = Time(world, iterations, [&](int rank) {
       gloo::AllreduceOptions opts(plain[rank]);
@@ -137,13 +171,7 @@ void Run(int world, Sizes sizes) {
       opts.setTag(tags[rank]++);
       gloo::allreduce(opts);
     });
-    auto algbw = [&](double t) { return bytes / t / 1e9; };
-    double bus = 2.0 * (world - 1) / world;
-    std::printf(
-        "%10zu %10.1f %8.3f %8.2f %10.1f %8.3f %8.2f %10.1f %8.3f %8.3f\n",
-        bytes, t_ours * 1e6, algbw(t_ours) * bus, t_ours / t_plain,
-        t_ring * 1e6, algbw(t_ring) * bus, t_ring / t_plain, t_plain * 1e6,
-        algbw(t_plain), algbw(t_plain) * bus);
+    std::printf(" %12.3f\n", busbw(t_plain));
   }
 }
 
@@ -223,8 +251,8 @@ int main(int argc, char** argv) {
     sizes = {max_mib << 20, 50};
   }
   std::printf(
-      "all-reduce (sum, fp32) on loopback; GB/s; ratio = lockstep time / "
-      "plain Gloo time (lower is better)\n");
+      "all-reduce (sum, fp32) on loopback; busbw in GB/s; (ratio) = time / "
+      "gloo direct's time (lower is better)\n");
   for (int world : {2, 4}) lockstep::Run(world, sizes);
 #ifdef LOCKSTEP_HAVE_NCCL
   lockstep::RunNccl(sizes);

@@ -21,7 +21,8 @@
 # "default" or "" for those).
 #
 # --check MIN: exit 1 when lockstep / (DDP + heap) is below MIN in any cell
-# (the cells that fell are named). `make test` runs it with MIN 0.8 and 3
+# (the cells that fell are named); a cell below it is measured again, up to
+# twice, and fails only if it stays below. `make test` runs it with MIN 0.8 and 3
 # repeats (ctest bench_smoke.ddp_compare, alone on the machine), so a change
 # that makes lockstep slower than PyTorch on one machine does not land: a
 # regression to a third of DDP's speed in the 1-worker CNN cell went unseen
@@ -67,28 +68,42 @@ below=()  # cells under --check's minimum
 echo "global batch 128, Adam, threads per worker = $cores cores / workers; median of $repeats"
 printf "%-5s %-3s %9s %9s %9s %7s %7s | %-19s %9s\n" model W "lockstep" "DDP" "DDP+heap" \
     "vs DDP" "vs +heap" "first step: job cold" "DDP cold"
+cell() {  # model workers steps -> "lockstep DDP DDP+heap job cold DDP-cold" medians
+  local ours=() plain=() heap=() job=() cold=() theirs_cold=() sps js cs fs
+  for _ in $(seq "$repeats"); do
+    read -r sps js cs < <(lockstep "$2" "$1" "$3")
+    ours+=("$sps"); job+=("$js"); cold+=("$cs")
+    read -r sps fs < <(ddp "$2" "$1" "$3")
+    plain+=("$sps"); theirs_cold+=("$fs")
+    read -r sps fs < <(ddp "$2" "$1" "$3" "${tuned[@]}")
+    heap+=("$sps")
+  done
+  local m
+  for m in ours plain heap job cold theirs_cold; do
+    local -n list=$m
+    printf '%s ' "$(printf '%s\n' "${list[@]}" | median)"
+  done
+  echo
+}
+below_min() { "$python" -c "import sys; sys.exit(0 if $1 / $2 < $check_min else 1)"; }
+
 for model in mlp cnn; do
   steps=400; [ "$model" = cnn ] && steps=120
   steps=${steps_override:-$steps}
   for workers in 1 2; do
-    ours=() plain=() heap=() job=() cold=() theirs_cold=()
-    for _ in $(seq "$repeats"); do
-      read -r sps js cs < <(lockstep "$workers" "$model" "$steps")
-      ours+=("$sps"); job+=("$js"); cold+=("$cs")
-      read -r sps fs < <(ddp "$workers" "$model" "$steps")
-      plain+=("$sps"); theirs_cold+=("$fs")
-      read -r sps fs < <(ddp "$workers" "$model" "$steps" "${tuned[@]}")
-      heap+=("$sps")
+    read -r a b c j k f < <(cell "$model" "$workers" "$steps")
+    # A cell under --check's minimum is measured again, twice at most, and
+    # fails only if every measurement is under it: single cells of this
+    # shared machine have been seen 20% low for both systems' reasons, while
+    # the regressions the check is for (a third of DDP's speed) stay low.
+    for retry in 1 2; do
+      [ -n "$check_min" ] && below_min "$a" "$c" || break
+      echo "($model on $workers worker(s): $(ratio "$a" "$c"), measuring again, $retry of 2)"
+      read -r a b c j k f < <(cell "$model" "$workers" "$steps")
     done
-    a=$(printf '%s\n' "${ours[@]}" | median)
-    b=$(printf '%s\n' "${plain[@]}" | median)
-    c=$(printf '%s\n' "${heap[@]}" | median)
-    j=$(printf '%s\n' "${job[@]}" | median)
-    k=$(printf '%s\n' "${cold[@]}" | median)
-    f=$(printf '%s\n' "${theirs_cold[@]}" | median)
     printf "%-5s %-3s %9.0f %9.0f %9.0f %7s %7s | %9.2f %9.2f %9.2f\n" "$model" "$workers" \
         "$a" "$b" "$c" "$(ratio "$a" "$b")" "$(ratio "$a" "$c")" "$j" "$k" "$f"
-    if [ -n "$check_min" ] && "$python" -c "import sys; sys.exit(0 if $a / $c < $check_min else 1)"; then
+    if [ -n "$check_min" ] && below_min "$a" "$c"; then
       below+=("$model on $workers worker(s): $(ratio "$a" "$c")")
     fi
   done
