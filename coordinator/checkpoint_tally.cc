@@ -25,6 +25,8 @@ std::optional<v1::CommitCheckpoint> CheckpointTally::Prepare(
   ranks[p.rank()] = p;
   if (static_cast<int>(ranks.size()) < world_size_) return std::nullopt;
   for (auto& [rank, prepared] : ranks) *commit.add_ranks() = prepared;
+  sent_.insert(p.step());
+  if (sent_.size() > kKeptCommits) sent_.erase(sent_.begin());
   // Ranks save the same steps in order: older incomplete steps are over.
   prepares_.erase(prepares_.begin(), prepares_.upper_bound(p.step()));
   return commit;

@@ -28,6 +28,9 @@ class CheckpointTally {
   // when this prepare failed. Returns nullopt while ranks are missing, and
   // for a step already abandoned (it is never committed).
   std::optional<v1::CommitCheckpoint> Prepare(const v1::CheckpointPrepared& p);
+  // Whether every rank prepared `step` in this generation, so the chief was
+  // told to commit it: a commit reported for any other step is forged.
+  bool CommitSent(int64_t step) const { return sent_.count(step) > 0; }
   // Records the chief's report of a commit: a failed one is the latest
   // failure.
   void Committed(const v1::CheckpointCommitted& committed);
@@ -49,6 +52,9 @@ class CheckpointTally {
   // step -> rank -> its prepare, for steps not yet complete.
   std::map<int64_t, std::map<int, v1::CheckpointPrepared>> prepares_;
   std::set<int64_t> abandoned_;
+  // The latest kKeptCommits steps the chief was told to commit.
+  static constexpr size_t kKeptCommits = 64;
+  std::set<int64_t> sent_;
   // The generation's latest failed save. A stop saves last, so this is
   // what it needs; keeping only the latest bounds it.
   int64_t last_failed_ = -1;

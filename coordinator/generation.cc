@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace lockstep::coordinator {
 
@@ -123,9 +124,27 @@ std::vector<std::string> Generation::Missing(const std::string& name) const {
   return missing;
 }
 
-bool Generation::AddOkResult() {
-  ++results_ok_;
-  return results_ok_ == world_size();
+bool Generation::AddOkResult(int rank, const std::string& digest,
+                             int64_t steps) {
+  results_ok_[rank] = {digest, steps};
+  return static_cast<int>(results_ok_.size()) == world_size();
+}
+
+std::string Generation::Disagreement() const {
+  // (step, digest) -> the ranks that ended there, in rank order.
+  std::map<std::pair<int64_t, std::string>, std::vector<int>> ends;
+  for (const auto& [rank, result] : results_ok_) {
+    ends[{result.second, result.first}].push_back(rank);
+  }
+  if (ends.size() <= 1) return "";
+  std::string text;
+  for (const auto& [end, ranks] : ends) {
+    absl::StrAppend(&text, text.empty() ? "" : "; ",
+                    ranks.size() == 1 ? "rank " : "ranks ",
+                    absl::StrJoin(ranks, ", "), ": step ", end.first,
+                    ", digest ", end.second.substr(0, 24));
+  }
+  return text;
 }
 
 void Generation::Suspect(const std::string& cause, absl::Time deadline) {

@@ -94,8 +94,14 @@ class Generation {
   std::vector<std::string> Missing(const std::string& name) const;
 
   // ---- what the ranks reported ----
-  // Counts a rank's successful result; true once every rank sent one.
-  bool AddOkResult();
+  // Records rank `rank`'s successful result (its final model digest and
+  // step); true once every rank sent one. A rank's second result replaces
+  // its first.
+  bool AddOkResult(int rank, const std::string& digest, int64_t steps);
+  // Once every rank reported: "" when all ended with one digest at one
+  // step, else who ended where ("ranks 0, 2: step 40, digest ab12...;
+  // rank 1: step 999999, digest forged...").
+  std::string Disagreement() const;
   // A rank's retryable error, which usually means a peer died: it waits for
   // a worker failure to explain it until `deadline`. Only the first counts.
   void Suspect(const std::string& cause, absl::Time deadline);
@@ -131,7 +137,8 @@ class Generation {
   int64_t kv_bytes_ = 0;
   std::map<std::string, std::set<int>> barriers_;
 
-  int results_ok_ = 0;
+  // rank -> (digest, step) of its successful result.
+  std::map<int, std::pair<std::string, int64_t>> results_ok_;
   std::string suspect_;
   absl::Time suspect_deadline_ = absl::InfiniteFuture();
   bool preempting_ = false;

@@ -6,6 +6,7 @@
 // come from outside a live generation, and are accepted only for the rank
 // the worker was last given: a late result's applied step, and a leaving
 // worker's report on its live state (the job is recovering).
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,6 +60,13 @@ void RefuseReport(const Worker& worker, absl::string_view what,
                    worker.peer, "), rank ", worker.rank, " of job ",
                    worker.job_id, " generation ", worker.generation, ", sent ",
                    what, " over its session: ", why, "; ignored")));
+}
+
+// The most steps the job may train, by what the coordinator itself knows:
+// its spec's max_steps (the plan a chief reports is the chief's word).
+int64_t StepLimit(const v1::JobStatus& status) {
+  return status.spec().max_steps() > 0 ? status.spec().max_steps()
+                                       : std::numeric_limits<int64_t>::max();
 }
 
 }  // namespace
@@ -122,6 +130,17 @@ void Coordinator::HandleResultLocked(Worker& worker,
     }
     return;
   }
+  if (result.steps() > StepLimit(job->status)) {
+    const std::string cause = absl::StrCat(
+        "rank ", worker.rank, " (", worker.id, " as ", worker.identity, " at ",
+        worker.peer, ") reported its result at step ", result.steps(),
+        ", past the job's max_steps ", StepLimit(job->status),
+        ": no rank trains past it, so its reports cannot be trusted (check who "
+        "holds that worker's certificate)");
+    AddEventLocked(*job, "rank_result_refused", &worker, cause);
+    EndJobLocked(*job, v1::JOB_STATE_FAILED, cause);
+    return;
+  }
   if (!result.stop_save_error().empty()) {
     job->generation->checkpoints().StopSaveFailed(
         result.steps(),
@@ -131,12 +150,37 @@ void Coordinator::HandleResultLocked(Worker& worker,
   WorkerRegistry::Unassign(worker);  // its part is done
   ChangedLocked(*job);
   if (result.preempted()) job->generation->MarkPreempted();
-  if (job->generation->AddOkResult()) {
+  if (job->generation->AddOkResult(result.rank(), result.model_digest(),
+                                   result.steps())) {
     AllRanksDoneLocked(*job, result.stopped());
   }
 }
 
 void Coordinator::AllRanksDoneLocked(Job& job, bool stopped) {
+  // No rank decides the outcome alone: the replicas are bit-identical, so
+  // every rank ends with the same digest at the same step.
+  if (std::string differ = job.generation->Disagreement(); !differ.empty()) {
+    const std::string cause = absl::StrCat(
+        "the ranks of generation ", job.generation->number(),
+        " ended with different models: ", differ,
+        "; the replicas must be bit-identical, so a rank is faulty or forged "
+        "(check the named workers and who holds their certificates)");
+    AddEventLocked(job, "ranks_disagree", nullptr, cause);
+    EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
+    return;
+  }
+  const int64_t step = job.status.step();
+  const bool to_the_end =
+      !stopped && !job.stop_requested && !job.generation->preempting();
+  if (to_the_end && job.status.total_steps() > 0 &&
+      step != job.status.total_steps()) {
+    const std::string cause = absl::StrCat(
+        "every rank of generation ", job.generation->number(),
+        " reported success at step ", step, ", but the plan ends at step ",
+        job.status.total_steps(), "; the job is not done");
+    EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
+    return;
+  }
   if (job.generation->preempting() && !job.stop_requested) {
     PreemptedLocked(job);
     return;
@@ -165,6 +209,15 @@ void Coordinator::HandleProgressLocked(const Worker& worker,
     return;
   }
   Job& job = *found;
+  const int64_t limit = StepLimit(job.status);
+  if (report.step() > limit || report.total_steps() > limit ||
+      report.plan().total_steps() > limit) {
+    RefuseReport(worker,
+                 absl::StrCat("progress at step ", report.step(), "/",
+                              report.total_steps()),
+                 absl::StrCat("the job's max_steps is ", limit));
+    return;
+  }
   ApplyProgress(job.status, report, NowSeconds());
   ChangedLocked(job);
   if (clock_->Now() - job.last_persisted >= kPersistProgressEvery) {
@@ -205,6 +258,17 @@ void Coordinator::HandleCommittedLocked(
   if (worker.rank != 0) {
     RefuseReport(worker, "a checkpoint commit",
                  "only the chief (rank 0) commits checkpoints");
+    return;
+  }
+  if (committed.ok() &&
+      (job->status.spec().checkpoint().backup_dir().empty() ||
+       !job->generation->checkpoints().CommitSent(committed.step()))) {
+    RefuseReport(worker,
+                 absl::StrCat("a commit of checkpoint step ", committed.step()),
+                 job->status.spec().checkpoint().backup_dir().empty()
+                     ? "the job saves no checkpoints (no backup_dir)"
+                     : "not every rank prepared that step, so no commit of it "
+                       "was asked for");
     return;
   }
   job->generation->checkpoints().Committed(committed);
@@ -253,6 +317,24 @@ void Coordinator::HandleLiveStateLocked(Worker& worker,
   if (!HeldRankOf(worker, job.status)) return;
   const int64_t step = request.live_step();
   const std::string& saved = request.saved_checkpoint();
+  // A worker saves its live state only when no generation runs on it, into
+  // the job's backup_dir, at a step the job can reach.
+  std::string refused;
+  if (job.status.state() == v1::JOB_STATE_RUNNING) {
+    refused = "a generation of the job is running";
+  } else if (step > StepLimit(job.status)) {
+    refused = absl::StrCat("the job's max_steps is ", StepLimit(job.status));
+  } else if (!saved.empty() &&
+             job.status.spec().checkpoint().backup_dir().empty()) {
+    refused = "the job saves no checkpoints (no backup_dir)";
+  }
+  if (!refused.empty()) {
+    RefuseReport(worker,
+                 absl::StrCat("its live state at step ", step,
+                              saved.empty() ? "" : " as " + saved),
+                 refused);
+    return;
+  }
   // Its numbers and name were checked with the message (message_checks.h).
   const std::string who =
       absl::StrCat(WorkerRegistry::Describe(worker), " received SIGTERM while ",

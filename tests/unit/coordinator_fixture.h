@@ -69,6 +69,29 @@ inline v1::JobSpec Spec(int workers) {
   return spec;
 }
 
+// A job that saves checkpoints: the coordinator accepts commits and saved
+// live state only for such a job.
+inline v1::JobSpec SavingSpec(int workers) {
+  v1::JobSpec spec = Spec(workers);
+  spec.mutable_checkpoint()->set_backup_dir("/tmp/lockstep-test-backup");
+  return spec;
+}
+
+// Rank `rank`'s successful result at `steps` with `digest`.
+inline v1::WorkerMessage OkResult(const std::string& job, int64_t generation,
+                                  int rank, int64_t steps,
+                                  const std::string& digest) {
+  v1::WorkerMessage message;
+  v1::TaskResult* result = message.mutable_result();
+  result->set_job_id(job);
+  result->set_generation(generation);
+  result->set_rank(rank);
+  result->set_ok(true);
+  result->set_steps(steps);
+  result->set_model_digest(digest);
+  return message;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void Make(std::optional<v1::ClusterSpec> cluster = std::nullopt,

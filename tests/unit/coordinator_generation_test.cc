@@ -66,10 +66,23 @@ TEST(GenerationTest, BarrierCompletesWhenEveryRankArrived) {
   EXPECT_FALSE(generation.AllArrived("other"));
 }
 
-TEST(GenerationTest, ResultsCountToTheWorldSize) {
+TEST(GenerationTest, ResultsCountToTheWorldSizeOncePerRank) {
   Generation generation = Two();
-  EXPECT_FALSE(generation.AddOkResult());
-  EXPECT_TRUE(generation.AddOkResult());
+  EXPECT_FALSE(generation.AddOkResult(1, "d", 40));
+  EXPECT_FALSE(generation.AddOkResult(1, "d", 40));  // twice counts once
+  EXPECT_TRUE(generation.AddOkResult(0, "d", 40));
+  EXPECT_EQ(generation.Disagreement(), "");
+}
+
+// One rank with a forged digest, or at another step, is named with where
+// every rank ended.
+TEST(GenerationTest, ADisagreementNamesTheRanks) {
+  Generation generation = Two();
+  generation.AddOkResult(0, "real-digest", 40);
+  generation.AddOkResult(1, "forged-digest-0000", 999999);
+  EXPECT_EQ(generation.Disagreement(),
+            "rank 0: step 40, digest real-digest; rank 1: step 999999, digest "
+            "forged-digest-0000");
 }
 
 TEST(GenerationTest, OnlyTheFirstSuspectCountsAndIsDueAtItsDeadline) {

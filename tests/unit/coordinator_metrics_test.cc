@@ -113,7 +113,7 @@ TEST_F(CoordinatorMetricsTest, TimesACommitFromTheFirstPrepare) {
   FakeSink a, b;
   const std::string id_a = Connect(1, &a);
   const std::string id_b = Connect(2, &b);
-  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  const std::string job = *coordinator_->SubmitJob(SavingSpec(2));
   ASSERT_TRUE(
       coordinator_->HandleWorkerMessage(id_b, Prepared(job, 1, 1, 20)).ok());
   clock_.Advance(absl::Seconds(2));
