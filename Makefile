@@ -84,6 +84,7 @@ bench: build
 	@$(BUILD_DIR)/bin/handover_bench examples/fashion_mnist_cnn.json 50
 	@bash bench/train_scaling.sh $(BUILD_DIR)
 	@bash bench/tls_overhead.sh $(BUILD_DIR)
+	@bash bench/data_plane_cost.sh $(BUILD_DIR)
 	@bash bench/metrics_overhead.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/coordinator_scale $(BUILD_DIR)/bin/lockstep-coordinator 100 1000 5000
