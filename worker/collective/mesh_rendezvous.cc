@@ -275,7 +275,17 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
     if (connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
       error = errno;
       if (error == EINPROGRESS) {
-        RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline));
+        if (absl::Status waited = WaitFor(fd, POLLOUT, deadline);
+            !waited.ok()) {
+          close(fd);
+          if (absl::IsAborted(waited)) return waited;
+          return absl::DeadlineExceededError(absl::StrCat(
+              "rank ", rank(), " of ", size(), " waited ",
+              absl::FormatDuration(options_.timeout), " to connect to rank ",
+              peer, " at its data-plane address ", address,
+              ": the peer's host does not answer (check the NetworkPolicy "
+              "and --host)"));
+        }
         socklen_t size = sizeof(error);
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
       }
