@@ -77,6 +77,18 @@ inline v1::JobSpec SavingSpec(int workers) {
   return spec;
 }
 
+// The chief's progress report of `step` of `total_steps`.
+inline v1::WorkerMessage Progress(const std::string& job, int64_t generation,
+                                  int64_t step, int64_t total_steps) {
+  v1::WorkerMessage message;
+  v1::ProgressReport* progress = message.mutable_progress();
+  progress->set_job_id(job);
+  progress->set_generation(generation);
+  progress->set_step(step);
+  progress->set_total_steps(total_steps);
+  return message;
+}
+
 // Rank `rank`'s successful result at `steps` with `digest`.
 inline v1::WorkerMessage OkResult(const std::string& job, int64_t generation,
                                   int rank, int64_t steps,
@@ -199,6 +211,20 @@ inline v1::WorkerMessage Preempt(const std::string& job,
   v1::WorkerMessage message;
   message.mutable_preempt()->set_job_id(job);
   message.mutable_preempt()->set_reason(reason);
+  return message;
+}
+
+// The live-state report of a leaving worker.
+inline v1::WorkerMessage LiveState(const std::string& job, int64_t step,
+                                   const std::string& saved,
+                                   const std::string& note) {
+  v1::WorkerMessage message = Preempt(job, "SIGTERM while recovering");
+  message.mutable_preempt()->set_live_state_done(true);
+  message.mutable_preempt()->set_live_step(step);
+  message.mutable_preempt()->set_saved_checkpoint(saved);
+  message.mutable_preempt()->set_saved_epoch(0);
+  message.mutable_preempt()->set_saved_bytes(5000);
+  message.mutable_preempt()->set_note(note);
   return message;
 }
 
