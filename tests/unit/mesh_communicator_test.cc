@@ -267,7 +267,9 @@ TEST(MeshCommunicatorTest, AbortReleasesTheRendezvousAndAPendingAllReduce) {
 }
 
 // Rank 2 of 3 connects, then leaves without joining the all-reduce: the
-// others fail and name it with its address.
+// others fail, each naming a peer with its address. The first to notice can
+// only have seen rank 2 go; the other may instead see that first one close
+// its connections, so only one of them is sure to name rank 2.
 TEST(MeshCommunicatorTest, ADeadPeerIsNamedWithItsAddress) {
   InMemoryKeyValue kv;
   std::vector<absl::Status> results(3);
@@ -279,12 +281,18 @@ TEST(MeshCommunicatorTest, ADeadPeerIsNamedWithItsAddress) {
         std::vector<float> data(100000, 1.0f);
         results[rank] = (*comm)->AllReduceSum(data.data(), data.size());
       });
+  int named_rank_2 = 0;
   for (int rank : {0, 1}) {
     EXPECT_TRUE(absl::IsUnavailable(results[rank])) << results[rank];
-    EXPECT_THAT(
-        std::string(results[rank].message()),
-        ::testing::ContainsRegex("rank 2 \\(127\\.0\\.0\\.1:[0-9]+\\)"));
+    const std::string message(results[rank].message());
+    EXPECT_THAT(message, ::testing::ContainsRegex(
+                             "rank [0-2] \\(127\\.0\\.0\\.1:[0-9]+\\)"));
+    if (::testing::Value(message, ::testing::ContainsRegex(
+                                      "rank 2 \\(127\\.0\\.0\\.1:[0-9]+\\)"))) {
+      ++named_rank_2;
+    }
   }
+  EXPECT_GE(named_rank_2, 1) << results[0] << "\n" << results[1];
 }
 
 // Before the real peer arrives, rank 0's port gets the Gloo header that
