@@ -39,18 +39,7 @@ absl::StatusOr<v1::JobSpec> LoadSpec(const std::string& path,
 
 absl::StatusOr<v1::JobStatus> GetJob(Invocation& call, const std::string& job,
                                      bool history) {
-  grpc::ClientContext context;
-  SetDeadline(&context, 10);
-  v1::GetJobStatusRequest request;
-  request.set_job_id(job);
-  request.set_include_history(history);
-  v1::GetJobStatusResponse response;
-  grpc::Status rpc = call.stub->GetJobStatus(&context, request, &response);
-  if (!rpc.ok()) return RpcError(rpc, call.address);
-  if (response.jobs_size() != 1) {
-    return absl::NotFoundError(absl::StrCat("no job ", job));
-  }
-  return response.jobs(0);
+  return FetchJob(call.stub.get(), call.address, job, history);
 }
 
 absl::StatusOr<v1::JobStatus> WatchJob(

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/rpc_limits.h"
 #include "common/status_macros.h"
 #include "common/terminal_text.h"
 #include "common/tls.h"
@@ -32,6 +33,65 @@ absl::Status RpcError(const grpc::Status& status, const std::string& address) {
 void SetDeadline(grpc::ClientContext* context, int seconds) {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(seconds));
+}
+
+absl::StatusOr<v1::JobStatus> FetchJob(v1::Coordinator::Stub* stub,
+                                       const std::string& address,
+                                       const std::string& job, bool history,
+                                       int seconds) {
+  v1::JobStatus status;
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job);
+  request.set_include_history(history);
+  while (true) {
+    grpc::ClientContext context;
+    SetDeadline(&context, seconds);
+    v1::GetJobStatusResponse response;
+    grpc::Status rpc = stub->GetJobStatus(&context, request, &response);
+    if (!rpc.ok()) return RpcError(rpc, address);
+    if (response.jobs_size() != 1) {
+      return absl::NotFoundError(absl::StrCat("no job ", job));
+    }
+    v1::JobStatus& page = *response.mutable_jobs(0);
+    if (request.history_offset() == 0) {
+      status = std::move(page);
+    } else if (page.history_offset() != request.history_offset()) {
+      // The history was rewritten under us (a resume repeated steps):
+      // start again from its beginning.
+      request.set_history_offset(0);
+      continue;
+    } else {
+      status.mutable_step_losses()->Add(page.step_losses().begin(),
+                                        page.step_losses().end());
+    }
+    const int64_t next = request.history_offset() + page.step_losses_size();
+    if (!history || page.step_losses_size() == 0 ||
+        next >= page.history_size()) {
+      status.set_history_offset(0);
+      return status;
+    }
+    request.set_history_offset(next);
+  }
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> FetchWorkers(
+    v1::Coordinator::Stub* stub, const std::string& address, int seconds) {
+  std::vector<v1::WorkerInfo> workers;
+  v1::ListWorkersRequest request;
+  while (true) {
+    grpc::ClientContext context;
+    SetDeadline(&context, seconds);
+    v1::ListWorkersResponse response;
+    grpc::Status rpc = stub->ListWorkers(&context, request, &response);
+    if (!rpc.ok()) return RpcError(rpc, address);
+    for (v1::WorkerInfo& worker : *response.mutable_workers()) {
+      workers.push_back(std::move(worker));
+    }
+    if (response.next_page_token().empty() || response.workers_size() == 0) {
+      return workers;
+    }
+    request.set_page_token(response.next_page_token());
+  }
 }
 
 std::optional<Invocation> Begin(const std::vector<std::string>& argv,
@@ -112,8 +172,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
 std::unique_ptr<v1::Coordinator::Stub> Connect(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxRpcMessageBytes);
   return v1::Coordinator::NewStub(
-      grpc::CreateChannel(address, std::move(credentials)));
+      grpc::CreateCustomChannel(address, std::move(credentials), args));
 }
 
 }  // namespace lockstep::client

@@ -46,6 +46,19 @@ std::unique_ptr<v1::Coordinator::Stub> Connect(
 absl::Status RpcError(const grpc::Status& status, const std::string& address);
 void SetDeadline(grpc::ClientContext* context, int seconds);
 
+// One job's status from the coordinator at `address`; with `history`, its
+// whole loss history, fetched page by page (each page its own call of at
+// most `seconds`). Errors: those of RpcError; NotFound.
+absl::StatusOr<v1::JobStatus> FetchJob(v1::Coordinator::Stub* stub,
+                                       const std::string& address,
+                                       const std::string& job, bool history,
+                                       int seconds = 10);
+
+// Every worker the coordinator knows, page by page. Errors: those of
+// RpcError.
+absl::StatusOr<std::vector<v1::WorkerInfo>> FetchWorkers(
+    v1::Coordinator::Stub* stub, const std::string& address, int seconds = 10);
+
 // A parsed command line with its coordinator connection.
 struct Invocation {
   Args args;

@@ -181,12 +181,12 @@ int RunWorkers(const std::vector<std::string>& argv) {
   int exit = kExitOk;
   auto call = Begin(argv, {}, {"json"}, kWorkersUsage, 0, 0, &exit);
   if (!call) return exit;
-  grpc::ClientContext context;
-  SetDeadline(&context, 10);
+  auto workers = FetchWorkers(call->stub.get(), call->address);
+  if (!workers.ok()) return Fail(workers.status());
   v1::ListWorkersResponse response;
-  grpc::Status rpc =
-      call->stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
-  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  for (v1::WorkerInfo& worker : *workers) {
+    *response.add_workers() = std::move(worker);
+  }
   if (call->args.Has("json")) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;

@@ -275,17 +275,9 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
   v1::JobStatus status;
   if (final_status.ok()) {
     // The final record, with the loss history.
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    v1::GetJobStatusRequest request;
-    request.set_job_id(final_status->job_id());
-    request.set_include_history(true);
-    v1::GetJobStatusResponse response;
-    status = stub_->GetJobStatus(&context, request, &response).ok() &&
-                     response.jobs_size() == 1
-                 ? response.jobs(0)
-                 : *final_status;
+    auto full = FetchJob(stub_.get(), address_, final_status->job_id(),
+                         /*history=*/true);
+    status = full.ok() ? *std::move(full) : *final_status;
   }
   finishing_ = true;
   processes_.TerminateAll(absl::Seconds(5));

@@ -252,14 +252,10 @@ absl::Status LocalRun::WaitForWorkers(absl::Duration timeout) {
         return absl::UnavailableError(child_failure_);
       }
     }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(5));
-    v1::ListWorkersResponse response;
-    if (stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response)
-            .ok()) {
+    auto workers = FetchWorkers(stub_.get(), address_, 5);
+    if (workers.ok()) {
       registered = 0;
-      for (const v1::WorkerInfo& worker : response.workers()) {
+      for (const v1::WorkerInfo& worker : *workers) {
         if (worker.connected()) ++registered;
       }
       if (registered >= workers_ + spares_) return absl::OkStatus();

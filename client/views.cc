@@ -177,12 +177,22 @@ void ProgressView::Print(const std::string& line) {
 }
 
 void ProgressView::Update(const v1::JobStatus& status) {
-  for (; events_seen_ < status.events_size(); ++events_seen_) {
-    Print(EventLine(status.events(events_seen_)));
+  // The new ones are at the end of each list, however many older ones the
+  // coordinator dropped since the last update.
+  const int64_t events = status.dropped_events() + status.events_size();
+  for (int64_t i =
+           std::max<int64_t>(0, status.events_size() - (events - events_seen_));
+       i < status.events_size(); ++i) {
+    Print(EventLine(status.events(i)));
   }
-  for (; evals_seen_ < status.evals_size(); ++evals_seen_) {
-    Print(EvalLine(status, status.evals(evals_seen_)));
+  events_seen_ = std::max(events_seen_, events);
+  const int64_t evals = status.dropped_evals() + status.evals_size();
+  for (int64_t i =
+           std::max<int64_t>(0, status.evals_size() - (evals - evals_seen_));
+       i < status.evals_size(); ++i) {
+    Print(EvalLine(status, status.evals(i)));
   }
+  evals_seen_ = std::max(evals_seen_, evals);
   if (IsTerminal(status.state())) {
     if (tty_ && bar_shown_) out_ << "\r\033[K" << std::flush;
     bar_shown_ = false;

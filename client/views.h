@@ -36,8 +36,10 @@ class ProgressView {
   const bool tty_;
   const absl::Duration plain_every_;
   bool bar_shown_ = false;
-  int events_seen_ = 0;
-  int evals_seen_ = 0;
+  // Counted over the job's whole life: the status keeps only the newest
+  // events and a thinned list of evaluations (dropped_events, dropped_evals).
+  int64_t events_seen_ = 0;
+  int64_t evals_seen_ = 0;
   absl::Time last_plain_ = absl::InfinitePast();
   std::string last_phase_;
 };

@@ -49,6 +49,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -224,6 +225,11 @@ class Coordinator {
   // has not ended (stop it first).
   absl::Status DeleteJob(const std::string& job_id);
   std::vector<v1::WorkerInfo> ListWorkers();
+  // A page of the workers in id order: at most page_size (0: and at most
+  // kMaxWorkerPage, message_checks.h), after the worker named by page_token,
+  // with next_page_token set when more follow. Errors: InvalidArgument.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
+      const v1::ListWorkersRequest& request);
 
   // Writes the coordinator's numbers in Prometheus' text format
   // (coordinator_metrics.cc; docs/DESIGN.md lists them): jobs by state, the
@@ -436,8 +442,13 @@ class Coordinator {
   void AddEventLocked(Job& job, const std::string& kind, const Worker* worker,
                       const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's status as reported: with the stalled rank, if any.
-  v1::JobStatus ReportLocked(const Job& job, bool include_history) const
+  // The job's status as reported: with the stalled rank, if any, and with
+  // `include_history` the page of at most `history_limit` losses from
+  // index `history_offset` (JobStatus.history_offset and history_size say
+  // where it lies).
+  v1::JobStatus ReportLocked(
+      const Job& job, bool include_history, int64_t history_offset = 0,
+      int history_limit = std::numeric_limits<int>::max()) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the job's version and wakes its watchers.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -52,9 +52,16 @@ absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
   }
   v1::GetJobStatusResponse response;
   if (!request.job_id().empty()) {
-    ASSIGN_OR_RETURN(std::vector<v1::JobStatus> one,
-                     GetJobStatus(request.job_id(), request.include_history()));
-    *response.add_jobs() = std::move(one[0]);
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no job ", request.job_id(), "; `lockstep status` lists jobs"));
+    }
+    *response.add_jobs() = ReportLocked(
+        it->second, request.include_history(), request.history_offset(),
+        request.history_limit() > 0 ? request.history_limit()
+                                    : kMaxHistoryPage);
     return response;
   }
   int64_t before = std::numeric_limits<int64_t>::max();
@@ -235,10 +242,21 @@ void Coordinator::ForgetFinishedJobsLocked() {
   }
 }
 
-v1::JobStatus Coordinator::ReportLocked(const Job& job,
-                                        bool include_history) const {
+v1::JobStatus Coordinator::ReportLocked(const Job& job, bool include_history,
+                                        int64_t history_offset,
+                                        int history_limit) const {
   v1::JobStatus status = job.status;
-  if (!include_history) status.clear_step_losses();
+  status.clear_step_losses();
+  if (include_history) {
+    const auto& history = job.status.step_losses();
+    const int64_t size = history.size();
+    const int64_t from = std::min(history_offset, size);
+    const int64_t to = std::min<int64_t>(size, from + history_limit);
+    status.mutable_step_losses()->Add(history.begin() + from,
+                                      history.begin() + to);
+    status.set_history_offset(from);
+    status.set_history_size(size);
+  }
   if (job.status.state() == v1::JOB_STATE_RUNNING) {
     status.set_stall(workers_.Stall(
         job.status.job_id(), job.generation->rank_workers(), clock_->Now()));

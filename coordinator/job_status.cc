@@ -41,6 +41,18 @@ void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
     status.set_test_accuracy(report.test_accuracy());
   }
   *status.mutable_test_metrics() = report.test_metrics();
+  if (status.evals_size() >= kMaxEvals) {
+    // Every second one goes, the first and the newest stay: the list keeps
+    // spanning the whole job at half the resolution.
+    auto* evals = status.mutable_evals();
+    const int size = evals->size();
+    int kept = 0;
+    for (int i = 0; i < size; ++i) {
+      if (i % 2 == 0 || i == size - 1) evals->SwapElements(kept++, i);
+    }
+    evals->DeleteSubrange(kept, size - kept);
+    status.set_dropped_evals(status.dropped_evals() + size - kept);
+  }
   v1::EvalPoint* eval = status.add_evals();
   eval->set_step(report.step());
   eval->set_epoch(report.epoch());

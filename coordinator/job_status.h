@@ -26,6 +26,9 @@ inline constexpr int kMaxLossHistory = 1 << 20;
 // message limit whatever its workers report. JobStatus.dropped_events
 // counts the events dropped from the front.
 inline constexpr int kMaxEvents = 1000;
+// Evaluations a job keeps (an EvalPoint is at most ~1 KiB): past this,
+// every second one is dropped (JobStatus.dropped_evals counts them).
+inline constexpr int kMaxEvals = 1000;
 inline constexpr size_t kMaxEventMessageBytes = 2048;
 
 // Appends an event of the job's current generation; `worker`, when given,

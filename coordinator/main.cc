@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/rpc_limits.h"
 #include "common/tf_config.h"
 #include "common/tls.h"
 #include "coordinator/coordinator.h"
@@ -313,6 +314,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> StartGrpcServer(
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(kMaxRpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxRpcMessageBytes);
   builder.AddListeningPort(listen, ServerCredentials(tls), &grpc->port);
   builder.RegisterService(&grpc->service);
   builder.RegisterService(&grpc->health);

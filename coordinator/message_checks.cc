@@ -279,6 +279,15 @@ absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request) {
   JobId(check, request.job_id(), /*may_be_empty=*/true);
   check.Range("page_size", request.page_size(), 0, kMaxStatusPage);
   check.Printable("page_token", request.page_token(), 32, /*spaces=*/false);
+  check.Range("history_offset", request.history_offset(), 0, kMaxStep);
+  check.Range("history_limit", request.history_limit(), 0, kMaxHistoryPage);
+  return check.status();
+}
+
+absl::Status CheckListWorkers(const v1::ListWorkersRequest& request) {
+  Checker check("ListWorkers", kClientHint);
+  check.Range("page_size", request.page_size(), 0, kMaxWorkerPage);
+  check.Printable("page_token", request.page_token(), 512, /*spaces=*/false);
   return check.status();
 }
 

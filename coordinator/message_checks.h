@@ -55,6 +55,11 @@ inline constexpr int kMaxStatusPage = 1000;
 // fits), far below gRPC's 4 MiB message limit.
 inline constexpr size_t kMaxStatusPageBytes = 1 << 20;
 
+// Losses in one page of a job's loss history (1 MiB of floats), and
+// workers in one ListWorkers page (a WorkerInfo is at most ~1.5 KiB).
+inline constexpr int kMaxHistoryPage = 1 << 18;
+inline constexpr int kMaxWorkerPage = 1000;
+
 // Errors: InvalidArgument naming the message, the field and its bound.
 absl::Status CheckWorkerMessage(const v1::WorkerMessage& message);
 
@@ -79,7 +84,12 @@ absl::Status CheckJobId(absl::string_view call, const std::string& job_id,
 absl::Status CheckSubmission(const v1::JobSpec& spec);
 // A status request: a valid job id or none, a page size of 0 (the default)
 // to kMaxStatusPage. Errors: InvalidArgument.
+// A history page starts at 0 to kMaxStep and holds 0 (the default) to
+// kMaxHistoryPage losses.
 absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request);
+// A worker list: a page size of 0 (the default) to kMaxWorkerPage, a token
+// that could be a worker id. Errors: InvalidArgument.
+absl::Status CheckListWorkers(const v1::ListWorkersRequest& request);
 
 // Logs a refused request (which call, why) once and passes the refusal on,
 // for the entry points above to return.

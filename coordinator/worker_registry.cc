@@ -320,9 +320,18 @@ std::vector<std::string> WorkerRegistry::ForgetVanished(absl::Time now,
   return forgotten;
 }
 
-std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+std::vector<v1::WorkerInfo> WorkerRegistry::List(const std::string& after,
+                                                 size_t limit,
+                                                 bool* more) const {
   std::vector<v1::WorkerInfo> infos;
-  for (const auto& [id, worker] : workers_) {
+  if (more != nullptr) *more = false;
+  for (auto it = after.empty() ? workers_.begin() : workers_.upper_bound(after);
+       it != workers_.end(); ++it) {
+    if (infos.size() == limit) {
+      if (more != nullptr) *more = true;
+      break;
+    }
+    const auto& [id, worker] = *it;
     v1::WorkerInfo& info = infos.emplace_back();
     info.set_worker_id(id);
     info.set_host(worker.host);

@@ -147,8 +147,12 @@ class WorkerRegistry {
   // went away. A static cluster's tasks stay. Returns their ids.
   std::vector<std::string> ForgetVanished(absl::Time now, absl::Duration after);
 
-  // Every worker, without incarnations (those are shown to nobody).
-  std::vector<v1::WorkerInfo> List() const;
+  // The workers, without incarnations (those are shown to nobody), in id
+  // order: those after id `after` (from the first when empty), at most
+  // `limit`; `more` (if given) says whether more follow.
+  std::vector<v1::WorkerInfo> List(const std::string& after = "",
+                                   size_t limit = SIZE_MAX,
+                                   bool* more = nullptr) const;
   // Closes every open session (the coordinator is stopping).
   void CloseAll();
 

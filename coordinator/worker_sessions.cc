@@ -269,4 +269,25 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
   return workers_.List();
 }
 
+absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(
+    const v1::ListWorkersRequest& request) {
+  if (absl::Status bad = CheckListWorkers(request); !bad.ok()) {
+    return Refused(bad);
+  }
+  const int page_size =
+      request.page_size() > 0 ? request.page_size() : kMaxWorkerPage;
+  v1::ListWorkersResponse response;
+  bool more = false;
+  absl::MutexLock lock(&mu_);
+  for (v1::WorkerInfo& info :
+       workers_.List(request.page_token(), page_size, &more)) {
+    *response.add_workers() = std::move(info);
+  }
+  if (more) {
+    response.set_next_page_token(
+        response.workers(response.workers_size() - 1).worker_id());
+  }
+  return response;
+}
+
 }  // namespace lockstep::coordinator

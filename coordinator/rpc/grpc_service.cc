@@ -176,17 +176,16 @@ grpc::ServerUnaryReactor* GrpcService::DeleteJob(
 }
 
 grpc::ServerUnaryReactor* GrpcService::ListWorkers(
-    grpc::CallbackServerContext* context, const v1::ListWorkersRequest*,
+    grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
   if (absl::Status refused =
           AuthorizeRole(CallerFor(context), Call::kListWorkers);
       !refused.ok()) {
     return Answer(context, refused);
   }
-  for (v1::WorkerInfo& info : coordinator_->ListWorkers()) {
-    *response->add_workers() = std::move(info);
-  }
-  return Answer(context, absl::OkStatus());
+  auto page = coordinator_->ListWorkers(*request);
+  if (page.ok()) *response = *std::move(page);
+  return Answer(context, page.status());
 }
 
 }  // namespace lockstep::coordinator

@@ -1,0 +1,162 @@
+// Responses that stay bounded however long a job runs (issue 27, item 7):
+// the loss history comes in pages, evaluations are thinned, the worker list
+// is paged. Each page is checked to hold every item exactly once.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
+#include "coordinator/message_checks.h"
+#include "tests/unit/coordinator_fixture.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+class PagingTest : public CoordinatorTest {
+ protected:
+  // The chief reports `steps` losses (loss i at index i) in reports of
+  // kMaxHistoryPage losses.
+  void ReportLosses(const std::string& worker, const std::string& job,
+                    int64_t steps) {
+    for (int64_t first = 0; first < steps; first += kMaxHistoryPage) {
+      const int64_t last = std::min<int64_t>(steps, first + kMaxHistoryPage);
+      v1::WorkerMessage message = Progress(job, 1, last, steps);
+      message.mutable_progress()->set_first_step(first);
+      for (int64_t i = first; i < last; ++i) {
+        message.mutable_progress()->add_step_losses(static_cast<float>(i));
+      }
+      ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, message).ok());
+    }
+  }
+
+  absl::StatusOr<v1::GetJobStatusResponse> HistoryPage(const std::string& job,
+                                                       int64_t offset,
+                                                       int limit) {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(job);
+    request.set_include_history(true);
+    request.set_history_offset(offset);
+    request.set_history_limit(limit);
+    return coordinator_->GetJobStatus(request);
+  }
+};
+
+// A history of 2^20 + 5 losses (more than gRPC's 4 MiB in one message)
+// comes back in pages of at most kMaxHistoryPage that hold every loss once.
+TEST_F(PagingTest, TheLossHistoryComesInBoundedPages) {
+  Make();
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  const int64_t steps = kMaxLossHistory;
+  ReportLosses(worker, job, steps);
+
+  int64_t offset = 0;
+  int pages = 0;
+  while (true) {
+    auto page = HistoryPage(job, offset, 0);
+    ASSERT_TRUE(page.ok()) << page.status();
+    const v1::JobStatus& status = page->jobs(0);
+    EXPECT_LT(page->ByteSizeLong(), size_t{2} << 20);
+    EXPECT_EQ(status.history_offset(), offset);
+    EXPECT_EQ(status.history_size(), steps);
+    ASSERT_LE(status.step_losses_size(), kMaxHistoryPage);
+    for (int i = 0; i < status.step_losses_size(); ++i) {
+      ASSERT_EQ(status.step_losses(i), static_cast<float>(offset + i));
+    }
+    ++pages;
+    offset += status.step_losses_size();
+    if (status.step_losses_size() == 0 || offset >= status.history_size()) {
+      break;
+    }
+  }
+  EXPECT_EQ(offset, steps);
+  EXPECT_EQ(pages, steps / kMaxHistoryPage);
+
+  // A smaller page, and one past the end (empty, not an error).
+  auto small = HistoryPage(job, 10, 3);
+  ASSERT_TRUE(small.ok());
+  EXPECT_THAT(small->jobs(0).step_losses(), ::testing::ElementsAre(10, 11, 12));
+  auto past = HistoryPage(job, steps + 7, 0);
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(past->jobs(0).step_losses_size(), 0);
+  EXPECT_EQ(past->jobs(0).history_offset(), steps);
+}
+
+TEST_F(PagingTest, OutOfRangePagesAreRefused) {
+  Make();
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(HistoryPage(job, -1, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      HistoryPage(job, 0, kMaxHistoryPage + 1).status()));
+  v1::ListWorkersRequest workers;
+  workers.set_page_size(kMaxWorkerPage + 1);
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(coordinator_->ListWorkers(workers).status()));
+  workers.set_page_size(0);
+  workers.set_page_token("has spaces");
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(coordinator_->ListWorkers(workers).status()));
+}
+
+// 150,000 evaluations (the report flood of the issue) leave at most
+// kMaxEvals, still spanning the job from its first to its newest, and the
+// dropped ones are counted.
+TEST_F(PagingTest, EvaluationsAreThinnedAndKeepTheirSpan) {
+  Make();
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  const int64_t reports = 150000;
+  for (int64_t step = 1; step <= reports; ++step) {
+    v1::WorkerMessage message = Progress(job, 1, step, reports);
+    message.mutable_progress()->set_test_accuracy(0.5);
+    message.mutable_progress()->set_test_loss(1.0);
+    ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, message).ok());
+  }
+  v1::JobStatus status = Status(job);
+  ASSERT_GT(status.evals_size(), 0);
+  EXPECT_LE(status.evals_size(), kMaxEvals);
+  EXPECT_EQ(status.evals(0).step(), 1);
+  EXPECT_EQ(status.evals(status.evals_size() - 1).step(), reports);
+  EXPECT_EQ(status.evals_size() + status.dropped_evals(), reports);
+  for (int i = 1; i < status.evals_size(); ++i) {
+    ASSERT_LT(status.evals(i - 1).step(), status.evals(i).step());
+  }
+  EXPECT_LT(status.ByteSizeLong(), size_t{1} << 20);
+}
+
+// 2,500 free workers come back in pages of at most kMaxWorkerPage, each
+// worker exactly once.
+TEST_F(PagingTest, TheWorkerListIsPaged) {
+  Make();
+  std::vector<std::unique_ptr<FakeSink>> sinks;
+  const int workers = 2500;
+  for (int i = 0; i < workers; ++i) {
+    sinks.push_back(std::make_unique<FakeSink>());
+    Connect(i + 1, sinks.back().get());
+  }
+  std::set<std::string> seen;
+  v1::ListWorkersRequest request;
+  int pages = 0;
+  while (true) {
+    auto page = coordinator_->ListWorkers(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_LE(page->workers_size(), kMaxWorkerPage);
+    for (const v1::WorkerInfo& info : page->workers()) {
+      EXPECT_TRUE(seen.insert(info.worker_id()).second) << info.worker_id();
+    }
+    ++pages;
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(workers));
+  EXPECT_EQ(pages, 3);
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
