@@ -41,6 +41,8 @@ Usage:
                        [--kv-max-bytes N] [--keep-finished-jobs N]
                        [--finished-job-ttl SECS] [--forget-workers-after SECS]
                        [--max-sessions N] [--max-watches N]
+                       [--max-sessions-per-identity N]
+                       [--max-watches-per-identity N]
                        [--metrics-listen HOST:PORT]
 
 Flags:
@@ -79,6 +81,10 @@ Flags:
   --max-watches N      WatchJob streams (lockstep watch, submit --watch,
                        lockstep local) served at once (default 1000); one
                        more is refused likewise
+  --max-sessions-per-identity N, --max-watches-per-identity N
+                       the same caps for one certificate's identity
+                       (defaults 8 and 100), so that no caller takes every
+                       slot; callers under --insecure have no identity
   --metrics-listen HOST:PORT  serve Prometheus metrics over plain HTTP at
                        http://HOST:PORT/metrics (port 0 picks one; the
                        address is printed on stdout); off by default. Jobs,
@@ -204,7 +210,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       std::vector<std::string>(argv + 1, argv + argc),
       {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
        "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
-       "forget-workers-after", "max-sessions", "max-watches", "tls-cert",
+       "forget-workers-after", "max-sessions", "max-watches",
+       "max-sessions-per-identity", "max-watches-per-identity", "tls-cert",
        "tls-key", "tls-ca", "metrics-listen"},
       {"help", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;
@@ -249,7 +256,8 @@ absl::Status ApplyClusterFlags(const Args& args,
   return absl::OkStatus();
 }
 
-// --max-sessions and --max-watches. Errors: InvalidArgument.
+// --max-sessions, --max-watches and their per-identity forms. Errors:
+// InvalidArgument.
 absl::Status ApplyServiceFlags(const Args& args, GrpcService::Limits& limits) {
   auto max_sessions =
       Bounded(args, "max-sessions", limits.max_sessions, 1, 1e9);
@@ -258,6 +266,14 @@ absl::Status ApplyServiceFlags(const Args& args, GrpcService::Limits& limits) {
   auto max_watches = Bounded(args, "max-watches", limits.max_watches, 1, 1e9);
   if (!max_watches.ok()) return max_watches.status();
   limits.max_watches = static_cast<int>(*max_watches);
+  auto sessions_each = Bounded(args, "max-sessions-per-identity",
+                               limits.max_sessions_per_identity, 1, 1e9);
+  if (!sessions_each.ok()) return sessions_each.status();
+  limits.max_sessions_per_identity = static_cast<int>(*sessions_each);
+  auto watches_each = Bounded(args, "max-watches-per-identity",
+                              limits.max_watches_per_identity, 1, 1e9);
+  if (!watches_each.ok()) return watches_each.status();
+  limits.max_watches_per_identity = static_cast<int>(*watches_each);
   return absl::OkStatus();
 }
 

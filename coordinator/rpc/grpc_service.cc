@@ -50,8 +50,11 @@ class Refused final : public Base {
 GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure)
     : coordinator_(coordinator),
       insecure_(insecure),
-      sessions_("worker sessions", "--max-sessions", limits.max_sessions),
-      watches_("WatchJob streams", "--max-watches", limits.max_watches) {}
+      sessions_("worker sessions", "--max-sessions", limits.max_sessions,
+                "--max-sessions-per-identity",
+                limits.max_sessions_per_identity),
+      watches_("WatchJob streams", "--max-watches", limits.max_watches,
+               "--max-watches-per-identity", limits.max_watches_per_identity) {}
 
 Caller GrpcService::CallerFor(
     const grpc::CallbackServerContext* context) const {
@@ -77,7 +80,8 @@ GrpcService::WorkerSession(grpc::CallbackServerContext* context) {
       !refused.ok()) {
     return new Refused<Reactor>(ToGrpcStatus(refused));
   }
-  grpc::Status slot = sessions_.Take();
+  grpc::Status slot =
+      sessions_.Take(caller.role == Role::kInsecure ? "" : caller.id);
   if (!slot.ok()) return new Refused<Reactor>(slot);
   return new SessionReactor(coordinator_, &sessions_, std::move(caller));
 }
@@ -142,16 +146,19 @@ grpc::ServerUnaryReactor* GrpcService::GetJobStatus(
 grpc::ServerWriteReactor<v1::JobStatus>* GrpcService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   // Refused before it takes a slot: strangers cannot use up the cap.
-  if (absl::Status refused = AuthorizeRole(CallerFor(context), Call::kWatchJob);
+  Caller caller = CallerFor(context);
+  if (absl::Status refused = AuthorizeRole(caller, Call::kWatchJob);
       !refused.ok()) {
     return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(
         ToGrpcStatus(refused));
   }
-  grpc::Status slot = watches_.Take();
+  std::string identity = caller.role == Role::kInsecure ? "" : caller.id;
+  grpc::Status slot = watches_.Take(identity);
   if (!slot.ok()) {
     return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(slot);
   }
-  return new WatchReactor(coordinator_, &watches_, request->job_id());
+  return new WatchReactor(coordinator_, &watches_, std::move(identity),
+                          request->job_id());
 }
 
 grpc::ServerUnaryReactor* GrpcService::StopJob(

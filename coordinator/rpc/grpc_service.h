@@ -25,6 +25,10 @@ class GrpcService final : public v1::Coordinator::CallbackService {
     int max_sessions = 10000;
     // Open WatchJob streams (lockstep-coordinator --max-watches).
     int max_watches = 1000;
+    // The same for one identity (--max-sessions-per-identity: a worker
+    // needs one, a few while it reconnects; --max-watches-per-identity).
+    int max_sessions_per_identity = 8;
+    int max_watches_per_identity = 100;
   };
 
   // `coordinator` must outlive the service and every call it serves.

@@ -7,31 +7,52 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/job_state.h"
+#include "coordinator/authorization.h"
 
 namespace lockstep::coordinator {
 
 // ---- StreamSlots
 // --------------------------------------------------------------
 
-StreamSlots::StreamSlots(std::string what, std::string flag, int cap)
-    : what_(std::move(what)), flag_(std::move(flag)), cap_(cap) {}
+StreamSlots::StreamSlots(std::string what, std::string flag, int cap,
+                         std::string identity_flag, int per_identity)
+    : what_(std::move(what)),
+      flag_(std::move(flag)),
+      cap_(cap),
+      identity_flag_(std::move(identity_flag)),
+      per_identity_(per_identity) {}
 
-grpc::Status StreamSlots::Take() {
+grpc::Status StreamSlots::Take(const std::string& identity) {
   absl::MutexLock lock(&mu_);
+  if (!identity.empty()) {
+    auto it = by_identity_.find(identity);
+    if (it != by_identity_.end() && it->second >= per_identity_) {
+      return ToGrpcStatus(LogRefusal(absl::ResourceExhaustedError(absl::StrCat(
+          identity, " already holds ", per_identity_, " ", what_,
+          ", the most one identity may (", identity_flag_, " ", per_identity_,
+          "); close one of its streams, or give each client its own "
+          "certificate"))));
+    }
+  }
   if (used_ >= cap_) {
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return ToGrpcStatus(LogRefusal(absl::ResourceExhaustedError(
         absl::StrCat("the coordinator already serves its cap of ", cap_, " ",
-                     what_, " (", flag_, " ", cap_, "); close one or restart ",
-                     "the coordinator with a larger ", flag_));
+                     what_, " (", flag_, " ", cap_,
+                     "); close one or restart the coordinator with a "
+                     "larger ",
+                     flag_))));
   }
   ++used_;
+  if (!identity.empty()) ++by_identity_[identity];
   return grpc::Status::OK;
 }
 
-void StreamSlots::Release() {
+void StreamSlots::Release(const std::string& identity) {
   absl::MutexLock lock(&mu_);
   --used_;
+  if (identity.empty()) return;
+  auto it = by_identity_.find(identity);
+  if (it != by_identity_.end() && --it->second <= 0) by_identity_.erase(it);
 }
 
 int StreamSlots::used() const {
@@ -142,7 +163,7 @@ void SessionReactor::OnDone() {
   // lock held, and CloseSession takes that lock.
   if (opened_)
     coordinator_->CloseSession(worker_id_, incarnation_, this, cause);
-  slots_->Release();
+  slots_->Release(caller_.role == Role::kInsecure ? "" : caller_.id);
   delete this;
 }
 
@@ -170,8 +191,8 @@ void SessionReactor::WriteNextLocked() {
 // ---------------------------------------------------------------
 
 WatchReactor::WatchReactor(Coordinator* coordinator, StreamSlots* slots,
-                           const std::string& job_id)
-    : coordinator_(coordinator), slots_(slots) {
+                           std::string identity, const std::string& job_id)
+    : coordinator_(coordinator), slots_(slots), identity_(std::move(identity)) {
   // The first status arrives inside WatchJob, before it returns.
   auto id = coordinator_->WatchJob(
       job_id,
@@ -226,7 +247,7 @@ void WatchReactor::OnDone() {
   }
   // After Unwatch returns the watcher (this) is never called again.
   if (id.has_value()) coordinator_->Unwatch(*id);
-  slots_->Release();
+  slots_->Release(identity_);
   delete this;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/caller.h"
 #include "coordinator/coordinator.h"
@@ -21,23 +22,33 @@
 
 namespace lockstep::coordinator {
 
-// A cap on open streams of one kind. Thread-safe.
+// A cap on open streams of one kind, and a smaller one per identity, so
+// that one caller (a viewer's script) cannot take every slot from the
+// others; the global cap stays as the last line. Thread-safe.
 class StreamSlots {
  public:
-  // `what` names the streams ("worker sessions"), `flag` the daemon flag
-  // that sets `cap`; both go into the error a refused stream gets.
-  StreamSlots(std::string what, std::string flag, int cap);
-  // Takes a slot, or says why not: RESOURCE_EXHAUSTED naming the cap.
-  grpc::Status Take();
-  void Release();
+  // `what` names the streams ("worker sessions"), `flag` and
+  // `identity_flag` the daemon flags that set `cap` and `per_identity`; they
+  // go into the error a refused stream gets.
+  StreamSlots(std::string what, std::string flag, int cap,
+              std::string identity_flag, int per_identity);
+  // Takes a slot for `identity` (a SPIFFE ID; empty: a caller without one,
+  // under --insecure, counted only against the global cap), or says why
+  // not: RESOURCE_EXHAUSTED naming the cap. Refusals are logged at most
+  // kRefusalsLogged per kRefusalLogWindow.
+  grpc::Status Take(const std::string& identity);
+  void Release(const std::string& identity);
   int used() const;
 
  private:
   const std::string what_;
   const std::string flag_;
   const int cap_;
+  const std::string identity_flag_;
+  const int per_identity_;
   mutable absl::Mutex mu_;
   int used_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> by_identity_ ABSL_GUARDED_BY(mu_);
 };
 
 // One worker session. Life cycle:
@@ -109,9 +120,10 @@ class SessionReactor final
 // reactor. Lock order as for SessionReactor.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
  public:
-  // Holds one slot of `slots` (taken by the caller) until done.
+  // Holds one slot of `slots` (taken by the caller for `identity`) until
+  // done.
   WatchReactor(Coordinator* coordinator, StreamSlots* slots,
-               const std::string& job_id);
+               std::string identity, const std::string& job_id);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -125,6 +137,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
 
   Coordinator* const coordinator_;
   StreamSlots* const slots_;
+  const std::string identity_;
 
   absl::Mutex mu_;
   std::optional<Coordinator::WaitId> watch_id_ ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/rpc/grpc_service.h"
+#include "coordinator/rpc/grpc_streams.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
 namespace lockstep::coordinator {
@@ -229,6 +230,36 @@ TEST_F(CoordinatorRpcTest, WatchStreamsHoldNoThreadEach) {
     EXPECT_TRUE(watch->reader->Finish().ok());
   }
   warm->context.TryCancel();
+}
+
+// One identity (a viewer's script) cannot take every watch: it is stopped
+// at its own cap while an operator still gets slots; the global cap stays
+// the last line, also for callers without an identity (--insecure).
+TEST(StreamSlotsTest, OneIdentityCannotTakeEverySlot) {
+  const std::string viewer = "spiffe://lockstep/viewer/grafana";
+  const std::string alice = "spiffe://lockstep/operator/alice";
+  StreamSlots slots("WatchJob streams", "--max-watches", 5,
+                    "--max-watches-per-identity", 2);
+  ASSERT_TRUE(slots.Take(viewer).ok());
+  ASSERT_TRUE(slots.Take(viewer).ok());
+  grpc::Status third = slots.Take(viewer);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(
+      third.error_message(),
+      ::testing::AllOf(::testing::HasSubstr(viewer),
+                       ::testing::HasSubstr("--max-watches-per-identity 2")));
+  ASSERT_TRUE(slots.Take(alice).ok());
+  ASSERT_TRUE(slots.Take("").ok());
+  ASSERT_TRUE(slots.Take("").ok());
+  grpc::Status full = slots.Take("");
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(full.error_message(), ::testing::HasSubstr("--max-watches 5"));
+  EXPECT_EQ(slots.used(), 5);
+  // A released slot is the viewer's again at once.
+  slots.Release(viewer);
+  EXPECT_TRUE(slots.Take(viewer).ok());
+  EXPECT_EQ(slots.Take(alice).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 }  // namespace
