@@ -159,14 +159,14 @@ absl::StatusOr<std::string> CoordinatorAddress(const Args& args) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
-    const Args& args) {
+    const Args& args, ServerCheck check) {
   ASSIGN_OR_RETURN(TlsOptions options, TlsOptionsFromArgsOrEnv(args));
   absl::StatusOr<TlsMaterial> material = LoadTlsMaterial(options);
   if (!material.ok()) {
     // A file the user named is a usage problem (exit 2).
     return absl::InvalidArgumentError(material.status().message());
   }
-  return ChannelCredentials(*material);
+  return ChannelCredentials(*material, check);
 }
 
 std::unique_ptr<v1::Coordinator::Stub> Connect(

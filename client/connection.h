@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/args.h"
+#include "common/tls.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
 
 namespace lockstep::client {
@@ -34,9 +35,11 @@ int Fail(const absl::Status& status);
 absl::StatusOr<std::string> CoordinatorAddress(const Args& args);
 // The CLI's channel credentials from --tls-cert/--tls-key/--tls-ca or
 // --insecure, else LOCKSTEP_TLS_* or LOCKSTEP_INSECURE=1 (common/tls.h).
-// Errors: InvalidArgument (a usage error), FailedPrecondition for a file.
+// `check` says whom the channel must reach (the coordinator, unless a
+// health probe). Errors: InvalidArgument (a usage error), FailedPrecondition
+// for a file.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CliCredentials(
-    const Args& args);
+    const Args& args, ServerCheck check = ServerCheck::kCoordinator);
 std::unique_ptr<v1::Coordinator::Stub> Connect(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials);

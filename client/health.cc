@@ -55,7 +55,7 @@ int RunHealth(const std::vector<std::string>& argv) {
     return Fail(absl::InvalidArgumentError(
         "--timeout must be more than 0 and at most 3600 seconds"));
   }
-  auto credentials = CliCredentials(*args);
+  auto credentials = CliCredentials(*args, ServerCheck::kAnyDaemon);
   if (!credentials.ok()) return Fail(credentials.status());
   const std::string& address = args->positional()[0];
   auto stub = grpc::health::v1::Health::NewStub(

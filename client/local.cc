@@ -79,7 +79,7 @@ Flags:
 The run uses mutual TLS like a cluster: a CA made for the run (its key
 never leaves this process) signs a certificate for the coordinator
 (spiffe://lockstep/coordinator, for localhost and 127.0.0.1), one per worker
-process (spiffe://lockstep/worker/local-worker-I, .../local-spare-I) and one
+process (spiffe://lockstep/worker/local-worker-I, .../spare/local-spare-I) and one
 for this command (spiffe://lockstep/operator/local), in the run directory's
 tls/ folder (keys 0600). The command prints the LOCKSTEP_TLS_* exports that
 point another lockstep command at the run while it lasts.

@@ -196,8 +196,11 @@ absl::Status LocalRun::SpawnWorker(int index) {
   // Each process has an identity of its own; a restart keeps it.
   const std::string name =
       absl::StrCat(index >= workers_ ? "local-spare-" : "local-worker-", index);
-  ASSIGN_OR_RETURN(std::vector<std::string> tls,
-                   TlsFlags(name, "spiffe://lockstep/worker/" + name));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> tls,
+      TlsFlags(name,
+               absl::StrCat("spiffe://lockstep/",
+                            index >= workers_ ? "spare/" : "worker/", name)));
   command.insert(command.end(), tls.begin(), tls.end());
   return processes_
       .Spawn(absl::StrCat("worker ", index), command, env,

@@ -57,6 +57,8 @@ absl::string_view RoleName(Role role) {
       return "operator";
     case Role::kViewer:
       return "viewer";
+    case Role::kSpare:
+      return "spare";
     case Role::kInsecure:
       return "insecure";
   }
@@ -120,11 +122,13 @@ Caller ParseIdentity(absl::string_view spiffe_id) {
     caller.role = Role::kOperator;
   } else if (role == "viewer" && names >= 1) {
     caller.role = Role::kViewer;
+  } else if (role == "spare" && names >= 1) {
+    caller.role = Role::kSpare;
   } else {
     return Unknown(absl::StrCat(
         "the certificate's SPIFFE ID \"", spiffe_id,
-        "\" names no lockstep role (coordinator, worker/NAME, operator/NAME "
-        "or viewer/NAME)"));
+        "\" names no lockstep role (coordinator, worker/NAME, spare/NAME, "
+        "operator/NAME or viewer/NAME)"));
   }
   return caller;
 }

@@ -6,7 +6,12 @@
 //
 //   spiffe://lockstep/worker/chief/0     a worker that may be task chief:0
 //   spiffe://lockstep/worker/pool-7      a worker without a task (it may
-//                                        only register without one)
+//                                        only register without one, and
+//                                        not as a static cluster's spare)
+//   spiffe://lockstep/spare/spare-0      a hot spare: registers only as
+//                                        one (--spare, no task); the one
+//                                        identity that may take another
+//                                        task's rank in a static cluster
 //   spiffe://lockstep/operator/alice     may submit, stop, delete, read
 //   spiffe://lockstep/viewer/grafana     may only read
 //   spiffe://lockstep/coordinator        the coordinator's own certificate
@@ -34,6 +39,7 @@ enum class Role {
   kWorker,
   kOperator,
   kViewer,
+  kSpare,
   // The daemon runs with --insecure: nobody is authenticated and every
   // call is allowed, as before TLS.
   kInsecure,

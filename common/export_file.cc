@@ -20,12 +20,32 @@ namespace lockstep {
 namespace {
 
 constexpr char kMarkerSuffix[] = ".lockstep";
-constexpr char kMarkerHeader[] = "lockstep export 1";
+// Version 2 names the job; version 1 markers (before it) are refused.
+constexpr char kMarkerHeader[] = "lockstep export 2";
+constexpr char kAnyMarker[] = "lockstep export ";
 constexpr int64_t kMaxMarkerBytes = 1024;
 
-std::string MarkerOf(int64_t size, const std::string& sha256) {
-  return absl::StrCat(kMarkerHeader, "\nsize ", size, "\nsha256 ", sha256,
+// The marker's lines before the size and the hash.
+std::string OwnerLines(const ExportOwner& owner) {
+  return absl::StrCat(kMarkerHeader, "\njob ", owner.job_id, "\nsubmitted_by ",
+                      owner.submitted_by, "\n");
+}
+
+std::string MarkerOf(const ExportOwner& owner, int64_t size,
+                     const std::string& sha256) {
+  return absl::StrCat(OwnerLines(owner), "size ", size, "\nsha256 ", sha256,
                       "\n");
+}
+
+// The value of a marker's line `key` ("" when absent).
+std::string MarkerField(absl::string_view marker, absl::string_view key) {
+  const std::string prefix = absl::StrCat("\n", key, " ");
+  const size_t at = marker.find(prefix);
+  if (at == absl::string_view::npos) return "";
+  const size_t start = at + prefix.size();
+  const size_t end = marker.find('\n', start);
+  if (end == absl::string_view::npos) return "";
+  return std::string(marker.substr(start, end - start));
 }
 
 // The SHA-256 of the regular file `path` (not followed if a link).
@@ -63,7 +83,8 @@ std::string ExportMarkerPath(const std::string& path) {
   return path + kMarkerSuffix;
 }
 
-absl::Status CheckExportTarget(const std::string& path) {
+absl::Status CheckExportTarget(const std::string& path,
+                               const ExportOwner& owner) {
   // The marker's own path must not hold someone else's file either.
   const std::string marker_path = ExportMarkerPath(path);
   auto marker = ReadRegularFile(marker_path, kMaxMarkerBytes);
@@ -72,7 +93,7 @@ absl::Status CheckExportTarget(const std::string& path) {
     return NotOurs(path, absl::StrCat("has a file beside it, ", marker_path,
                                       ", that is not lockstep's marker"));
   }
-  if (marker.ok() && !absl::StartsWith(*marker, kMarkerHeader)) {
+  if (marker.ok() && !absl::StartsWith(*marker, kAnyMarker)) {
     return NotOurs(path, absl::StrCat("has a file beside it, ", marker_path,
                                       ", that is not lockstep's marker"));
   }
@@ -86,11 +107,32 @@ absl::Status CheckExportTarget(const std::string& path) {
   if (!marker.ok()) {
     return NotOurs(path, "exists and is not a lockstep export");
   }
+  if (!absl::StartsWith(*marker, kMarkerHeader)) {
+    return NotOurs(path,
+                   "was exported by an earlier lockstep, whose marker does "
+                   "not name the job that made it");
+  }
+  const std::string submitted_by = MarkerField(*marker, "submitted_by");
+  if (submitted_by != owner.submitted_by) {
+    auto who = [](const std::string& id) {
+      return id.empty() ? std::string("nobody (--insecure)") : id;
+    };
+    return NotOurs(
+        path, absl::StrCat("is the export of job ", MarkerField(*marker, "job"),
+                           ", submitted by ", who(submitted_by),
+                           "; only a job of the same submitter "
+                           "replaces it (job ",
+                           owner.job_id, " was submitted by ",
+                           who(owner.submitted_by), ")"));
+  }
   // The size first: a file of another size is refused without reading it
   // (it may be large, and is not ours either way).
   const int64_t found_size = static_cast<int64_t>(st.st_size);
-  if (!absl::StartsWith(*marker, absl::StrCat(kMarkerHeader, "\nsize ",
-                                              found_size, "\nsha256 "))) {
+  const std::string recorded =
+      absl::StrCat(kMarkerHeader, "\njob ", MarkerField(*marker, "job"),
+                   "\nsubmitted_by ", submitted_by, "\n");
+  if (!absl::StartsWith(
+          *marker, absl::StrCat(recorded, "size ", found_size, "\nsha256 "))) {
     return NotOurs(path, absl::StrCat("exists and is no longer the model "
                                       "lockstep exported there (it has ",
                                       found_size,
@@ -99,7 +141,8 @@ absl::Status CheckExportTarget(const std::string& path) {
   }
   int64_t size = 0;
   auto sha256 = HashRegularFile(path, &size);
-  if (!sha256.ok() || *marker != MarkerOf(size, *sha256)) {
+  if (!sha256.ok() || *marker != absl::StrCat(recorded, "size ", size,
+                                              "\nsha256 ", *sha256, "\n")) {
     return NotOurs(path,
                    "exists and is no longer the model lockstep exported "
                    "there (its bytes changed)");
@@ -107,14 +150,15 @@ absl::Status CheckExportTarget(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteExport(const std::string& path, absl::string_view bytes) {
-  RETURN_IF_ERROR(CheckExportTarget(path));
+absl::Status WriteExport(const std::string& path, absl::string_view bytes,
+                         const ExportOwner& owner) {
+  RETURN_IF_ERROR(CheckExportTarget(path, owner));
   RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
   Sha256 sha;
   sha.Update(bytes);
   return WriteFileAtomically(
       ExportMarkerPath(path),
-      MarkerOf(static_cast<int64_t>(bytes.size()), sha.HexDigest()));
+      MarkerOf(owner, static_cast<int64_t>(bytes.size()), sha.HexDigest()));
 }
 
 }  // namespace lockstep

@@ -177,7 +177,7 @@ absl::StatusOr<std::string> CheckUnderRoots(
 }
 
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots,
-                           const std::string& cwd) {
+                           const std::string& cwd, const ExportOwner& owner) {
   const std::string& data =
       spec.data().dir().empty() ? kDefaultDataDir : spec.data().dir();
   RETURN_IF_ERROR(
@@ -202,7 +202,7 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots,
                         .status());
     // Refused now rather than after training: a file that is not a
     // lockstep export is never replaced.
-    absl::Status target = CheckExportTarget(spec.export_path());
+    absl::Status target = CheckExportTarget(spec.export_path(), owner);
     if (!target.ok()) return absl::PermissionDeniedError(target.message());
   }
   return absl::OkStatus();

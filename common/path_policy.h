@@ -23,6 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/export_file.h"
 #include "lockstep/v1/job.pb.h"
 
 namespace lockstep {
@@ -70,10 +72,12 @@ absl::StatusOr<std::string> CheckUnderRoots(
 
 // Checks every path `spec` names: data.dir (its default when empty),
 // model.torchscript, checkpoint.backup_dir and export (strictly below an
-// export root: the root itself is a folder, never an export). The first
-// violation, as CheckUnderRoots reports it.
+// export root: the root itself is a folder, never an export, and one that
+// another submitter's job exported is not replaced by `owner`'s: see
+// common/export_file.h). The first violation, as CheckUnderRoots reports
+// it.
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots,
-                           const std::string& cwd);
+                           const std::string& cwd, const ExportOwner& owner);
 
 // The worker's working folder, for the functions above ("/" when it cannot
 // be read).

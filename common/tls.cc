@@ -1,13 +1,18 @@
 #include "common/tls.h"
 
 #include <grpcpp/security/auth_context.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
@@ -90,6 +95,64 @@ absl::Status CheckMaterial(const TlsOptions& options,
   ASSIGN_OR_RETURN(
       Cert ca, ParseCertificate("tls-ca", options.ca_file, material.ca_pem));
   return absl::OkStatus();
+}
+
+// Checks the server's SPIFFE ID during the client's handshake, before any
+// call is sent (gRPC's TLS credentials call it after verifying the chain).
+class ServerIdentityVerifier
+    : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit ServerIdentityVerifier(ServerCheck check) : check_(check) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> callback,
+              grpc::Status* sync_status) override {
+    // The host name first, as gRPC's default verifier does (it is
+    // synchronous); a health probe skips it.
+    if (check_ == ServerCheck::kCoordinator) {
+      if (!host_names_.Verify(request, callback, sync_status)) {
+        *sync_status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                    "the host name check did not complete");
+      }
+      if (!sync_status->ok()) return true;
+    }
+    std::vector<std::string> uris;
+    for (const grpc::string_ref& uri : request->uri_names()) {
+      uris.emplace_back(uri.data(), uri.size());
+    }
+    const std::string wrong = WrongServerIdentity(uris, check_);
+    *sync_status =
+        wrong.empty()
+            ? grpc::Status::OK
+            : grpc::Status(
+                  grpc::StatusCode::UNAUTHENTICATED,
+                  absl::StrCat("the server at ",
+                               std::string(request->target_name().data(),
+                                           request->target_name().size()),
+                               " ", wrong));
+    return true;  // synchronous
+  }
+
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {
+  }
+
+ private:
+  const ServerCheck check_;
+  grpc::experimental::HostNameCertificateVerifier host_names_;
+};
+
+// The certificates a credential presents and trusts: watched files, or the
+// PEMs in memory.
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> Provider(
+    const TlsMaterial& material) {
+  if (!material.files.cert_file.empty()) {
+    return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        material.files.key_file, material.files.cert_file,
+        material.files.ca_file, material.reload_seconds);
+  }
+  return std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+      material.ca_pem, std::vector<grpc::experimental::IdentityKeyCertPair>{
+                           {material.key_pem, material.cert_pem}});
 }
 
 std::string Env(const char* name) {
@@ -176,27 +239,62 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const TlsOptions& options) {
   ASSIGN_OR_RETURN(material.key_pem, ReadPem("tls-key", options.key_file));
   ASSIGN_OR_RETURN(material.ca_pem, ReadPem("tls-ca", options.ca_file));
   RETURN_IF_ERROR(CheckMaterial(options, material));
+  material.files = options;
   return material;
+}
+
+std::string WrongServerIdentity(const std::vector<std::string>& uri_names,
+                                ServerCheck check) {
+  const char* wanted = check == ServerCheck::kCoordinator
+                           ? "the coordinator's (spiffe://DOMAIN/coordinator)"
+                           : "a lockstep coordinator's, worker's or spare's";
+  if (uri_names.size() != 1) {
+    return absl::StrCat("presented a certificate with ", uri_names.size(),
+                        " URI names, not one SPIFFE ID; expected ", wanted,
+                        ". Is this address a lockstep daemon?");
+  }
+  const Caller server = ParseIdentity(uri_names[0]);
+  const bool accepted =
+      server.role == Role::kCoordinator ||
+      (check == ServerCheck::kAnyDaemon &&
+       (server.role == Role::kWorker || server.role == Role::kSpare));
+  if (accepted) return "";
+  return absl::StrCat(
+      "presented ",
+      server.role == Role::kNone
+          ? server.id
+          : absl::StrCat(RoleName(server.role), " ", uri_names[0]),
+      ", not ", wanted,
+      " identity: refusing to talk to it. Check the address, or that the "
+      "server runs with a certificate made for its role (lockstep-certs)");
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
     const TlsMaterial& material) {
   if (material.insecure) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = material.ca_pem;
-  options.pem_key_cert_pairs.push_back({material.key_pem, material.cert_pem});
-  return grpc::SslServerCredentials(options);
+  grpc::experimental::TlsServerCredentialsOptions options(Provider(material));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
-    const TlsMaterial& material) {
+    const TlsMaterial& material, ServerCheck check) {
   if (material.insecure) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = material.ca_pem;
-  options.pem_private_key = material.key_pem;
-  options.pem_cert_chain = material.cert_pem;
-  return grpc::SslCredentials(options);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(Provider(material));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_certificate_verifier(
+      grpc::experimental::ExternalCertificateVerifier::Create<
+          ServerIdentityVerifier>(check));
+  // The host name: each call's host must be named by the certificate
+  // (gRPC's per-call check, the same as its default verifier's), except
+  // for a health probe, which dials 127.0.0.1 inside the pod.
+  options.set_check_call_host(check == ServerCheck::kCoordinator);
+  return grpc::experimental::TlsCredentials(options);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
@@ -206,9 +304,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-LoadChannelCredentials(const TlsOptions& options) {
+LoadChannelCredentials(const TlsOptions& options, ServerCheck check) {
   ASSIGN_OR_RETURN(TlsMaterial material, LoadTlsMaterial(options));
-  return ChannelCredentials(material);
+  return ChannelCredentials(material, check);
 }
 
 Caller CallerOfCall(const grpc::ServerContextBase& context, bool insecure) {

@@ -17,10 +17,19 @@
 // another CA fails the handshake (the client sees UNAVAILABLE), while a call
 // without a certificate reaches the handler as Role::kNone, which refuses it
 // with UNAUTHENTICATED naming the caller. Clients verify the server's
-// certificate against --tls-ca and the host name they dial.
+// certificate against --tls-ca and check whom they reached by its SPIFFE ID
+// (common/caller.h): a channel to the coordinator needs the coordinator's
+// identity and a certificate naming the host dialled, so that no other
+// certificate of the same CA (a worker's, a viewer's) can pose as the
+// coordinator and receive jobs or data-plane secrets; a health probe needs
+// a lockstep daemon's identity (coordinator, worker, spare), whatever the
+// host.
 //
-// The files are read once, when the credentials are made: a rotated
-// certificate takes effect when the process restarts.
+// The files are read when the credentials are made, and again every
+// TlsMaterial::reload_seconds by gRPC's file watcher: a certificate rotated
+// on disk (cert-manager renews them in place) serves the next handshakes
+// without a restart. A pair that does not match (half rotated) is ignored
+// until it does.
 #ifndef LOCKSTEP_COMMON_TLS_H_
 #define LOCKSTEP_COMMON_TLS_H_
 
@@ -31,6 +40,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,7 +65,27 @@ struct TlsMaterial {
   std::string key_pem;
   std::string ca_pem;
   bool insecure = false;
+  // Where the PEMs came from. When set, the credentials watch the files
+  // and reload them every `reload_seconds`; when empty (material made in
+  // memory) the PEMs above are served as they are.
+  TlsOptions files;
+  unsigned int reload_seconds = 60;
 };
+
+// Whom a client expects at the other end of a channel.
+enum class ServerCheck {
+  // The coordinator: the certificate carries spiffe://<domain>/coordinator
+  // and names the host that was dialled.
+  kCoordinator,
+  // A lockstep daemon (coordinator, worker or spare), any host name: what
+  // `lockstep health` probes, often as 127.0.0.1 inside the pod.
+  kAnyDaemon,
+};
+
+// Why a server certificate whose SPIFFE IDs are `uri_names` is not what
+// `check` expects; empty when it is. For the client's handshake, and tests.
+std::string WrongServerIdentity(const std::vector<std::string>& uri_names,
+                                ServerCheck check);
 
 // The flag names, for Args::Parse's value and boolean flag sets.
 const std::set<std::string>& TlsValueFlags();  // tls-cert, tls-key, tls-ca
@@ -87,16 +117,18 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const TlsOptions& options);
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
     const TlsMaterial& material);
 
-// Channel credentials presenting `material`'s certificate and trusting its
-// CA, or insecure ones when material.insecure.
+// Channel credentials presenting `material`'s certificate, trusting its CA
+// and requiring the server `check` names (see ServerCheck); insecure ones
+// when material.insecure.
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
-    const TlsMaterial& material);
+    const TlsMaterial& material, ServerCheck check = ServerCheck::kCoordinator);
 
 // Both in one step, from the options. Errors: those of LoadTlsMaterial.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
     const TlsOptions& options);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-LoadChannelCredentials(const TlsOptions& options);
+LoadChannelCredentials(const TlsOptions& options,
+                       ServerCheck check = ServerCheck::kCoordinator);
 
 // The caller of a server call (a grpc::ServerContext or a
 // grpc::CallbackServerContext), from its client certificate; every caller

@@ -23,7 +23,7 @@ unsigned AllowedRoles(Call call) {
     case Call::kKvSet:
     case Call::kKvGet:
     case Call::kBarrier:
-      return Bit(Role::kWorker);
+      return Bit(Role::kWorker) | Bit(Role::kSpare);
     case Call::kSubmitJob:
     case Call::kStopJob:
     case Call::kDeleteJob:
@@ -33,8 +33,8 @@ unsigned AllowedRoles(Call call) {
     case Call::kListWorkers:
       return Bit(Role::kOperator) | Bit(Role::kViewer);
     case Call::kHealthCheck:
-      return Bit(Role::kWorker) | Bit(Role::kOperator) | Bit(Role::kViewer) |
-             Bit(Role::kCoordinator);
+      return Bit(Role::kWorker) | Bit(Role::kSpare) | Bit(Role::kOperator) |
+             Bit(Role::kViewer) | Bit(Role::kCoordinator);
   }
   return 0;
 }
@@ -42,8 +42,9 @@ unsigned AllowedRoles(Call call) {
 // What a caller needs to make `call`, for the refusal's message.
 std::string Needed(Call call) {
   switch (AllowedRoles(call)) {
-    case Bit(Role::kWorker):
-      return "a worker identity (spiffe://<trust domain>/worker/...)";
+    case Bit(Role::kWorker) | Bit(Role::kSpare):
+      return "a worker or spare identity (spiffe://<trust domain>/worker/... "
+             "or .../spare/NAME)";
     case Bit(Role::kOperator):
       return "an operator identity (spiffe://<trust domain>/operator/NAME)";
     case Bit(Role::kOperator) | Bit(Role::kViewer):

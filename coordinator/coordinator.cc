@@ -95,6 +95,7 @@ v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank,
   v1::CoordinatorCommand command;
   v1::Assignment* assignment = command.mutable_assignment();
   assignment->set_job_id(status.job_id());
+  assignment->set_submitted_by(status.submitted_by());
   assignment->set_generation(status.generation());
   assignment->set_rank(rank);
   assignment->set_world_size(status.world_size());
@@ -116,6 +117,7 @@ Coordinator::Coordinator(Options options)
       keep_finished_jobs_(options.keep_finished_jobs),
       finished_job_ttl_(options.finished_job_ttl),
       forget_workers_after_(options.forget_workers_after),
+      revoked_(std::move(options.revoked)),
       workers_(cluster_, options.heartbeat_timeout, options.stall_after),
       commit_seconds_(
           {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {}
@@ -199,7 +201,8 @@ Coordinator::Job* Coordinator::RunningJobLocked() {
 
 // ---- the job queue and state machine ---------------------------------------
 
-absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
+absl::StatusOr<std::string> Coordinator::SubmitJob(
+    v1::JobSpec spec, const std::string& submitted_by) {
   if (absl::Status bad = CheckSubmission(spec); !bad.ok()) return Refused(bad);
   ApplyDefaults(&spec);
   RETURN_IF_ERROR(ValidateSubmission(spec, cluster_));
@@ -211,6 +214,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
   Job& job = AddJobLocked(id, seq);
   job.status.set_job_id(id);
   job.status.set_state(v1::JOB_STATE_QUEUED);
+  job.status.set_submitted_by(submitted_by);
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_submit_time(NowSeconds());
   queue_.push_back(id);
@@ -231,6 +235,7 @@ void Coordinator::StandbyLocked() {
   v1::CoordinatorCommand command;
   if (job != nullptr) {
     command.mutable_standby()->set_job_id(job->status.job_id());
+    command.mutable_standby()->set_submitted_by(job->status.submitted_by());
     *command.mutable_standby()->mutable_spec() = job->status.spec();
   }
   for (Worker* worker : workers_.StandingBy()) {

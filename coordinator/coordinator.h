@@ -49,6 +49,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -101,6 +102,9 @@ class Coordinator {
     // A free worker (free:N) without a session and silent this long is
     // forgotten (--forget-workers-after); a static cluster's tasks stay.
     absl::Duration forget_workers_after = absl::Hours(1);
+    // Whether an identity has been revoked (--deny-identities; may be
+    // empty): Sweep ends the sessions of revoked workers.
+    std::function<bool(const std::string& identity)> revoked;
   };
 
   // Loads the jobs the store holds. A job that was running when the previous
@@ -196,8 +200,10 @@ class Coordinator {
   // Once this returns the watcher is never called again.
   void Unwatch(WaitId id);
 
-  // Validates and queues a job; returns its id. Errors: InvalidArgument.
-  absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
+  // Validates and queues a job; returns its id. `submitted_by`: the
+  // submitter's SPIFFE ID (JobStatus.submitted_by). Errors: InvalidArgument.
+  absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec,
+                                        const std::string& submitted_by = "");
   // One job, or every job (newest first) when `job_id` is empty.
   // Unbounded: for tests; clients use the paged form below.
   absl::StatusOr<std::vector<v1::JobStatus>> GetJobStatus(
@@ -291,7 +297,10 @@ class Coordinator {
   // ---- authorization of the worker calls (worker_sessions.cc,
   // rendezvous.cc) ----
   // A worker identity may claim only the task its certificate names, or
-  // none. Errors: PermissionDenied.
+  // none; a spare identity registers only as a spare, without a task; in a
+  // static cluster only a spare identity (or a spare task's) may register
+  // as a spare, since a spare takes a failed task's rank and its secrets.
+  // Errors: PermissionDenied.
   absl::Status AuthorizeTaskClaim(
       const Caller& caller, const v1::RegisterWorkerRequest& request) const;
   // The refusal of a registration for a worker id whose session is live.
@@ -483,6 +492,7 @@ class Coordinator {
   const int64_t keep_finished_jobs_;
   const absl::Duration finished_job_ttl_;
   const absl::Duration forget_workers_after_;
+  const std::function<bool(const std::string& identity)> revoked_;
 
   mutable absl::Mutex mu_;
   // Signalled on every change a blocked call may wait for.

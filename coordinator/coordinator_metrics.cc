@@ -95,8 +95,9 @@ void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
 
 const std::vector<std::string>& FailureEventKinds() {
   static const auto* kinds = new std::vector<std::string>{
-      "worker_failed", "worker_restarted",  "worker_reconnected",
-      "rank_failed",   "generation_failed", "checkpoint_failed"};
+      "worker_failed",   "worker_restarted",  "worker_reconnected",
+      "rank_failed",     "generation_failed", "checkpoint_failed",
+      "identity_revoked"};
   return *kinds;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/args.h"
+#include "common/deny_list.h"
 #include "common/health_service.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -43,14 +44,17 @@ Usage:
                        [--max-sessions N] [--max-watches N]
                        [--max-sessions-per-identity N]
                        [--max-watches-per-identity N]
-                       [--metrics-listen HOST:PORT]
+                       [--deny-identities FILE] [--metrics-listen HOST:PORT]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
                        (the chosen address is printed on stdout)
   --state-dir DIR      where job state is kept (SQLite); created if missing
-  --tls-cert FILE      the coordinator's certificate (PEM); its DNS or IP
-                       names must match the address clients dial
+  --tls-cert FILE      the coordinator's certificate (PEM): the identity
+                       spiffe://DOMAIN/coordinator, and DNS or IP names that
+                       match the address clients dial (clients check both).
+                       The three files are read again every 60 s, so a
+                       renewed certificate serves without a restart
   --tls-key FILE       its private key (PEM)
   --tls-ca FILE        the CA that workers', operators' and viewers'
                        certificates must be signed by (PEM). Every call is
@@ -85,6 +89,11 @@ Flags:
                        the same caps for one certificate's identity
                        (defaults 8 and 100), so that no caller takes every
                        slot; callers under --insecure have no identity
+  --deny-identities FILE  revoked identities, one SPIFFE ID a line (#
+                       comments): their calls are refused as unauthenticated
+                       and a worker's session ends. The file is read again
+                       when it changes (checked every second); a version
+                       that cannot be read keeps the last good list
   --metrics-listen HOST:PORT  serve Prometheus metrics over plain HTTP at
                        http://HOST:PORT/metrics (port 0 picks one; the
                        address is printed on stdout); off by default. Jobs,
@@ -117,6 +126,7 @@ struct Flags {
   std::string listen;
   std::string state_dir;
   std::optional<std::string> metrics_listen;  // --metrics-listen, if given
+  std::shared_ptr<DenyList> deny;             // --deny-identities, if given
   Coordinator::Options coordinator;           // all but the store
   GrpcService::Limits service_limits;
 };
@@ -124,8 +134,8 @@ struct Flags {
 // The gRPC server and the services it serves, which must outlive it.
 struct GrpcServer {
   GrpcServer(Coordinator* coordinator, GrpcService::Limits limits,
-             bool insecure)
-      : service(coordinator, limits, insecure), health(insecure) {}
+             bool insecure, DenyList* deny)
+      : service(coordinator, limits, insecure, deny), health(insecure) {}
 
   // With --insecure nobody is authenticated: every caller may make every
   // call. Otherwise each call is authorized by its client certificate.
@@ -212,7 +222,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
        "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
        "forget-workers-after", "max-sessions", "max-watches",
        "max-sessions-per-identity", "max-watches-per-identity", "tls-cert",
-       "tls-key", "tls-ca", "metrics-listen"},
+       "tls-key", "tls-ca", "metrics-listen", "deny-identities"},
       {"help", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;
   if (!args->positional().empty()) {
@@ -290,6 +300,21 @@ absl::StatusOr<Flags> CheckFlags(const Args& args) {
   if (status.ok()) status = ApplyLimitFlags(args, flags.coordinator);
   if (status.ok()) status = ApplyServiceFlags(args, flags.service_limits);
   if (!status.ok()) return status;
+  if (args.Has("deny-identities")) {
+    if (args.Has(kInsecureFlag)) {
+      return absl::InvalidArgumentError(
+          "--deny-identities needs mutual TLS: under --insecure nobody has "
+          "an identity to deny");
+    }
+    auto deny = DenyList::Open(args.Get("deny-identities"), RealClock::Get());
+    if (!deny.ok()) return deny.status();
+    flags.deny = std::move(*deny);
+    LogInfo("--deny-identities ", args.Get("deny-identities"), ": ",
+            flags.deny->size(), " identities are refused");
+    flags.coordinator.revoked = [deny = flags.deny](const std::string& id) {
+      return deny->Denies(id);
+    };
+  }
   return flags;
 }
 
@@ -324,8 +349,9 @@ absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
 // Errors: Unavailable when it cannot listen there.
 absl::StatusOr<std::unique_ptr<GrpcServer>> StartGrpcServer(
     const std::string& listen, const TlsMaterial& tls,
-    GrpcService::Limits limits, Coordinator* coordinator) {
-  auto grpc = std::make_unique<GrpcServer>(coordinator, limits, tls.insecure);
+    GrpcService::Limits limits, DenyList* deny, Coordinator* coordinator) {
+  auto grpc =
+      std::make_unique<GrpcServer>(coordinator, limits, tls.insecure, deny);
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("lockstep-coordinator");
   quota.SetMaxThreads(kMaxGrpcThreads);
@@ -408,7 +434,7 @@ int Run(int argc, char** argv) {
   auto metrics_server = StartMetrics(flags->metrics_listen, coordinator->get());
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   auto grpc = StartGrpcServer(flags->listen, *tls, flags->service_limits,
-                              coordinator->get());
+                              flags->deny.get(), coordinator->get());
   if (!grpc.ok()) return Fail(grpc.status(), 1);
   Announce(*flags, (*grpc)->port, metrics_server->get(), static_cluster,
            tls->insecure);

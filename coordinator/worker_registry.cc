@@ -141,6 +141,14 @@ std::vector<Worker*> WorkerRegistry::Silent(absl::Time now) {
   return silent;
 }
 
+std::vector<Worker*> WorkerRegistry::Connected() {
+  std::vector<Worker*> connected;
+  for (auto& [id, worker] : workers_) {
+    if (worker.sink != nullptr) connected.push_back(&worker);
+  }
+  return connected;
+}
+
 std::vector<Worker*> WorkerRegistry::NotJoined(
     const std::string& job_id, const std::vector<std::string>& rank_workers,
     absl::Time now) {

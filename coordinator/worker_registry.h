@@ -110,6 +110,8 @@ class WorkerRegistry {
 
   // Connected workers not heard from for longer than the heartbeat timeout.
   std::vector<Worker*> Silent(absl::Time now);
+  // Workers with an open session.
+  std::vector<Worker*> Connected();
   // The workers of `rank_workers` holding a rank of `job_id` whose
   // heartbeats have not named their generation for longer than the
   // heartbeat timeout since they were assigned it: they never joined it.

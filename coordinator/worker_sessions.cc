@@ -19,7 +19,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const Caller& caller, const v1::RegisterWorkerRequest& request) {
   RETURN_IF_ERROR(AuthorizeRole(caller, Call::kRegisterWorker));
   if (absl::Status bad = CheckRegistration(request); !bad.ok()) {
-    LogWarning("refusing a registration: ", bad.message());
+    LogRefusal(absl::Status(
+        bad.code(), absl::StrCat("refusing a registration: ", bad.message())));
     return bad;
   }
   RETURN_IF_ERROR(AuthorizeTaskClaim(caller, request));
@@ -59,9 +60,31 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 absl::Status Coordinator::AuthorizeTaskClaim(
     const Caller& caller, const v1::RegisterWorkerRequest& request) const {
   if (caller.role == Role::kInsecure) return absl::OkStatus();
-  // Free registration (a free worker, a spare by flag) takes no task's
-  // place: any worker identity may register so.
-  if (request.task().type().empty()) return absl::OkStatus();
+  const bool free = request.task().type().empty();
+  if (caller.role == Role::kSpare) {
+    if (free && request.spare()) return absl::OkStatus();
+    return Denied(caller, Call::kRegisterWorker,
+                  "a spare's certificate registers only as a hot spare, "
+                  "without a task (lockstep-worker --spare); a worker of a "
+                  "task needs that task's certificate");
+  }
+  if (free && request.spare() && cluster_.has_value()) {
+    // A static cluster's spare takes a failed task's rank, with the
+    // generation's secret: not for any task-less worker identity.
+    return Denied(
+        caller, Call::kRegisterWorker,
+        absl::StrCat(
+            "it registered as a hot spare of the static cluster, but its "
+            "certificate is not a spare's",
+            caller.task.empty() ? ""
+                                : absl::StrCat(" (it is task ", caller.task,
+                                               "'s: register as that task)"),
+            "; give it a spare identity (spiffe://<trust domain>/spare/NAME: "
+            "lockstep-certs spare NAME)"));
+  }
+  // Free registration in an elastic cluster takes no task's place: any
+  // worker identity may register so.
+  if (free) return absl::OkStatus();
   const std::string claimed = TaskName(request.task());
   if (claimed == caller.task) return absl::OkStatus();
   return Denied(
@@ -220,6 +243,17 @@ absl::Status Coordinator::HandleWorkerMessage(
 void Coordinator::Sweep() {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
+  if (revoked_) {
+    for (Worker* worker : workers_.Connected()) {
+      if (worker->identity.empty() || !revoked_(worker->identity)) continue;
+      WorkerFailedLocked(
+          *worker, "identity_revoked",
+          absl::StrCat("worker ", WorkerRegistry::Describe(*worker),
+                       ": its identity ", worker->identity,
+                       " was revoked (--deny-identities); its session is "
+                       "ended and it may not register again"));
+    }
+  }
   for (Worker* worker : workers_.Silent(now)) {
     if (worker->sink == nullptr) continue;  // failed by an earlier one
     absl::Duration silent = now - worker->last_heartbeat;

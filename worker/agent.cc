@@ -213,7 +213,9 @@ void Agent::StartTask(const v1::Assignment& assignment,
 v1::TaskResult Agent::RunIfPathsAllowed(TaskContext& task) {
   const v1::Assignment& assignment = task.assignment;
   absl::Status allowed = options_.check_paths
-                             ? options_.check_paths(assignment.spec())
+                             ? options_.check_paths({assignment.job_id(),
+                                                     assignment.submitted_by()},
+                                                    assignment.spec())
                              : absl::OkStatus();
   if (allowed.ok()) return runner_(task);
   LogError("refusing job ", assignment.job_id(), ": ", allowed.message());

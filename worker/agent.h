@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/export_file.h"
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/control_plane.h"
 #include "worker/task_context.h"
@@ -66,7 +67,8 @@ class Agent {
     // worker lets jobs use (common/path_policy.h). A refusal ends the task
     // before it runs, with the refusal as the rank's result (not retried:
     // another generation would be refused alike). May be empty.
-    std::function<absl::Status(const v1::JobSpec&)> check_paths;
+    std::function<absl::Status(const ExportOwner& owner, const v1::JobSpec&)>
+        check_paths;
     // The worker's metrics, handed to each task; may be null.
     WorkerMetrics* metrics = nullptr;
     // How its tasks' CPU collectives travel (TaskContext).

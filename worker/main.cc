@@ -366,13 +366,16 @@ void StartPreemptionThread(Agent& agent, absl::Duration grace) {
   options.data_plane_gloo = flags.data_plane_gloo;
   TrainingRunner runner(flags.registration.device().name());
   const std::string cwd = CurrentDirectory();
-  options.check_paths = [roots = flags.roots, cwd](const v1::JobSpec& spec) {
-    return CheckJobPaths(spec, roots, cwd);
+  options.check_paths = [roots = flags.roots, cwd](const ExportOwner& owner,
+                                                   const v1::JobSpec& spec) {
+    return CheckJobPaths(spec, roots, cwd, owner);
   };
   options.standby = [&runner, roots = flags.roots,
                      cwd](const v1::Standby& standby) {
     // A spare loads only data it would be allowed to train on.
-    if (absl::Status allowed = CheckJobPaths(standby.spec(), roots, cwd);
+    if (absl::Status allowed =
+            CheckJobPaths(standby.spec(), roots, cwd,
+                          {standby.job_id(), standby.submitted_by()});
         !allowed.ok()) {
       LogWarning("not standing by for job ", standby.job_id(), ": ",
                  allowed.message());

@@ -47,9 +47,11 @@ class Refused final : public Base {
 
 }  // namespace
 
-GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure)
+GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure,
+                         DenyList* deny)
     : coordinator_(coordinator),
       insecure_(insecure),
+      deny_(deny),
       sessions_("worker sessions", "--max-sessions", limits.max_sessions,
                 "--max-sessions-per-identity",
                 limits.max_sessions_per_identity),
@@ -58,7 +60,15 @@ GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure)
 
 Caller GrpcService::CallerFor(
     const grpc::CallbackServerContext* context) const {
-  return CallerOf(context->auth_context().get(), context->peer(), insecure_);
+  Caller caller =
+      CallerOf(context->auth_context().get(), context->peer(), insecure_);
+  if (deny_ != nullptr && caller.role != Role::kInsecure &&
+      caller.role != Role::kNone && deny_->Denies(caller.id)) {
+    caller.role = Role::kNone;
+    caller.id =
+        absl::StrCat(caller.id, ", a revoked identity (--deny-identities)");
+  }
+  return caller;
 }
 
 grpc::ServerUnaryReactor* GrpcService::RegisterWorker(
@@ -119,12 +129,13 @@ grpc::ServerUnaryReactor* GrpcService::Barrier(
 grpc::ServerUnaryReactor* GrpcService::SubmitJob(
     grpc::CallbackServerContext* context, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
-  if (absl::Status refused =
-          AuthorizeRole(CallerFor(context), Call::kSubmitJob);
+  const Caller caller = CallerFor(context);
+  if (absl::Status refused = AuthorizeRole(caller, Call::kSubmitJob);
       !refused.ok()) {
     return Answer(context, refused);
   }
-  auto id = coordinator_->SubmitJob(request->spec());
+  auto id = coordinator_->SubmitJob(
+      request->spec(), caller.role == Role::kInsecure ? "" : caller.id);
   if (id.ok()) response->set_job_id(*id);
   return Answer(context, id.status());
 }

@@ -12,6 +12,7 @@
 #ifndef LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 #define LOCKSTEP_COORDINATOR_RPC_GRPC_SERVICE_H_
 
+#include "common/deny_list.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/rpc/grpc_streams.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
@@ -33,8 +34,11 @@ class GrpcService final : public v1::Coordinator::CallbackService {
 
   // `coordinator` must outlive the service and every call it serves.
   // `insecure`: the server runs without TLS (--insecure), so nobody is
-  // authenticated and every caller may make every call.
-  GrpcService(Coordinator* coordinator, Limits limits, bool insecure);
+  // authenticated and every caller may make every call. `deny` (may be
+  // null; must outlive the service): identities treated as having no
+  // certificate (--deny-identities).
+  GrpcService(Coordinator* coordinator, Limits limits, bool insecure,
+              DenyList* deny = nullptr);
 
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* context,
@@ -73,11 +77,13 @@ class GrpcService final : public v1::Coordinator::CallbackService {
       v1::ListWorkersResponse* response) override;
 
  private:
-  // Who makes the call (Role::kInsecure for every caller with --insecure).
+  // Who makes the call (Role::kInsecure for every caller with --insecure;
+  // Role::kNone for a denied identity).
   Caller CallerFor(const grpc::CallbackServerContext* context) const;
 
   Coordinator* const coordinator_;
   const bool insecure_;
+  DenyList* const deny_;
   StreamSlots sessions_;
   StreamSlots watches_;
 };

@@ -125,12 +125,11 @@ const TlsOptions& OperatorTls() {
 }
 
 std::shared_ptr<grpc::ChannelCredentials> TestCredentials(
-    const TlsOptions* client) {
-  TlsMaterial material;
+    const TlsOptions* client, ServerCheck server) {
   if (client != nullptr) {
     absl::StatusOr<TlsMaterial> loaded = LoadTlsMaterial(*client);
     EXPECT_TRUE(loaded.ok()) << loaded.status();
-    if (loaded.ok()) return ChannelCredentials(*loaded);
+    if (loaded.ok()) return ChannelCredentials(*loaded, server);
   }
   grpc::SslCredentialsOptions server_only;
   server_only.pem_root_certs = HarnessCa().cert_pem;
@@ -264,8 +263,8 @@ std::vector<double> ReadLosses(const std::string& csv_path) {
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
     const std::string& address) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, TestCredentials(&OperatorTls())));
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      address, TestCredentials(&OperatorTls(), ServerCheck::kAnyDaemon)));
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
   context.set_deadline(std::chrono::system_clock::now() +

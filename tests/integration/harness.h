@@ -75,9 +75,10 @@ std::vector<std::string> TlsEnv(const TlsOptions& files);
 const TlsOptions& OperatorTls();
 
 // Channel credentials presenting `client` (null: no client certificate,
-// still trusting the harness CA so the handshake succeeds).
+// still trusting the harness CA so the handshake succeeds), requiring the
+// server `server` names (common/tls.h) when a certificate is presented.
 std::shared_ptr<grpc::ChannelCredentials> TestCredentials(
-    const TlsOptions* client);
+    const TlsOptions* client, ServerCheck server = ServerCheck::kCoordinator);
 // A stub to the coordinator at `address` calling with `client` (null: no
 // client certificate).
 std::unique_ptr<v1::Coordinator::Stub> CoordinatorStub(

@@ -10,11 +10,14 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/job_spec.h"
@@ -24,6 +27,7 @@
 namespace lockstep::integration {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // The MLP long enough that the attacks land while it trains.
@@ -373,6 +377,92 @@ TEST_F(SecurityTest, OnlyAnOperatorCanSubmitOrStopAJob) {
   v1::JobStatus done = WatchUntil(job, Ended);
   EXPECT_EQ(done.state(), v1::JOB_STATE_STOPPED) << done.error();
   ExpectWorkersUntouched(done);
+}
+
+// Issue 27 #10: any operator could overwrite another operator's export.
+// The marker records who submitted the job that exported; only a job of the
+// same submitter replaces it.
+TEST_F(SecurityTest, AnotherOperatorsJobDoesNotReplaceAnExport) {
+  StartCluster(2);
+  const std::string path = TempDir("export") + "/model.pt";
+  auto train_as = [&](const Attacker& who) {
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = Spec();
+    submit.mutable_spec()->set_max_steps(5);
+    submit.mutable_spec()->set_export_path(path);
+    v1::SubmitJobResponse submitted;
+    grpc::Status accepted =
+        StubOf(who)->SubmitJob(Context().get(), submit, &submitted);
+    EXPECT_TRUE(accepted.ok()) << who.who << ": " << accepted.error_message();
+    return WatchUntil(submitted.job_id(), Ended);
+  };
+  const Attacker alice =
+      Known("spiffe://lockstep/operator/alice", grpc::StatusCode::OK);
+  const Attacker bob =
+      Known("spiffe://lockstep/operator/bob", grpc::StatusCode::OK);
+  ASSERT_EQ(train_as(alice).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string alices = *ReadFileToString(path);
+  v1::JobStatus refused = train_as(bob);
+  EXPECT_EQ(refused.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(refused.error(),
+              AllOf(HasSubstr(path),
+                    HasSubstr("submitted by spiffe://lockstep/operator/alice"),
+                    HasSubstr("spiffe://lockstep/operator/bob")));
+  EXPECT_EQ(*ReadFileToString(path), alices);
+  // Alice's next run replaces her own export.
+  EXPECT_EQ(train_as(alice).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// Issue 27 #10: certificates could not be revoked. An identity put on the
+// coordinator's --deny-identities list while it holds a rank loses its
+// session at once and cannot register again; taken off the list, the
+// worker's task comes back and the job finishes.
+TEST_F(SecurityTest, ARevokedWorkerIsCutOffUntilItIsAllowedAgain) {
+  const std::string deny = TempDir("deny") + "/deny.txt";
+  ASSERT_TRUE(WriteFileAtomically(deny, "# nobody yet\n").ok());
+  StartCluster(2, {"--deny-identities", deny});
+  // Long enough (about 10 s here) that the revocation, read within a
+  // second, lands while it trains.
+  const std::string job = SubmitAndTrainTo(
+      {"max_steps=3000", "global_batch_size=64", "log_every_steps=10"}, 2);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(
+      WriteFileAtomically(deny, "spiffe://lockstep/worker/worker/1\n").ok());
+  v1::JobStatus cut = WatchUntil(job, [](const v1::JobStatus& s) {
+    return FindEvent(s, "identity_revoked") != nullptr || Ended(s);
+  });
+  const v1::JobEvent* revoked = FindEvent(cut, "identity_revoked");
+  ASSERT_NE(revoked, nullptr) << History(job);
+  EXPECT_THAT(revoked->message(),
+              AllOf(HasSubstr("spiffe://lockstep/worker/worker/1"),
+                    HasSubstr("--deny-identities")));
+  // Its registrations are refused: it gives up and exits.
+  const pid_t revoked_pid = worker_pids_[1];
+  int status = 0;
+  pid_t exited = 0;
+  for (int i = 0; i < 600 && exited == 0; ++i) {
+    exited = waitpid(revoked_pid, &status, WNOHANG);
+    if (exited == 0) usleep(50 * 1000);
+  }
+  ASSERT_EQ(exited, revoked_pid) << "the revoked worker did not exit";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  EXPECT_NE(WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
+            v1::JOB_STATE_SUCCEEDED);
+  // Allowed again: a new process of the task rejoins and the job ends.
+  ASSERT_TRUE(WriteFileAtomically(deny, "\n").ok());
+  // The coordinator reads the list again within a second of the change,
+  // and says so in its log.
+  for (int i = 0; i < 600; ++i) {
+    if (absl::StrContains(
+            ReadFileToString(dir_ + "/coordinator.log").value_or(""),
+            "changed: 0 identities are refused")) {
+      break;
+    }
+    usleep(50 * 1000);
+  }
+  StartWorker(1);
+  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED)
+      << History(job);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ uris() {  # CERT: its URI SANs, one a line
 
 # ---- a cluster -----------------------------------------------------------------
 dir="$work/cluster"
-"$certs" --dir "$dir" cluster --coordinator lockstep-coordinator,10.0.0.5 \
+"$certs" --dir "$dir" cluster --coordinator lockstep-coordinator,10.0.0.5,127.0.0.1 \
   --workers 2 --chief --spares 1 --operator alice --viewer grafana >"$work/out" ||
   { cat "$work/out"; echo "FAILED: lockstep-certs cluster exited $?"; exit 1; }
 
@@ -63,7 +63,7 @@ declare -A want=(
   [worker-chief-0]=spiffe://lockstep/worker/chief/0
   [worker-worker-0]=spiffe://lockstep/worker/worker/0
   [worker-worker-1]=spiffe://lockstep/worker/worker/1
-  [free-spare-0]=spiffe://lockstep/worker/spare-0
+  [spare-spare-0]=spiffe://lockstep/spare/spare-0
   [operator-alice]=spiffe://lockstep/operator/alice
   [viewer-grafana]=spiffe://lockstep/viewer/grafana
 )
@@ -75,9 +75,11 @@ for name in "${!want[@]}"; do
   check "$name: verifies against the CA as a client certificate" \
     openssl verify -CAfile "$dir/ca.crt" -purpose sslclient "$crt"
   expect_eq "$name: its one URI SAN" "$(uris "$crt")" "${want[$name]}"
-  sans=$(openssl x509 -in "$crt" -noout -ext subjectAltName)
-  check "$name: names localhost and 127.0.0.1 (for the health probe)" \
-    grep -q 'DNS:localhost, IP Address:127.0.0.1' <<<"$sans"
+  if [ "$name" != coordinator ]; then
+    # Only the coordinator's certificate serves under a host name.
+    expect_eq "$name: names no host" \
+      "$(openssl x509 -in "$crt" -noout -ext subjectAltName | grep -c 'DNS:\|IP Address:')" 0
+  fi
   usages=$(openssl x509 -in "$crt" -noout -ext extendedKeyUsage,keyUsage,basicConstraints)
   check "$name: extended key usage server and client auth" \
     grep -q 'TLS Web Server Authentication, TLS Web Client Authentication' <<<"$usages"
@@ -203,10 +205,78 @@ run_cluster() {
     "$bin_dir/lockstep" status >"$work/foreign.out" 2>&1; then
     fail "an operator of another CA read the status"
   fi
+
+  # Issue 27 #6: a task-less worker identity may not stand by as a spare of
+  # this static cluster (a spare takes a failed task's rank and its secret).
+  "$certs" --dir "$dir" free-worker pool-7 >/dev/null
+  checks=$((checks + 1))
+  if timeout 60 "$bin_dir/lockstep-worker" --coordinator "$address" --spare \
+    --threads 1 --device cpu --connect-timeout 5 \
+    --tls-cert "$dir/free-pool-7.crt" --tls-key "$dir/free-pool-7.key" \
+    --tls-ca "$dir/ca.crt" >"$work/pool.log" 2>&1; then
+    fail "a task-less worker identity stood by as a spare of a static cluster"
+  fi
+  check "the refusal asks for a spare identity" grep -q "spare/NAME" "$work/pool.log"
+  # A spare's identity may.
+  "$bin_dir/lockstep-worker" --coordinator "$address" --spare --threads 1 --device cpu \
+    --tls-cert "$dir/spare-spare-0.crt" --tls-key "$dir/spare-spare-0.key" \
+    --tls-ca "$dir/ca.crt" >"$work/spare.log" 2>&1 &
+  pids+=($!)
+  local waited=0
+  until grep -q 'spare "spare-0"' "$work/coordinator.log"; do
+    if [ "$waited" -ge 300 ]; then break; fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  check "a spare identity registers as a spare" grep -q 'spare "spare-0"' "$work/coordinator.log"
+}
+
+# A coordinator started with another identity's certificate (issue 27 #5: one
+# started with a viewer's received an operator's job, and a worker trained it
+# and got the data-plane secret). This worker certificate names 127.0.0.1, so
+# only the role check can refuse it.
+run_impostor() {
+  "$certs" --dir "$dir" free-worker mallory 127.0.0.1 >/dev/null
+  local impostor=free-mallory
+  local fifo="$work/impostor.out" line
+  mkfifo "$fifo"
+  "$bin_dir/lockstep-coordinator" --listen 127.0.0.1:0 --state-dir "$work/impostor-state" \
+    --tls-cert "$dir/$impostor.crt" --tls-key "$dir/$impostor.key" \
+    --tls-ca "$dir/ca.crt" >"$fifo" 2>"$work/impostor.log" &
+  pids+=($!)
+  exec 4<"$fifo"
+  if ! read -r line <&4; then
+    cat "$work/impostor.log"
+    fail "the impostor coordinator did not start"
+    return
+  fi
+  cat <&4 >/dev/null &
+  pids+=($!)
+  address=${line##* }
+  checks=$((checks + 1))
+  if as_identity operator-alice "$bin_dir/lockstep" submit \
+    "$source_dir/examples/fashion_mnist_mlp.json" >"$work/impostor-submit.out" 2>&1; then
+    fail "an operator submitted a job to a coordinator holding $impostor's certificate"
+  fi
+  check "the refusal says whose certificate the server holds" \
+    grep -q "not the coordinator's" "$work/impostor-submit.out"
+  # A worker does not register with it: it exits with the reason.
+  checks=$((checks + 1))
+  if timeout 60 "$bin_dir/lockstep-worker" --coordinator "$address" --task-type worker \
+    --task-index 0 --threads 1 --device cpu --connect-timeout 5 \
+    --tls-cert "$dir/worker-worker-0.crt" --tls-key "$dir/worker-worker-0.key" \
+    --tls-ca "$dir/ca.crt" >"$work/impostor-worker.log" 2>&1; then
+    fail "a worker served a coordinator holding $impostor's certificate"
+  fi
+  check "the worker names the wrong identity" \
+    grep -q "not the coordinator's" "$work/impostor-worker.log"
+  check "the impostor saw no registration" \
+    bash -c "! grep -q 'registered ' '$work/impostor.log'"
 }
 
 if [ -n "$bin_dir" ]; then
   run_cluster
+  run_impostor
 fi
 
 if [ "$failures" -gt 0 ]; then

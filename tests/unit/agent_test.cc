@@ -224,7 +224,8 @@ class AgentTest : public ::testing::Test {
   ScriptedTask task_;
   LiveStateSaver save_live_state_;  // set before StartAgent, or none
   // Set before StartAgent, or none.
-  std::function<absl::Status(const v1::JobSpec&)> check_paths_;
+  std::function<absl::Status(const ExportOwner&, const v1::JobSpec&)>
+      check_paths_;
   std::unique_ptr<Agent> agent_;
   std::thread run_thread_;
   std::thread::id run_thread_id_;
@@ -364,7 +365,8 @@ TEST_F(AgentTest, AssignmentRunsOnATaskThreadAndItsResultIsSentUp) {
 }
 
 TEST_F(AgentTest, AssignmentWhosePathsAreRefusedFailsWithoutRunning) {
-  check_paths_ = [](const v1::JobSpec& spec) {
+  check_paths_ = [](const ExportOwner& owner, const v1::JobSpec& spec) {
+    EXPECT_EQ(owner.job_id, "job-1");
     return spec.checkpoint().backup_dir() == "/etc"
                ? absl::PermissionDeniedError(
                      "checkpoint.backup_dir \"/etc\" is outside the roots")

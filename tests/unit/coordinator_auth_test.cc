@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -26,6 +27,7 @@ using ::testing::Not;
 constexpr char kWorker0[] = "spiffe://lockstep/worker/worker/0";
 constexpr char kWorker1[] = "spiffe://lockstep/worker/worker/1";
 constexpr char kPool[] = "spiffe://lockstep/worker/pool-7";
+constexpr char kSpare[] = "spiffe://lockstep/spare/spare-0";
 constexpr char kOperator[] = "spiffe://lockstep/operator/alice";
 constexpr char kViewer[] = "spiffe://lockstep/viewer/grafana";
 // An incarnation whose hex form no message may show.
@@ -67,6 +69,7 @@ std::vector<RoleCase> RoleCases() {
   auto add = [&](Call call, absl::StatusCode worker, absl::StatusCode op,
                  absl::StatusCode viewer) {
     cases.emplace_back(call, kWorker0, worker);
+    cases.emplace_back(call, kSpare, worker);
     cases.emplace_back(call, kOperator, op);
     cases.emplace_back(call, kViewer, viewer);
     cases.emplace_back(call, "spiffe://lockstep/coordinator",
@@ -192,9 +195,63 @@ TEST_F(CoordinatorAuthTest, AWorkerRegistersOnlyAsTheTaskItsCertificateNames) {
   auto pool_task = coordinator_->RegisterWorker(Identity(kPool), Task(0, 13));
   EXPECT_TRUE(absl::IsPermissionDenied(pool_task.status()));
   EXPECT_THAT(pool_task.status().message(), HasSubstr("names no task"));
+  // Nor, in a static cluster, as a spare (issue 27 #6: a spare takes a
+  // failed task's rank and the generation's secret).
   v1::RegisterWorkerRequest spare = Free(14);
   spare.set_spare(true);
-  EXPECT_TRUE(coordinator_->RegisterWorker(Identity(kPool), spare).ok());
+  auto pool_spare = coordinator_->RegisterWorker(Identity(kPool), spare);
+  EXPECT_TRUE(absl::IsPermissionDenied(pool_spare.status()));
+  EXPECT_THAT(pool_spare.status().message(),
+              AllOf(HasSubstr(kPool), HasSubstr("not a spare's"),
+                    HasSubstr("spare/NAME")));
+  // A spare identity registers as a spare, and only so.
+  EXPECT_TRUE(coordinator_->RegisterWorker(Identity(kSpare), spare).ok());
+  auto spare_task = coordinator_->RegisterWorker(Identity(kSpare), Task(0, 15));
+  EXPECT_TRUE(absl::IsPermissionDenied(spare_task.status()));
+  EXPECT_THAT(spare_task.status().message(),
+              HasSubstr("registers only as a hot spare"));
+  auto spare_free = coordinator_->RegisterWorker(Identity(kSpare), Free(16));
+  EXPECT_TRUE(absl::IsPermissionDenied(spare_free.status()));
+  EXPECT_EQ(coordinator_->ListWorkers().size(), 2);  // worker:1, the spare
+}
+
+TEST_F(CoordinatorAuthTest, AnElasticClusterTakesTaskLessWorkersAndSpares) {
+  Make();
+  v1::RegisterWorkerRequest spare = Free(17);
+  spare.set_spare(true);
+  EXPECT_TRUE(coordinator_->RegisterWorker(Identity(kPool), Free(18)).ok());
+  EXPECT_TRUE(coordinator_->RegisterWorker(Identity(kSpare), spare).ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      coordinator_->RegisterWorker(Identity(kSpare), Free(19)).status()));
+}
+
+// --deny-identities: a revoked worker loses its session at the next sweep,
+// and its rank's generation fails so that the job re-forms without it.
+TEST_F(CoordinatorAuthTest, ARevokedWorkerLosesItsSession) {
+  std::set<std::string> revoked;
+  configure_ = [&revoked](Coordinator::Options& options) {
+    options.revoked = [&revoked](const std::string& id) {
+      return revoked.count(id) > 0;
+    };
+  };
+  StartJob();
+  coordinator_->Sweep();
+  EXPECT_FALSE(sink1_.closed);
+  revoked.insert(kWorker1);
+  coordinator_->Sweep();
+  EXPECT_TRUE(sink1_.closed);
+  EXPECT_FALSE(sink0_.closed);
+  v1::JobStatus status = Status(job_);
+  EXPECT_NE(status.state(), v1::JOB_STATE_RUNNING);
+  bool named = false;
+  for (const v1::JobEvent& event : status.events()) {
+    if (event.kind() == "identity_revoked") {
+      named = true;
+      EXPECT_THAT(event.message(),
+                  AllOf(HasSubstr(kWorker1), HasSubstr("--deny-identities")));
+    }
+  }
+  EXPECT_TRUE(named);
 }
 
 TEST_F(CoordinatorAuthTest, OnlyWorkerIdentitiesRegister) {
@@ -266,17 +323,17 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
 
   // A worker identity that holds no rank, an operator, a viewer, nobody.
   FakeSink idle;
-  auto pool = coordinator_->RegisterWorker(Identity(kPool), [] {
+  auto pool = coordinator_->RegisterWorker(Identity(kSpare), [] {
     v1::RegisterWorkerRequest spare = Free(30);
     spare.set_spare(true);
     return spare;
   }());
   ASSERT_TRUE(pool.ok());
   ASSERT_TRUE(
-      coordinator_->OpenSession(Identity(kPool), pool->worker_id(), 30, &idle)
+      coordinator_->OpenSession(Identity(kSpare), pool->worker_id(), 30, &idle)
           .ok());
   for (const Caller& stranger :
-       {Identity(kPool), Identity(kOperator), Identity(kViewer)}) {
+       {Identity(kSpare), Identity(kOperator), Identity(kViewer)}) {
     absl::StatusOr<std::string> read =
         coordinator_->KvGet(stranger, KvGet("rank0"));
     EXPECT_TRUE(absl::IsPermissionDenied(read.status())) << stranger.id;
@@ -287,7 +344,7 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
         absl::IsPermissionDenied(coordinator_->Barrier(stranger, Barrier(0))));
   }
   EXPECT_THAT(
-      coordinator_->KvGet(Identity(kPool), KvGet("rank0")).status().message(),
+      coordinator_->KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
       HasSubstr("holds no rank of job"));
   EXPECT_TRUE(absl::IsUnauthenticated(
       coordinator_->KvGet(Nobody(), KvGet("rank0")).status()));
@@ -384,10 +441,10 @@ TEST_F(CoordinatorAuthTest, OnlyAFormerRankReportsLiveStateOfAJob) {
   FakeSink idle;
   v1::RegisterWorkerRequest spare = Free(30);
   spare.set_spare(true);
-  auto pool = coordinator_->RegisterWorker(Identity(kPool), spare);
+  auto pool = coordinator_->RegisterWorker(Identity(kSpare), spare);
   ASSERT_TRUE(pool.ok());
   ASSERT_TRUE(
-      coordinator_->OpenSession(Identity(kPool), pool->worker_id(), 30, &idle)
+      coordinator_->OpenSession(Identity(kSpare), pool->worker_id(), 30, &idle)
           .ok());
   v1::WorkerMessage live = Preempt(job_, "SIGTERM");
   live.mutable_preempt()->set_live_state_done(true);

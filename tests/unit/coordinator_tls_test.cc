@@ -54,7 +54,8 @@ const char kNone[] = "no certificate";
 const char kForeign[] = "another CA's worker/worker/0";
 const char kWorker0[] = "spiffe://lockstep/worker/worker/0";
 const char kWorker1[] = "spiffe://lockstep/worker/worker/1";
-const char kPool[] = "spiffe://lockstep/worker/pool-7";
+// A hot spare of the static cluster: it holds no rank.
+const char kPool[] = "spiffe://lockstep/spare/pool-7";
 const char kOperator[] = "spiffe://lockstep/operator/alice";
 const char kViewer[] = "spiffe://lockstep/viewer/grafana";
 

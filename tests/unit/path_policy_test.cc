@@ -109,7 +109,7 @@ TEST_F(PathPolicyTest, NulAndOtherControlCharactersAreRefusedNamingTheField) {
   spec.mutable_data()->set_dir(root_);
   spec.mutable_checkpoint()->set_backup_dir(escape);
   PathRoots roots{{root_}, {root_}, {root_}};
-  EXPECT_THAT(CheckJobPaths(spec, roots, "/").message(),
+  EXPECT_THAT(CheckJobPaths(spec, roots, "/", {"job-1", ""}).message(),
               HasSubstr("checkpoint.backup_dir"));
 }
 
@@ -127,12 +127,12 @@ TEST_F(PathPolicyTest, AnExportMustLieStrictlyBelowARoot) {
   v1::JobSpec spec;
   spec.mutable_data()->set_dir(root_);
   spec.set_export_path(root_ + "/./");
-  absl::Status status = CheckJobPaths(spec, roots, "/");
+  absl::Status status = CheckJobPaths(spec, roots, "/", {"job-1", ""});
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(status.message(), HasSubstr("export \"" + root_ + "/./\""));
   EXPECT_THAT(status.message(), HasSubstr("not a path below one"));
   spec.set_export_path(root_ + "/model.pt");
-  EXPECT_TRUE(CheckJobPaths(spec, roots, "/").ok());
+  EXPECT_TRUE(CheckJobPaths(spec, roots, "/", {"job-1", ""}).ok());
   // A backup folder may still be a root itself.
   EXPECT_TRUE(Check(root_).ok());
 }
@@ -159,23 +159,23 @@ TEST_F(PathPolicyTest, EveryPathOfAJobIsChecked) {
   roots.exports = {root_};
   v1::JobSpec spec;
   spec.mutable_data()->set_dir(root_ + "/data");
-  EXPECT_TRUE(CheckJobPaths(spec, roots, "/").ok());
+  EXPECT_TRUE(CheckJobPaths(spec, roots, "/", {"job-1", ""}).ok());
   // The default data folder is checked too.
   v1::JobSpec defaults;
-  EXPECT_THAT(CheckJobPaths(defaults, roots, "/").message(),
+  EXPECT_THAT(CheckJobPaths(defaults, roots, "/", {"job-1", ""}).message(),
               HasSubstr("data.dir"));
 
   v1::JobSpec bad = spec;
   bad.mutable_model()->set_torchscript("/etc/model.pt");
-  EXPECT_THAT(CheckJobPaths(bad, roots, "/").message(),
+  EXPECT_THAT(CheckJobPaths(bad, roots, "/", {"job-1", ""}).message(),
               HasSubstr("model.torchscript"));
   bad = spec;
   bad.mutable_checkpoint()->set_backup_dir("/etc");
-  EXPECT_THAT(CheckJobPaths(bad, roots, "/").message(),
+  EXPECT_THAT(CheckJobPaths(bad, roots, "/", {"job-1", ""}).message(),
               HasSubstr("--backup-root"));
   bad = spec;
   bad.set_export_path("/etc/passwd");
-  EXPECT_THAT(CheckJobPaths(bad, roots, "/").message(),
+  EXPECT_THAT(CheckJobPaths(bad, roots, "/", {"job-1", ""}).message(),
               HasSubstr("--export-root"));
 }
 
@@ -190,7 +190,7 @@ TEST(ParseRootsTest, ColonListsAndRepeatsAreJoinedRelativeRefused) {
 
 TEST(DefaultPathRootsTest, CoverDebiansDataSetAndTheTemporaryFolder) {
   PathRoots roots = DefaultPathRoots();
-  EXPECT_TRUE(CheckJobPaths(v1::JobSpec(), roots, "/").ok());
+  EXPECT_TRUE(CheckJobPaths(v1::JobSpec(), roots, "/", {"job-1", ""}).ok());
   EXPECT_FALSE(CheckUnderRoots("checkpoint.backup_dir", "/etc", roots.backup,
                                "--backup-root", "/")
                    .ok());

@@ -18,6 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/caller.h"
 #include "common/cert_maker.h"
 #include "common/files.h"
@@ -154,8 +156,9 @@ class TlsTest : public ::testing::Test {
     return stub->Check(&context, request, &response);
   }
   grpc::Status CheckWith(const TlsOptions& client_files,
-                         absl::string_view host = "127.0.0.1") {
-    auto credentials = LoadChannelCredentials(client_files);
+                         absl::string_view host = "127.0.0.1",
+                         ServerCheck server = ServerCheck::kCoordinator) {
+    auto credentials = LoadChannelCredentials(client_files, server);
     EXPECT_TRUE(credentials.ok()) << credentials.status();
     if (!credentials.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "");
     return Check(*credentials, host);
@@ -309,6 +312,67 @@ TEST_F(TlsTest, TheServerMustBeCertifiedForTheHostDialed) {
   EXPECT_FALSE(log_.Last().has_value());
   // The name it is certified for is accepted.
   EXPECT_TRUE(CheckWith(client, "coordinator.elsewhere.test").ok());
+}
+
+// Issue 27 #5: any certificate of the CA that names the host (here every
+// one names 127.0.0.1) used to pass for the coordinator's.
+TEST_F(TlsTest, AServerWithAnotherRoleIsNotTheCoordinator) {
+  SyncHealth service(&log_);
+  Serve(&service, Issue("spiffe://lockstep/viewer/mallory", "viewer-server"));
+  TlsOptions client = Issue("spiffe://lockstep/operator/alice", "alice");
+  grpc::Status status = CheckWith(client);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("presented viewer spiffe://lockstep/viewer/mallory, "
+                        "not the coordinator's"));
+  EXPECT_FALSE(log_.Last().has_value());
+  // Nor is it a daemon a health probe may ask.
+  EXPECT_EQ(
+      CheckWith(client, "127.0.0.1", ServerCheck::kAnyDaemon).error_code(),
+      grpc::StatusCode::UNAVAILABLE);
+  EXPECT_FALSE(log_.Last().has_value());
+}
+
+TEST_F(TlsTest, AHealthProbeAcceptsAWorkerWhateverTheHostName) {
+  SyncHealth service(&log_);
+  CertificateSpec spec;
+  spec.spiffe_id = "spiffe://lockstep/worker/worker/0";
+  spec.dns_names = {};
+  spec.ip_addresses = {};
+  Serve(&service, Issue(*ca_, spec, "hostless-worker"));
+  TlsOptions probe = Issue("spiffe://lockstep/viewer/probe", "probe");
+  EXPECT_TRUE(CheckWith(probe, "127.0.0.1", ServerCheck::kAnyDaemon).ok());
+  // A client of the coordinator refuses it: neither its role nor its host.
+  EXPECT_EQ(CheckWith(probe).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// A certificate rewritten on disk (cert-manager's renewal) is what the next
+// handshakes present, without a restart.
+TEST_F(TlsTest, ARotatedServerCertificateServesWithoutARestart) {
+  SyncHealth service(&log_);
+  TlsOptions server = Issue("spiffe://lockstep/coordinator", "rotating");
+  absl::StatusOr<TlsMaterial> material = LoadTlsMaterial(server);
+  ASSERT_TRUE(material.ok()) << material.status();
+  material->reload_seconds = 1;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", ServerCredentials(*material), &port_);
+  builder.RegisterService(&service);
+  server_ = builder.BuildAndStart();
+  ASSERT_NE(server_, nullptr);
+  TlsOptions client = Issue("spiffe://lockstep/operator/alice", "rotator");
+  ASSERT_TRUE(CheckWith(client).ok());
+
+  // Renewed as a viewer's, which clients refuse: the refusal shows that the
+  // new certificate is served.
+  Issue("spiffe://lockstep/viewer/renewed", "rotating");
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  grpc::Status status;
+  do {
+    // A new channel each time: a connection made before keeps its session.
+    status = CheckWith(client);
+    if (status.ok()) absl::SleepFor(absl::Milliseconds(100));
+  } while (status.ok() && absl::Now() < give_up);
+  EXPECT_THAT(status.error_message(), HasSubstr("viewer"));
 }
 
 TEST_F(TlsTest, LocalCertificatesServeByNameAndByAddress) {

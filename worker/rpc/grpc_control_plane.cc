@@ -174,6 +174,15 @@ absl::StatusOr<v1::RegisterWorkerResponse> GrpcControlPlane::Register(
   context.set_wait_for_ready(true);
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Waiting for the channel hides why it failed to connect (a refused
+    // handshake, a server that is not the coordinator): once more without
+    // waiting, which fails with the channel's last error, or registers.
+    grpc::ClientContext fail_fast;
+    fail_fast.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(2));
+    status = stub_->RegisterWorker(&fail_fast, request, &response);
+  }
   if (!status.ok()) return Annotate(status, address_, "registration");
   return response;
 }

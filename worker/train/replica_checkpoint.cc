@@ -208,7 +208,8 @@ absl::StatusOr<int64_t> RestoreNewestCheckpoint(const std::string& backup_dir,
   return found->manifest.step();
 }
 
-absl::Status ExportModel(const v1::JobSpec& spec, const Replica& replica) {
+absl::Status ExportModel(const ExportOwner& owner, const v1::JobSpec& spec,
+                         const Replica& replica) {
   const std::string& path = spec.export_path();
   if (path.empty()) return absl::OkStatus();
   size_t slash = path.find_last_of('/');
@@ -219,7 +220,7 @@ absl::Status ExportModel(const v1::JobSpec& spec, const Replica& replica) {
                    ? replica.model->Export()
                    : absl::StatusOr<std::string>(SerializeModelOnHost(replica));
   absl::Status exported =
-      bytes.ok() ? WriteExport(path, *bytes) : bytes.status();
+      bytes.ok() ? WriteExport(path, *bytes, owner) : bytes.status();
   if (!exported.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job trained to the end but the final model could not be "

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/store.h"
+#include "common/export_file.h"
 #include "common/job_spec.h"
 #include "lockstep/v1/job.pb.h"
 #include "worker/checkpoint/checkpointer.h"
@@ -66,9 +67,11 @@ absl::StatusOr<int64_t> RestoreNewestCheckpoint(const std::string& backup_dir,
                                                 const std::string& model_label,
                                                 Replica& replica);
 
-// Writes the trained model to the job's export_path, atomically. Errors:
-// FailedPrecondition saying what failed.
-absl::Status ExportModel(const v1::JobSpec& spec, const Replica& replica);
+// Writes the trained model to the job's export_path, atomically, with a
+// marker naming `owner` (common/export_file.h). Errors: FailedPrecondition
+// saying what failed.
+absl::Status ExportModel(const ExportOwner& owner, const v1::JobSpec& spec,
+                         const Replica& replica);
 
 }  // namespace lockstep::worker
 

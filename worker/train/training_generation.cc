@@ -539,7 +539,9 @@ absl::Status TrainingGeneration::MaybeSave(int64_t step, bool epoch_end,
 absl::Status TrainingGeneration::Finalize() {
   if (checkpointer_ != nullptr) (void)checkpointer_->Wait();
   if (rank_ != 0) return absl::OkStatus();
-  RETURN_IF_ERROR(ExportModel(spec_, replica_));
+  RETURN_IF_ERROR(
+      ExportModel({task_.assignment.job_id(), task_.assignment.submitted_by()},
+                  spec_, replica_));
   if (checkpointer_ != nullptr && !spec_.checkpoint().keep_backups()) {
     absl::Status removed = checkpoint::RemoveAll(checkpointer_->backup_dir());
     if (!removed.ok()) {
