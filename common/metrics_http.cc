@@ -21,11 +21,17 @@ struct HttpServerAccess {
 namespace {
 
 constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
-// A scraper or two, and room for a curl: more waiting connections are
-// refused rather than queued without bound.
-constexpr unsigned kMaxConnections = 16;
-// An idle or trickling connection is closed after this long.
-constexpr unsigned kConnectionTimeoutSeconds = 10;
+// A scraper or two, and room for curls: more connections are accepted and
+// closed at once rather than queued without bound.
+constexpr unsigned kMaxConnections = 32;
+// What one address may hold: a Prometheus server needs one or two, so one
+// client that opens hundreds of idle or trickling connections takes only
+// these and the others are closed as they arrive (issue 27: 300 idle
+// connections from one address blocked every scrape).
+constexpr unsigned kMaxConnectionsPerAddress = 4;
+// An idle or trickling connection is closed after this long; a scrape
+// sends its request at once.
+constexpr unsigned kConnectionTimeoutSeconds = 5;
 
 MHD_Result Reply(MHD_Connection* connection, unsigned status,
                  const std::string& body, const char* allow) {
@@ -114,6 +120,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
       flags, static_cast<uint16_t>(port), nullptr, nullptr, &Handle,
       server.get(), MHD_OPTION_SOCK_ADDR, found->ai_addr,
       MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress,
       MHD_OPTION_CONNECTION_TIMEOUT, kConnectionTimeoutSeconds, MHD_OPTION_END);
   const int start_errno = errno;
   freeaddrinfo(found);

@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common/metrics_http.h"
 #include "tests/unit/metrics_text.h"
@@ -109,6 +111,9 @@ TEST(HistogramTest, CountsCumulativeBucketsSumAndCount) {
 // One HTTP/1.0 request to 127.0.0.1:port; the whole response.
 std::string Fetch(int port, const std::string& request) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // A server that never answers fails the test instead of hanging it.
+  timeval limit{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -152,6 +157,52 @@ TEST(HttpServerTest, ServesMetricsOnlyAtGetMetrics) {
   EXPECT_THAT(post, HasSubstr("Allow: GET, HEAD"));
   EXPECT_THAT(Fetch(port, "garbage\r\n\r\n"), Not(HasSubstr("up 1")));
   EXPECT_EQ(renders.load(), 1);
+}
+
+// A connection to 127.0.0.1:port from the local address `source` (any
+// 127.x.y.z), optionally sending `first_bytes`; -1 when it fails.
+int ConnectFrom(const char* source, int port, const std::string& first_bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+          0) {
+    close(fd);
+    return -1;
+  }
+  if (!first_bytes.empty()) {
+    (void)!write(fd, first_bytes.data(), first_bytes.size());
+  }
+  return fd;
+}
+
+// Issue 27 #9: 300 idle connections took /metrics down, and a client
+// trickling its requests on 16 sockets delayed every scrape. One address
+// now holds at most a few connections; the rest are closed as they come,
+// and the scraper is served meanwhile and right after they go.
+TEST(HttpServerTest, IdleAndTricklingClientsDoNotBlockAScrape) {
+  auto server =
+      HttpServer::Start("127.0.0.1:0", [] { return std::string("up 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> held;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = ConnectFrom("127.0.0.2", port, "");
+    if (fd >= 0) held.push_back(fd);
+  }
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ConnectFrom("127.0.0.3", port, "GET /metr");
+    if (fd >= 0) held.push_back(fd);
+  }
+  EXPECT_THAT(Fetch(port, "GET /metrics HTTP/1.0\r\n\r\n"), Status(200));
+  for (int fd : held) close(fd);
+  EXPECT_THAT(Fetch(port, "GET /metrics HTTP/1.0\r\n\r\n"), Status(200));
 }
 
 TEST(HttpServerTest, RefusesBadAddressesAndATakenPort) {
