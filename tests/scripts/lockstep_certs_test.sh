@@ -159,24 +159,31 @@ as_identity() {
     LOCKSTEP_TLS_CA="$dir/ca.crt" LOCKSTEP_COORDINATOR="$address" "$@"
 }
 
-run_cluster() {
-  local fifo="$work/coordinator.out" line
+# Starts a coordinator holding certificate NAME (NAME.crt, NAME.key) with
+# state in $work/NAME-state, logging to $work/NAME.log, and any further
+# flags; sets $address to where it listens, or fails and returns 1.
+start_coordinator() {  # NAME FLAGS...
+  local name=$1 fifo="$work/$1.out" line
+  shift
   mkfifo "$fifo"
-  "$bin_dir/lockstep-coordinator" --listen 127.0.0.1:0 --state-dir "$work/state" \
-    --cluster '{"cluster": {"worker": ["127.0.0.1:1"]}}' \
-    --tls-cert "$dir/coordinator.crt" --tls-key "$dir/coordinator.key" \
-    --tls-ca "$dir/ca.crt" >"$fifo" 2>"$work/coordinator.log" &
+  "$bin_dir/lockstep-coordinator" --listen 127.0.0.1:0 --state-dir "$work/$name-state" \
+    --tls-cert "$dir/$name.crt" --tls-key "$dir/$name.key" \
+    --tls-ca "$dir/ca.crt" "$@" >"$fifo" 2>"$work/$name.log" &
   pids+=($!)
   # Its first line ends with the address it listens on.
-  exec 3<"$fifo"
-  if ! read -r line <&3; then
-    cat "$work/coordinator.log"
-    fail "the coordinator did not start with the script's certificates"
-    return
+  exec {fd}<"$fifo"
+  if ! read -r line <&"$fd"; then
+    cat "$work/$name.log"
+    fail "the coordinator did not start with $name's certificate"
+    return 1
   fi
-  cat <&3 >/dev/null &
+  cat <&"$fd" >/dev/null &
   pids+=($!)
   address=${line##* }
+}
+
+run_cluster() {
+  start_coordinator coordinator --cluster '{"cluster": {"worker": ["127.0.0.1:1"]}}' || return
   "$bin_dir/lockstep-worker" --coordinator "$address" --task-type worker \
     --task-index 0 --threads 1 --device cpu \
     --tls-cert "$dir/worker-worker-0.crt" --tls-key "$dir/worker-worker-0.key" \
@@ -238,21 +245,7 @@ run_cluster() {
 run_impostor() {
   "$certs" --dir "$dir" free-worker mallory 127.0.0.1 >/dev/null
   local impostor=free-mallory
-  local fifo="$work/impostor.out" line
-  mkfifo "$fifo"
-  "$bin_dir/lockstep-coordinator" --listen 127.0.0.1:0 --state-dir "$work/impostor-state" \
-    --tls-cert "$dir/$impostor.crt" --tls-key "$dir/$impostor.key" \
-    --tls-ca "$dir/ca.crt" >"$fifo" 2>"$work/impostor.log" &
-  pids+=($!)
-  exec 4<"$fifo"
-  if ! read -r line <&4; then
-    cat "$work/impostor.log"
-    fail "the impostor coordinator did not start"
-    return
-  fi
-  cat <&4 >/dev/null &
-  pids+=($!)
-  address=${line##* }
+  start_coordinator "$impostor" || return
   checks=$((checks + 1))
   if as_identity operator-alice "$bin_dir/lockstep" submit \
     "$source_dir/examples/fashion_mnist_mlp.json" >"$work/impostor-submit.out" 2>&1; then
@@ -271,7 +264,7 @@ run_impostor() {
   check "the worker names the wrong identity" \
     grep -q "not the coordinator's" "$work/impostor-worker.log"
   check "the impostor saw no registration" \
-    bash -c "! grep -q 'registered ' '$work/impostor.log'"
+    bash -c "! grep -q 'registered ' '$work/$impostor.log'"
 }
 
 if [ -n "$bin_dir" ]; then
