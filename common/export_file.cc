@@ -128,11 +128,10 @@ absl::Status CheckExportTarget(const std::string& path,
   // The size first: a file of another size is refused without reading it
   // (it may be large, and is not ours either way).
   const int64_t found_size = static_cast<int64_t>(st.st_size);
-  const std::string recorded =
-      absl::StrCat(kMarkerHeader, "\njob ", MarkerField(*marker, "job"),
-                   "\nsubmitted_by ", submitted_by, "\n");
-  if (!absl::StartsWith(
-          *marker, absl::StrCat(recorded, "size ", found_size, "\nsha256 "))) {
+  // The marker's own job: a job of the same submitter may replace it.
+  const ExportOwner recorded = {MarkerField(*marker, "job"), submitted_by};
+  if (!absl::StartsWith(*marker, absl::StrCat(OwnerLines(recorded), "size ",
+                                              found_size, "\nsha256 "))) {
     return NotOurs(path, absl::StrCat("exists and is no longer the model "
                                       "lockstep exported there (it has ",
                                       found_size,
@@ -141,8 +140,7 @@ absl::Status CheckExportTarget(const std::string& path,
   }
   int64_t size = 0;
   auto sha256 = HashRegularFile(path, &size);
-  if (!sha256.ok() || *marker != absl::StrCat(recorded, "size ", size,
-                                              "\nsha256 ", *sha256, "\n")) {
+  if (!sha256.ok() || *marker != MarkerOf(recorded, size, *sha256)) {
     return NotOurs(path,
                    "exists and is no longer the model lockstep exported "
                    "there (its bytes changed)");
