@@ -53,20 +53,23 @@ absl::StatusOr<v1::JobStatus> FetchJob(v1::Coordinator::Stub* stub,
       return absl::NotFoundError(absl::StrCat("no job ", job));
     }
     v1::JobStatus& page = *response.mutable_jobs(0);
+    // Read before the first page is moved into `status`.
+    const int64_t got = page.step_losses_size();
+    const int64_t size = page.history_size();
     if (request.history_offset() == 0) {
       status = std::move(page);
-    } else if (page.history_offset() != request.history_offset()) {
-      // The history was rewritten under us (a resume repeated steps):
-      // start again from its beginning.
+    } else if (page.history_offset() != request.history_offset() ||
+               page.loss_stride() != status.loss_stride()) {
+      // The history was rewritten under us (a resume repeated steps, or it
+      // passed 2^20 losses and was thinned): start again from its beginning.
       request.set_history_offset(0);
       continue;
     } else {
       status.mutable_step_losses()->Add(page.step_losses().begin(),
                                         page.step_losses().end());
     }
-    const int64_t next = request.history_offset() + page.step_losses_size();
-    if (!history || page.step_losses_size() == 0 ||
-        next >= page.history_size()) {
+    const int64_t next = request.history_offset() + got;
+    if (!history || got == 0 || next >= size) {
       status.set_history_offset(0);
       return status;
     }

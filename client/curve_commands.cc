@@ -63,8 +63,9 @@ std::string MetricsJson(const v1::JobStatus& status) {
   auto* steps = f["steps"].mutable_list_value();
   for (int i = 0; i < status.step_losses_size(); ++i) {
     auto& row = *steps->add_values()->mutable_struct_value()->mutable_fields();
-    row["step"].set_number_value(i + 1);
-    row["samples_seen"].set_number_value(static_cast<double>(i + 1) * global);
+    const double step = static_cast<double>(HistoryStep(status, i));
+    row["step"].set_number_value(step);
+    row["samples_seen"].set_number_value(step * global);
     row["loss"].set_number_value(status.step_losses(i));
   }
   auto* evals = f["evals"].mutable_list_value();
@@ -84,25 +85,40 @@ std::string MetricsJson(const v1::JobStatus& status) {
   return ToJson(out);
 }
 
-// `lockstep metrics --csv`: one row per step, the test columns filled at
-// the steps where the test set was evaluated.
+// `lockstep metrics --csv`: one row per step of the loss history (every
+// step's until 2^20, then every loss_stride-th), the test columns filled at
+// the steps where the test set was evaluated; an evaluation at a step the
+// history thinned out gets its own row with an empty loss.
 void PrintMetricsCsv(const v1::JobStatus& status) {
   const int global = GlobalBatch(status);
   std::map<int64_t, const v1::EvalPoint*> evals;
   for (const v1::EvalPoint& eval : status.evals()) evals[eval.step()] = &eval;
-  std::cout << "step,samples_seen,loss,test_accuracy,test_loss\n";
-  for (int i = 0; i < status.step_losses_size(); ++i) {
-    const int64_t step = i + 1;
-    std::cout << step << "," << step * global << ","
-              << absl::StrFormat("%.9g", status.step_losses(i));
-    auto it = evals.find(step);
-    if (it != evals.end()) {
-      std::cout << absl::StrFormat(",%.6f,%.6f", it->second->test_accuracy(),
-                                   it->second->test_loss());
+  auto row = [&](int64_t step, std::string loss, const v1::EvalPoint* eval) {
+    std::cout << step << "," << step * global << "," << loss;
+    if (eval != nullptr) {
+      std::cout << absl::StrFormat(",%.6f,%.6f", eval->test_accuracy(),
+                                   eval->test_loss());
     } else {
       std::cout << ",,";
     }
     std::cout << "\n";
+  };
+  std::cout << "step,samples_seen,loss,test_accuracy,test_loss\n";
+  auto next_eval = evals.begin();
+  for (int i = 0; i < status.step_losses_size(); ++i) {
+    const int64_t step = HistoryStep(status, i);
+    for (; next_eval != evals.end() && next_eval->first < step; ++next_eval) {
+      row(next_eval->first, "", next_eval->second);
+    }
+    const v1::EvalPoint* eval = nullptr;
+    if (next_eval != evals.end() && next_eval->first == step) {
+      eval = next_eval->second;
+      ++next_eval;
+    }
+    row(step, absl::StrFormat("%.9g", status.step_losses(i)), eval);
+  }
+  for (; next_eval != evals.end(); ++next_eval) {
+    row(next_eval->first, "", next_eval->second);
   }
   std::cout.flush();
 }
@@ -162,9 +178,10 @@ absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
                      job.plan().per_replica_batch_size(), ")");
     Curve step{label, {}, {}}, samples{label, {}, {}};
     for (int i = 0; i < job.step_losses_size(); ++i) {
-      step.x.push_back(i + 1);
+      const double at = static_cast<double>(HistoryStep(job, i));
+      step.x.push_back(at);
       step.y.push_back(job.step_losses(i));
-      samples.x.push_back(static_cast<double>(i + 1) * GlobalBatch(job));
+      samples.x.push_back(at * GlobalBatch(job));
       samples.y.push_back(job.step_losses(i));
     }
     by_step.push_back(std::move(step));

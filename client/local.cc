@@ -299,8 +299,8 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
     std::ofstream out(args_.Get("metrics-out"));
     out << "step,loss\n";
     for (int i = 0; i < status.step_losses_size(); ++i) {
-      out << i + 1 << "," << absl::StrFormat("%.9g", status.step_losses(i))
-          << "\n";
+      out << HistoryStep(status, i) << ","
+          << absl::StrFormat("%.9g", status.step_losses(i)) << "\n";
     }
     if (!out) {
       std::cerr << "lockstep: cannot write " << args_.Get("metrics-out")

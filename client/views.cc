@@ -94,6 +94,10 @@ std::string ThroughputText(const v1::JobStatus& status) {
   return absl::StrFormat("%.0f samples/s", status.samples_per_second());
 }
 
+int64_t HistoryStep(const v1::JobStatus& status, int index) {
+  return index * std::max<int64_t>(1, status.loss_stride()) + 1;
+}
+
 int GlobalBatch(const v1::JobStatus& status) {
   if (status.plan().global_batch_size() > 0) {
     return status.plan().global_batch_size();

@@ -66,6 +66,10 @@ std::string StateName(v1::JobState state);
 // The job's global batch: its plan's, else what its spec asks for.
 int GlobalBatch(const v1::JobStatus& status);
 
+// The step whose loss is the history's `index`th (JobStatus.loss_stride:
+// past 2^20 steps the history keeps every second loss, then every fourth...).
+int64_t HistoryStep(const v1::JobStatus& status, int index);
+
 }  // namespace lockstep::client
 
 #endif  // LOCKSTEP_CLIENT_VIEWS_H_

@@ -256,6 +256,7 @@ v1::JobStatus Coordinator::ReportLocked(const Job& job, bool include_history,
                                       history.begin() + to);
     status.set_history_offset(from);
     status.set_history_size(size);
+    status.set_loss_stride(LossStride(job.status));
   }
   if (job.status.state() == v1::JOB_STATE_RUNNING) {
     status.set_stall(workers_.Stall(

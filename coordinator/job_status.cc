@@ -19,8 +19,11 @@ void AddResumedEvent(v1::JobStatus& status, const v1::ProgressReport& report,
       (report.resumed_at_step() <= 0 && status.generation() <= 1)) {
     return;
   }
-  const int64_t known =
-      std::max<int64_t>(status.step_losses_size(), status.applied_step());
+  const int64_t recorded =
+      status.step_losses_size() == 0
+          ? 0
+          : (status.step_losses_size() - 1) * LossStride(status) + 1;
+  const int64_t known = std::max<int64_t>(recorded, status.applied_step());
   int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
   std::string source =
       report.state_source_rank() >= 0
@@ -62,6 +65,38 @@ void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
   eval->set_time(now);
 }
 
+// Keeps every second loss of the history and doubles its stride.
+void HalveLossHistory(v1::JobStatus& status) {
+  auto* losses = status.mutable_step_losses();
+  const int kept = (losses->size() + 1) / 2;
+  for (int i = 1; i < kept; ++i) losses->Set(i, losses->Get(2 * i));
+  losses->Truncate(kept);
+  status.set_loss_stride(LossStride(status) * 2);
+}
+
+// Writes the report's losses into the history from its first_step, which
+// may repeat steps (a resume) or, rarely, skip some (recorded as 0).
+void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
+  auto* losses = status.mutable_step_losses();
+  int64_t stride = LossStride(status);
+  // The history's index of the first loss at or after first_step; a gap
+  // that long is not recorded (a step far past anything trained).
+  const int64_t from = (report.first_step() + stride - 1) / stride;
+  if (from > kMaxLossHistory) return;
+  losses->Resize(static_cast<int>(from), 0.0f);
+  int64_t step = report.first_step();
+  for (float loss : report.step_losses()) {
+    if (step % stride == 0) {
+      if (losses->size() == kMaxLossHistory) {
+        HalveLossHistory(status);
+        stride = LossStride(status);
+      }
+      if (step % stride == 0) losses->Add(loss);
+    }
+    ++step;
+  }
+}
+
 }  // namespace
 
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
@@ -95,6 +130,10 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
   }
 }
 
+int64_t LossStride(const v1::JobStatus& status) {
+  return std::max<int64_t>(1, status.loss_stride());
+}
+
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
                    double now) {
   AddResumedEvent(status, report, now);
@@ -107,16 +146,7 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
   status.set_total_steps(report.total_steps());
   status.set_samples_per_second(report.samples_per_second());
   if (report.first_step() >= 0 && report.step_losses_size() > 0) {
-    // The history keeps the losses of the first kMaxLossHistory steps; the
-    // current loss is shown whatever the step.
-    if (report.first_step() < kMaxLossHistory) {
-      auto* losses = status.mutable_step_losses();
-      losses->Resize(static_cast<int>(report.first_step()), 0.0f);
-      for (float loss : report.step_losses()) {
-        if (losses->size() >= kMaxLossHistory) break;
-        losses->Add(loss);
-      }
-    }
+    RecordLosses(status, report);
     status.set_loss(report.step_losses(report.step_losses_size() - 1));
   }
   status.set_tokens_per_second(report.tokens_per_second());
@@ -128,8 +158,12 @@ void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
 
 void NoteAppliedStep(v1::JobStatus& status, int64_t step) {
   if (step <= status.applied_step()) return;
-  // A step past the plan's end is no step this job trained.
+  // A step past the plan's end, or past the spec's max_steps (before any
+  // plan was reported), is no step this job trained.
   if (status.total_steps() > 0 && step > status.total_steps()) return;
+  if (status.spec().max_steps() > 0 && step > status.spec().max_steps()) {
+    return;
+  }
   status.set_applied_step(step);
 }
 

@@ -17,9 +17,14 @@
 
 namespace lockstep::coordinator {
 
-// Per-step losses a job's status keeps (4 MiB of floats): the loss curve of
-// the first million steps; a longer job's later losses are not kept.
+// Losses a job's loss history keeps (4 MiB of floats): every step's for
+// the first 2^20 steps; past that every second one, then every fourth, ...
+// (JobStatus.loss_stride), so the curve always spans the whole job.
 inline constexpr int kMaxLossHistory = 1 << 20;
+
+// The steps between two losses of the history (JobStatus.loss_stride; 1 for
+// a status that does not set it).
+int64_t LossStride(const v1::JobStatus& status);
 
 // Events a job keeps: the newest kMaxEvents, each message cut to
 // kMaxEventMessageBytes, so one job's status stays far below gRPC's 4 MiB
@@ -39,7 +44,9 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
 
 // Applies the chief's progress report of the running generation: step,
 // epoch, throughput, the loss history (a report rewrites it from its
-// first_step, so the history holds one loss per step trained, never more),
+// first_step, so the history holds one loss per step trained, or per
+// loss_stride steps, never more; a report that would leave a gap past
+// kMaxLossHistory losses is not recorded in it),
 // evaluations, warnings and, in a generation's first report, where it
 // resumed.
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,

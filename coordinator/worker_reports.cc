@@ -55,11 +55,12 @@ bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
 // before this.
 void RefuseReport(const Worker& worker, absl::string_view what,
                   absl::string_view why) {
-  LogRefusal(absl::PermissionDeniedError(
-      absl::StrCat("worker ", worker.id, " (", worker.identity, " at ",
-                   worker.peer, "), rank ", worker.rank, " of job ",
-                   worker.job_id, " generation ", worker.generation, ", sent ",
-                   what, " over its session: ", why, "; ignored")));
+  LogRefusal(absl::PermissionDeniedError(absl::StrCat(
+                 "worker ", worker.id, " (", worker.identity, " at ",
+                 worker.peer, "), rank ", worker.rank, " of job ",
+                 worker.job_id, " generation ", worker.generation, ", sent ",
+                 what, " over its session: ", why, "; ignored")))
+      .IgnoreError();
 }
 
 // The most steps the job may train, by what the coordinator itself knows:

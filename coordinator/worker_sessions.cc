@@ -19,8 +19,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const Caller& caller, const v1::RegisterWorkerRequest& request) {
   RETURN_IF_ERROR(AuthorizeRole(caller, Call::kRegisterWorker));
   if (absl::Status bad = CheckRegistration(request); !bad.ok()) {
-    LogRefusal(absl::Status(
-        bad.code(), absl::StrCat("refusing a registration: ", bad.message())));
+    LogRefusal(
+        absl::Status(bad.code(),
+                     absl::StrCat("refusing a registration: ", bad.message())))
+        .IgnoreError();
     return bad;
   }
   RETURN_IF_ERROR(AuthorizeTaskClaim(caller, request));

@@ -13,12 +13,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "common/job_spec.h"
 #include "common/tls.h"
@@ -463,6 +466,193 @@ TEST_F(SecurityTest, ARevokedWorkerIsCutOffUntilItIsAllowedAgain) {
   StartWorker(1);
   EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED)
       << History(job);
+}
+
+// A client holding a real worker certificate of the cluster's CA that
+// speaks the worker protocol itself: it registers as its task, opens a
+// session and sends whatever it likes instead of training (issue 27 #4: a
+// compromised worker certificate).
+class RogueWorker {
+ public:
+  RogueWorker(const std::string& address, int index)
+      : files_(IssueTestCertificate(
+            absl::StrCat("spiffe://lockstep/worker/worker/", index))) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = ReadFileToString(files_.ca_file).value_or("");
+    options.pem_cert_chain = ReadFileToString(files_.cert_file).value_or("");
+    options.pem_private_key = ReadFileToString(files_.key_file).value_or("");
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(address, grpc::SslCredentials(options)));
+    v1::RegisterWorkerRequest request;
+    request.mutable_task()->set_type("worker");
+    request.mutable_task()->set_index(index);
+    request.set_incarnation(0x7000 + index);
+    request.set_host("127.0.0.1");
+    v1::RegisterWorkerResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(20));
+    grpc::Status status = stub_->RegisterWorker(&context, request, &response);
+    EXPECT_TRUE(status.ok())
+        << "worker:" << index << " " << status.error_message();
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::minutes(3));
+    stream_ = stub_->WorkerSession(&context_);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id(response.worker_id());
+    hello.mutable_hello()->set_incarnation(0x7000 + index);
+    Send(hello);
+  }
+
+  ~RogueWorker() {
+    context_.TryCancel();
+    stream_->Finish();
+  }
+
+  void Send(const v1::WorkerMessage& message) {
+    EXPECT_TRUE(stream_->Write(message)) << "the session ended";
+  }
+
+  // The next assignment the coordinator sends (a failed test when the
+  // session ends first).
+  v1::Assignment NextAssignment() {
+    v1::CoordinatorCommand command;
+    while (stream_->Read(&command)) {
+      if (command.has_assignment()) return command.assignment();
+    }
+    ADD_FAILURE() << "the session ended before an assignment";
+    return v1::Assignment();
+  }
+
+ private:
+  TlsOptions files_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorCommand>>
+      stream_;
+};
+
+// A cluster of `workers` tasks whose coordinator runs alone: the test's
+// rogue workers take the tasks.
+class RogueWorkerTest : public SecurityTest {
+ protected:
+  void StartCoordinatorAlone(int workers) {
+    dir_ = TempDir("cluster");
+    workers_ = workers;
+    StartCoordinator("127.0.0.1:0");
+  }
+};
+
+// Issue 27 #4, with real certificates over real gRPC: both ranks of a job
+// held by rogue clients reported success at step 999,999 of a 1,000-step
+// plan with a forged digest, the chief a progress of step 1048576/1000 and
+// a checkpoint commit for a job that saves none. The job fails naming the
+// rank and the step, and nothing forged is shown as the job's.
+TEST_F(RogueWorkerTest, TwoRogueWorkersCannotForgeAJobsOutcome) {
+  StartCoordinatorAlone(2);
+  RogueWorker chief(address_, 0), other(address_, 1);
+  const std::string job = Submit({"max_steps=1000", "global_batch_size=64"});
+  ASSERT_FALSE(job.empty());
+  const v1::Assignment assigned = chief.NextAssignment();
+  ASSERT_EQ(assigned.job_id(), job);
+  ASSERT_EQ(assigned.rank(), 0);
+  ASSERT_EQ(other.NextAssignment().rank(), 1);
+
+  v1::WorkerMessage progress;
+  progress.mutable_progress()->set_job_id(job);
+  progress.mutable_progress()->set_generation(assigned.generation());
+  progress.mutable_progress()->set_step(1048576);
+  progress.mutable_progress()->set_total_steps(1000);
+  chief.Send(progress);
+  v1::WorkerMessage committed;
+  v1::CheckpointCommitted* c = committed.mutable_committed();
+  c->set_job_id(job);
+  c->set_generation(assigned.generation());
+  c->set_step(999999999);
+  c->set_ok(true);
+  c->set_name("ckpt-999999999");
+  chief.Send(committed);
+  for (auto [worker, rank] : {std::pair{&chief, 0}, std::pair{&other, 1}}) {
+    v1::WorkerMessage result;
+    v1::TaskResult* r = result.mutable_result();
+    r->set_job_id(job);
+    r->set_generation(assigned.generation());
+    r->set_rank(rank);
+    r->set_ok(true);
+    r->set_steps(999999);
+    r->set_model_digest("forged-digest-0000");
+    worker->Send(result);
+  }
+
+  v1::JobStatus done = WatchUntil(job, Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FAILED) << History(job);
+  EXPECT_THAT(done.error(),
+              AllOf(HasSubstr("step 999999"), HasSubstr("max_steps 1000")));
+  EXPECT_NE(done.step(), 1048576);
+  EXPECT_LE(done.applied_step(), 1000);
+  EXPECT_EQ(done.checkpoints_size(), 0);
+  EXPECT_EQ(FindEvent(done, "checkpoint_committed"), nullptr);
+  // `lockstep status` says it failed, not that it succeeded.
+  Result status = RunCommand({kBin + "/lockstep", "status", job},
+                             {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_THAT(status.out, HasSubstr("failed")) << status.err;
+}
+
+// Issue 27 #7: a loss history of 2^20 steps broke `lockstep metrics`. A
+// chief that reports 3 x 2^20 + 5 losses over real gRPC: the history is
+// thinned to every fourth step, spans the whole job, and the CLI follows
+// its pages (status, metrics as CSV and JSON).
+TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
+  StartCoordinatorAlone(1);
+  RogueWorker chief(address_, 0);
+  const int64_t steps = 3 * (int64_t{1} << 20) + 5;
+  const std::string job = Submit(
+      {absl::StrCat("max_steps=", steps + 1000), "global_batch_size=64"});
+  ASSERT_FALSE(job.empty());
+  const v1::Assignment assigned = chief.NextAssignment();
+  ASSERT_EQ(assigned.job_id(), job);
+  const int64_t per_report = int64_t{1} << 18;
+  for (int64_t first = 0; first < steps; first += per_report) {
+    const int64_t last = std::min(steps, first + per_report);
+    v1::WorkerMessage message;
+    v1::ProgressReport* p = message.mutable_progress();
+    p->set_job_id(job);
+    p->set_generation(assigned.generation());
+    p->set_first_step(first);
+    p->set_step(last);
+    p->set_total_steps(steps + 1000);
+    // Loss of step s (from 1): s, exact in a float below 2^24.
+    for (int64_t s = first + 1; s <= last; ++s) {
+      p->add_step_losses(static_cast<float>(s));
+    }
+    chief.Send(message);
+  }
+  WatchUntil(job, [&](const v1::JobStatus& s) { return s.step() >= steps; });
+
+  Result status = RunCommand({kBin + "/lockstep", "status", job},
+                             {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(status.code, 0) << status.err;
+  Result csv = RunCommand({kBin + "/lockstep", "metrics", job, "--csv"},
+                          {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  const std::vector<std::string> rows =
+      absl::StrSplit(csv.out, '\n', absl::SkipEmpty());
+  // A header, then steps 1, 5, 9, ..., 3 x 2^20 + 5.
+  ASSERT_EQ(rows.size(), 1 + (steps + 3) / 4);
+  EXPECT_EQ(rows[1], "1,64,1,,");
+  EXPECT_EQ(rows[2], "5,320,5,,");
+  EXPECT_EQ(rows.back(),
+            absl::StrCat(steps, ",", steps * 64, ",", steps, ",,"));
+  Result json = RunCommand({kBin + "/lockstep", "metrics", job, "--json"},
+                           {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const google::protobuf::Struct metrics = LastJsonLine(json.out);
+  const auto& points = metrics.fields().at("steps").list_value().values();
+  ASSERT_EQ(points.size(), rows.size() - 1);
+  const auto& last = points.rbegin()->struct_value().fields();
+  EXPECT_EQ(last.at("step").number_value(), steps);
+  EXPECT_EQ(last.at("loss").number_value(), steps);
 }
 
 }  // namespace

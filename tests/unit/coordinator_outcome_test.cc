@@ -60,6 +60,8 @@ TEST_F(CoordinatorTest, StepsPastMaxStepsAreNotBelieved) {
   EXPECT_THAT(status.error(),
               AllOf(HasSubstr("rank 1"), HasSubstr("step 999999"),
                     HasSubstr("max_steps 1000")));
+  // Nor is the forged step taken as where the job got to.
+  EXPECT_EQ(status.applied_step(), 0);
 }
 
 // Every rank agreeing on a step short of the plan's end is not success.

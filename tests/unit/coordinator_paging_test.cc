@@ -87,6 +87,46 @@ TEST_F(PagingTest, TheLossHistoryComesInBoundedPages) {
   EXPECT_EQ(past->jobs(0).history_offset(), steps);
 }
 
+// Past 2^20 steps the history keeps every second loss, then every fourth:
+// 3 x 2^20 + 5 steps leave the losses of steps 1, 5, 9, ..., the last one
+// included, and a resume in the middle of a stride rewrites from there.
+TEST_F(PagingTest, ALongerHistoryIsThinnedAndSpansTheJob) {
+  Make();
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  const int64_t steps = 3 * int64_t{kMaxLossHistory} + 5;
+  ReportLosses(worker, job, steps);
+  auto page = HistoryPage(job, 0, 0);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->jobs(0).loss_stride(), 4);
+  EXPECT_EQ(page->jobs(0).history_size(), (steps + 3) / 4);
+  auto tail = HistoryPage(job, (steps + 3) / 4 - 2, 0);
+  ASSERT_TRUE(tail.ok());
+  // Loss i of the report is step i + 1's.
+  EXPECT_THAT(tail->jobs(0).step_losses(),
+              ::testing::ElementsAre(steps - 5, steps - 1));
+  for (int i = 0; i < page->jobs(0).step_losses_size(); ++i) {
+    ASSERT_EQ(page->jobs(0).step_losses(i), static_cast<float>(4 * i));
+  }
+
+  // The job resumes at step 2^21 + 2 (index 2^21 + 1, inside a stride):
+  // the history is cut after step 2^21 + 1 and goes on from there.
+  const int64_t resumed = (int64_t{2} << 20) + 1;
+  v1::WorkerMessage message = Progress(job, 1, resumed + 8, steps);
+  message.mutable_progress()->set_first_step(resumed);
+  for (int64_t i = resumed; i < resumed + 8; ++i) {
+    message.mutable_progress()->add_step_losses(-static_cast<float>(i));
+  }
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, message).ok());
+  auto resumed_page = HistoryPage(job, (int64_t{1} << 19) - 1, 0);
+  ASSERT_TRUE(resumed_page.ok());
+  EXPECT_EQ(resumed_page->jobs(0).history_size(), (int64_t{1} << 19) + 3);
+  EXPECT_THAT(resumed_page->jobs(0).step_losses(),
+              ::testing::ElementsAre(resumed - 5, resumed - 1, -(resumed + 3),
+                                     -(resumed + 7)));
+}
+
 TEST_F(PagingTest, OutOfRangePagesAreRefused) {
   Make();
   std::string job = *coordinator_->SubmitJob(Spec(1));
