@@ -133,6 +133,19 @@ Caller ParseIdentity(absl::string_view spiffe_id) {
   return caller;
 }
 
+std::string WhyNotAScraper(absl::string_view spiffe_id) {
+  const Caller caller = spiffe_id.empty()
+                            ? Unknown("the certificate has no single SPIFFE ID")
+                            : ParseIdentity(spiffe_id);
+  if (caller.role == Role::kViewer || caller.role == Role::kOperator) {
+    return "";
+  }
+  return absl::StrCat(caller.ToString(),
+                      " may not read /metrics: it needs a viewer or operator "
+                      "identity (spiffe://lockstep/viewer/NAME, e.g. from "
+                      "`lockstep-certs viewer prometheus`)");
+}
+
 Caller CallerOf(const grpc::AuthContext* auth, absl::string_view peer,
                 bool insecure) {
   Caller caller;

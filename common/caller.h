@@ -68,6 +68,12 @@ struct Caller {
 // lockstep does not know gives Role::kNone with `id` saying why.
 Caller ParseIdentity(absl::string_view spiffe_id);
 
+// Why the holder of a verified client certificate with `spiffe_id` ("" when
+// it has none) may not read a daemon's /metrics under --metrics-tls; ""
+// when it may. Viewers and operators may: Prometheus scrapes with a viewer
+// certificate.
+std::string WhyNotAScraper(absl::string_view spiffe_id);
+
 // The caller of a call on a server with mutual TLS (`auth` from the call's
 // context; null or unauthenticated: no certificate). With `insecure` set
 // (the daemon runs --insecure) every caller is Role::kInsecure.

@@ -1,20 +1,32 @@
 #include "common/metrics_http.h"
 
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/caller.h"
+#include "common/log.h"
 
 namespace lockstep::metrics {
 
 struct HttpServerAccess {
   static const HttpServer::Render& render(const HttpServer& server) {
     return server.render_;
+  }
+  static const std::optional<HttpsOptions>& https(const HttpServer& server) {
+    return server.https_;
   }
 };
 
@@ -49,6 +61,76 @@ MHD_Result Reply(MHD_Connection* connection, unsigned status,
   return queued;
 }
 
+// TLS 1.2 and 1.3 only, GnuTLS' normal ciphers.
+constexpr char kTlsPriorities[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
+// A PEM file larger than this is not a certificate, key or CA bundle.
+constexpr std::streamoff kMaxPemBytes = 1 << 20;
+
+// Why the connection's client may not scrape, with the HTTP status to say
+// it with; status 0 when it may.
+struct Refusal {
+  unsigned status = 0;
+  std::string why;
+};
+
+// The SPIFFE IDs (spiffe:// URI names) of a DER certificate.
+std::vector<std::string> SpiffeIds(const gnutls_datum_t& der) {
+  std::vector<std::string> ids;
+  gnutls_x509_crt_t cert = nullptr;
+  if (gnutls_x509_crt_init(&cert) < 0) return ids;
+  if (gnutls_x509_crt_import(cert, &der, GNUTLS_X509_FMT_DER) >= 0) {
+    for (unsigned i = 0; i < 64; ++i) {
+      char name[1024];
+      size_t size = sizeof(name);
+      const int type =
+          gnutls_x509_crt_get_subject_alt_name(cert, i, name, &size, nullptr);
+      if (type < 0 && type != GNUTLS_E_SHORT_MEMORY_BUFFER) break;
+      if (type == GNUTLS_SAN_URI &&
+          absl::StartsWith(absl::string_view(name, size), "spiffe://")) {
+        ids.emplace_back(name, size);
+      }
+    }
+  }
+  gnutls_x509_crt_deinit(cert);
+  return ids;
+}
+
+Refusal CheckClient(MHD_Connection* connection, const HttpsOptions& https) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  auto session = static_cast<gnutls_session_t>(
+      info != nullptr ? info->tls_session : nullptr);
+  if (session == nullptr) return {MHD_HTTP_FORBIDDEN, "no TLS session"};
+  unsigned count = 0;
+  const gnutls_datum_t* chain = gnutls_certificate_get_peers(session, &count);
+  if (chain == nullptr || count == 0) {
+    return {MHD_HTTP_UNAUTHORIZED,
+            "no client certificate: this /metrics (--metrics-tls) answers "
+            "only a certificate signed by the cluster's CA, e.g. a viewer's "
+            "from `lockstep-certs viewer prometheus`"};
+  }
+  unsigned verdict = 0;
+  const int verified = gnutls_certificate_verify_peers2(session, &verdict);
+  if (verified < 0 || verdict != 0) {
+    std::string reason = verified < 0 ? gnutls_strerror(verified) : "";
+    gnutls_datum_t text{};
+    if (verified >= 0 && gnutls_certificate_verification_status_print(
+                             verdict, GNUTLS_CRT_X509, &text, 0) >= 0) {
+      reason.assign(reinterpret_cast<const char*>(text.data), text.size);
+      gnutls_free(text.data);
+    }
+    return {MHD_HTTP_FORBIDDEN,
+            absl::StrCat("the client certificate does not verify against "
+                         "the cluster's CA: ",
+                         reason)};
+  }
+  const std::vector<std::string> ids = SpiffeIds(chain[0]);
+  const std::string why =
+      https.authorize ? https.authorize(ids.size() == 1 ? ids[0] : "") : "";
+  if (!why.empty()) return {MHD_HTTP_FORBIDDEN, why};
+  return {};
+}
+
 MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url,
                   const char* method, const char* /*version*/,
                   const char* /*upload_data*/, size_t* upload_data_size,
@@ -58,6 +140,12 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url,
   *upload_data_size = 0;
   const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
                    std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  if (const auto& https = HttpServerAccess::https(server); https) {
+    const Refusal refusal = CheckClient(connection, *https);
+    if (refusal.status != 0) {
+      return Reply(connection, refusal.status, refusal.why + "\n", nullptr);
+    }
+  }
   if (std::strcmp(url, "/metrics") != 0) {
     return Reply(connection, MHD_HTTP_NOT_FOUND,
                  "only /metrics is served here\n", nullptr);
@@ -93,12 +181,130 @@ absl::Status SplitListen(const std::string& listen, std::string* host,
 
 }  // namespace
 
+HttpsOptions MetricsHttps(
+    const std::string& cert_file, const std::string& key_file,
+    const std::string& ca_file,
+    std::function<std::string(const std::string& spiffe_id)> refuse) {
+  HttpsOptions https;
+  https.cert_file = cert_file;
+  https.key_file = key_file;
+  https.ca_file = ca_file;
+  https.authorize = [refuse = std::move(refuse)](const std::string& id) {
+    std::string why = WhyNotAScraper(id);
+    if (why.empty() && refuse) why = refuse(id);
+    return why;
+  };
+  return https;
+}
+
+MHD_Daemon* HttpServer::StartDaemon(const void* address, bool ipv6, int port,
+                                    int listen_fd, const Pems* pems) {
+  std::vector<MHD_OptionItem> options;
+  if (listen_fd >= 0) {
+    options.push_back({MHD_OPTION_LISTEN_SOCKET, listen_fd, nullptr});
+  } else {
+    options.push_back({MHD_OPTION_SOCK_ADDR, 0, const_cast<void*>(address)});
+  }
+  options.push_back({MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, nullptr});
+  options.push_back(
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress, nullptr});
+  options.push_back(
+      {MHD_OPTION_CONNECTION_TIMEOUT, kConnectionTimeoutSeconds, nullptr});
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+  if (ipv6) flags |= MHD_USE_IPv6;
+  if (pems != nullptr) {
+    // The ITC lets a reload quiesce this daemon and hand its socket on.
+    flags |= MHD_USE_TLS | MHD_USE_ITC;
+    options.push_back(
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(pems->cert.c_str())});
+    options.push_back(
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(pems->key.c_str())});
+    // With a trust list libmicrohttpd asks every client for a certificate;
+    // CheckClient decides on it.
+    options.push_back(
+        {MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(pems->ca.c_str())});
+    options.push_back(
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(kTlsPriorities)});
+  }
+  options.push_back({MHD_OPTION_END, 0, nullptr});
+  return MHD_start_daemon(flags, static_cast<uint16_t>(port), nullptr, nullptr,
+                          &Handle, this, MHD_OPTION_ARRAY, options.data(),
+                          MHD_OPTION_END);
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().empty() ||
+      static_cast<std::streamoff>(text.str().size()) > kMaxPemBytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--metrics-tls: cannot read ", what, " ", path,
+        " (missing, empty or over 1 MiB); it is the --tls-cert, --tls-key "
+        "or --tls-ca file the daemon serves gRPC with"));
+  }
+  return text.str();
+}
+
+// Whether GnuTLS takes the PEMs: a certificate and its key, and at least
+// one CA certificate. Errors: FailedPrecondition naming the file.
+absl::Status CheckPems(const std::string& cert, const std::string& key,
+                       const std::string& ca, const HttpsOptions& https) {
+  gnutls_certificate_credentials_t credentials = nullptr;
+  if (gnutls_certificate_allocate_credentials(&credentials) < 0) {
+    return absl::ResourceExhaustedError("GnuTLS cannot allocate credentials");
+  }
+  auto datum = [](const std::string& text) {
+    return gnutls_datum_t{
+        reinterpret_cast<unsigned char*>(const_cast<char*>(text.data())),
+        static_cast<unsigned>(text.size())};
+  };
+  const gnutls_datum_t cert_datum = datum(cert), key_datum = datum(key),
+                       ca_datum = datum(ca);
+  absl::Status status;
+  const int pair = gnutls_certificate_set_x509_key_mem(
+      credentials, &cert_datum, &key_datum, GNUTLS_X509_FMT_PEM);
+  if (pair < 0) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "--metrics-tls: ", https.cert_file, " and ", https.key_file,
+        " are not a certificate and its key: ", gnutls_strerror(pair)));
+  } else if (const int cas = gnutls_certificate_set_x509_trust_mem(
+                 credentials, &ca_datum, GNUTLS_X509_FMT_PEM);
+             cas <= 0) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("--metrics-tls: ", https.ca_file,
+                     " holds no CA certificate GnuTLS can read",
+                     cas < 0 ? absl::StrCat(": ", gnutls_strerror(cas)) : ""));
+  }
+  gnutls_certificate_free_credentials(credentials);
+  return status;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const std::string& listen, Render render) {
+    const std::string& listen, Render render,
+    std::optional<HttpsOptions> https) {
   std::string host;
   int port = 0;
   if (absl::Status bad = SplitListen(listen, &host, &port); !bad.ok()) {
     return bad;
+  }
+  std::unique_ptr<Pems> pems;
+  if (https.has_value()) {
+    pems = std::make_unique<Pems>();
+    auto cert = ReadPem(https->cert_file, "the certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem(https->key_file, "the key");
+    if (!key.ok()) return key.status();
+    auto ca = ReadPem(https->ca_file, "the CA");
+    if (!ca.ok()) return ca.status();
+    if (absl::Status bad = CheckPems(*cert, *key, *ca, *https); !bad.ok()) {
+      return bad;
+    }
+    *pems = {*std::move(cert), *std::move(key), *std::move(ca)};
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -112,34 +318,99 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                                                    ": cannot resolve \"", host,
                                                    "\": ", gai_strerror(err)));
   }
-  std::unique_ptr<HttpServer> server(new HttpServer(std::move(render)));
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
-  if (found->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  std::unique_ptr<HttpServer> server(
+      new HttpServer(std::move(render), std::move(https)));
+  server->ipv6_ = found->ai_family == AF_INET6;
   errno = 0;
-  server->daemon_ = MHD_start_daemon(
-      flags, static_cast<uint16_t>(port), nullptr, nullptr, &Handle,
-      server.get(), MHD_OPTION_SOCK_ADDR, found->ai_addr,
-      MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress,
-      MHD_OPTION_CONNECTION_TIMEOUT, kConnectionTimeoutSeconds, MHD_OPTION_END);
+  MHD_Daemon* daemon =
+      server->StartDaemon(found->ai_addr, server->ipv6_, port, -1, pems.get());
   const int start_errno = errno;
   freeaddrinfo(found);
-  if (server->daemon_ == nullptr) {
+  if (daemon == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve metrics on ", listen, ": ",
         start_errno != 0 ? std::strerror(start_errno) : "libmicrohttpd failed",
         "; is the port taken, or the address not this machine's?"));
   }
   const MHD_DaemonInfo* info =
-      MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
+      MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = info != nullptr && info->port != 0 ? info->port : port;
   server->address_ = absl::StrCat(
       host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host,
       ":", server->port_);
+  {
+    std::lock_guard<std::mutex> lock(server->mu_);
+    server->daemon_ = daemon;
+    server->pems_ = std::move(pems);
+  }
+  if (server->https_.has_value()) {
+    HttpServer* self = server.get();
+    server->reloader_ = std::thread([self] { self->ReloadLoop(); });
+  }
   return server;
 }
 
+void HttpServer::ReloadLoop() {
+  const HttpsOptions& https = *https_;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, std::chrono::seconds(https.reload_seconds),
+                            [this] { return stopping_; })) {
+    lock.unlock();
+    auto cert = ReadPem(https.cert_file, "the certificate");
+    auto key = ReadPem(https.key_file, "the key");
+    auto ca = ReadPem(https.ca_file, "the CA");
+    absl::Status read = !cert.ok()  ? cert.status()
+                        : !key.ok() ? key.status()
+                        : !ca.ok()  ? ca.status()
+                                    : CheckPems(*cert, *key, *ca, https);
+    lock.lock();
+    if (stopping_) break;
+    ++reload_checks_;
+    if (!read.ok()) {
+      // Half rotated, or broken: the last good set keeps serving.
+      LogWarning("/metrics keeps its TLS files: ", read.message());
+      continue;
+    }
+    auto fresh = std::make_unique<Pems>(
+        Pems{*std::move(cert), *std::move(key), *std::move(ca)});
+    if (*fresh == *pems_) continue;
+    const MHD_socket listen_fd = MHD_quiesce_daemon(daemon_);
+    if (listen_fd == MHD_INVALID_SOCKET) {
+      LogWarning(
+          "/metrics cannot hand its socket on; the new TLS files "
+          "serve after a restart");
+      continue;
+    }
+    MHD_Daemon* next =
+        StartDaemon(nullptr, ipv6_, port_, listen_fd, fresh.get());
+    if (next == nullptr) {
+      LogWarning("/metrics cannot serve the new TLS files; keeping the old");
+      fresh = std::move(pems_);
+      next = StartDaemon(nullptr, ipv6_, port_, listen_fd, fresh.get());
+      if (next == nullptr) {
+        LogError(
+            "/metrics stopped: libmicrohttpd restarts on neither the "
+            "old nor the new TLS files; restart the daemon");
+      }
+    } else {
+      LogInfo("/metrics serves the renewed TLS files ", https.cert_file);
+    }
+    // The old daemon ends its connections (a scrape takes milliseconds);
+    // its PEMs go with it.
+    MHD_stop_daemon(daemon_);
+    daemon_ = next;
+    pems_ = std::move(fresh);
+    if (daemon_ == nullptr) break;
+  }
+}
+
 HttpServer::~HttpServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (reloader_.joinable()) reloader_.join();
   if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
 }
 

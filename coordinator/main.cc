@@ -44,7 +44,7 @@ Usage:
                        [--max-sessions N] [--max-watches N]
                        [--max-sessions-per-identity N]
                        [--max-watches-per-identity N]
-                       [--deny-identities FILE] [--metrics-listen HOST:PORT]
+                       [--deny-identities FILE] [--metrics-listen HOST:PORT [--metrics-tls]]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -99,6 +99,11 @@ Flags:
                        address is printed on stdout); off by default. Jobs,
                        workers, failures by cause, checkpoint commits: see
                        README.md, "Metrics"
+  --metrics-tls        serve /metrics over HTTPS with --tls-cert and
+                       --tls-key, answering only a client certificate of
+                       --tls-ca with a viewer or operator identity (and not
+                       on --deny-identities); the files are read again every
+                       60 s
 
 Sessions and watches hold no thread each (gRPC's callback API); gRPC's
 own threads are capped. At start the open-file limit is raised to its hard
@@ -126,6 +131,7 @@ struct Flags {
   std::string listen;
   std::string state_dir;
   std::optional<std::string> metrics_listen;  // --metrics-listen, if given
+  bool metrics_tls = false;                   // --metrics-tls
   std::shared_ptr<DenyList> deny;             // --deny-identities, if given
   Coordinator::Options coordinator;           // all but the store
   GrpcService::Limits service_limits;
@@ -223,7 +229,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
        "forget-workers-after", "max-sessions", "max-watches",
        "max-sessions-per-identity", "max-watches-per-identity", "tls-cert",
        "tls-key", "tls-ca", "metrics-listen", "deny-identities"},
-      {"help", kInsecureFlag});
+      {"help", "metrics-tls", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;
   if (!args->positional().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -296,6 +302,14 @@ absl::StatusOr<Flags> CheckFlags(const Args& args) {
   if (args.Has("metrics-listen")) {
     flags.metrics_listen = args.Get("metrics-listen");
   }
+  flags.metrics_tls = args.Has("metrics-tls");
+  if (flags.metrics_tls &&
+      (!flags.metrics_listen.has_value() || args.Has(kInsecureFlag))) {
+    return absl::InvalidArgumentError(
+        "--metrics-tls needs --metrics-listen and mutual TLS (--tls-cert, "
+        "--tls-key, --tls-ca): it serves /metrics with the daemon's own "
+        "certificate");
+  }
   absl::Status status = ApplyClusterFlags(args, flags.coordinator);
   if (status.ok()) status = ApplyLimitFlags(args, flags.coordinator);
   if (status.ok()) status = ApplyServiceFlags(args, flags.service_limits);
@@ -328,19 +342,34 @@ absl::StatusOr<std::unique_ptr<Coordinator>> OpenCoordinator(
   return Coordinator::Create(std::move(options));
 }
 
-// The /metrics endpoint when --metrics-listen is given (null otherwise).
+// The /metrics endpoint when --metrics-listen is given (null otherwise),
+// over HTTPS with --metrics-tls.
 absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
-    const std::optional<std::string>& listen, Coordinator* coordinator) {
-  if (!listen.has_value()) {
+    const Flags& flags, const TlsMaterial& tls, Coordinator* coordinator) {
+  if (!flags.metrics_listen.has_value()) {
     return std::unique_ptr<metrics::HttpServer>();
   }
-  auto server = metrics::HttpServer::Start(*listen, [coordinator] {
-    metrics::Exposition out;
-    coordinator->CollectMetrics(out);
-    return out.Take();
-  });
+  std::optional<metrics::HttpsOptions> https;
+  if (flags.metrics_tls) {
+    https = metrics::MetricsHttps(
+        tls.files.cert_file, tls.files.key_file, tls.files.ca_file,
+        [deny = flags.deny](const std::string& id) {
+          return deny != nullptr && deny->Denies(id)
+                     ? absl::StrCat(id, " is revoked (--deny-identities)")
+                     : std::string();
+        });
+  }
+  auto server = metrics::HttpServer::Start(
+      *flags.metrics_listen,
+      [coordinator] {
+        metrics::Exposition out;
+        coordinator->CollectMetrics(out);
+        return out.Take();
+      },
+      std::move(https));
   if (server.ok()) {
-    LogInfo("metrics on http://", (*server)->address(), "/metrics");
+    LogInfo("metrics on ", (*server)->scheme(), "://", (*server)->address(),
+            "/metrics");
   }
   return server;
 }
@@ -431,7 +460,7 @@ int Run(int argc, char** argv) {
   auto coordinator =
       OpenCoordinator(flags->state_dir, std::move(flags->coordinator));
   if (!coordinator.ok()) return Fail(coordinator.status(), 1);
-  auto metrics_server = StartMetrics(flags->metrics_listen, coordinator->get());
+  auto metrics_server = StartMetrics(*flags, *tls, coordinator->get());
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   auto grpc = StartGrpcServer(flags->listen, *tls, flags->service_limits,
                               flags->deny.get(), coordinator->get());

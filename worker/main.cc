@@ -76,6 +76,10 @@ Flags:
                            address is printed on stdout); off by default.
                            Step time by phase, collectives, checkpoint
                            writes, device: see README.md, "Metrics"
+  --metrics-tls            serve /metrics over HTTPS with --tls-cert and
+                           --tls-key, answering only a client certificate of
+                           --tls-ca with a viewer or operator identity; the
+                           files are read again every 60 s
   --connect-timeout SECS   how long to keep trying to reach the coordinator,
                            at start and after losing it (60)
   --preempt-grace SECS     on SIGTERM, how long to wait for the job to stop at
@@ -230,6 +234,13 @@ absl::StatusOr<WorkerFlags> ParseFlags(const Args& args) {
   }
   ASSIGN_OR_RETURN(TlsOptions tls_options, TlsOptionsFromArgs(args));
   ASSIGN_OR_RETURN(flags.tls, LoadTlsMaterial(tls_options));
+  if (args.Has("metrics-tls") &&
+      (!args.Has("metrics-listen") || flags.tls.insecure)) {
+    return absl::InvalidArgumentError(
+        "--metrics-tls needs --metrics-listen and mutual TLS (--tls-cert, "
+        "--tls-key, --tls-ca): it serves /metrics with the worker's own "
+        "certificate");
+  }
   ASSIGN_OR_RETURN(v1::Device device,
                    ResolveDevice(args.Get("device", "auto")));
   ASSIGN_OR_RETURN(flags.registration, RegistrationOf(args, device));
@@ -303,22 +314,31 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartHealth(
   return server;
 }
 
-// The /metrics endpoint when --metrics-listen is given (null otherwise).
+// The /metrics endpoint when --metrics-listen is given (null otherwise),
+// over HTTPS with --metrics-tls. Errors: those of Start.
 absl::StatusOr<std::unique_ptr<metrics::HttpServer>> StartMetrics(
-    const Args& args, const WorkerMetrics& metrics) {
+    const Args& args, const TlsMaterial& tls, const WorkerMetrics& metrics) {
   if (!args.Has("metrics-listen")) {
     return std::unique_ptr<metrics::HttpServer>();
   }
-  auto server =
-      metrics::HttpServer::Start(args.Get("metrics-listen"), [&metrics] {
+  std::optional<metrics::HttpsOptions> https;
+  if (args.Has("metrics-tls")) {
+    https = metrics::MetricsHttps(tls.files.cert_file, tls.files.key_file,
+                                  tls.files.ca_file);
+  }
+  auto server = metrics::HttpServer::Start(
+      args.Get("metrics-listen"),
+      [&metrics] {
         metrics::Exposition out;
         metrics.Collect(out);
         return out.Take();
-      });
+      },
+      std::move(https));
   if (!server.ok()) return server.status();
   std::cout << "lockstep-worker metrics on " << (*server)->address()
             << std::endl;
-  LogInfo("metrics on http://", (*server)->address(), "/metrics");
+  LogInfo("metrics on ", (*server)->scheme(), "://", (*server)->address(),
+          "/metrics");
   return server;
 }
 
@@ -413,7 +433,7 @@ int Run(int argc, char** argv) {
        "data-root", "backup-root", "export-root", "index-cache", "tls-cert",
        "data-plane-encryption", "data-plane-transport", "tls-key", "tls-ca",
        "metrics-listen"},
-      {"help", "spare", kInsecureFlag});
+      {"help", "spare", "metrics-tls", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;
@@ -438,7 +458,7 @@ int Run(int argc, char** argv) {
   auto health = StartHealth(*args, flags->tls, health_service);
   if (!health.ok()) return Fail(health.status(), 1);
   WorkerMetrics metrics(device.name(), TaskLabel(flags->registration));
-  auto metrics_server = StartMetrics(*args, metrics);
+  auto metrics_server = StartMetrics(*args, flags->tls, metrics);
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   Serve(*flags, metrics);
 }

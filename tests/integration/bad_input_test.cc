@@ -273,6 +273,31 @@ TEST(BadInputTest, WrongFlagAndUnreachableCoordinator) {
   EXPECT_THAT(unreachable.err, HasSubstr("cannot reach the coordinator"));
 }
 
+// --metrics-tls serves with the daemon's own certificate: without mutual
+// TLS, or without --metrics-listen, both daemons refuse to start.
+TEST(BadInputTest, MetricsTlsWithoutTlsOrAListenAddressIsAUsageError) {
+  const std::string state = TempDir("metrics-tls");
+  for (const std::vector<std::string>& argv : {
+           std::vector<std::string>{kBin + "/lockstep-coordinator", "--listen",
+                                    "127.0.0.1:0", "--state-dir", state,
+                                    "--insecure", "--metrics-listen",
+                                    "127.0.0.1:0", "--metrics-tls"},
+           WithTls({kBin + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
+                    "--state-dir", state, "--metrics-tls"},
+                   "spiffe://lockstep/coordinator"),
+           std::vector<std::string>{kBin + "/lockstep-worker", "--coordinator",
+                                    "127.0.0.1:1", "--insecure",
+                                    "--metrics-listen", "127.0.0.1:0",
+                                    "--metrics-tls"},
+       }) {
+    Result r = RunCommand(argv);
+    EXPECT_EQ(r.code, 2) << argv[0] << " " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--metrics-tls needs --metrics-listen and "
+                                 "mutual TLS"))
+        << argv[0];
+  }
+}
+
 TEST(BadInputTest, MissingDataFailsTheJobWithTheFileName) {
   Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2", "--set",
                          "data.dir=/nonexistent/fmnist", kMlp});
