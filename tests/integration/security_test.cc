@@ -7,6 +7,12 @@
 // another CA: UNAVAILABLE, the handshake fails; a known identity that may
 // not: PERMISSION_DENIED), and the job's state, its result and the real
 // workers are untouched.
+//
+// Then issue 27's cases that need a real coordinator: clients holding real
+// worker certificates that speak the worker protocol themselves
+// (RogueWorker) to forge a job's outcome or flood its status, one viewer's
+// 1,000 watches, 20,000 spares, and a 4 MiB key-value value; each checked
+// through the CLI as a user would see it.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -688,6 +694,152 @@ TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
   const auto& last = points.rbegin()->struct_value().fields();
   EXPECT_EQ(last.at("step").number_value(), steps);
   EXPECT_EQ(last.at("loss").number_value(), steps);
+}
+
+// Issue 27 #7: 150,000 progress reports with an evaluation each made
+// `lockstep status`, `events` and `watch` of the job fail (a 4.8 MB
+// status). The evaluations are thinned to at most 1,000 spanning the job,
+// and every command answers.
+TEST_F(RogueWorkerTest, AHundredAndFiftyThousandEvaluationsStillShow) {
+  StartCoordinatorAlone(1);
+  RogueWorker chief(address_, 0);
+  const int64_t reports = 150000;
+  const std::string job =
+      Submit({absl::StrCat("max_steps=", reports), "global_batch_size=64"});
+  ASSERT_FALSE(job.empty());
+  const v1::Assignment assigned = chief.NextAssignment();
+  ASSERT_EQ(assigned.job_id(), job);
+  for (int64_t step = 1; step <= reports; ++step) {
+    v1::WorkerMessage message;
+    v1::ProgressReport* p = message.mutable_progress();
+    p->set_job_id(job);
+    p->set_generation(assigned.generation());
+    p->set_step(step);
+    p->set_total_steps(reports);
+    p->set_test_accuracy(0.5);
+    p->set_test_loss(1.0);
+    chief.Send(message);
+  }
+  v1::JobStatus seen = WatchUntil(
+      job, [&](const v1::JobStatus& s) { return s.step() >= reports; });
+  EXPECT_LE(seen.evals_size(), 1000);
+  EXPECT_EQ(seen.evals_size() + seen.dropped_evals(), reports);
+  for (const char* command : {"status", "events", "metrics"}) {
+    Result r = RunCommand({kBin + "/lockstep", command, job},
+                          {"LOCKSTEP_COORDINATOR=" + address_});
+    EXPECT_EQ(r.code, 0) << command << ": " << r.err;
+  }
+  // The rank reports the end; the watch shows it.
+  v1::WorkerMessage result;
+  v1::TaskResult* r = result.mutable_result();
+  r->set_job_id(job);
+  r->set_generation(assigned.generation());
+  r->set_rank(0);
+  r->set_ok(true);
+  r->set_steps(reports);
+  r->set_model_digest("d");
+  chief.Send(result);
+  Result watch = RunCommand({kBin + "/lockstep", "watch", job},
+                            {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(watch.code, 0) << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("succeeded"));
+}
+
+// Issue 27 #8: the 1,000-watch cap was global, so one viewer's script
+// holding 1,000 watches locked an operator's `lockstep watch` out. The
+// viewer gets its own 100 (--max-watches-per-identity) and is refused past
+// them, naming itself and the flag; the operator follows the job to its end.
+TEST_F(RogueWorkerTest, OneViewersThousandWatchesLeaveTheOperatorsWatch) {
+  StartCoordinatorAlone(1);
+  const std::string job = Submit({"max_steps=20", "global_batch_size=64"});
+  ASSERT_FALSE(job.empty());
+  const std::string viewer = "spiffe://lockstep/viewer/grafana";
+  const TlsOptions files = IssueTestCertificate(viewer);
+  auto credentials = LoadChannelCredentials(files);
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  auto stub =
+      v1::Coordinator::NewStub(grpc::CreateChannel(address_, *credentials));
+  struct Watch {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::JobStatus>> reader;
+  };
+  std::vector<std::unique_ptr<Watch>> watches;
+  int open = 0, refused = 0;
+  std::string refusal;
+  v1::WatchJobRequest request;
+  request.set_job_id(job);
+  for (int i = 0; i < 1000; ++i) {
+    auto watch = std::make_unique<Watch>();
+    watch->context.set_deadline(std::chrono::system_clock::now() +
+                                std::chrono::minutes(3));
+    watch->reader = stub->WatchJob(&watch->context, request);
+    v1::JobStatus first;
+    if (watch->reader->Read(&first)) {
+      ++open;
+      watches.push_back(std::move(watch));  // held open
+    } else {
+      grpc::Status status = watch->reader->Finish();
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      refusal = status.error_message();
+      ++refused;
+    }
+  }
+  EXPECT_EQ(open, 100);
+  EXPECT_EQ(refused, 900);
+  EXPECT_THAT(refusal, AllOf(HasSubstr(viewer),
+                             HasSubstr("--max-watches-per-identity 100")));
+
+  // The job's worker comes, the job ends, and the operator's watch (the
+  // CLI, started while the viewer holds its 100) shows it to the end.
+  StartWorker(0);
+  Result watch = RunCommand({kBin + "/lockstep", "watch", job},
+                            {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(watch.code, 0) << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("succeeded"));
+  for (auto& held : watches) held->context.TryCancel();
+  for (auto& held : watches) held->reader->Finish();
+}
+
+// Issue 27 #7: 20,000 spare registrations made `lockstep workers` fail for
+// an hour (one response over gRPC's 4 MiB). Under --insecure nothing ties a
+// registration to an identity, so the flood is possible there; the list
+// comes in pages and the CLI follows them.
+TEST_F(RogueWorkerTest, TwentyThousandSparesStillList) {
+  dir_ = TempDir("cluster");
+  workers_ = 1;
+  coordinator_flags_ = {"--insecure"};
+  StartCoordinator("127.0.0.1:0");
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  const int spares = 20000;
+  for (int i = 0; i < spares; ++i) {
+    v1::RegisterWorkerRequest request;
+    request.set_spare(true);
+    request.set_incarnation(0x100000 + i);
+    request.set_host(absl::StrCat("spare-host-", i, ".example.com"));
+    v1::RegisterWorkerResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(20));
+    grpc::Status status = stub->RegisterWorker(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
+  }
+  Result list = RunCommand({kBin + "/lockstep", "workers", "--insecure"},
+                           {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(list.code, 0) << list.err;
+  for (int i : {0, spares / 2, spares - 1}) {
+    EXPECT_THAT(list.out, HasSubstr(absl::StrCat("spare-host-", i, "."))) << i;
+  }
+  Result json =
+      RunCommand({kBin + "/lockstep", "workers", "--json", "--insecure"},
+                 {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(json.code, 0) << json.err;
+  size_t listed = 0;
+  for (size_t at = 0;
+       (at = json.out.find("\"worker_id\"", at)) != std::string::npos; ++at) {
+    ++listed;
+  }
+  EXPECT_EQ(listed, size_t{spares}) << json.out.substr(0, 500);
 }
 
 }  // namespace
