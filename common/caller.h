@@ -58,6 +58,9 @@ struct Caller {
   std::string name;
   // The peer's address as gRPC gives it ("ipv4:127.0.0.1:43122").
   std::string peer;
+  // Role kNone because its identity is on the coordinator's
+  // --deny-identities list (`id` says so too).
+  bool revoked = false;
 
   // For messages: `operator "alice" (spiffe://lockstep/operator/alice) at
   // ipv4:127.0.0.1:43122`.

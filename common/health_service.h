@@ -4,11 +4,15 @@
 //
 // With mutual TLS (`insecure` false) any caller with a certificate from the
 // daemon's CA whose SPIFFE ID names a lockstep role may Check; any other call
-// is UNAUTHENTICATED. The answer says only SERVING or NOT_SERVING.
+// is UNAUTHENTICATED, as is a revoked identity on the coordinator. The
+// answer says only SERVING or NOT_SERVING.
 #ifndef LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 #define LOCKSTEP_COMMON_HEALTH_SERVICE_H_
 
 #include <atomic>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
@@ -18,14 +22,25 @@ namespace lockstep {
 
 class HealthService final : public grpc::health::v1::Health::Service {
  public:
-  explicit HealthService(bool insecure) : insecure_(insecure) {}
+  // `denied`, when given, names revoked identities (the coordinator's
+  // --deny-identities): they are refused like a caller without one.
+  explicit HealthService(
+      bool insecure,
+      std::function<bool(const std::string& spiffe_id)> denied = nullptr)
+      : insecure_(insecure), denied_(std::move(denied)) {}
 
   void SetServing(bool serving) { serving_ = serving; }
 
   grpc::Status Check(grpc::ServerContext* context,
                      const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override {
-    const Caller caller = CallerOfCall(*context, insecure_);
+    Caller caller = CallerOfCall(*context, insecure_);
+    if (caller.role != Role::kNone && caller.role != Role::kInsecure &&
+        denied_ && denied_(caller.id)) {
+      caller.role = Role::kNone;
+      caller.revoked = true;
+      caller.id = absl::StrCat(caller.id, " is revoked (--deny-identities)");
+    }
     if (caller.role == Role::kNone) {
       return grpc::Status(
           grpc::StatusCode::UNAUTHENTICATED,
@@ -44,6 +59,7 @@ class HealthService final : public grpc::health::v1::Health::Service {
 
  private:
   const bool insecure_;
+  const std::function<bool(const std::string&)> denied_;
   std::atomic<bool> serving_{true};
 };
 

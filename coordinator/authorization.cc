@@ -132,6 +132,13 @@ absl::Status LogRefusal(absl::Status refusal) {
 
 absl::Status AuthorizeRole(const Caller& caller, Call call) {
   if (caller.role == Role::kInsecure) return absl::OkStatus();
+  if (caller.revoked) {
+    return LogRefusal(absl::UnauthenticatedError(absl::StrCat(
+        caller.ToString(), " may not call ", CallName(call),
+        ": the coordinator's --deny-identities list revokes it; it may call "
+        "again once taken off the list, or with a certificate for another "
+        "identity")));
+  }
   if (caller.role == Role::kNone) {
     return LogRefusal(absl::UnauthenticatedError(absl::StrCat(
         caller.ToString(), " may not call ", CallName(call), ": it needs ",

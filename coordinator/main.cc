@@ -141,7 +141,10 @@ struct Flags {
 struct GrpcServer {
   GrpcServer(Coordinator* coordinator, GrpcService::Limits limits,
              bool insecure, DenyList* deny)
-      : service(coordinator, limits, insecure, deny), health(insecure) {}
+      : service(coordinator, limits, insecure, deny),
+        health(insecure, [deny](const std::string& id) {
+          return deny != nullptr && deny->Denies(id);
+        }) {}
 
   // With --insecure nobody is authenticated: every caller may make every
   // call. Otherwise each call is authorized by its client certificate.

@@ -65,6 +65,7 @@ Caller GrpcService::CallerFor(
   if (deny_ != nullptr && caller.role != Role::kInsecure &&
       caller.role != Role::kNone && deny_->Denies(caller.id)) {
     caller.role = Role::kNone;
+    caller.revoked = true;
     caller.id =
         absl::StrCat(caller.id, ", a revoked identity (--deny-identities)");
   }

@@ -31,6 +31,7 @@
 #include "common/files.h"
 #include "common/job_spec.h"
 #include "common/tls.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/harness.h"
 #include "worker/rpc/grpc_control_plane.h"
 
@@ -446,6 +447,21 @@ TEST_F(SecurityTest, ARevokedWorkerIsCutOffUntilItIsAllowedAgain) {
   EXPECT_THAT(revoked->message(),
               AllOf(HasSubstr("spiffe://lockstep/worker/worker/1"),
                     HasSubstr("--deny-identities")));
+  // Not even the health service answers it.
+  {
+    const TlsOptions files =
+        IssueTestCertificate("spiffe://lockstep/worker/worker/1");
+    auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        address_, TestCredentials(&files, ServerCheck::kAnyDaemon)));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(20));
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status checked = health->Check(
+        &context, grpc::health::v1::HealthCheckRequest(), &response);
+    EXPECT_EQ(checked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(checked.error_message(), HasSubstr("revoked"));
+  }
   // Its registrations are refused: it gives up and exits.
   const pid_t revoked_pid = worker_pids_[1];
   int status = 0;

@@ -254,6 +254,21 @@ TEST_F(CoordinatorAuthTest, ARevokedWorkerLosesItsSession) {
   EXPECT_TRUE(named);
 }
 
+// A revoked caller is told it is revoked and how it may call again, not
+// that it lacks a certificate of the cluster's CA.
+TEST_F(CoordinatorAuthTest, ARevokedCallerIsToldItIsRevoked) {
+  MakeCluster();
+  Caller revoked = Identity(kWorker1);
+  revoked.role = Role::kNone;
+  revoked.revoked = true;
+  absl::Status refused =
+      coordinator_->RegisterWorker(revoked, Task(1, 1)).status();
+  EXPECT_TRUE(absl::IsUnauthenticated(refused));
+  EXPECT_THAT(std::string(refused.message()),
+              AllOf(HasSubstr(kWorker1), HasSubstr("--deny-identities list"),
+                    Not(HasSubstr("signed by the cluster's CA"))));
+}
+
 TEST_F(CoordinatorAuthTest, OnlyWorkerIdentitiesRegister) {
   MakeCluster();
   EXPECT_TRUE(absl::IsPermissionDenied(
