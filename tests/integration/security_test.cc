@@ -710,6 +710,15 @@ TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
   const auto& last = points.rbegin()->struct_value().fields();
   EXPECT_EQ(last.at("step").number_value(), steps);
   EXPECT_EQ(last.at("loss").number_value(), steps);
+  // And the comparison, plotted to the job's last step.
+  const std::string svg = TempDir("compare") + "/curves.svg";
+  Result compare =
+      RunCommand({kBin + "/lockstep", "compare", job, job, "--svg", svg},
+                 {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(compare.code, 0) << compare.err;
+  const std::string plot = ReadFileToString(svg).value_or("");
+  EXPECT_THAT(plot, HasSubstr("<svg"));
+  EXPECT_LT(plot.size(), size_t{1} << 20);
 }
 
 // Issue 27 #7: 150,000 progress reports with an evaluation each made
