@@ -37,9 +37,11 @@ class HealthService final : public grpc::health::v1::Health::Service {
     Caller caller = CallerOfCall(*context, insecure_);
     if (caller.role != Role::kNone && caller.role != Role::kInsecure &&
         denied_ && denied_(caller.id)) {
-      caller.role = Role::kNone;
-      caller.revoked = true;
-      caller.id = absl::StrCat(caller.id, " is revoked (--deny-identities)");
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          absl::StrCat("health check refused: ", caller.ToString(),
+                       " is revoked by the coordinator's --deny-identities "
+                       "list"));
     }
     if (caller.role == Role::kNone) {
       return grpc::Status(

@@ -5,6 +5,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -73,26 +74,32 @@ struct Refusal {
   std::string why;
 };
 
-// The SPIFFE IDs (spiffe:// URI names) of a DER certificate.
-std::vector<std::string> SpiffeIds(const gnutls_datum_t& der) {
-  std::vector<std::string> ids;
+// The certificate's SPIFFE ID: its one URI name when that is spiffe://,
+// else "" (no URI, another scheme, or several URIs, as gRPC's side of
+// lockstep has it: common/caller.h). A name of any kind over 4 KiB counts
+// as a URI that is no SPIFFE ID (gRPC refuses IDs that long too).
+std::string SpiffeId(const gnutls_datum_t& der) {
+  std::vector<std::string> uris;
   gnutls_x509_crt_t cert = nullptr;
-  if (gnutls_x509_crt_init(&cert) < 0) return ids;
+  if (gnutls_x509_crt_init(&cert) < 0) return "";
   if (gnutls_x509_crt_import(cert, &der, GNUTLS_X509_FMT_DER) >= 0) {
     for (unsigned i = 0; i < 64; ++i) {
-      char name[1024];
+      char name[4096];
       size_t size = sizeof(name);
-      const int type =
-          gnutls_x509_crt_get_subject_alt_name(cert, i, name, &size, nullptr);
-      if (type < 0 && type != GNUTLS_E_SHORT_MEMORY_BUFFER) break;
-      if (type == GNUTLS_SAN_URI &&
-          absl::StartsWith(absl::string_view(name, size), "spiffe://")) {
-        ids.emplace_back(name, size);
+      unsigned int type = 0;
+      const int got = gnutls_x509_crt_get_subject_alt_name2(
+          cert, i, name, &size, &type, nullptr);
+      if (got == GNUTLS_E_SHORT_MEMORY_BUFFER) {
+        uris.emplace_back();
+        continue;
       }
+      if (got < 0) break;
+      if (got == GNUTLS_SAN_URI) uris.emplace_back(name, size);
     }
   }
   gnutls_x509_crt_deinit(cert);
-  return ids;
+  return uris.size() == 1 && absl::StartsWith(uris[0], "spiffe://") ? uris[0]
+                                                                    : "";
 }
 
 Refusal CheckClient(MHD_Connection* connection, const HttpsOptions& https) {
@@ -103,8 +110,9 @@ Refusal CheckClient(MHD_Connection* connection, const HttpsOptions& https) {
   if (session == nullptr) return {MHD_HTTP_FORBIDDEN, "no TLS session"};
   unsigned count = 0;
   const gnutls_datum_t* chain = gnutls_certificate_get_peers(session, &count);
+  // 403, not 401: HTTP's 401 asks for an authentication scheme of its own.
   if (chain == nullptr || count == 0) {
-    return {MHD_HTTP_UNAUTHORIZED,
+    return {MHD_HTTP_FORBIDDEN,
             "no client certificate: this /metrics (--metrics-tls) answers "
             "only a certificate signed by the cluster's CA, e.g. a viewer's "
             "from `lockstep-certs viewer prometheus`"};
@@ -124,9 +132,8 @@ Refusal CheckClient(MHD_Connection* connection, const HttpsOptions& https) {
                          "the cluster's CA: ",
                          reason)};
   }
-  const std::vector<std::string> ids = SpiffeIds(chain[0]);
   const std::string why =
-      https.authorize ? https.authorize(ids.size() == 1 ? ids[0] : "") : "";
+      https.authorize ? https.authorize(SpiffeId(chain[0])) : "";
   if (!why.empty()) return {MHD_HTTP_FORBIDDEN, why};
   return {};
 }
@@ -374,33 +381,34 @@ void HttpServer::ReloadLoop() {
     auto fresh = std::make_unique<Pems>(
         Pems{*std::move(cert), *std::move(key), *std::move(ca)});
     if (*fresh == *pems_) continue;
-    const MHD_socket listen_fd = MHD_quiesce_daemon(daemon_);
-    if (listen_fd == MHD_INVALID_SOCKET) {
+    // The new daemon starts on a copy of the listening socket while the
+    // old one still serves it, so that a failure leaves the old one as it
+    // was. (A copy libmicrohttpd failed on is not closed here: it may
+    // have closed it itself, and the number may be another's by now.)
+    const MHD_DaemonInfo* info =
+        MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_LISTEN_FD);
+    const int copy = info != nullptr ? dup(info->listen_fd) : -1;
+    errno = 0;
+    MHD_Daemon* next =
+        copy >= 0 ? StartDaemon(nullptr, ipv6_, port_, copy, fresh.get())
+                  : nullptr;
+    if (next == nullptr) {
       LogWarning(
-          "/metrics cannot hand its socket on; the new TLS files "
-          "serve after a restart");
+          "/metrics keeps its TLS files: libmicrohttpd cannot start on "
+          "the new ones (",
+          errno != 0 ? std::strerror(errno) : "no reason given",
+          "); trying again in ", https.reload_seconds, " s");
       continue;
     }
-    MHD_Daemon* next =
-        StartDaemon(nullptr, ipv6_, port_, listen_fd, fresh.get());
-    if (next == nullptr) {
-      LogWarning("/metrics cannot serve the new TLS files; keeping the old");
-      fresh = std::move(pems_);
-      next = StartDaemon(nullptr, ipv6_, port_, listen_fd, fresh.get());
-      if (next == nullptr) {
-        LogError(
-            "/metrics stopped: libmicrohttpd restarts on neither the "
-            "old nor the new TLS files; restart the daemon");
-      }
-    } else {
-      LogInfo("/metrics serves the renewed TLS files ", https.cert_file);
-    }
-    // The old daemon ends its connections (a scrape takes milliseconds);
-    // its PEMs go with it.
+    // The old daemon stops accepting and ends its connections (a scrape
+    // takes milliseconds); its descriptor, handed back by the quiesce, is
+    // closed once it is stopped, and its PEMs go with it.
+    const MHD_socket old_fd = MHD_quiesce_daemon(daemon_);
     MHD_stop_daemon(daemon_);
+    if (old_fd != MHD_INVALID_SOCKET) close(old_fd);
     daemon_ = next;
     pems_ = std::move(fresh);
-    if (daemon_ == nullptr) break;
+    LogInfo("/metrics serves the renewed TLS files ", https.cert_file);
   }
 }
 

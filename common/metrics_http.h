@@ -12,8 +12,8 @@
 // With HttpsOptions (the daemons' --metrics-tls) it serves TLS with the
 // daemon's own certificate (GnuTLS, under libmicrohttpd), asks for a client
 // certificate and answers /metrics only to one the CA verifies whose
-// SPIFFE ID `authorize` accepts: no certificate is 401, any other refusal
-// 403, with the reason in the body. The files are read again every
+// SPIFFE ID `authorize` accepts; any other gets 403 with the reason in the
+// body. The files are read again every
 // `reload_seconds`; a changed, valid set serves the next connections.
 //
 // Thread-safe; stopping (the destructor) waits for a scrape under way.

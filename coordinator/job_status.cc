@@ -23,7 +23,10 @@ void AddResumedEvent(v1::JobStatus& status, const v1::ProgressReport& report,
       status.step_losses_size() == 0
           ? 0
           : (status.step_losses_size() - 1) * LossStride(status) + 1;
-  const int64_t known = std::max<int64_t>(recorded, status.applied_step());
+  // The history's last loss may lie up to loss_stride - 1 steps before the
+  // last one reported.
+  const int64_t known =
+      std::max({recorded, status.applied_step(), status.step()});
   int64_t repeated = std::max<int64_t>(0, known - report.resumed_at_step());
   std::string source =
       report.state_source_rank() >= 0
@@ -75,14 +78,20 @@ void HalveLossHistory(v1::JobStatus& status) {
 }
 
 // Writes the report's losses into the history from its first_step, which
-// may repeat steps (a resume) or, rarely, skip some (recorded as 0).
+// may repeat steps (a resume) or skip some (a job resumed from another's
+// backup starts past step 1): skipped steps are recorded as 0.
 void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
   auto* losses = status.mutable_step_losses();
+  // The history's index of the first loss at or after first_step. A job
+  // that starts far along (resumed from another job's backup) thins the
+  // history until that index fits: at most 20 halvings, steps being below
+  // 2^40.
+  while ((report.first_step() + LossStride(status) - 1) / LossStride(status) >
+         kMaxLossHistory) {
+    HalveLossHistory(status);
+  }
   int64_t stride = LossStride(status);
-  // The history's index of the first loss at or after first_step; a gap
-  // that long is not recorded (a step far past anything trained).
   const int64_t from = (report.first_step() + stride - 1) / stride;
-  if (from > kMaxLossHistory) return;
   losses->Resize(static_cast<int>(from), 0.0f);
   int64_t step = report.first_step();
   for (float loss : report.step_losses()) {

@@ -45,8 +45,8 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
 // Applies the chief's progress report of the running generation: step,
 // epoch, throughput, the loss history (a report rewrites it from its
 // first_step, so the history holds one loss per step trained, or per
-// loss_stride steps, never more; a report that would leave a gap past
-// kMaxLossHistory losses is not recorded in it),
+// loss_stride steps, never more; a report that starts past its end leaves
+// zeros between, thinning the history first if they would not fit),
 // evaluations, warnings and, in a generation's first report, where it
 // resumed.
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
 #include "tests/unit/coordinator_fixture.h"
 
 namespace lockstep::coordinator {
@@ -70,8 +71,8 @@ TEST_F(CoordinatorTest, OutOfRangeWorkerMessagesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(a.closed || b.closed);
 }
 
-// A step far beyond the loss history's bound is shown, not recorded: the
-// history cannot be made to grow past kMaxLossHistory.
+// A step far beyond the loss history's bound thins the history instead of
+// growing it: it never holds more than kMaxLossHistory losses.
 TEST_F(CoordinatorTest, TheLossHistoryIsBounded) {
   Make();
   FakeSink a;
@@ -85,7 +86,9 @@ TEST_F(CoordinatorTest, TheLossHistoryIsBounded) {
   far.mutable_progress()->add_step_losses(0.25f);
   ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, far).ok());
   v1::JobStatus status = Status(job);
-  EXPECT_EQ(status.step_losses_size(), 0);
+  EXPECT_LE(status.step_losses_size(), kMaxLossHistory);
+  EXPECT_EQ(status.loss_stride(), int64_t{1} << 16);
+  EXPECT_EQ(status.step_losses(status.step_losses_size() - 1), 0.25f);
   EXPECT_EQ(status.loss(), 0.25f);
   EXPECT_EQ(status.step(), (int64_t{1} << 35) + 1);
 }
