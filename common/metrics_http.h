@@ -16,7 +16,9 @@
 // body. The files are read again every
 // `reload_seconds`; a changed, valid set serves the next connections.
 //
-// Thread-safe; stopping (the destructor) waits for a scrape under way.
+// Thread-safe; stopping (the destructor) waits for a scrape under way. A
+// process serving HTTPS should ignore SIGPIPE (both daemons do): a client
+// gone mid-write is then an error on that connection only.
 #ifndef LOCKSTEP_COMMON_METRICS_HTTP_H_
 #define LOCKSTEP_COMMON_METRICS_HTTP_H_
 
