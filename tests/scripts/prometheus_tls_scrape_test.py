@@ -18,17 +18,16 @@ limit, and stops every process it started by its pid.
 
     prometheus_tls_scrape_test.py BIN_DIR SOURCE_DIR
 """
-import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
+
+import prometheus_api
+from prometheus_api import ready, stop
 
 DEADLINE_SECONDS = 120
 
@@ -41,34 +40,8 @@ def free_port():
 
 def query(prom_port, expression):
     """The instant vector of `expression` as {job: float}."""
-    url = "http://127.0.0.1:%d/api/v1/query?%s" % (
-        prom_port, urllib.parse.urlencode({"query": expression}))
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise RuntimeError("query %s: %s" % (expression, body))
-    return {r["metric"].get("job", ""): float(r["value"][1])
-            for r in body["data"]["result"]}
-
-
-def ready(prom_port):
-    try:
-        url = "http://127.0.0.1:%d/-/ready" % prom_port
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def stop(process):
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    return {labels.get("job", ""): value
+            for labels, value in prometheus_api.query(prom_port, expression)}
 
 
 def main():

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/metrics_http.h"
+#include "tests/unit/loopback_http.h"
 #include "tests/unit/metrics_text.h"
 #include "worker/collective/counting_communicator.h"
 #include "worker/worker_metrics.h"
@@ -110,27 +111,7 @@ TEST(HistogramTest, CountsCumulativeBucketsSumAndCount) {
 
 // One HTTP/1.0 request to 127.0.0.1:port; the whole response.
 std::string Fetch(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  // A server that never answers fails the test instead of hanging it.
-  timeval limit{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-      0) {
-    close(fd);
-    return "connect failed";
-  }
-  (void)!write(fd, request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
-    response.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return response;
+  return ::lockstep::testing::FetchHttp(port, request);
 }
 
 TEST(HttpServerTest, ServesMetricsOnlyAtGetMetrics) {

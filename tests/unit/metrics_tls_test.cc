@@ -2,17 +2,13 @@
 // #9): real TLS on 127.0.0.1 with OpenSSL as the scraper, certificates of a
 // CA made for the test. Only a viewer's or an operator's certificate of the
 // cluster's CA is served; renewed files serve without a restart.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +23,7 @@
 #include "common/cert_maker.h"
 #include "common/files.h"
 #include "common/metrics_http.h"
+#include "tests/unit/loopback_http.h"
 
 namespace lockstep::metrics {
 namespace {
@@ -58,18 +55,8 @@ Scrape FetchTls(int port, const std::string& ca_file,
     SSL_CTX_use_PrivateKey_file(context.get(), client->key_file.c_str(),
                                 SSL_FILETYPE_PEM);
   }
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval limit{30, 0};  // a server that never answers fails, not hangs
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-      0) {
-    close(fd);
-    return scrape;
-  }
+  const int fd = ::lockstep::testing::ConnectLoopback(port);
+  if (fd < 0) return scrape;
   SSL* ssl = SSL_new(context.get());
   SSL_set_fd(ssl, fd);
   if (SSL_connect(ssl) == 1) {
@@ -94,29 +81,6 @@ Scrape FetchTls(int port, const std::string& ca_file,
   SSL_free(ssl);
   close(fd);
   return scrape;
-}
-
-// One plain-HTTP request to the same port.
-std::string FetchPlain(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval limit{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-      0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
-    (void)!write(fd, request.data(), request.size());
-    char buffer[4096];
-    for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
-      response.append(buffer, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return response;
 }
 
 class MetricsTlsTest : public ::testing::Test {
@@ -214,7 +178,9 @@ TEST_F(MetricsTlsTest, OnlyAViewerOrAnOperatorOfTheClusterScrapes) {
   EXPECT_THAT(revoked.response, HasSubstr("revoked"));
 
   // Plain HTTP to the TLS port gets no metrics.
-  EXPECT_THAT(FetchPlain(port), Not(HasSubstr("up 1")));
+  EXPECT_THAT(
+      ::lockstep::testing::FetchHttp(port, "GET /metrics HTTP/1.0\r\n\r\n"),
+      Not(HasSubstr("up 1")));
 }
 
 // cert-manager renews certificates in place: the next connections get the
