@@ -44,8 +44,12 @@ Lists every worker the coordinator knows: id (task type:index), state
 (training, standby, idle, disconnected), role ("rank N", or "spare" for a hot
 spare without a rank), job (the one it trains, or "for JOB" when it stands by
 to take a failed rank of JOB), generation, host, how long ago it was last
-heard from, and the device it trains on ("cpu", or "cuda:N" with the
-GPU's model; --json adds the GPU's UUID).
+heard from, the device it trains on ("cpu", or "cuda:N" with the GPU's
+model; --json adds the GPU's UUID), and the OpenBLAS kernel set its CPU
+path runs with who chose it: openblas (OpenBLAS' own detection), lockstep
+(OpenBLAS fell back to an older kernel and the worker chose the best its CPU
+supports), environment (OPENBLAS_CORETYPE), fallback (slower than the CPU
+allows; the worker's log says what to set).
 
 Examples:
   lockstep workers
@@ -191,20 +195,24 @@ int RunWorkers(const std::vector<std::string>& argv) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
-  std::cout << absl::StrFormat("%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n",
-                               "WORKER", "STATE", "ROLE", "JOB", "GEN", "HOST",
-                               "LAST SEEN", "DEVICE");
+  std::cout << absl::StrFormat(
+      "%-12s %-13s %-8s %-24s %-4s %-16s %-12s %-10s %s\n", "WORKER", "STATE",
+      "ROLE", "JOB", "GEN", "HOST", "LAST SEEN", "DEVICE", "BLAS KERNEL");
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const v1::WorkerInfo& w : response.workers()) {
     const v1::Device& device = w.device();
     std::cout << TerminalSafe(absl::StrFormat(
-        "%-12s %-13s %-8s %-24s %-4s %-16s %-12s %s\n", w.worker_id(),
+        "%-12s %-13s %-8s %-24s %-4s %-16s %-12s %-10s %s\n", w.worker_id(),
         w.state(), WorkerRole(w), WorkerJob(w),
         w.generation() > 0 ? absl::StrCat(w.generation()) : "-", w.host(),
         absl::StrFormat("%.1f s ago", std::max(0.0, now - w.last_heartbeat())),
         device.gpu_name().empty()
             ? (device.name().empty() ? "-" : device.name())
-            : absl::StrCat(device.name(), " (", device.gpu_name(), ")")));
+            : absl::StrCat(device.name(), " (", device.gpu_name(), ")"),
+        device.blas_kernel().empty()
+            ? "-"
+            : absl::StrCat(device.blas_kernel(), " (",
+                           device.blas_kernel_source(), ")")));
   }
   return kExitOk;
 }

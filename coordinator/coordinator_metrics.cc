@@ -136,6 +136,18 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
                std::max(0.0, now - worker.last_heartbeat()));
   }
 
+  out.Family("lockstep_worker_blas_info", metrics::kGauge,
+             "The BLAS kernel set each worker runs and who chose it "
+             "(openblas, lockstep, environment, fallback): a mixed pool "
+             "shows here (always 1).");
+  for (const v1::WorkerInfo& worker : workers) {
+    out.Sample("lockstep_worker_blas_info",
+               {{"worker", worker.worker_id()},
+                {"blas_kernel", worker.device().blas_kernel()},
+                {"blas_kernel_source", worker.device().blas_kernel_source()}},
+               1);
+  }
+
   out.Family("lockstep_failures_total", metrics::kCounter,
              "Failures seen in jobs, by cause (the job event's kind).");
   for (const std::string& cause : FailureEventKinds()) {

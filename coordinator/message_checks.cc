@@ -231,6 +231,9 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   check.Printable("device name", request.device().name(), 64, false);
   check.Printable("GPU name", request.device().gpu_name(), 256, true);
   check.Printable("GPU UUID", request.device().gpu_uuid(), 128, false);
+  check.Printable("BLAS kernel", request.device().blas_kernel(), 64, false);
+  check.Printable("BLAS kernel source", request.device().blas_kernel_source(),
+                  32, false);
   return check.status();
 }
 

@@ -2,17 +2,27 @@
 // (compute_setup.h).
 #include "worker/compute_setup.h"
 
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/blas_kernel.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 #ifdef LOCKSTEP_HAVE_NCCL
@@ -109,6 +119,48 @@ absl::StatusOr<v1::Device> ResolveDevice(const std::string& flag) {
 #endif
 }
 
+BlasKernel EnsureBestBlasKernel(char** argv) {
+  // Set by the first process for the one it starts again: the kernel
+  // OpenBLAS had picked there.
+  static constexpr char kRestartedFrom[] = "LOCKSTEP_OPENBLAS_RESTARTED_FROM";
+  using GetCorename = char* (*)();
+  auto corename = reinterpret_cast<GetCorename>(
+      dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  std::string loaded;
+  if (corename != nullptr && corename() != nullptr) loaded = corename();
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const char* from = std::getenv(kRestartedFrom);
+  const std::string restarted_from = from != nullptr ? from : "";
+  unsetenv(kRestartedFrom);
+  if (restarted_from.empty() && !loaded.empty() &&
+      (env == nullptr || *env == '\0') &&
+      FailPointHit("blas_kernel_fallback")) {
+    loaded = "Prescott";
+  }
+  const KernelDecision decision = DecideKernel(
+      HostCpuFeatures(), loaded, env != nullptr ? env : "", restarted_from);
+  if (decision.action == KernelDecision::kRestart) {
+    LogInfo("BLAS kernel: ", decision.reason);
+    setenv("OPENBLAS_CORETYPE", decision.kernel.c_str(), 1);
+    setenv(kRestartedFrom, loaded.c_str(), 1);
+    std::cerr.flush();
+    execv("/proc/self/exe", argv);
+    LogWarning("could not start lockstep-worker again (", strerror(errno),
+               "); training on OpenBLAS' ", loaded,
+               " kernel, slower than this CPU allows: set OPENBLAS_CORETYPE=",
+               decision.kernel, " in the worker's environment");
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(kRestartedFrom);
+    return {loaded, "fallback"};
+  }
+  if (decision.action == KernelDecision::kWarn) {
+    LogWarning("BLAS kernel ", loaded, ": ", decision.reason);
+  } else if (!loaded.empty()) {
+    LogInfo("BLAS kernel ", loaded, ": ", decision.reason);
+  }
+  return {loaded, decision.source};
+}
+
 BlasInfo LoadedBlas() {
   BlasInfo info;
   using GetConfig = char* (*)();
@@ -133,6 +185,25 @@ BlasInfo LoadedBlas() {
         realpath(where.dli_fname, resolved) ? resolved : where.dli_fname;
   }
   return info;
+}
+
+std::string BlasLibraryName(const BlasInfo& blas) {
+  if (!blas.openblas) return blas.description;
+  std::vector<absl::string_view> words =
+      absl::StrSplit(blas.description, ' ', absl::SkipEmpty());
+  if (words.size() < 2) return blas.description;
+  return absl::StrCat(words[0], " ", words[1]);
+}
+
+std::string AtenCpuCapability() {
+  static constexpr absl::string_view kLine = "CPU capability usage: ";
+  const std::string config = at::show_config();
+  const size_t line = config.find(kLine.data(), 0, kLine.size());
+  if (line == std::string::npos) return "unknown";
+  const size_t start = line + kLine.size();
+  const size_t end = config.find('\n', start);
+  return std::string(absl::StripAsciiWhitespace(
+      absl::string_view(config).substr(start, end - start)));
 }
 
 void ConfigureThreads(int threads) {

@@ -26,6 +26,34 @@ struct BlasInfo {
 };
 BlasInfo LoadedBlas();
 
+// "OpenBLAS 0.3.21": the library and version of LoadedBlas() without its
+// build options, for labels.
+std::string BlasLibraryName(const BlasInfo& blas);
+
+// The vector instruction set ATen's own CPU kernels dispatch to ("DEFAULT",
+// "AVX2", "AVX512"; ATEN_CPU_CAPABILITY lowers or raises it), as LibTorch's
+// build summary states it; "unknown" if it does not.
+std::string AtenCpuCapability();
+
+// The OpenBLAS kernel set this process runs, and who chose it
+// (v1::Device's blas_kernel and blas_kernel_source).
+struct BlasKernel {
+  std::string kernel;  // OpenBLAS' core name; empty for another BLAS
+  std::string source;  // "openblas", "lockstep", "environment", "fallback"
+};
+
+// Call first thing in main: OpenBLAS has chosen its kernels when the
+// program loaded it, and reads OPENBLAS_CORETYPE only then. When it chose
+// an older instruction set than the CPU supports and OPENBLAS_CORETYPE is
+// unset (common/blas_kernel.h), runs this program again in this process
+// (execv of /proc/self/exe: same pid, arguments and descriptors) with
+// OPENBLAS_CORETYPE set to the best kernel the CPU has, and returns only in
+// a process that keeps its kernel. Logs the kernel and why, and warns with
+// what to set when it stays on a slower one than the CPU allows. Test hook:
+// the failure point blas_kernel_fallback (common/failpoint.h) makes the
+// first process take OpenBLAS' choice for Prescott.
+BlasKernel EnsureBestBlasKernel(char** argv);
+
 // Limits LibTorch and OpenBLAS to `threads` and logs which BLAS is loaded,
 // warning when it will be slow: the reference BLAS (~10x slower than
 // OpenBLAS), or OpenBLAS' pthreads build with more than one thread, whose

@@ -424,6 +424,8 @@ void StartPreemptionThread(Agent& agent, absl::Duration grace) {
 }
 
 int Run(int argc, char** argv) {
+  // First: it may start the program again with another BLAS kernel.
+  const BlasKernel blas_kernel = EnsureBestBlasKernel(argv);
   KeepLargeBlocksInTheHeap();
   InstallSignalHandlers();
   auto args = Args::Parse(
@@ -447,7 +449,11 @@ int Run(int argc, char** argv) {
       "index-cache", absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
                                   "/lockstep-tfrecord-index")));
   ConfigureThreads(flags->threads);
-  const v1::Device& device = flags->registration.device();
+  v1::Device& device = *flags->registration.mutable_device();
+  device.set_blas_kernel(blas_kernel.kernel);
+  device.set_blas_kernel_source(blas_kernel.source);
+  const std::string aten_capability = AtenCpuCapability();
+  LogInfo("ATen CPU capability: ", aten_capability);
   LogInfo("device: ", device.name(),
           device.gpu_name().empty()
               ? ""
@@ -458,6 +464,8 @@ int Run(int argc, char** argv) {
   auto health = StartHealth(*args, flags->tls, health_service);
   if (!health.ok()) return Fail(health.status(), 1);
   WorkerMetrics metrics(device.name(), TaskLabel(flags->registration));
+  metrics.SetCompute(BlasLibraryName(LoadedBlas()), blas_kernel.kernel,
+                     blas_kernel.source, aten_capability);
   auto metrics_server = StartMetrics(*args, flags->tls, metrics);
   if (!metrics_server.ok()) return Fail(metrics_server.status(), 2);
   Serve(*flags, metrics);

@@ -39,9 +39,31 @@ void WorkerMetrics::SetAssignment(const std::string& job, int rank,
   backend_ = backend;
 }
 
+void WorkerMetrics::SetCompute(const std::string& blas,
+                               const std::string& kernel,
+                               const std::string& source,
+                               const std::string& aten) {
+  absl::MutexLock lock(&mu_);
+  blas_ = blas;
+  blas_kernel_ = kernel;
+  blas_kernel_source_ = source;
+  aten_capability_ = aten;
+}
+
 void WorkerMetrics::Collect(metrics::Exposition& out) const {
   {
     absl::MutexLock lock(&mu_);
+    out.Family("lockstep_worker_compute_info", metrics::kGauge,
+               "What this worker's CPU computes with: the BLAS, the kernel "
+               "set it runs and who chose it (openblas, lockstep, "
+               "environment, fallback), and ATen's CPU capability (always "
+               "1).");
+    out.Sample("lockstep_worker_compute_info",
+               {{"blas", blas_},
+                {"blas_kernel", blas_kernel_},
+                {"blas_kernel_source", blas_kernel_source_},
+                {"aten_cpu_capability", aten_capability_}},
+               1);
     out.Family("lockstep_worker_info", metrics::kGauge,
                "What this worker is: its device, task, and the job, rank and "
                "collective backend of its last generation (always 1).");

@@ -50,6 +50,13 @@ class WorkerMetrics {
   void SetAssignment(const std::string& job, int rank,
                      const std::string& backend);
 
+  // What the CPU path computes with, set once at start: the BLAS library
+  // ("OpenBLAS 0.3.21"), its kernel set and who chose it
+  // (EnsureBestBlasKernel), and ATen's vector instruction set ("AVX2").
+  // Labels lockstep_worker_compute_info.
+  void SetCompute(const std::string& blas, const std::string& kernel,
+                  const std::string& source, const std::string& aten);
+
   void Collect(metrics::Exposition& out) const;
 
  private:
@@ -68,6 +75,10 @@ class WorkerMetrics {
   std::string job_ ABSL_GUARDED_BY(mu_);
   int rank_ ABSL_GUARDED_BY(mu_) = -1;
   std::string backend_ ABSL_GUARDED_BY(mu_);
+  std::string blas_ ABSL_GUARDED_BY(mu_);
+  std::string blas_kernel_ ABSL_GUARDED_BY(mu_);
+  std::string blas_kernel_source_ ABSL_GUARDED_BY(mu_);
+  std::string aten_capability_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::worker

@@ -47,7 +47,11 @@ TEST_F(CoordinatorMetricsTest, AnIdleCoordinatorShowsZerosForEveryState) {
 TEST_F(CoordinatorMetricsTest, FollowsTheRunningJobAndItsWorkers) {
   Make();
   FakeSink a, b;
-  const std::string id_a = Connect(1, &a);
+  v1::Device fixed;
+  fixed.set_name("cpu");
+  fixed.set_blas_kernel("SkylakeX");
+  fixed.set_blas_kernel_source("lockstep");
+  const std::string id_a = Connect(1, &a, fixed);
   Connect(2, &b);
   const std::string job = *coordinator_->SubmitJob(Spec(2));
   v1::WorkerMessage progress;
@@ -85,6 +89,11 @@ TEST_F(CoordinatorMetricsTest, FollowsTheRunningJobAndItsWorkers) {
   EXPECT_THAT(SampleValue(page, "lockstep_worker_last_heard_seconds{worker=\"" +
                                     id_a + "\"}"),
               Optional(std::string("3")));
+  // Which kernel each worker runs, so a mixed pool shows in one scrape.
+  EXPECT_THAT(SampleValue(page, "lockstep_worker_blas_info{worker=\"" + id_a +
+                                    "\",blas_kernel=\"SkylakeX\","
+                                    "blas_kernel_source=\"lockstep\"}"),
+              Optional(std::string("1")));
 }
 
 TEST_F(CoordinatorMetricsTest, CountsFailuresByCauseAndRestarts) {

@@ -214,6 +214,7 @@ using ::testing::Optional;
 TEST(WorkerMetricsTest, CountsPhasesCollectivesAndCheckpoints) {
   WorkerMetrics metrics("cpu", "worker:1");
   metrics.SetAssignment("mnist-1", 1, "gloo");
+  metrics.SetCompute("OpenBLAS 0.3.21", "SkylakeX", "lockstep", "AVX2");
   metrics.AddPhase(WorkerMetrics::kForward, absl::Milliseconds(1500));
   metrics.AddPhase(WorkerMetrics::kExposedComm, absl::Milliseconds(250));
   metrics.StepDone();
@@ -236,6 +237,12 @@ TEST(WorkerMetricsTest, CountsPhasesCollectivesAndCheckpoints) {
                           "lockstep_worker_info{device=\"cpu\",task=\"worker:"
                           "1\",job=\"mnist-1\",rank=\"1\",backend=\"gloo\"}"),
               Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_worker_compute_info{blas=\"OpenBLAS 0.3.21\","
+                  "blas_kernel=\"SkylakeX\",blas_kernel_source=\"lockstep\","
+                  "aten_cpu_capability=\"AVX2\"}"),
+      Optional(std::string("1")));
   EXPECT_THAT(SampleValue(page, "lockstep_worker_steps_total"),
               Optional(std::string("1")));
   EXPECT_THAT(SampleValue(page,
