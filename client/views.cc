@@ -7,7 +7,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -106,11 +105,6 @@ int GlobalBatch(const v1::JobStatus& status) {
   return spec.has_global_batch_size()
              ? spec.global_batch_size()
              : spec.per_replica_batch_size() * std::max(1, status.world_size());
-}
-
-std::string StateName(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  return absl::AsciiStrToLower(name.substr(std::string("JOB_STATE_").size()));
 }
 
 std::string FormatProgress(const v1::JobStatus& status) {

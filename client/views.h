@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/job_state.h"  // StateName, which the views use
 #include "lockstep/v1/coordinator.pb.h"
 
 namespace lockstep::client {
@@ -59,9 +60,6 @@ std::string MetricsText(const v1::JobStatus& status);
 // The job's throughput: "12345 tokens/s" for a language model, else
 // "2310 samples/s".
 std::string ThroughputText(const v1::JobStatus& status);
-
-// "succeeded", "failed", ...
-std::string StateName(v1::JobState state);
 
 // The job's global batch: its plan's, else what its spec asks for.
 int GlobalBatch(const v1::JobStatus& status);

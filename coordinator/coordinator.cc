@@ -11,7 +11,6 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -163,17 +162,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
         // Its workers still hold the live state; they reconnect and the job
         // re-forms as the next generation.
         c.running_job_ = job.status.job_id();
-        job.status.set_state(v1::JOB_STATE_RECOVERING);
-        c.AddEventLocked(job, "coordinator_restarted", nullptr,
-                         "the coordinator restarted; waiting for the workers "
-                         "to reconnect");
+        c.TransitionLocked(job, v1::JOB_STATE_RECOVERING,
+                           "coordinator_restarted", nullptr,
+                           "the coordinator restarted; waiting for the "
+                           "workers to reconnect");
       } else {
-        job.status.set_state(v1::JOB_STATE_FAILED);
-        job.status.set_error(
-            "two jobs were running when the coordinator "
-            "stopped; only the first is resumed");
+        c.FailStoredJobLocked(job,
+                              "two jobs were running when the coordinator "
+                              "stopped; only the first is resumed");
       }
-      c.PersistLocked(job);
     }
   }
   c.next_job_seq_ = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
@@ -181,13 +178,60 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   return coordinator;
 }
 
-void Coordinator::FailStoredJobLocked(Job& job, const std::string& reason) {
-  job.status.set_state(v1::JOB_STATE_FAILED);
-  job.status.set_error(reason);
-  job.status.set_end_time(NowSeconds());
-  AddEventLocked(job, "job_failed", nullptr, reason);
-  LogInfo("job ", job.status.job_id(), " JOB_STATE_FAILED: ", reason);
+namespace {
+
+// The moves of the state diagram (coordinator.h). RECOVERING may be entered
+// again: a coordinator restart while the job recovers.
+bool AllowedMove(v1::JobState from, v1::JobState to) {
+  switch (from) {
+    case v1::JOB_STATE_QUEUED:
+      return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_STOPPED ||
+             to == v1::JOB_STATE_FAILED;
+    case v1::JOB_STATE_RUNNING:
+      return to == v1::JOB_STATE_RECOVERING || IsTerminal(to);
+    case v1::JOB_STATE_RECOVERING:
+      return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_RECOVERING ||
+             to == v1::JOB_STATE_STOPPED || to == v1::JOB_STATE_FAILED;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool Coordinator::TransitionLocked(Job& job, v1::JobState to,
+                                   const std::string& kind,
+                                   const Worker* worker,
+                                   const std::string& reason) {
+  v1::JobStatus& status = job.status;
+  const v1::JobState from = status.state();
+  if (!AllowedMove(from, to)) {
+    LogError("job ", status.job_id(), ": refused the move from ",
+             StateName(from), " to ", StateName(to), " (", kind, ": ", reason,
+             "); this is a bug in the coordinator, please report it");
+    return false;
+  }
+  status.set_state(to);
+  if (to == v1::JOB_STATE_RECOVERING || IsTerminal(to)) {
+    if (!reason.empty()) status.set_error(reason);
+  }
+  if (IsTerminal(to)) status.set_end_time(NowSeconds());
+  AddEventLocked(job, kind, worker, reason);
+  const std::string line =
+      absl::StrCat("job ", status.job_id(), " ", StateName(to), " (", kind, ")",
+                   reason.empty() ? "" : ": ", reason);
+  if (to == v1::JOB_STATE_FAILED || to == v1::JOB_STATE_RECOVERING) {
+    LogWarning(line);
+  } else {
+    LogInfo(line);
+  }
+  ChangedLocked(job);
   PersistLocked(job);
+  return true;
+}
+
+void Coordinator::FailStoredJobLocked(Job& job, const std::string& reason) {
+  TransitionLocked(job, v1::JOB_STATE_FAILED, "job_failed", nullptr, reason);
 }
 
 double Coordinator::NowSeconds() const {
@@ -305,7 +349,6 @@ void Coordinator::StartGenerationLocked(Job& job,
     return;
   }
   status.set_backend(backend->name);
-  status.set_state(v1::JOB_STATE_RUNNING);
   status.set_generation(status.generation() + 1);
   status.set_generations(status.generations() + 1);
   status.set_world_size(static_cast<int>(workers.size()));
@@ -339,10 +382,8 @@ void Coordinator::StartGenerationLocked(Job& job,
   if (!backend->why.empty()) {
     absl::StrAppend(&message, " (auto: ", backend->why, ")");
   }
-  LogInfo("job ", status.job_id(), ": ", message);
-  AddEventLocked(job, "generation_started", nullptr, message);
-  ChangedLocked(job);
-  PersistLocked(job);
+  TransitionLocked(job, v1::JOB_STATE_RUNNING, "generation_started", nullptr,
+                   message);
 }
 
 void Coordinator::NoteReplacementsLocked(
@@ -387,23 +428,33 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
   WakeAllWaitersLocked();
 }
 
-void Coordinator::FailGenerationLocked(Job& job, const std::string& cause) {
+void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
+                                       const Worker* worker,
+                                       const std::string& cause) {
   v1::JobStatus& status = job.status;
-  int restarts_used = status.generations() - 1 - status.preemptions();
-  ReleaseGenerationLocked(job, /*abort=*/true, cause);
+  const int restarts_used = status.generations() - 1 - status.preemptions();
+  // The cause is recorded while `worker` still holds its rank.
+  if (job.stop_requested) {
+    // The stop went to the generation that failed: the job stops here, as a
+    // stop while recovering does, instead of training on in the next one.
+    AddEventLocked(job, kind, worker, cause);
+    EndJobLocked(
+        job, v1::JOB_STATE_STOPPED,
+        absl::StrCat("stopped on request; generation ", status.generation(),
+                     " failed before its ranks stopped (", cause, ")"));
+    return;
+  }
   if (restarts_used >= MaxRestarts(status.spec())) {
+    AddEventLocked(job, kind, worker, cause);
     EndJobLocked(job, v1::JOB_STATE_FAILED,
                  absl::StrCat(cause, "; giving up after ", restarts_used,
                               " restarts (max_restarts ",
                               MaxRestarts(status.spec()), ")"));
     return;
   }
-  status.set_state(v1::JOB_STATE_RECOVERING);
-  status.set_error(cause);
-  LogWarning("job ", status.job_id(), " generation ", status.generation(),
-             " ended: ", cause, "; waiting for the group to be whole");
-  ChangedLocked(job);
-  PersistLocked(job);
+  // The job waits for its group to be whole again.
+  TransitionLocked(job, v1::JOB_STATE_RECOVERING, kind, worker, cause);
+  ReleaseGenerationLocked(job, /*abort=*/true, cause);
   MaybeStartJobLocked();
 }
 
@@ -422,12 +473,8 @@ void Coordinator::PreemptedLocked(Job& job) {
                     : absl::StrCat("); ", saved),
       "; waiting for the group to be whole");
   ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
-  status.set_state(v1::JOB_STATE_RECOVERING);
-  status.set_error(message);
-  AddEventLocked(job, "preempted", nullptr, message);
-  LogInfo("job ", status.job_id(), ": ", message);
-  ChangedLocked(job);
-  PersistLocked(job);
+  TransitionLocked(job, v1::JOB_STATE_RECOVERING, "preempted", nullptr,
+                   message);
   MaybeStartJobLocked();
 }
 
@@ -435,18 +482,9 @@ void Coordinator::EndJobLocked(Job& job, v1::JobState state,
                                const std::string& reason) {
   v1::JobStatus& status = job.status;
   ReleaseGenerationLocked(job, state != v1::JOB_STATE_SUCCEEDED, reason);
-  status.set_state(state);
-  if (!reason.empty()) status.set_error(reason);
-  status.set_end_time(NowSeconds());
   if (running_job_ == status.job_id()) running_job_.clear();
-  AddEventLocked(job,
-                 absl::StrCat("job_", absl::AsciiStrToLower(
-                                          v1::JobState_Name(state).substr(10))),
-                 nullptr, reason);
-  LogInfo("job ", status.job_id(), " ", v1::JobState_Name(state),
-          reason.empty() ? "" : ": ", reason);
-  ChangedLocked(job);
-  PersistLocked(job);
+  TransitionLocked(job, state, absl::StrCat("job_", StateName(state)), nullptr,
+                   reason);
   MaybeStartJobLocked();
 }
 

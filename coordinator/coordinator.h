@@ -374,6 +374,16 @@ class Coordinator {
   // on it (they see the fence).
   void ReleaseGenerationLocked(Job& job, bool abort, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one way a job's state changes (the diagram above): checks that
+  // the diagram has the move from the job's state to `to`, then records the
+  // event `kind` (of `worker`, may be null) saying `reason`, logs it, sets
+  // the state, the error (`reason`, for RECOVERING and the final states) and
+  // a final state's end time, bumps the version and persists, all together.
+  // A move the diagram lacks is a bug in the caller: logged as an error and
+  // refused (false), nothing changed.
+  bool TransitionLocked(Job& job, v1::JobState to, const std::string& kind,
+                        const Worker* worker, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At load, before anything runs: a stored job that cannot run becomes
   // FAILED with `reason`, persisted; nothing else changes.
   void FailStoredJobLocked(Job& job, const std::string& reason)
@@ -381,9 +391,12 @@ class Coordinator {
   // Ends the job for good, persists, and schedules the next job.
   void EndJobLocked(Job& job, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the current generation after a failure. The job re-forms as the
-  // next generation, or fails when max_restarts are used up.
-  void FailGenerationLocked(Job& job, const std::string& cause)
+  // Ends the current generation after a failure, recorded as the event
+  // `kind` (of `worker`, may be null). The job re-forms as the next
+  // generation, fails when max_restarts are used up, or stops when a stop
+  // was requested (the stop the failed generation did not finish).
+  void FailGenerationLocked(Job& job, const std::string& kind,
+                            const Worker* worker, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank stopped for a preemption: the job waits for its group.
   void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/job_state.h"
 #include "coordinator/coordinator.h"
 
 namespace lockstep::coordinator {
@@ -22,12 +21,6 @@ constexpr v1::JobState kJobStates[] = {
     v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,  v1::JOB_STATE_STOPPED};
 constexpr const char* kWorkerStates[] = {"idle", "standby", "training",
                                          "disconnected"};
-
-// JOB_STATE_RUNNING -> "running".
-std::string StateLabel(v1::JobState state) {
-  return absl::AsciiStrToLower(
-      absl::StripPrefix(v1::JobState_Name(state), "JOB_STATE_"));
-}
 
 // The running (or recovering) job's progress, labelled with its id.
 void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
@@ -113,7 +106,7 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
   out.Family("lockstep_jobs", metrics::kGauge,
              "Jobs the coordinator holds, by state.");
   for (v1::JobState state : kJobStates) {
-    out.Sample("lockstep_jobs", {{"state", StateLabel(state)}}, jobs[state]);
+    out.Sample("lockstep_jobs", {{"state", StateName(state)}}, jobs[state]);
   }
   if (const auto it = jobs_.find(running_job_); it != jobs_.end()) {
     WriteRunningJob(it->second.status, out);
@@ -135,7 +128,6 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
                {{"worker", worker.worker_id()}},
                std::max(0.0, now - worker.last_heartbeat()));
   }
-
   out.Family("lockstep_worker_blas_info", metrics::kGauge,
              "The BLAS kernel set each worker runs and who chose it "
              "(openblas, lockstep, environment, fallback): a mixed pool "

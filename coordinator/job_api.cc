@@ -137,11 +137,8 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
   Job& job = it->second;
   switch (job.status.state()) {
     case v1::JOB_STATE_QUEUED:
-      job.status.set_state(v1::JOB_STATE_STOPPED);
-      job.status.set_error("stopped on request before it started");
-      job.status.set_end_time(NowSeconds());
-      ChangedLocked(job);
-      PersistLocked(job);
+      EndJobLocked(job, v1::JOB_STATE_STOPPED,
+                   "stopped on request before it started");
       return absl::OkStatus();
     case v1::JOB_STATE_RECOVERING:
       EndJobLocked(job, v1::JOB_STATE_STOPPED,

@@ -200,8 +200,7 @@ void Coordinator::WorkerFailedLocked(Worker& worker, const std::string& kind,
       worker.generation != job->status.generation()) {
     return;
   }
-  AddEventLocked(*job, kind, &worker, cause);
-  FailGenerationLocked(*job, cause);
+  FailGenerationLocked(*job, kind, &worker, cause);
 }
 
 absl::Status Coordinator::HandleWorkerMessage(
@@ -287,8 +286,7 @@ void Coordinator::Sweep() {
   if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING &&
       job->generation->SuspectDue(now)) {
     std::string cause = job->generation->suspect();
-    AddEventLocked(*job, "generation_failed", nullptr, cause);
-    FailGenerationLocked(*job, cause);
+    FailGenerationLocked(*job, "generation_failed", nullptr, cause);
   }
   ForgetFinishedJobsLocked();
   for (const std::string& id :

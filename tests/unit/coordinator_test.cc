@@ -430,11 +430,48 @@ TEST_F(CoordinatorTest, BarrierRefusesARankOutsideTheGeneration) {
 TEST_F(CoordinatorTest, StopQueuedJob) {
   Make();
   std::string job = *coordinator_->SubmitJob(Spec(2));
+  clock_.Advance(absl::Seconds(5));
   ASSERT_TRUE(coordinator_->StopJob(job).ok());
-  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_STOPPED);
+  const v1::JobStatus stopped = Status(job);
+  EXPECT_EQ(stopped.state(), v1::JOB_STATE_STOPPED);
+  // Recorded as every other end is: the event, the reason and the time.
+  ASSERT_EQ(EventsOf(stopped, "job_stopped").size(), 1u);
+  EXPECT_EQ(EventsOf(stopped, "job_stopped")[0].message(),
+            "stopped on request before it started");
+  EXPECT_EQ(stopped.error(), "stopped on request before it started");
+  EXPECT_EQ(stopped.end_time(), stopped.submit_time() + 5);
   EXPECT_EQ(coordinator_->StopJob(job).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(coordinator_->StopJob("nope").code(), absl::StatusCode::kNotFound);
+}
+
+// A stop the running generation got, then a worker failure before its
+// ranks stopped: the job stops there. It used to re-form and train to the
+// end without the stop, and only then report STOPPED.
+TEST_F(CoordinatorTest, AStopThatCrossesAWorkerFailureStopsTheJob) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  const std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(coordinator_->StopJob(job).ok());
+  ASSERT_EQ(CommandsOf(a, v1::CoordinatorCommand::kStop).size(), 1u);
+  coordinator_->CloseSession(id_b, 2, &b, absl::UnavailableError("reset"));
+
+  const v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_STOPPED);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("stopped on request"),
+                    HasSubstr("generation 1 failed"), HasSubstr(id_b)));
+  ASSERT_EQ(EventsOf(status, "worker_failed").size(), 1u);
+  EXPECT_EQ(EventsOf(status, "worker_failed")[0].rank(), 1);
+  EXPECT_EQ(EventsOf(status, "job_stopped").size(), 1u);
+  // No second generation, however many workers come.
+  FakeSink c;
+  Connect(3, &c);
+  EXPECT_EQ(Status(job).generations(), 1);
+  EXPECT_TRUE(CommandsOf(c, v1::CoordinatorCommand::kAssignment).empty());
 }
 
 TEST_F(CoordinatorTest, StaticClusterRefusesStrangersAndDisagreeingViews) {
