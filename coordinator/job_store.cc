@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace lockstep::coordinator {
@@ -38,40 +39,78 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   }
   std::unique_ptr<JobStore> store(new JobStore(db, path));
   sqlite3_busy_timeout(db, 5000);
-  absl::Status readable = store->Exec("PRAGMA journal_mode=WAL");
-  if (!readable.ok()) {
+  // Read before anything is written: a newer lockstep's database is left
+  // as it was.
+  absl::StatusOr<int> version = store->SchemaVersion();
+  if (!version.ok()) {
     return absl::DataLossError(absl::StrCat(
-        "the state database ", path, " is unreadable (", readable.message(),
+        "the state database ", path, " is unreadable (",
+        version.status().message(),
         "); it is corrupt or not a lockstep state dir. Restore it from a "
         "backup, or move it away to start with no jobs"));
   }
+  if (*version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the state database ", path, " has schema version ", *version,
+        ", newer than this coordinator's ", kSchemaVersion,
+        ": a newer lockstep wrote it. Run that release (or a newer one) on "
+        "this --state-dir; it was left untouched"));
+  }
+  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
-  RETURN_IF_ERROR(
-      store->Exec("CREATE TABLE IF NOT EXISTS jobs ("
-                  "  job_id TEXT PRIMARY KEY,"
-                  "  status BLOB NOT NULL)"));
+  RETURN_IF_ERROR(store->Migrate(*version));
   return store;
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }
 
-absl::Status JobStore::CheckSchema() {
+absl::StatusOr<int> JobStore::SchemaVersion() {
   sqlite3_stmt* raw = nullptr;
-  sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &raw, nullptr);
-  Statement stmt(raw);
-  int version =
-      sqlite3_step(raw) == SQLITE_ROW ? sqlite3_column_int(raw, 0) : -1;
-  if (version > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the state database ", path_, " has schema version ", version,
-        ", newer than this coordinator's ", kSchemaVersion,
-        "; run the lockstep release that wrote it, or a newer one"));
+  if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &raw, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return absl::DataLossError(sqlite3_errmsg(db_));
   }
-  RETURN_IF_ERROR(
-      Exec("CREATE TABLE IF NOT EXISTS jobs ("
-           "  job_id TEXT PRIMARY KEY,"
-           "  status BLOB NOT NULL)"));
-  return Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
+  Statement stmt(raw);
+  if (sqlite3_step(raw) != SQLITE_ROW) {
+    return absl::DataLossError(sqlite3_errmsg(db_));
+  }
+  return sqlite3_column_int(raw, 0);
+}
+
+absl::Status JobStore::Migrate(int from) {
+  if (from == kSchemaVersion) return absl::OkStatus();
+  // Version 0 is also a new, empty database: nothing to say of that.
+  bool had_tables = false;
+  {
+    sqlite3_stmt* raw = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT count(*) FROM sqlite_master", -1, &raw,
+                       nullptr);
+    Statement count(raw);
+    had_tables =
+        sqlite3_step(raw) == SQLITE_ROW && sqlite3_column_int(raw, 0) > 0;
+  }
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status migrated = [&]() -> absl::Status {
+    if (from < 1) {
+      // Version 0 had the jobs table already, or nothing (a new database).
+      RETURN_IF_ERROR(
+          Exec("CREATE TABLE IF NOT EXISTS jobs ("
+               "  job_id TEXT PRIMARY KEY,"
+               "  status BLOB NOT NULL)"));
+    }
+    return Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
+  }();
+  if (!migrated.ok()) {
+    (void)Exec("ROLLBACK");
+    return migrated;
+  }
+  RETURN_IF_ERROR(Exec("COMMIT"));
+  if (had_tables) {
+    LogInfo("state database ", path_, ": migrated from schema version ", from,
+            " to ", kSchemaVersion);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobStore::Exec(const char* sql) {

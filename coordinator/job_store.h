@@ -20,8 +20,10 @@ namespace lockstep::coordinator {
 
 class JobStore {
  public:
-  // Opens (creating if needed) `state_dir`/coordinator.db. Errors:
-  // DataLoss for a corrupt file, FailedPrecondition for a newer schema.
+  // Opens (creating if needed) `state_dir`/coordinator.db and brings an
+  // older schema up to this one, in one transaction. Errors: DataLoss for a
+  // corrupt file; FailedPrecondition for a newer schema (a newer lockstep
+  // wrote it), refused before anything is written to it.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(
       const std::string& state_dir);
   ~JobStore();
@@ -34,12 +36,20 @@ class JobStore {
   absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
 
  private:
-  // Version 1: table jobs(job_id, status = serialized v1.JobStatus).
+  // The schema's version, in SQLite's user_version:
+  //   0  a new database, or one of a coordinator from before the version
+  //      was kept: table jobs(job_id, status = serialized v1.JobStatus)
+  //   1  the same tables, the version kept
+  // A new version adds its step to Migrate.
   static constexpr int kSchemaVersion = 1;
 
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  // Creates the tables of a new database; refuses one from a newer schema.
-  absl::Status CheckSchema();
+  // The database's schema version. Errors: DataLoss when it cannot be read
+  // (not a SQLite database, or corrupt).
+  absl::StatusOr<int> SchemaVersion();
+  // Brings a database of schema `from` (<= kSchemaVersion) to
+  // kSchemaVersion in one transaction.
+  absl::Status Migrate(int from);
   absl::Status Exec(const char* sql);
 
   sqlite3* db_;

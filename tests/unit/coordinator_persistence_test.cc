@@ -3,7 +3,12 @@
 // interval).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "common/job_spec.h"
 #include "coordinator/coordinator.h"
@@ -179,6 +184,150 @@ TEST_F(CoordinatorTest, ProgressIsPersistedAtMostOncePerInterval) {
   EXPECT_EQ(recovered.step(), 70);
   ASSERT_EQ(recovered.step_losses_size(), 70);
   EXPECT_FLOAT_EQ(recovered.step_losses(69), 2.0f - 0.09f);
+}
+
+// The coordinator resumes one running job; another stored as running
+// fails, recorded as every end is (an event and an end time): without the
+// end time --finished-job-ttl deleted it at once.
+TEST_F(CoordinatorTest, ASecondStoredRunningJobFailsWithAnEventAndEndTime) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (const char* id : {"first-1", "second-2"}) {
+      v1::JobStatus running;
+      running.set_job_id(id);
+      running.set_state(v1::JOB_STATE_RUNNING);
+      running.set_generation(1);
+      *running.mutable_spec() = Spec(1);
+      ApplyDefaults(running.mutable_spec());
+      ASSERT_TRUE((*store)->Save(running).ok());
+    }
+  }
+  clock_.Advance(absl::Hours(1));
+  Make(std::nullopt, *JobStore::Open(dir));
+  EXPECT_EQ(Status("first-1").state(), v1::JOB_STATE_RECOVERING);
+  const v1::JobStatus second = Status("second-2");
+  EXPECT_EQ(second.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(EventsOf(second, "job_failed").size(), 1u);
+  EXPECT_EQ(second.end_time(),
+            absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()));
+  EXPECT_EQ(Persisted(dir, "second-2").state(), v1::JOB_STATE_FAILED);
+}
+
+// ---- the state database's schema version ----------------------------------
+
+// Runs `sql` on the database at `path` through a connection of its own.
+void RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+int RawUserVersion(const std::string& path) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr);
+  int version =
+      sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : -1;
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return version;
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// A state dir of a coordinator from before the version was kept (the jobs
+// table, user_version 0, as every release up to this one wrote it) is
+// migrated, and its jobs come back as they were.
+TEST_F(CoordinatorTest, AStateDirOfAnOlderSchemaIsMigratedAndItsJobsResume) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  const std::string db = dir + "/coordinator.db";
+  RawSql(db,
+         "PRAGMA journal_mode=WAL; CREATE TABLE jobs ("
+         "  job_id TEXT PRIMARY KEY, status BLOB NOT NULL)");
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    for (auto [id, state] : {std::pair{"old-1", v1::JOB_STATE_RUNNING},
+                             std::pair{"old-2", v1::JOB_STATE_QUEUED}}) {
+      v1::JobStatus status;
+      status.set_job_id(id);
+      status.set_state(state);
+      status.set_generation(state == v1::JOB_STATE_RUNNING ? 1 : 0);
+      *status.mutable_spec() = Spec(1);
+      ApplyDefaults(status.mutable_spec());
+      const std::string blob = status.SerializeAsString();
+      sqlite3_stmt* insert = nullptr;
+      sqlite3_prepare_v2(raw, "INSERT INTO jobs VALUES (?1, ?2)", -1, &insert,
+                         nullptr);
+      sqlite3_bind_text(insert, 1, id, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_blob(insert, 2, blob.data(), static_cast<int>(blob.size()),
+                        SQLITE_TRANSIENT);
+      EXPECT_EQ(sqlite3_step(insert), SQLITE_DONE);
+      sqlite3_finalize(insert);
+    }
+    sqlite3_close(raw);
+  }
+  ASSERT_EQ(RawUserVersion(db), 0);
+
+  auto store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(RawUserVersion(db), 1);
+  Make(std::nullopt, *std::move(store));
+  EXPECT_EQ(Status("old-1").state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(Status("old-2").state(), v1::JOB_STATE_QUEUED);
+  FakeSink a;
+  Connect(1, &a);
+  EXPECT_EQ(Status("old-1").state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status("old-1").generation(), 2);
+  // Opened again: already current, nothing to migrate.
+  coordinator_.reset();
+  auto again = JobStore::Open(dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->LoadAll()->size(), 2u);
+}
+
+// A state dir a newer lockstep wrote is refused with what to do, and left
+// exactly as it was.
+TEST_F(CoordinatorTest, AStateDirOfANewerSchemaIsRefusedUntouched) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  const std::string db = dir + "/coordinator.db";
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::JobStatus status;
+    status.set_job_id("kept-1");
+    status.set_state(v1::JOB_STATE_QUEUED);
+    ASSERT_TRUE((*store)->Save(status).ok());
+  }
+  RawSql(db, "PRAGMA user_version=7");
+  const std::string before = FileBytes(db);
+  ASSERT_FALSE(before.empty());
+
+  auto refused = JobStore::Open(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::AllOf(::testing::HasSubstr(db),
+                               ::testing::HasSubstr("schema version 7"),
+                               ::testing::HasSubstr("newer than this"),
+                               ::testing::HasSubstr("left untouched")));
+  EXPECT_EQ(FileBytes(db), before);
+  EXPECT_EQ(RawUserVersion(db), 7);
 }
 
 }  // namespace
