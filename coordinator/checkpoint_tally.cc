@@ -6,8 +6,17 @@
 namespace lockstep::coordinator {
 
 std::optional<v1::CommitCheckpoint> CheckpointTally::Prepare(
-    const v1::CheckpointPrepared& p) {
+    const v1::CheckpointPrepared& p, absl::Time now) {
   if (abandoned_.count(p.step()) > 0) return std::nullopt;
+  if (p.ok()) {
+    first_prepared_.try_emplace(p.step(), now);
+    // A chief that died never commits: bound the steps waiting for it.
+    if (first_prepared_.size() > kKeptCommits) {
+      first_prepared_.erase(first_prepared_.begin());
+    }
+  } else {
+    first_prepared_.erase(p.step());
+  }
   v1::CommitCheckpoint commit;
   commit.set_job_id(p.job_id());
   commit.set_generation(p.generation());
@@ -32,11 +41,21 @@ std::optional<v1::CommitCheckpoint> CheckpointTally::Prepare(
   return commit;
 }
 
-void CheckpointTally::Committed(const v1::CheckpointCommitted& committed) {
-  if (committed.ok()) return;
-  last_failed_ = committed.step();
-  last_failure_ =
-      absl::StrCat("the chief could not commit it: ", committed.error());
+std::optional<absl::Duration> CheckpointTally::Committed(
+    const v1::CheckpointCommitted& committed, absl::Time now) {
+  std::optional<absl::Duration> latency;
+  const auto it = first_prepared_.find(committed.step());
+  if (committed.ok() && it != first_prepared_.end()) latency = now - it->second;
+  // Older steps will not be committed any more (abandoned, or dropped for
+  // this newer one).
+  first_prepared_.erase(first_prepared_.begin(),
+                        first_prepared_.upper_bound(committed.step()));
+  if (!committed.ok()) {
+    last_failed_ = committed.step();
+    last_failure_ =
+        absl::StrCat("the chief could not commit it: ", committed.error());
+  }
+  return latency;
 }
 
 void CheckpointTally::StopSaveFailed(int64_t step, const std::string& why) {

@@ -2,7 +2,8 @@
 // §6), for one generation: it tallies the ranks' prepares of each step and says
 // when the chief may commit one (every rank prepared it) or must abandon it (a
 // rank could not), and remembers why the generation's latest failed save
-// failed, so a stop whose final save was not committed can say why.
+// failed, so a stop whose final save was not committed can say why, and
+// how long each commit took from its first prepare (for the metrics).
 //
 // Thread-compatible: the Coordinator calls it with its lock held.
 #ifndef LOCKSTEP_COORDINATOR_CHECKPOINT_TALLY_H_
@@ -14,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "absl/time/time.h"
 #include "lockstep/v1/coordinator.pb.h"
 
 namespace lockstep::coordinator {
@@ -26,14 +28,19 @@ class CheckpointTally {
   // says). Returns the command for the chief: a commit listing every rank's
   // files once all `world_size` ranks prepared the step, or an abandonment
   // when this prepare failed. Returns nullopt while ranks are missing, and
-  // for a step already abandoned (it is never committed).
-  std::optional<v1::CommitCheckpoint> Prepare(const v1::CheckpointPrepared& p);
+  // for a step already abandoned (it is never committed). `now`: when the
+  // prepare arrived; the first rank's starts the step's commit latency.
+  std::optional<v1::CommitCheckpoint> Prepare(
+      const v1::CheckpointPrepared& p, absl::Time now = absl::UnixEpoch());
   // Whether every rank prepared `step` in this generation, so the chief was
   // told to commit it: a commit reported for any other step is forged.
   bool CommitSent(int64_t step) const { return sent_.count(step) > 0; }
-  // Records the chief's report of a commit: a failed one is the latest
-  // failure.
-  void Committed(const v1::CheckpointCommitted& committed);
+  // Records the chief's report of a commit, arrived at `now`: a failed one
+  // is the latest failure. Returns a successful commit's latency from its
+  // step's first prepare, when that prepare was seen in this generation.
+  std::optional<absl::Duration> Committed(
+      const v1::CheckpointCommitted& committed,
+      absl::Time now = absl::UnixEpoch());
   // A rank's result says the save of its stop step failed (`why` names the
   // rank). A prepare or commit failure of the same step, reported first,
   // is more precise and is kept.
@@ -55,6 +62,9 @@ class CheckpointTally {
   // The latest kKeptCommits steps the chief was told to commit.
   static constexpr size_t kKeptCommits = 64;
   std::set<int64_t> sent_;
+  // When the first rank prepared each step not yet committed or abandoned
+  // (the latest kKeptCommits).
+  std::map<int64_t, absl::Time> first_prepared_;
   // The generation's latest failed save. A stop saves last, so this is
   // what it needs; keeping only the latest bounds it.
   int64_t last_failed_ = -1;

@@ -361,7 +361,6 @@ void Coordinator::StartGenerationLocked(Job& job,
   job.generation = std::make_unique<Generation>(
       status.job_id(), status.generation(), std::move(rank_workers), kv_limits_,
       *std::move(secret));
-  job.commit_started.clear();
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
@@ -432,7 +431,7 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
                                        const Worker* worker,
                                        const std::string& cause) {
   v1::JobStatus& status = job.status;
-  const int restarts_used = status.generations() - 1 - status.preemptions();
+  const int restarts_used = RestartsUsed(status);
   // The cause is recorded while `worker` still holds its rank.
   if (job.stop_requested) {
     // The stop went to the generation that failed: the job stops here, as a

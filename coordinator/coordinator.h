@@ -267,9 +267,6 @@ class Coordinator {
     // generations the ended one stays for its rank order. Null until the
     // job first starts in this coordinator process.
     std::unique_ptr<Generation> generation;
-    // When the first rank of the live generation prepared each step not yet
-    // committed: a commit's latency runs from there (metrics).
-    std::map<int64_t, absl::Time> commit_started;
   };
 
   // What a waiter waits on: (job, generation, is_barrier, key or barrier).
@@ -444,13 +441,6 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleCommittedLocked(Worker& worker,
                              const v1::CheckpointCommitted& committed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank prepared `step` (ok or not): its commit's clock starts with the
-  // first rank; a failed prepare abandons the step (coordinator_metrics.cc).
-  void NoteCommitStartLocked(Job& job, int64_t step, bool ok)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The chief committed `step`, or failed to: its latency is observed.
-  void NoteCommitEndLocked(Job& job, int64_t step, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker got SIGTERM: every rank stops at an agreed step and saves it.
   void HandlePreemptLocked(Worker& worker, const v1::PreemptRequest& request)

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -80,8 +81,7 @@ void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
   out.Family("lockstep_job_restarts_total", metrics::kCounter,
              "Restarts the running job has used (re-formations after a "
              "failure; preemptions are not counted).");
-  out.Sample("lockstep_job_restarts_total", job,
-             std::max(0, status.generations() - 1 - status.preemptions()));
+  out.Sample("lockstep_job_restarts_total", job, RestartsUsed(status));
 }
 
 }  // namespace
@@ -156,32 +156,6 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
              "Seconds from the first rank's prepare of a checkpoint to the "
              "chief's commit.");
   out.Observations("lockstep_checkpoint_commit_seconds", {}, commit_seconds_);
-}
-
-void Coordinator::NoteCommitStartLocked(Job& job, int64_t step, bool ok) {
-  if (!ok) {
-    job.commit_started.erase(step);
-    return;
-  }
-  job.commit_started.try_emplace(step, clock_->Now());
-  // Steps whose commit never came (a chief that died) are dropped at the
-  // next generation; this bounds them within one.
-  constexpr size_t kMaxPending = 64;
-  while (job.commit_started.size() > kMaxPending) {
-    job.commit_started.erase(job.commit_started.begin());
-  }
-}
-
-void Coordinator::NoteCommitEndLocked(Job& job, int64_t step, bool ok) {
-  if (ok) ++commits_;
-  const auto it = job.commit_started.find(step);
-  if (ok && it != job.commit_started.end()) {
-    commit_seconds_.Observe(absl::ToDoubleSeconds(clock_->Now() - it->second));
-  }
-  // Older steps will not be committed any more (abandoned, or dropped for
-  // this newer one): forget them too.
-  job.commit_started.erase(job.commit_started.begin(),
-                           job.commit_started.upper_bound(step));
 }
 
 }  // namespace lockstep::coordinator

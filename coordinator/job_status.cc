@@ -108,6 +108,10 @@ void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
 
 }  // namespace
 
+int RestartsUsed(const v1::JobStatus& status) {
+  return std::max(0, status.generations() - 1 - status.preemptions());
+}
+
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
               const Worker* worker, const std::string& message) {
   if (status.events_size() >= kMaxEvents) {

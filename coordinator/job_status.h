@@ -36,6 +36,11 @@ inline constexpr int kMaxEvents = 1000;
 inline constexpr int kMaxEvals = 1000;
 inline constexpr size_t kMaxEventMessageBytes = 2048;
 
+// The restarts the job has used: its re-formations after a failure
+// (generations past the first, preemptions not counted), what max_restarts
+// bounds.
+int RestartsUsed(const v1::JobStatus& status);
+
 // Appends an event of the job's current generation; `worker`, when given,
 // names who it concerns.
 // Past kMaxEvents the oldest event is dropped (and counted).

@@ -236,9 +236,8 @@ void Coordinator::HandlePreparedLocked(Worker& worker,
                  "a rank prepares only its own files");
     return;
   }
-  NoteCommitStartLocked(*job, p.step(), p.ok());
   std::optional<v1::CommitCheckpoint> commit =
-      job->generation->checkpoints().Prepare(p);
+      job->generation->checkpoints().Prepare(p, clock_->Now());
   if (!commit.has_value()) return;  // ranks missing, or the step abandoned
   v1::CoordinatorCommand command;
   *command.mutable_commit() = *std::move(commit);
@@ -272,8 +271,14 @@ void Coordinator::HandleCommittedLocked(
                        "was asked for");
     return;
   }
-  job->generation->checkpoints().Committed(committed);
-  NoteCommitEndLocked(*job, committed.step(), committed.ok());
+  const std::optional<absl::Duration> latency =
+      job->generation->checkpoints().Committed(committed, clock_->Now());
+  if (committed.ok()) {
+    ++commits_;
+    if (latency.has_value()) {
+      commit_seconds_.Observe(absl::ToDoubleSeconds(*latency));
+    }
+  }
   if (!committed.ok()) {
     AddEventLocked(*job, "checkpoint_failed", &worker,
                    absl::StrCat("commit of step ", committed.step(), ": ",

@@ -159,6 +159,32 @@ TEST(CheckpointTallyTest, ACompleteStepDropsOlderIncompleteOnes) {
   EXPECT_FALSE(tally.Prepare(Prepare(1, 10)).has_value());
 }
 
+// The commit latency the metrics observe runs from the step's first
+// prepare in this generation to the chief's commit.
+TEST(CheckpointTallyTest, ACommitsLatencyRunsFromItsFirstPrepare) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  CheckpointTally tally(2);
+  EXPECT_FALSE(tally.Prepare(Prepare(1, 10), t0).has_value());
+  EXPECT_TRUE(tally.Prepare(Prepare(0, 10), t0 + absl::Seconds(1)).has_value());
+  v1::CheckpointCommitted committed;
+  committed.set_step(10);
+  committed.set_ok(true);
+  EXPECT_EQ(tally.Committed(committed, t0 + absl::Seconds(3)),
+            absl::Seconds(3));
+  // Counted once; a step never prepared here, or abandoned, has none.
+  EXPECT_EQ(tally.Committed(committed, t0 + absl::Seconds(4)), std::nullopt);
+  EXPECT_FALSE(tally.Prepare(Prepare(0, 20), t0).has_value());
+  EXPECT_TRUE(tally.Prepare(Prepare(1, 20, /*ok=*/false), t0).has_value());
+  committed.set_step(20);
+  EXPECT_EQ(tally.Committed(committed, t0 + absl::Seconds(5)), std::nullopt);
+  // A failed commit has no latency.
+  EXPECT_FALSE(tally.Prepare(Prepare(0, 30), t0).has_value());
+  EXPECT_TRUE(tally.Prepare(Prepare(1, 30), t0).has_value());
+  committed.set_step(30);
+  committed.set_ok(false);
+  EXPECT_EQ(tally.Committed(committed, t0 + absl::Seconds(6)), std::nullopt);
+}
+
 TEST(CheckpointTallyTest, AFailedCommitIsTheLatestFailure) {
   CheckpointTally tally(1);
   v1::CheckpointCommitted committed;
