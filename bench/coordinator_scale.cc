@@ -371,17 +371,23 @@ class Run {
   bool AwaitConnected() {
     for (absl::Time give_up = absl::Now() + kPhaseLimit;
          absl::Now() < give_up;) {
-      grpc::ClientContext context;
-      v1::ListWorkersResponse response;
-      if (stubs_[0]
-              ->ListWorkers(&context, v1::ListWorkersRequest(), &response)
-              .ok()) {
-        int connected = 0;
+      // ListWorkers is paged: every page, or the count falls short.
+      int connected = 0;
+      v1::ListWorkersRequest request;
+      bool listed = true;
+      do {
+        grpc::ClientContext context;
+        v1::ListWorkersResponse response;
+        if (!stubs_[0]->ListWorkers(&context, request, &response).ok()) {
+          listed = false;
+          break;
+        }
         for (const v1::WorkerInfo& info : response.workers()) {
           connected += info.connected();
         }
-        if (connected == n_) return true;
-      }
+        request.set_page_token(response.next_page_token());
+      } while (!request.page_token().empty());
+      if (listed && connected == n_) return true;
       // A poll interval: a listing of 5,000 workers is not free, and polling
       // faster would load the coordinator the bench measures.
       absl::SleepFor(absl::Milliseconds(200));
