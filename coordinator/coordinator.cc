@@ -9,12 +9,15 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
 #include "common/log.h"
@@ -130,8 +133,27 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (coordinator->store_ == nullptr) return coordinator;
   ASSIGN_OR_RETURN(std::vector<v1::JobStatus> saved,
                    coordinator->store_->LoadAll());
+  ASSIGN_OR_RETURN(std::vector<JobStore::WorkerRecord> workers,
+                   coordinator->store_->LoadWorkers());
   Coordinator& c = *coordinator;
   absl::MutexLock lock(&c.mu_);
+  // The free workers' ids, so that each process that reconnects gets its
+  // own back: the ranks of every job that was running name them.
+  for (const JobStore::WorkerRecord& worker : workers) {
+    int64_t number = 0;
+    if (!absl::SimpleAtoi(absl::StripPrefix(worker.worker_id, "free:"),
+                          &number) ||
+        !absl::StartsWith(worker.worker_id, "free:") || number < 0 ||
+        worker.order < 0 || worker.identity.empty() ||
+        worker.identity.size() > 2048) {
+      LogWarning("ignoring a stored worker record (id \"",
+                 absl::CHexEscape(worker.worker_id.substr(0, 64)),
+                 "\"): not a free worker's; it registers anew");
+      continue;
+    }
+    c.workers_.Restore(worker.worker_id, worker.identity, worker.incarnation,
+                       worker.order, c.clock_->Now());
+  }
   for (v1::JobStatus& status : saved) {
     // Ids keep their number across restarts, so a new job never reuses the
     // id of one that retention deleted.
@@ -158,19 +180,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
       c.queue_.push_back(job.status.job_id());
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_RECOVERING) {
-      if (c.running_job_.empty()) {
-        // Its workers still hold the live state; they reconnect and the job
-        // re-forms as the next generation.
-        c.running_job_ = job.status.job_id();
-        c.TransitionLocked(job, v1::JOB_STATE_RECOVERING,
-                           "coordinator_restarted", nullptr,
-                           "the coordinator restarted; waiting for the "
-                           "workers to reconnect");
-      } else {
-        c.FailStoredJobLocked(job,
-                              "two jobs were running when the coordinator "
-                              "stopped; only the first is resumed");
-      }
+      // Every job that ran comes back: its workers still hold the live
+      // state; they reconnect and it re-forms as the next generation.
+      c.active_jobs_[job.seq] = job.status.job_id();
+      c.TransitionLocked(job, v1::JOB_STATE_RECOVERING, "coordinator_restarted",
+                         nullptr,
+                         "the coordinator restarted; waiting for the "
+                         "workers to reconnect");
     }
   }
   c.next_job_seq_ = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
@@ -238,9 +254,23 @@ double Coordinator::NowSeconds() const {
   return absl::ToDoubleSeconds(clock_->Now() - absl::UnixEpoch());
 }
 
-Coordinator::Job* Coordinator::RunningJobLocked() {
-  if (running_job_.empty()) return nullptr;
-  return &jobs_[running_job_];
+std::vector<Coordinator::Job*> Coordinator::ActiveJobsLocked() {
+  std::vector<Job*> active;
+  for (const auto& [seq, id] : active_jobs_) {
+    if (auto it = jobs_.find(id); it != jobs_.end()) {
+      active.push_back(&it->second);
+    }
+  }
+  return active;
+}
+
+Coordinator::Job* Coordinator::JobOfLocked(const Worker& worker) {
+  if (worker.job_id.empty()) return nullptr;
+  auto it = jobs_.find(worker.job_id);
+  if (it == jobs_.end() || active_jobs_.count(it->second.seq) == 0) {
+    return nullptr;
+  }
+  return &it->second;
 }
 
 // ---- the job queue and state machine ---------------------------------------
@@ -269,13 +299,25 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   return id;
 }
 
-void Coordinator::MaybeStartJobLocked() {
-  StartNextGenerationLocked();
-  StandbyLocked();
+void Coordinator::MaybeStartJobLocked(bool standby) {
+  // Not re-entered: a start that fails ends its job, which asks for
+  // scheduling again; that runs once this pass is over.
+  if (scheduling_) {
+    schedule_again_ = true;
+    return;
+  }
+  scheduling_ = true;
+  do {
+    schedule_again_ = false;
+    StartNextGenerationLocked();
+  } while (schedule_again_);
+  if (standby) StandbyLocked();
+  scheduling_ = false;
 }
 
 void Coordinator::StandbyLocked() {
-  Job* job = RunningJobLocked();
+  const std::vector<Job*> active = ActiveJobsLocked();
+  Job* job = active.empty() ? nullptr : active.front();
   v1::CoordinatorCommand command;
   if (job != nullptr) {
     command.mutable_standby()->set_job_id(job->status.job_id());
@@ -295,10 +337,14 @@ void Coordinator::StandbyLocked() {
 
 void Coordinator::StartNextGenerationLocked() {
   if (shutdown_) return;
-  if (Job* job = RunningJobLocked()) {
-    if (job->status.state() != v1::JOB_STATE_RECOVERING) return;
-    // The previous generation's ranks; after a coordinator restart, as
-    // persisted (a spare may hold a rank whose own task never came back).
+  // Recovering jobs first, oldest first. Each keeps the workers of its
+  // previous generation (after a coordinator restart, as persisted: a spare
+  // may hold a rank whose own task never came back): they hold its live
+  // state, so no other job is given them while it waits for its group.
+  std::vector<std::pair<std::string, std::vector<std::string>>> recovering;
+  std::set<std::string> reserved;
+  for (Job* job : ActiveJobsLocked()) {
+    if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::vector<std::string> previous;
     if (job->generation != nullptr) {
       previous = job->generation->rank_workers();
@@ -307,22 +353,41 @@ void Coordinator::StartNextGenerationLocked() {
         previous.push_back(rank.worker_id());
       }
     }
-    std::vector<Worker*> workers = workers_.Pick(job->status.spec(), previous);
-    if (!workers.empty()) StartGenerationLocked(*job, workers);
-    return;
+    reserved.insert(previous.begin(), previous.end());
+    recovering.emplace_back(job->status.job_id(), std::move(previous));
   }
-  while (!queue_.empty()) {
-    Job& job = jobs_[queue_.front()];
+  for (const auto& [id, previous] : recovering) {
+    Job& job = jobs_[id];
+    if (job.status.state() != v1::JOB_STATE_RECOVERING) continue;
+    std::set<std::string> others = reserved;
+    for (const std::string& worker : previous) others.erase(worker);
+    std::vector<Worker*> workers =
+        workers_.Pick(job.status.spec(), previous, others);
+    if (!workers.empty()) StartGenerationLocked(job, workers);
+  }
+  // Then every queued job whose whole group is free, in submission order: a
+  // job that does not fit waits without holding back a later one that does.
+  // A job of the whole pool (no num_workers) waits until no other job is
+  // active.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = jobs_[*it];
     if (job.status.state() != v1::JOB_STATE_QUEUED) {
-      queue_.pop_front();
+      it = queue_.erase(it);
       continue;
     }
-    std::vector<Worker*> workers = workers_.Pick(job.status.spec(), {});
-    if (workers.empty()) return;
-    queue_.pop_front();
-    running_job_ = job.status.job_id();
+    const v1::JobSpec& spec = job.status.spec();
+    const bool whole_pool = spec.num_workers() == 0 && spec.min_workers() == 0;
+    std::vector<Worker*> workers;
+    if (!whole_pool || active_jobs_.empty()) {
+      workers = workers_.Pick(spec, {}, reserved);
+    }
+    if (workers.empty()) {
+      ++it;
+      continue;
+    }
+    it = queue_.erase(it);
+    active_jobs_[job.seq] = job.status.job_id();
     StartGenerationLocked(job, workers);
-    if (!running_job_.empty()) return;
   }
 }
 
@@ -381,6 +446,8 @@ void Coordinator::StartGenerationLocked(Job& job,
   if (!backend->why.empty()) {
     absl::StrAppend(&message, " (auto: ", backend->why, ")");
   }
+  // The ranks persisted below name workers whose ids must outlive us.
+  PersistWorkersLocked();
   TransitionLocked(job, v1::JOB_STATE_RUNNING, "generation_started", nullptr,
                    message);
 }
@@ -481,7 +548,7 @@ void Coordinator::EndJobLocked(Job& job, v1::JobState state,
                                const std::string& reason) {
   v1::JobStatus& status = job.status;
   ReleaseGenerationLocked(job, state != v1::JOB_STATE_SUCCEEDED, reason);
-  if (running_job_ == status.job_id()) running_job_.clear();
+  active_jobs_.erase(job.seq);
   TransitionLocked(job, state, absl::StrCat("job_", StateName(state)), nullptr,
                    reason);
   MaybeStartJobLocked();

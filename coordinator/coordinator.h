@@ -33,9 +33,15 @@
 // or lack the GPUs communication.backend "nccl" needs, also ends in FAILED.
 // SUCCEEDED, FAILED and STOPPED are final.
 //
-// One job runs at a time, on every worker it needs. Each start of a job is a
-// new generation (a Generation object replaced whole); key-value entries,
-// barriers and reports of an older generation are fenced off (Aborted).
+// Jobs run at once on disjoint sets of workers (gang scheduling): every
+// queued job whose workers are free starts, in submission order, each with
+// its whole group or not at all; a job without num_workers (the whole pool)
+// starts only when no other job is active. A recovering job's previous
+// workers are kept for it: they hold its live state. A static cluster
+// (TF_CONFIG) runs one job at a time, on all its tasks. Each start of a job
+// is a new generation (a Generation object replaced whole); key-value
+// entries, barriers and reports of an older generation are fenced off
+// (Aborted), and each job's generations, keys and barriers are its own.
 //
 // Thread-safe: every public method may be called from any gRPC thread. One
 // lock (mu_) guards all state. The blocking calls (KvGet, Barrier,
@@ -54,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -347,14 +354,17 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- the job queue and state machine (coordinator.cc) ----
-  // Starts the oldest queued job, or re-forms the recovering one, if its
-  // workers are there; then tells every idle worker to stand by for the
-  // running job.
-  void MaybeStartJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-forms each recovering job whose group can be whole again, then
+  // starts each queued job whose workers are free; then tells every idle
+  // worker to stand by for the oldest active job.
+  // `standby` false: the standbys are left to the caller when no job is
+  // active (a connecting worker clears only its own).
+  void MaybeStartJobLocked(bool standby = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartNextGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends Standby{running job} to each idle worker not yet standing by for
-  // it, so that it loads the job's data and can take a failed rank at once
-  // (docs/DESIGN.md §3). Forgets the standbys when no job runs.
+  // Sends Standby{oldest active job} to each idle worker not yet standing by
+  // for it, so that it loads the job's data and can take a failed rank at
+  // once (docs/DESIGN.md §3). Forgets the standbys when no job is active.
   void StandbyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a "rank_replaced" event for each rank that the new generation
   // (`rank_workers`) gives to another worker than the previous one did.
@@ -402,7 +412,10 @@ class Coordinator {
   void WorkerFailedLocked(Worker& worker, const std::string& kind,
                           const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Job* RunningJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The RUNNING and RECOVERING jobs, in submission order.
+  std::vector<Job*> ActiveJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The active job `worker` holds a rank of, if any.
+  Job* JobOfLocked(const Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job whose live generation `number` holds `worker` as a rank, if any.
   Job* GenerationOfLocked(const Worker& worker, const std::string& job_id,
                           int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -472,6 +485,10 @@ class Coordinator {
                         const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the free workers registered (or restarted) since the last call
+  // to the store, in one transaction: from Sweep, and before a generation
+  // that names them is persisted.
+  void PersistWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double NowSeconds() const;
 
   // ---- retention (coordinator.cc) ----
@@ -507,8 +524,14 @@ class Coordinator {
   // Every job by submission order (Job::seq).
   std::map<int64_t, std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  // The job that is RUNNING or RECOVERING, if any.
-  std::string running_job_ ABSL_GUARDED_BY(mu_);
+  // The jobs that are RUNNING or RECOVERING, by Job::seq.
+  std::map<int64_t, std::string> active_jobs_ ABSL_GUARDED_BY(mu_);
+  // MaybeStartJobLocked is running; a start that ended a job asked for
+  // another pass.
+  bool scheduling_ ABSL_GUARDED_BY(mu_) = false;
+  // Free workers whose id the store does not hold yet (PersistWorkersLocked).
+  std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
+  bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;
   // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;

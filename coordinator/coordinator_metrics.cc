@@ -23,57 +23,84 @@ constexpr v1::JobState kJobStates[] = {
 constexpr const char* kWorkerStates[] = {"idle", "standby", "training",
                                          "disconnected"};
 
-// The running (or recovering) job's progress, labelled with its id.
-void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
-  const metrics::Labels job = {{"job", status.job_id()}};
+// Each active (running or recovering) job's progress, labelled with its id:
+// one family at a time, every job's sample in it.
+void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
+                     metrics::Exposition& out) {
+  if (jobs.empty()) return;
+  auto of = [](const v1::JobStatus& status) {
+    return metrics::Labels{{"job", status.job_id()}};
+  };
   struct Gauge {
     const char* name;
     const char* help;
-    double value;
+    double (*value)(const v1::JobStatus&);
   };
-  const Gauge gauges[] = {
+  static constexpr Gauge kGauges[] = {
       {"lockstep_job_step", "The running job's last completed step.",
-       static_cast<double>(status.step())},
+       [](const v1::JobStatus& s) { return static_cast<double>(s.step()); }},
       {"lockstep_job_total_steps", "The running job's planned steps.",
-       static_cast<double>(status.total_steps())},
+       [](const v1::JobStatus& s) {
+         return static_cast<double>(s.total_steps());
+       }},
       {"lockstep_job_epoch", "The running job's epoch (from 0).",
-       static_cast<double>(status.epoch())},
+       [](const v1::JobStatus& s) { return static_cast<double>(s.epoch()); }},
       {"lockstep_job_loss", "The running job's last reported training loss.",
-       status.loss()},
+       [](const v1::JobStatus& s) { return static_cast<double>(s.loss()); }},
       {"lockstep_job_samples_per_second",
        "The running job's training throughput over all ranks.",
-       status.samples_per_second()},
+       [](const v1::JobStatus& s) { return s.samples_per_second(); }},
       {"lockstep_job_generation",
        "The running job's generation (each start or re-formation is one).",
-       static_cast<double>(status.generation())},
+       [](const v1::JobStatus& s) {
+         return static_cast<double>(s.generation());
+       }},
       {"lockstep_job_world_size", "Ranks in the running job's generation.",
-       static_cast<double>(status.world_size())},
+       [](const v1::JobStatus& s) {
+         return static_cast<double>(s.world_size());
+       }},
   };
-  for (const Gauge& gauge : gauges) {
+  for (const Gauge& gauge : kGauges) {
     out.Family(gauge.name, metrics::kGauge, gauge.help);
-    out.Sample(gauge.name, job, gauge.value);
+    for (const v1::JobStatus* status : jobs) {
+      out.Sample(gauge.name, of(*status), gauge.value(*status));
+    }
   }
-  if (status.tokens_per_second() > 0) {
-    out.Family("lockstep_job_tokens_per_second", metrics::kGauge,
-               "The running language model's training throughput in tokens.");
-    out.Sample("lockstep_job_tokens_per_second", job,
-               status.tokens_per_second());
+  bool family = false;
+  for (const v1::JobStatus* status : jobs) {
+    if (status->tokens_per_second() <= 0) continue;
+    if (!family) {
+      family = out.Family(
+          "lockstep_job_tokens_per_second", metrics::kGauge,
+          "The running language model's training throughput in tokens.");
+    }
+    out.Sample("lockstep_job_tokens_per_second", of(*status),
+               status->tokens_per_second());
   }
-  if (status.has_test_loss()) {
-    out.Family("lockstep_job_test_loss", metrics::kGauge,
-               "The running job's last test loss.");
-    out.Sample("lockstep_job_test_loss", job, status.test_loss());
+  family = false;
+  for (const v1::JobStatus* status : jobs) {
+    if (!status->has_test_loss()) continue;
+    if (!family) {
+      family = out.Family("lockstep_job_test_loss", metrics::kGauge,
+                          "The running job's last test loss.");
+    }
+    out.Sample("lockstep_job_test_loss", of(*status), status->test_loss());
   }
-  if (!status.test_metrics().empty()) {
+  family = false;
+  for (const v1::JobStatus* status : jobs) {
+    if (status->test_metrics().empty()) continue;
     // One family, the task's metric in a label: accuracy, mse, perplexity,
     // a training-step module's own (names checked when reported).
-    out.Family("lockstep_job_test_metric", metrics::kGauge,
-               "The running job's last test metrics, by the task's names "
-               "(test_accuracy, test_mse, test_perplexity, ...).");
-    std::map<std::string, double> sorted(status.test_metrics().begin(),
-                                         status.test_metrics().end());
+    if (!family) {
+      family =
+          out.Family("lockstep_job_test_metric", metrics::kGauge,
+                     "The running job's last test metrics, by the task's names "
+                     "(test_accuracy, test_mse, test_perplexity, ...).");
+    }
+    std::map<std::string, double> sorted(status->test_metrics().begin(),
+                                         status->test_metrics().end());
     for (const auto& [name, value] : sorted) {
-      metrics::Labels labels = job;
+      metrics::Labels labels = of(*status);
       labels.push_back({"metric", name});
       out.Sample("lockstep_job_test_metric", labels, value);
     }
@@ -81,7 +108,10 @@ void WriteRunningJob(const v1::JobStatus& status, metrics::Exposition& out) {
   out.Family("lockstep_job_restarts_total", metrics::kCounter,
              "Restarts the running job has used (re-formations after a "
              "failure; preemptions are not counted).");
-  out.Sample("lockstep_job_restarts_total", job, RestartsUsed(status));
+  for (const v1::JobStatus* status : jobs) {
+    out.Sample("lockstep_job_restarts_total", of(*status),
+               RestartsUsed(*status));
+  }
 }
 
 }  // namespace
@@ -108,9 +138,9 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
   for (v1::JobState state : kJobStates) {
     out.Sample("lockstep_jobs", {{"state", StateName(state)}}, jobs[state]);
   }
-  if (const auto it = jobs_.find(running_job_); it != jobs_.end()) {
-    WriteRunningJob(it->second.status, out);
-  }
+  std::vector<const v1::JobStatus*> active;
+  for (const Job* job : ActiveJobsLocked()) active.push_back(&job->status);
+  WriteActiveJobs(active, out);
 
   const std::vector<v1::WorkerInfo> workers = workers_.List();
   std::map<std::string, int> by_state;

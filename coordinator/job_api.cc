@@ -287,6 +287,23 @@ void Coordinator::PersistLocked(Job& job) {
   }
 }
 
+void Coordinator::PersistWorkersLocked() {
+  if (store_ == nullptr || unsaved_workers_.empty()) return;
+  std::vector<JobStore::WorkerRecord> records;
+  for (const std::string& id : unsaved_workers_) {
+    const Worker* worker = workers_.Find(id);
+    if (worker == nullptr) continue;  // forgotten meanwhile
+    records.push_back(
+        {worker->id, worker->identity, worker->incarnation, worker->order});
+  }
+  unsaved_workers_.clear();
+  if (absl::Status saved = store_->SaveWorkers(records); !saved.ok()) {
+    LogError(saved.message(),
+             "; after a coordinator restart these workers get new ids and "
+             "the jobs they held re-form without them");
+  }
+}
+
 void Coordinator::EndWatchesLocked(const std::optional<std::string>& job_id,
                                    const absl::Status& why) {
   for (auto it = watches_.begin(); it != watches_.end();) {

@@ -99,6 +99,14 @@ absl::Status JobStore::Migrate(int from) {
                "  job_id TEXT PRIMARY KEY,"
                "  status BLOB NOT NULL)"));
     }
+    if (from < 2) {
+      RETURN_IF_ERROR(
+          Exec("CREATE TABLE IF NOT EXISTS workers ("
+               "  worker_id TEXT PRIMARY KEY,"
+               "  identity TEXT NOT NULL,"
+               "  incarnation INTEGER NOT NULL,"
+               "  registration INTEGER NOT NULL)"));
+    }
     return Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
   }();
   if (!migrated.ok()) {
@@ -184,6 +192,82 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobStore::LoadAll() {
         absl::StrCat("cannot read ", path_, ": ", sqlite3_errmsg(db_)));
   }
   return jobs;
+}
+
+absl::Status JobStore::SaveWorkers(const std::vector<WorkerRecord>& records) {
+  if (records.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  for (const WorkerRecord& record : records) {
+    if (absl::Status saved = SaveWorker(record); !saved.ok()) {
+      (void)Exec("ROLLBACK");
+      return saved;
+    }
+  }
+  return Exec("COMMIT");
+}
+
+absl::Status JobStore::SaveWorker(const WorkerRecord& record) {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(
+      db_,
+      "INSERT INTO workers (worker_id, identity, incarnation, registration) "
+      "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(worker_id) DO UPDATE SET "
+      "identity = excluded.identity, incarnation = excluded.incarnation, "
+      "registration = excluded.registration",
+      -1, &raw, nullptr);
+  Statement stmt(raw);
+  sqlite3_bind_text(raw, 1, record.worker_id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(raw, 2, record.identity.c_str(), -1, SQLITE_TRANSIENT);
+  // SQLite's integers are signed: the incarnation's 64 bits as they are.
+  sqlite3_bind_int64(raw, 3, static_cast<sqlite3_int64>(record.incarnation));
+  sqlite3_bind_int64(raw, 4, record.order);
+  if (sqlite3_step(raw) != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("cannot save worker ",
+                                               record.worker_id, " to ", path_,
+                                               ": ", sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::DeleteWorker(const std::string& worker_id) {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_, "DELETE FROM workers WHERE worker_id = ?1", -1, &raw,
+                     nullptr);
+  Statement stmt(raw);
+  sqlite3_bind_text(raw, 1, worker_id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(raw) != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("cannot delete worker ",
+                                               worker_id, " from ", path_, ": ",
+                                               sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<JobStore::WorkerRecord>> JobStore::LoadWorkers() {
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_prepare_v2(db_,
+                     "SELECT worker_id, identity, incarnation, registration "
+                     "FROM workers ORDER BY registration",
+                     -1, &raw, nullptr);
+  Statement stmt(raw);
+  std::vector<WorkerRecord> workers;
+  int rc;
+  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+    WorkerRecord record;
+    const unsigned char* id = sqlite3_column_text(raw, 0);
+    const unsigned char* identity = sqlite3_column_text(raw, 1);
+    record.worker_id = id != nullptr ? reinterpret_cast<const char*>(id) : "";
+    record.identity =
+        identity != nullptr ? reinterpret_cast<const char*>(identity) : "";
+    record.incarnation = static_cast<uint64_t>(sqlite3_column_int64(raw, 2));
+    record.order = sqlite3_column_int64(raw, 3);
+    workers.push_back(std::move(record));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::DataLossError(
+        absl::StrCat("cannot read ", path_, ": ", sqlite3_errmsg(db_)));
+  }
+  return workers;
 }
 
 }  // namespace lockstep::coordinator

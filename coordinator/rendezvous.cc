@@ -22,7 +22,7 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
     return absl::NotFoundError(absl::StrCat("no job ", job_id));
   }
   Generation* current = it->second.generation.get();
-  if (running_job_ != job_id || current == nullptr ||
+  if (active_jobs_.count(it->second.seq) == 0 || current == nullptr ||
       !current->Admits(number)) {
     const v1::JobStatus& status = it->second.status;
     return absl::AbortedError(absl::StrCat(

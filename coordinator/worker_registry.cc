@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/tf_config.h"
 #include "coordinator/session_sink.h"
 
@@ -80,6 +82,23 @@ Worker& WorkerRegistry::Add(const std::string& id) {
   worker.id = id;
   worker.order = next_order_++;
   return worker;
+}
+
+void WorkerRegistry::Restore(const std::string& id, const std::string& identity,
+                             uint64_t incarnation, int64_t order,
+                             absl::Time now) {
+  Worker& worker = workers_[id];
+  worker.id = id;
+  worker.identity = identity;
+  worker.incarnation = incarnation;
+  worker.order = order;
+  worker.last_heartbeat = now;
+  // New ids (free:<next_order_>) must not meet a restored one.
+  int64_t number = 0;
+  if (absl::SimpleAtoi(absl::StripPrefix(id, "free:"), &number)) {
+    next_order_ = std::max(next_order_, number + 1);
+  }
+  next_order_ = std::max(next_order_, order + 1);
 }
 
 void WorkerRegistry::Register(Worker& worker,
@@ -168,26 +187,32 @@ bool WorkerRegistry::Available(const Worker& worker) {
 }
 
 std::vector<Worker*> WorkerRegistry::Pick(
-    const v1::JobSpec& spec, const std::vector<std::string>& previous) {
-  if (!cluster_.has_value()) return PickFree(spec, previous);
-  return previous.empty() ? PickStatic() : RefillStatic(previous);
+    const v1::JobSpec& spec, const std::vector<std::string>& previous,
+    const std::set<std::string>& reserved) {
+  if (!cluster_.has_value()) return PickFree(spec, previous, reserved);
+  return previous.empty() ? PickStatic(reserved)
+                          : RefillStatic(previous, reserved);
 }
 
-std::vector<Worker*> WorkerRegistry::PickStatic() {
+std::vector<Worker*> WorkerRegistry::PickStatic(
+    const std::set<std::string>& reserved) {
   std::vector<Worker*> picked;
   for (const v1::TaskId& task : TrainingTasks(*cluster_)) {
     Worker* worker = Find(TaskName(task));
-    if (worker == nullptr || !Available(*worker)) return {};
+    if (worker == nullptr || !Available(*worker) ||
+        reserved.count(worker->id) > 0) {
+      return {};
+    }
     picked.push_back(worker);
   }
   return picked;
 }
 
 std::vector<Worker*> WorkerRegistry::Replacements(
-    const std::vector<Worker*>& taken) {
+    const std::vector<Worker*>& taken, const std::set<std::string>& reserved) {
   std::vector<Worker*> candidates;
   for (auto& [id, worker] : workers_) {
-    if (Available(worker) &&
+    if (Available(worker) && reserved.count(id) == 0 &&
         std::find(taken.begin(), taken.end(), &worker) == taken.end()) {
       candidates.push_back(&worker);
     }
@@ -204,7 +229,8 @@ std::vector<Worker*> WorkerRegistry::Replacements(
 }
 
 std::vector<Worker*> WorkerRegistry::RefillStatic(
-    const std::vector<std::string>& previous) {
+    const std::vector<std::string>& previous,
+    const std::set<std::string>& reserved) {
   const std::vector<v1::TaskId> tasks = TrainingTasks(*cluster_);
   std::vector<Worker*> slots(tasks.size(), nullptr);
   // Each rank stays with the process that held it; a rank whose holder is
@@ -214,6 +240,7 @@ std::vector<Worker*> WorkerRegistry::RefillStatic(
                                   TaskName(tasks[rank])}) {
       Worker* worker = id.empty() ? nullptr : Find(id);
       if (slots[rank] == nullptr && worker != nullptr && Available(*worker) &&
+          reserved.count(worker->id) == 0 &&
           std::find(slots.begin(), slots.end(), worker) == slots.end()) {
         slots[rank] = worker;
       }
@@ -221,7 +248,7 @@ std::vector<Worker*> WorkerRegistry::RefillStatic(
   }
   // The rest go to whoever stands by: a spare, or a task whose own rank
   // another process took.
-  std::vector<Worker*> spares = Replacements(slots);
+  std::vector<Worker*> spares = Replacements(slots, reserved);
   auto next = spares.begin();
   for (Worker*& slot : slots) {
     if (slot != nullptr) continue;
@@ -232,7 +259,8 @@ std::vector<Worker*> WorkerRegistry::RefillStatic(
 }
 
 std::vector<Worker*> WorkerRegistry::PickFree(
-    const v1::JobSpec& spec, const std::vector<std::string>& previous) {
+    const v1::JobSpec& spec, const std::vector<std::string>& previous,
+    const std::set<std::string>& reserved) {
   const bool elastic = spec.min_workers() > 0;
   const int wanted = spec.num_workers();
   const size_t most =
@@ -245,9 +273,12 @@ std::vector<Worker*> WorkerRegistry::PickFree(
   std::vector<Worker*> slots;
   for (const std::string& id : previous) {
     Worker* worker = Find(id);
-    slots.push_back(worker != nullptr && Available(*worker) ? worker : nullptr);
+    slots.push_back(worker != nullptr && Available(*worker) &&
+                            reserved.count(id) == 0
+                        ? worker
+                        : nullptr);
   }
-  std::vector<Worker*> others = Replacements(slots);
+  std::vector<Worker*> others = Replacements(slots, reserved);
   auto next = others.begin();
   for (Worker*& slot : slots) {
     if (slot == nullptr && next != others.end()) slot = *next++;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,13 @@ class WorkerRegistry {
   const Worker* Find(const std::string& id) const;
   // Adds worker `id` with the next registration order. It must be new.
   Worker& Add(const std::string& id);
+  // A free worker a previous coordinator named (JobStore::LoadWorkers):
+  // known, without a session, until its process registers again with the
+  // same identity and incarnation and gets `id` back. Ids and orders after
+  // it are new. Heard from `now`, so it is forgotten forget_workers_after
+  // from there if it never comes back.
+  void Restore(const std::string& id, const std::string& identity,
+               uint64_t incarnation, int64_t order, absl::Time now);
   // Records the registered process (identity, incarnation, host, device) as
   // heard from at `now`.
   void Register(Worker& worker, const v1::RegisterWorkerRequest& request,
@@ -126,9 +134,11 @@ class WorkerRegistry {
   // it, and gives a rank whose worker is gone to a worker standing by at
   // once: in a static cluster the rank's own task if it is back, else an
   // idle worker that is not a spare, else a spare. An elastic job that
-  // cannot fill a rank shrinks; spares never make it grow.
+  // cannot fill a rank shrinks; spares never make it grow. Workers in
+  // `reserved` (kept for other jobs) are never picked.
   std::vector<Worker*> Pick(const v1::JobSpec& spec,
-                            const std::vector<std::string>& previous);
+                            const std::vector<std::string>& previous,
+                            const std::set<std::string>& reserved = {});
   // Connected idle workers that could take a rank (not leaving): spares
   // and idle workers that are not spares alike. Not only spares on
   // purpose: Pick gives a failed rank to an idle worker that is not a spare
@@ -164,13 +174,16 @@ class WorkerRegistry {
  private:
   // Connected, idle and not leaving.
   static bool Available(const Worker& worker);
-  std::vector<Worker*> PickStatic();
-  std::vector<Worker*> RefillStatic(const std::vector<std::string>& previous);
-  // The available workers not in `taken`, the ones that are not spares
-  // first, each by registration order.
-  std::vector<Worker*> Replacements(const std::vector<Worker*>& taken);
+  std::vector<Worker*> PickStatic(const std::set<std::string>& reserved);
+  std::vector<Worker*> RefillStatic(const std::vector<std::string>& previous,
+                                    const std::set<std::string>& reserved);
+  // The available workers not in `taken` nor `reserved`, the ones that are
+  // not spares first, each by registration order.
+  std::vector<Worker*> Replacements(const std::vector<Worker*>& taken,
+                                    const std::set<std::string>& reserved);
   std::vector<Worker*> PickFree(const v1::JobSpec& spec,
-                                const std::vector<std::string>& previous);
+                                const std::vector<std::string>& previous,
+                                const std::set<std::string>& reserved);
 
   const std::optional<v1::ClusterSpec> cluster_;
   const absl::Duration heartbeat_timeout_;

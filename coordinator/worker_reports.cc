@@ -298,10 +298,9 @@ void Coordinator::HandlePreemptLocked(Worker& worker,
     HandleLiveStateLocked(worker, request);
     return;
   }
-  Job* job = RunningJobLocked();
+  Job* job = JobOfLocked(worker);
   if (job == nullptr || job->status.job_id() != request.job_id() ||
       job->status.state() != v1::JOB_STATE_RUNNING ||
-      worker.job_id != request.job_id() ||
       !job->generation->StartPreemption(request.reason())) {
     return;
   }

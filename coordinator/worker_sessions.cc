@@ -46,6 +46,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   workers_.Register(*worker, request, clock_->Now());
   worker->identity = caller.id;
   worker->peer = caller.peer;
+  // A free worker's id outlives this coordinator: the same process gets it
+  // back after a restart, where jobs' ranks name it. Written in batches.
+  if (worker->task.type().empty() && store_ != nullptr) {
+    unsaved_workers_.insert(id);
+  }
   LogInfo("registered ", id, " (host ", worker->host, ", device ",
           worker->device.name(),
           worker->device.gpu_name().empty()
@@ -152,8 +157,8 @@ absl::Status Coordinator::OpenSession(const Caller& caller,
   worker->sink = sink;
   worker->peer = caller.peer;
   worker->last_heartbeat = clock_->Now();
-  StartNextGenerationLocked();
-  if (RunningJobLocked() != nullptr) {
+  MaybeStartJobLocked(/*standby=*/false);
+  if (!active_jobs_.empty()) {
     StandbyLocked();
   } else {
     // What StandbyLocked would do with no job running, for this worker only:
@@ -194,8 +199,8 @@ void Coordinator::WorkerFailedLocked(Worker& worker, const std::string& kind,
     worker.sink->Close();
     worker.sink = nullptr;
   }
-  Job* job = RunningJobLocked();
-  if (job == nullptr || worker.job_id != job->status.job_id()) return;
+  Job* job = JobOfLocked(worker);
+  if (job == nullptr) return;
   if (job->status.state() != v1::JOB_STATE_RUNNING ||
       worker.generation != job->status.generation()) {
     return;
@@ -266,31 +271,44 @@ void Coordinator::Sweep() {
             absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
             ": it hung or is partitioned"));
   }
-  Job* job = RunningJobLocked();
-  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING) {
-    // A rank that never started its part (its previous task could not
-    // unwind, or the assignment was lost) is named, rather than left to time
-    // the other ranks' rendezvous out.
-    for (Worker* worker : workers_.NotJoined(
-             job->status.job_id(), job->generation->rank_workers(), now)) {
-      WorkerFailedLocked(
-          *worker, "worker_failed",
-          absl::StrCat(WorkerRegistry::Describe(*worker),
-                       " did not join generation ", job->status.generation(),
-                       " within ", absl::FormatDuration(heartbeat_timeout_),
-                       " of its assignment: its previous part of the job has "
-                       "not ended (see its log); the job re-forms"));
-      if (job->status.state() != v1::JOB_STATE_RUNNING) break;
+  std::vector<std::string> active;
+  for (const Job* job : ActiveJobsLocked())
+    active.push_back(job->status.job_id());
+  for (const std::string& id : active) {
+    auto found = jobs_.find(id);
+    if (found == jobs_.end()) continue;
+    Job* job = &found->second;
+    if (job->status.state() == v1::JOB_STATE_RUNNING) {
+      // A rank that never started its part (its previous task could not
+      // unwind, or the assignment was lost) is named, rather than left to
+      // time the other ranks' rendezvous out.
+      for (Worker* worker : workers_.NotJoined(
+               job->status.job_id(), job->generation->rank_workers(), now)) {
+        WorkerFailedLocked(
+            *worker, "worker_failed",
+            absl::StrCat(WorkerRegistry::Describe(*worker),
+                         " did not join generation ", job->status.generation(),
+                         " within ", absl::FormatDuration(heartbeat_timeout_),
+                         " of its assignment: its previous part of the job "
+                         "has not ended (see its log); the job re-forms"));
+        if (job->status.state() != v1::JOB_STATE_RUNNING) break;
+      }
+    }
+    if (job->status.state() == v1::JOB_STATE_RUNNING &&
+        job->generation->SuspectDue(now)) {
+      std::string cause = job->generation->suspect();
+      FailGenerationLocked(*job, "generation_failed", nullptr, cause);
     }
   }
-  if (job != nullptr && job->status.state() == v1::JOB_STATE_RUNNING &&
-      job->generation->SuspectDue(now)) {
-    std::string cause = job->generation->suspect();
-    FailGenerationLocked(*job, "generation_failed", nullptr, cause);
-  }
   ForgetFinishedJobsLocked();
+  PersistWorkersLocked();
   for (const std::string& id :
        workers_.ForgetVanished(now, forget_workers_after_)) {
+    if (store_ != nullptr) {
+      if (absl::Status deleted = store_->DeleteWorker(id); !deleted.ok()) {
+        LogError(deleted.message());
+      }
+    }
     LogInfo("forgot free worker ", id, ": no session for ",
             absl::FormatDuration(forget_workers_after_),
             " (--forget-workers-after)");

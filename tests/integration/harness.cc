@@ -373,13 +373,9 @@ void ClusterTest::StartCluster(
 
 void ClusterTest::StartCoordinator(const std::string& listen) {
   int out = -1;
-  std::vector<std::string> argv = {kBin + "/lockstep-coordinator",
-                                   "--listen",
-                                   listen,
-                                   "--state-dir",
-                                   dir_ + "/state",
-                                   "--cluster",
-                                   ClusterJson()};
+  std::vector<std::string> argv = {kBin + "/lockstep-coordinator", "--listen",
+                                   listen, "--state-dir", dir_ + "/state"};
+  if (!pool_) argv.insert(argv.end(), {"--cluster", ClusterJson()});
   argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
   const bool own_tls =
       std::any_of(coordinator_flags_.begin(), coordinator_flags_.end(),
@@ -437,15 +433,18 @@ pid_t ClusterTest::StartTask(const std::string& type, int index,
                                    "1",
                                    "--device",
                                    "cpu"};
-  for (const std::string& flag : TlsFlagsFor(
-           absl::StrCat("spiffe://lockstep/worker/", type, "/", index))) {
+  // A pool's workers register freely: no task, an identity of their own.
+  for (const std::string& flag :
+       TlsFlagsFor(pool_ ? absl::StrCat("spiffe://lockstep/worker/pool-", index)
+                         : absl::StrCat("spiffe://lockstep/worker/", type, "/",
+                                        index))) {
     argv.push_back(flag);
   }
   auto pid = processes_.Spawn(
       absl::StrCat(type, " ", index, " #", nth), argv,
       [&] {
-        env.insert(env.end(), {"TF_CONFIG=" + tf_config, "OMP_NUM_THREADS=1",
-                               "OPENBLAS_NUM_THREADS=1"});
+        env.insert(env.end(), {pool_ ? "TF_CONFIG=" : "TF_CONFIG=" + tf_config,
+                               "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"});
         return env;
       }(),
       absl::StrCat(dir_, "/", type, "-", index, "-", nth, ".log"));

@@ -177,6 +177,10 @@ class ClusterTest : public ::testing::Test {
   std::string address_;
   int workers_ = 0;
   int spares_ = 0;  // set before StartCluster
+  // Set before StartCluster: a pool of free workers (no --cluster, no
+  // TF_CONFIG, identities spiffe://lockstep/worker/pool-I) that runs
+  // several jobs at once; their ids are free:N in registration order.
+  bool pool_ = false;
   int spawned_ = 0;
   int coordinators_ = 0;
   // Extra coordinator flags. With --insecure or --tls-cert among them the

@@ -186,34 +186,51 @@ TEST_F(CoordinatorTest, ProgressIsPersistedAtMostOncePerInterval) {
   EXPECT_FLOAT_EQ(recovered.step_losses(69), 2.0f - 0.09f);
 }
 
-// The coordinator resumes one running job; another stored as running
-// fails, recorded as every end is (an event and an end time): without the
-// end time --finished-job-ttl deleted it at once.
-TEST_F(CoordinatorTest, ASecondStoredRunningJobFailsWithAnEventAndEndTime) {
+// Every job that was running when the coordinator stopped comes back and
+// re-forms on its own workers; a queued one stays queued.
+TEST_F(CoordinatorTest, EveryRunningJobComesBackAfterARestart) {
   std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
   std::string dir = mkdtemp(tmpl.data());
-  {
-    auto store = JobStore::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
-    for (const char* id : {"first-1", "second-2"}) {
-      v1::JobStatus running;
-      running.set_job_id(id);
-      running.set_state(v1::JOB_STATE_RUNNING);
-      running.set_generation(1);
-      *running.mutable_spec() = Spec(1);
-      ApplyDefaults(running.mutable_spec());
-      ASSERT_TRUE((*store)->Save(running).ok());
-    }
-  }
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  const std::string first = *coordinator_->SubmitJob(Spec(1));
+  const std::string second = *coordinator_->SubmitJob(Spec(1));
+  const std::string queued = *coordinator_->SubmitJob(Spec(1));
+  ASSERT_EQ(Status(first).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Status(second).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
+  coordinator_.reset();
+
   clock_.Advance(absl::Hours(1));
   Make(std::nullopt, *JobStore::Open(dir));
-  EXPECT_EQ(Status("first-1").state(), v1::JOB_STATE_RECOVERING);
-  const v1::JobStatus second = Status("second-2");
-  EXPECT_EQ(second.state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(EventsOf(second, "job_failed").size(), 1u);
-  EXPECT_EQ(second.end_time(),
-            absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()));
-  EXPECT_EQ(Persisted(dir, "second-2").state(), v1::JOB_STATE_FAILED);
+  for (const std::string& job : {first, second}) {
+    const v1::JobStatus status = Status(job);
+    EXPECT_EQ(status.state(), v1::JOB_STATE_RECOVERING) << job;
+    EXPECT_EQ(EventsOf(status, "coordinator_restarted").size(), 1u) << job;
+    EXPECT_EQ(status.end_time(), 0) << job;
+  }
+  EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_QUEUED);
+  // The same processes reconnect, in the other order: each gets its id back
+  // (the store keeps them) and each job re-forms on its own worker.
+  FakeSink again_a, again_b;
+  EXPECT_EQ(Connect(2, &again_b), id_b);
+  EXPECT_EQ(Connect(1, &again_a), id_a);
+  // A new process gets a new id, never one of theirs.
+  FakeSink new_worker;
+  const std::string id_new = Connect(3, &new_worker);
+  EXPECT_NE(id_new, id_a);
+  EXPECT_NE(id_new, id_b);
+  for (const std::string& job : {first, second}) {
+    EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING) << job;
+    EXPECT_EQ(Status(job).generation(), 2) << job;
+  }
+  EXPECT_EQ(Status(first).ranks(0).worker_id(), id_a);
+  EXPECT_EQ(Status(second).ranks(0).worker_id(), id_b);
+  // The queued job starts on the new worker.
+  EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(queued).ranks(0).worker_id(), id_new);
 }
 
 // ---- the state database's schema version ----------------------------------
@@ -285,7 +302,7 @@ TEST_F(CoordinatorTest, AStateDirOfAnOlderSchemaIsMigratedAndItsJobsResume) {
 
   auto store = JobStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(RawUserVersion(db), 1);
+  EXPECT_EQ(RawUserVersion(db), 2);
   Make(std::nullopt, *std::move(store));
   EXPECT_EQ(Status("old-1").state(), v1::JOB_STATE_RECOVERING);
   EXPECT_EQ(Status("old-2").state(), v1::JOB_STATE_QUEUED);

@@ -1,0 +1,169 @@
+// Several jobs on one pool of workers with real processes (issue 33): jobs
+// that fit run at once on disjoint workers and end with the digests they
+// have alone, a worker killed in one job leaves the other untouched, and a
+// coordinator killed with three jobs running brings all three back.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "tests/integration/harness.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The MLP on `workers` workers with `seed`, `steps` steps of global batch 64.
+std::vector<std::string> Mlp(int workers, int seed, int steps) {
+  return {absl::StrCat("num_workers=", workers), absl::StrCat("seed=", seed),
+          absl::StrCat("max_steps=", steps), "global_batch_size=64",
+          "log_every_steps=1"};
+}
+
+class PoolTest : public ClusterTest {
+ protected:
+  PoolTest() { pool_ = true; }
+
+  // The time of the first event of `kind`, or -1.
+  static double FirstEventTime(const v1::JobStatus& status,
+                               const std::string& kind) {
+    for (const v1::JobEvent& event : status.events()) {
+      if (event.kind() == kind) return event.time();
+    }
+    return -1;
+  }
+
+  // The pid of the pool worker that registered as `worker_id` (its log
+  // says so), of the `count` started by StartCluster; -1 if none.
+  pid_t PidOf(const std::string& worker_id, int count) {
+    for (int i = 0; i < count; ++i) {
+      auto log = ReadFileToString(
+          absl::StrCat(dir_, "/worker-", i, "-", i + 1, ".log"));
+      if (log.ok() && log->find(absl::StrCat("registered as ", worker_id,
+                                             ";")) != std::string::npos) {
+        return worker_pids_[i];
+      }
+    }
+    return -1;
+  }
+};
+
+TEST_F(PoolTest, TwoJobsShareThePoolAndEndWithTheDigestsTheyHaveAlone) {
+  StartCluster(4);
+  const std::vector<std::string> a = Mlp(2, 1, 60), b = Mlp(2, 2, 60);
+  const std::string job_a = Submit(a);
+  const std::string job_b = Submit(b);
+  const v1::JobStatus done_a = WatchUntil(job_a, Ended);
+  const v1::JobStatus done_b = WatchUntil(job_b, Ended);
+  ASSERT_EQ(done_a.state(), v1::JOB_STATE_SUCCEEDED) << History(job_a);
+  ASSERT_EQ(done_b.state(), v1::JOB_STATE_SUCCEEDED) << History(job_b);
+  // They ran at once: each started before the other ended, on two workers
+  // of its own.
+  EXPECT_LT(FirstEventTime(done_b, "generation_started"),
+            FirstEventTime(done_a, "job_succeeded"));
+  EXPECT_LT(FirstEventTime(done_a, "generation_started"),
+            FirstEventTime(done_b, "job_succeeded"));
+  ASSERT_EQ(done_a.ranks_size(), 2);
+  ASSERT_EQ(done_b.ranks_size(), 2);
+  for (const v1::RankResult& rank : done_a.ranks()) {
+    for (const v1::RankResult& other : done_b.ranks()) {
+      EXPECT_NE(rank.worker_id(), other.worker_id());
+    }
+  }
+  EXPECT_EQ(done_a.generations(), 1);
+  EXPECT_EQ(done_b.generations(), 1);
+  // Alone, one after the other, each trains to the same model.
+  const std::string alone_a = UninterruptedDigest(a);
+  const std::string alone_b = UninterruptedDigest(b);
+  EXPECT_NE(alone_a, alone_b);
+  ExpectAllRanks(done_a, alone_a);
+  ExpectAllRanks(done_b, alone_b);
+}
+
+TEST_F(PoolTest, AWorkerKilledInOneJobLeavesTheOtherUntouched) {
+  StartCluster(4);
+  const std::vector<std::string> steady = Mlp(2, 1, 200);
+  const std::vector<std::string> hit = Mlp(2, 2, 200);
+  const std::string job_steady = Submit(steady);
+  const std::string job_hit = SubmitAndTrainTo(hit, 10);
+  ASSERT_FALSE(job_hit.empty());
+  const v1::JobStatus running = WatchUntil(
+      job_hit, [](const v1::JobStatus& s) { return s.ranks_size() == 2; });
+  const pid_t victim = PidOf(running.ranks(1).worker_id(), 4);
+  ASSERT_GT(victim, 0) << running.ranks(1).worker_id();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  // As Kubernetes would, the worker's process comes back (a new one).
+  const int index = static_cast<int>(
+      std::find(worker_pids_.begin(), worker_pids_.end(), victim) -
+      worker_pids_.begin());
+  worker_pids_[index] = StartWorker(index);
+
+  const v1::JobStatus done_hit = WatchUntil(job_hit, Ended);
+  const v1::JobStatus done_steady = WatchUntil(job_steady, Ended);
+  ASSERT_EQ(done_hit.state(), v1::JOB_STATE_SUCCEEDED) << History(job_hit);
+  ASSERT_EQ(done_steady.state(), v1::JOB_STATE_SUCCEEDED)
+      << History(job_steady);
+  EXPECT_GE(done_hit.generations(), 2);
+  EXPECT_NE(FindEvent(done_hit, "worker_failed"), nullptr) << History(job_hit);
+  const v1::JobEvent* resumed = FindEvent(done_hit, "resumed");
+  ASSERT_NE(resumed, nullptr) << History(job_hit);
+  EXPECT_THAT(resumed->message(), HasSubstr("; 0 steps repeated"))
+      << History(job_hit);
+  // The other job never noticed: one generation, no failure, no abort.
+  EXPECT_EQ(done_steady.generations(), 1) << History(job_steady);
+  EXPECT_EQ(FindEvent(done_steady, "worker_failed"), nullptr);
+  EXPECT_EQ(FindEvent(done_steady, "generation_failed"), nullptr);
+  // And both trained to their uninterrupted models.
+  ExpectAllRanks(done_hit, UninterruptedDigest(hit));
+  ExpectAllRanks(done_steady, UninterruptedDigest(steady));
+}
+
+TEST_F(PoolTest, ACoordinatorKilledWithThreeJobsRunningResumesAllThree) {
+  StartCluster(3);
+  std::vector<std::vector<std::string>> specs;
+  std::vector<std::string> jobs;
+  for (int seed = 1; seed <= 3; ++seed) {
+    specs.push_back(Mlp(1, seed, 150));
+    jobs.push_back(Submit(specs.back()));
+  }
+  for (const std::string& job : jobs) {
+    WatchUntil(
+        job, [](const v1::JobStatus& s) { return s.step() >= 5 || Ended(s); });
+  }
+  for (const std::string& job : jobs) {
+    ASSERT_EQ(
+        WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
+        v1::JOB_STATE_RUNNING)
+        << History(job);
+  }
+  ASSERT_EQ(kill(coordinator_pid_, SIGKILL), 0);
+  StartCoordinator(address_);
+
+  std::vector<std::string> digests;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const v1::JobStatus done = WatchUntil(jobs[i], Ended);
+    ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << History(jobs[i]);
+    EXPECT_GE(done.generations(), 2);
+    EXPECT_NE(FindEvent(done, "coordinator_restarted"), nullptr);
+    // Each re-formed on its own worker, from the live state it held.
+    const v1::JobEvent* resumed = FindEvent(done, "resumed");
+    ASSERT_NE(resumed, nullptr) << History(jobs[i]);
+    EXPECT_THAT(resumed->message(), HasSubstr("; 0 steps repeated"))
+        << History(jobs[i]);
+    digests.push_back(done.ranks(0).model_digest());
+  }
+  for (pid_t pid : worker_pids_) EXPECT_TRUE(Alive(pid));
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(digests[i], UninterruptedDigest(specs[i])) << jobs[i];
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::integration
