@@ -154,13 +154,17 @@ absl::Status JobStore::Save(const v1::JobStatus& status) {
 }
 
 absl::Status JobStore::Delete(const std::string& job_id) {
+  return DeleteRow("DELETE FROM jobs WHERE job_id = ?1", "job", job_id);
+}
+
+absl::Status JobStore::DeleteRow(const char* sql, const char* what,
+                                 const std::string& id) {
   sqlite3_stmt* raw = nullptr;
-  sqlite3_prepare_v2(db_, "DELETE FROM jobs WHERE job_id = ?1", -1, &raw,
-                     nullptr);
+  sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr);
   Statement stmt(raw);
-  sqlite3_bind_text(raw, 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(raw, 1, id.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(raw) != SQLITE_DONE) {
-    return absl::UnavailableError(absl::StrCat("cannot delete job ", job_id,
+    return absl::UnavailableError(absl::StrCat("cannot delete ", what, " ", id,
                                                " from ", path_, ": ",
                                                sqlite3_errmsg(db_)));
   }
@@ -230,17 +234,8 @@ absl::Status JobStore::SaveWorker(const WorkerRecord& record) {
 }
 
 absl::Status JobStore::DeleteWorker(const std::string& worker_id) {
-  sqlite3_stmt* raw = nullptr;
-  sqlite3_prepare_v2(db_, "DELETE FROM workers WHERE worker_id = ?1", -1, &raw,
-                     nullptr);
-  Statement stmt(raw);
-  sqlite3_bind_text(raw, 1, worker_id.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(raw) != SQLITE_DONE) {
-    return absl::UnavailableError(absl::StrCat("cannot delete worker ",
-                                               worker_id, " from ", path_, ": ",
-                                               sqlite3_errmsg(db_)));
-  }
-  return absl::OkStatus();
+  return DeleteRow("DELETE FROM workers WHERE worker_id = ?1", "worker",
+                   worker_id);
 }
 
 absl::StatusOr<std::vector<JobStore::WorkerRecord>> JobStore::LoadWorkers() {

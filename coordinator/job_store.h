@@ -72,6 +72,9 @@ class JobStore {
   absl::Status Exec(const char* sql);
   // One record, inside SaveWorkers' transaction.
   absl::Status SaveWorker(const WorkerRecord& record);
+  // Runs `sql`, a DELETE whose ?1 is `id`; errors name the `what` and id.
+  absl::Status DeleteRow(const char* sql, const char* what,
+                         const std::string& id);
 
   sqlite3* db_;
   std::string path_;
