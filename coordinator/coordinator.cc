@@ -491,7 +491,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     job.generation->End();
   }
   changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
-  WakeAllWaitersLocked();
+  WakeJobWaitersLocked(job.status.job_id());
 }
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,

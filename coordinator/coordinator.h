@@ -75,6 +75,7 @@
 #include "coordinator/authorization.h"
 #include "coordinator/generation.h"
 #include "coordinator/job_store.h"
+#include "coordinator/rendezvous_waits.h"
 #include "coordinator/session_sink.h"
 #include "coordinator/worker_registry.h"
 #include "lockstep/v1/cluster.pb.h"
@@ -179,9 +180,9 @@ class Coordinator {
   // The callbacks below run exactly once (watchers: once per change) with
   // the coordinator's lock held: like SessionSink::Send they must not block
   // and must not call back into the coordinator.
-  using WaitId = uint64_t;
-  using KvGetDone = absl::AnyInvocable<void(absl::StatusOr<std::string>)>;
-  using BarrierDone = absl::AnyInvocable<void(absl::Status)>;
+  using WaitId = RendezvousWaits::WaitId;
+  using KvGetDone = RendezvousWaits::KvGetDone;
+  using BarrierDone = RendezvousWaits::BarrierDone;
   // KvGet without a thread: `done` gets what KvGet would return, at once when
   // the key is set or the call is fenced, else from the KvSet that sets it,
   // the fence, Shutdown, or the first Sweep() at or after the deadline (on
@@ -276,21 +277,6 @@ class Coordinator {
     std::unique_ptr<Generation> generation;
   };
 
-  // What a waiter waits on: (job, generation, is_barrier, key or barrier).
-  using WaitKey = std::tuple<std::string, int64_t, bool, std::string>;
-  // A KvGetAsync or BarrierAsync call waiting in waiters_.
-  struct Waiter {
-    std::string job_id;
-    int64_t generation = 0;
-    std::string name;  // the key or the barrier
-    int64_t timeout_ms = 0;
-    absl::Time deadline;       // on clock_
-    KvGetDone kv_done;         // set for a KvGet
-    BarrierDone barrier_done;  // set for a Barrier
-    // Its entry in waiting_on_: removed in O(1) when it completes, however
-    // many ranks wait on the same key.
-    std::multimap<WaitKey, WaitId>::iterator index;
-  };
   struct Watch {
     std::string job_id;
     JobWatcher watcher;
@@ -337,16 +323,21 @@ class Coordinator {
   std::string BarrierTimeoutMessage(
       const std::string& name, int64_t timeout_ms,
       const std::vector<std::string>& missing) const;
-  WaitId AddWaiterLocked(bool barrier, Waiter waiter)
+  // Keeps the wait, then completes it at once if it can (its deadline
+  // already passed); returns 0 when it completed.
+  WaitId AddWaiterAndCheckLocked(RendezvousWaits::Wait wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AddWaiterLocked, then completes the waiter at once if it can (its
-  // deadline already passed); returns 0 when it completed.
-  WaitId AddWaiterAndCheckLocked(bool barrier, Waiter waiter)
+  // Completes the waiters on (job, generation, barrier?, name) that can
+  // complete now.
+  void WakeWaitersLocked(const std::string& job_id, int64_t generation,
+                         bool barrier, const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the waiters on `key` that can complete now.
-  void WakeWaitersLocked(const WaitKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes every waiter of `job_id` that can complete now (after its
+  // generation's fence).
+  void WakeJobWaitersLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes every waiter that can complete now, or whose deadline passed
-  // (after a fence, at Shutdown, from Sweep).
+  // (at Shutdown, from Sweep).
   void WakeAllWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the waiter and completes it with `result` (nullopt: what it
   // waits for is there, or its fence or deadline).
@@ -535,8 +526,7 @@ class Coordinator {
   // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  std::multimap<WaitKey, WaitId> waiting_on_ ABSL_GUARDED_BY(mu_);
+  RendezvousWaits waits_ ABSL_GUARDED_BY(mu_);
   std::map<WaitId, Watch> watches_ ABSL_GUARDED_BY(mu_);
   // For CollectMetrics: the events that ended a generation or a save, by
   // kind, and the latency of each committed checkpoint.

@@ -83,8 +83,8 @@ absl::Status Coordinator::KvSet(const Caller& caller,
     return Refused(full);
   }
   changed_.SignalAll();
-  WakeWaitersLocked(
-      {request.job_id(), request.generation(), false, request.key()});
+  WakeWaitersLocked(request.job_id(), request.generation(), false,
+                    request.key());
   return absl::OkStatus();
 }
 
@@ -167,8 +167,8 @@ absl::Status Coordinator::ArriveLocked(const v1::BarrierRequest& request) {
   }
   changed_.SignalAll();
   if (generation->AllArrived(request.name())) {
-    WakeWaitersLocked(
-        {request.job_id(), request.generation(), true, request.name()});
+    WakeWaitersLocked(request.job_id(), request.generation(), true,
+                      request.name());
   }
   return absl::OkStatus();
 }
@@ -227,15 +227,15 @@ Coordinator::WaitId Coordinator::KvGetAsync(const Caller& caller,
     done(*std::move(ready));
     return 0;
   }
-  Waiter waiter;
-  waiter.job_id = request.job_id();
-  waiter.generation = request.generation();
-  waiter.name = request.key();
-  waiter.timeout_ms = request.timeout_ms();
-  waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
-                                        0, request.timeout_ms()));
-  waiter.kv_done = std::move(done);
-  return AddWaiterAndCheckLocked(/*barrier=*/false, std::move(waiter));
+  RendezvousWaits::Wait wait;
+  wait.job_id = request.job_id();
+  wait.generation = request.generation();
+  wait.name = request.key();
+  wait.timeout_ms = request.timeout_ms();
+  wait.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
+                                      0, request.timeout_ms()));
+  wait.kv_done = std::move(done);
+  return AddWaiterAndCheckLocked(std::move(wait));
 }
 
 Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
@@ -268,86 +268,78 @@ Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
     done(*ready);
     return 0;
   }
-  Waiter waiter;
-  waiter.job_id = request.job_id();
-  waiter.generation = request.generation();
-  waiter.name = request.name();
-  waiter.timeout_ms = request.timeout_ms();
-  waiter.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
-                                        0, request.timeout_ms()));
-  waiter.barrier_done = std::move(done);
-  return AddWaiterAndCheckLocked(/*barrier=*/true, std::move(waiter));
+  RendezvousWaits::Wait wait;
+  wait.job_id = request.job_id();
+  wait.generation = request.generation();
+  wait.name = request.name();
+  wait.timeout_ms = request.timeout_ms();
+  wait.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
+                                      0, request.timeout_ms()));
+  wait.barrier_done = std::move(done);
+  return AddWaiterAndCheckLocked(std::move(wait));
 }
 
-Coordinator::WaitId Coordinator::AddWaiterAndCheckLocked(bool barrier,
-                                                         Waiter waiter) {
-  WaitId id = AddWaiterLocked(barrier, std::move(waiter));
+Coordinator::WaitId Coordinator::AddWaiterAndCheckLocked(
+    RendezvousWaits::Wait wait) {
+  const WaitId id = waits_.Add(std::move(wait));
   // A deadline already reached (timeout_ms 0) answers now, as the blocking
   // form does, instead of at the next Sweep.
   FinishWaiterLocked(id, std::nullopt);
-  return waiters_.count(id) == 0 ? 0 : id;
-}
-
-Coordinator::WaitId Coordinator::AddWaiterLocked(bool barrier, Waiter waiter) {
-  WaitId id = next_wait_id_++;
-  waiter.index = waiting_on_.emplace(
-      WaitKey{waiter.job_id, waiter.generation, barrier, waiter.name}, id);
-  waiters_.emplace(id, std::move(waiter));
-  return id;
+  return waits_.Find(id) == nullptr ? 0 : id;
 }
 
 void Coordinator::CancelWait(WaitId id) {
   absl::MutexLock lock(&mu_);
-  if (waiters_.count(id) == 0) return;
+  if (waits_.Find(id) == nullptr) return;
   FinishWaiterLocked(
       id, absl::CancelledError("the caller cancelled its rendezvous call"));
 }
 
-void Coordinator::WakeWaitersLocked(const WaitKey& key) {
-  std::vector<WaitId> ids;
-  auto [begin, end] = waiting_on_.equal_range(key);
-  for (auto it = begin; it != end; ++it) ids.push_back(it->second);
-  for (WaitId id : ids) FinishWaiterLocked(id, std::nullopt);
+void Coordinator::WakeWaitersLocked(const std::string& job_id,
+                                    int64_t generation, bool barrier,
+                                    const std::string& name) {
+  for (WaitId id : waits_.On(job_id, generation, barrier, name)) {
+    FinishWaiterLocked(id, std::nullopt);
+  }
+}
+
+void Coordinator::WakeJobWaitersLocked(const std::string& job_id) {
+  for (WaitId id : waits_.OfJob(job_id)) FinishWaiterLocked(id, std::nullopt);
 }
 
 void Coordinator::WakeAllWaitersLocked() {
-  std::vector<WaitId> ids;
-  for (const auto& [id, waiter] : waiters_) ids.push_back(id);
-  for (WaitId id : ids) FinishWaiterLocked(id, std::nullopt);
+  for (WaitId id : waits_.All()) FinishWaiterLocked(id, std::nullopt);
 }
 
 void Coordinator::FinishWaiterLocked(WaitId id,
                                      std::optional<absl::Status> forced) {
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return;
-  Waiter& w = it->second;
-  const bool barrier = w.barrier_done != nullptr;
-  const bool expired = clock_->Now() >= w.deadline;
+  RendezvousWaits::Wait* w = waits_.Find(id);
+  if (w == nullptr) return;
+  const bool barrier = w->barrier();
+  const bool expired = clock_->Now() >= w->deadline;
   // What the call returns, if it is over: `status`, or for a KvGet `value`.
   std::optional<absl::Status> status = forced;
   std::string value;
   if (status.has_value()) {
   } else if (barrier) {
-    status = BarrierReadyLocked(w.job_id, w.generation, w.name);
+    status = BarrierReadyLocked(w->job_id, w->generation, w->name);
     if (!status.has_value() && expired) {
       absl::StatusOr<Generation*> generation =
-          CurrentGenerationLocked(w.job_id, w.generation);
-      status = absl::DeadlineExceededError(
-          BarrierTimeoutMessage(w.name, w.timeout_ms,
-                                generation.ok() ? (*generation)->Missing(w.name)
-                                                : std::vector<std::string>{}));
+          CurrentGenerationLocked(w->job_id, w->generation);
+      status = absl::DeadlineExceededError(BarrierTimeoutMessage(
+          w->name, w->timeout_ms,
+          generation.ok() ? (*generation)->Missing(w->name)
+                          : std::vector<std::string>{}));
     }
-  } else if (auto ready = KvGetReadyLocked(w.job_id, w.generation, w.name)) {
+  } else if (auto ready = KvGetReadyLocked(w->job_id, w->generation, w->name)) {
     status = ready->status();
     if (ready->ok()) value = *std::move(*ready);
   } else if (expired) {
     status = absl::DeadlineExceededError(
-        KvTimeoutMessage(w.job_id, w.generation, w.name, w.timeout_ms));
+        KvTimeoutMessage(w->job_id, w->generation, w->name, w->timeout_ms));
   }
   if (!status.has_value()) return;  // still waiting
-  Waiter done = std::move(w);
-  waiting_on_.erase(done.index);
-  waiters_.erase(it);
+  RendezvousWaits::Wait done = waits_.Take(id);
   if (barrier) {
     done.barrier_done(*status);
   } else if (status->ok()) {
