@@ -3,8 +3,10 @@
 // have alone, a worker killed in one job leaves the other untouched, and a
 // coordinator killed with three jobs running brings all three back.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/files.h"
 #include "tests/integration/harness.h"
 
@@ -40,6 +43,28 @@ class PoolTest : public ClusterTest {
     return -1;
   }
 
+  // Waits until `count` workers have a session, so that jobs submitted
+  // next start together rather than as the workers come up. The
+  // coordinator offers no stream of registrations: it is asked every 50 ms.
+  void WaitForWorkers(int count) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    int connected = 0;
+    while (absl::Now() < give_up) {
+      grpc::ClientContext context;
+      v1::ListWorkersResponse response;
+      connected = 0;
+      if (stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response)
+              .ok()) {
+        for (const v1::WorkerInfo& worker : response.workers()) {
+          connected += worker.connected();
+        }
+      }
+      if (connected >= count) return;
+      usleep(50 * 1000);
+    }
+    FAIL() << connected << " of " << count << " workers connected in 60 s";
+  }
+
   // The pid of the pool worker that registered as `worker_id` (its log
   // says so), of the `count` started by StartCluster; -1 if none.
   pid_t PidOf(const std::string& worker_id, int count) {
@@ -57,7 +82,8 @@ class PoolTest : public ClusterTest {
 
 TEST_F(PoolTest, TwoJobsShareThePoolAndEndWithTheDigestsTheyHaveAlone) {
   StartCluster(4);
-  const std::vector<std::string> a = Mlp(2, 1, 60), b = Mlp(2, 2, 60);
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(4));
+  const std::vector<std::string> a = Mlp(2, 1, 150), b = Mlp(2, 2, 150);
   const std::string job_a = Submit(a);
   const std::string job_b = Submit(b);
   const v1::JobStatus done_a = WatchUntil(job_a, Ended);
@@ -89,6 +115,7 @@ TEST_F(PoolTest, TwoJobsShareThePoolAndEndWithTheDigestsTheyHaveAlone) {
 
 TEST_F(PoolTest, AWorkerKilledInOneJobLeavesTheOtherUntouched) {
   StartCluster(4);
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(4));
   const std::vector<std::string> steady = Mlp(2, 1, 200);
   const std::vector<std::string> hit = Mlp(2, 2, 200);
   const std::string job_steady = Submit(steady);
@@ -127,10 +154,11 @@ TEST_F(PoolTest, AWorkerKilledInOneJobLeavesTheOtherUntouched) {
 
 TEST_F(PoolTest, ACoordinatorKilledWithThreeJobsRunningResumesAllThree) {
   StartCluster(3);
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(3));
   std::vector<std::vector<std::string>> specs;
   std::vector<std::string> jobs;
   for (int seed = 1; seed <= 3; ++seed) {
-    specs.push_back(Mlp(1, seed, 150));
+    specs.push_back(Mlp(1, seed, 300));
     jobs.push_back(Submit(specs.back()));
   }
   for (const std::string& job : jobs) {
