@@ -247,7 +247,7 @@ class Coordinator {
 
   // Writes the coordinator's numbers in Prometheus' text format
   // (coordinator_metrics.cc; docs/DESIGN.md lists them): jobs by state, the
-  // running job's progress, workers by state and how long ago each was
+  // running jobs' progress, workers by state and how long ago each was
   // heard from, failures by cause, checkpoint commits and their latency.
   void CollectMetrics(metrics::Exposition& out);
 

@@ -37,25 +37,25 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
     double (*value)(const v1::JobStatus&);
   };
   static constexpr Gauge kGauges[] = {
-      {"lockstep_job_step", "The running job's last completed step.",
+      {"lockstep_job_step", "Each running job's last completed step.",
        [](const v1::JobStatus& s) { return static_cast<double>(s.step()); }},
-      {"lockstep_job_total_steps", "The running job's planned steps.",
+      {"lockstep_job_total_steps", "Each running job's planned steps.",
        [](const v1::JobStatus& s) {
          return static_cast<double>(s.total_steps());
        }},
-      {"lockstep_job_epoch", "The running job's epoch (from 0).",
+      {"lockstep_job_epoch", "Each running job's epoch (from 0).",
        [](const v1::JobStatus& s) { return static_cast<double>(s.epoch()); }},
-      {"lockstep_job_loss", "The running job's last reported training loss.",
+      {"lockstep_job_loss", "Each running job's last reported training loss.",
        [](const v1::JobStatus& s) { return static_cast<double>(s.loss()); }},
       {"lockstep_job_samples_per_second",
-       "The running job's training throughput over all ranks.",
+       "Each running job's training throughput over all ranks.",
        [](const v1::JobStatus& s) { return s.samples_per_second(); }},
       {"lockstep_job_generation",
-       "The running job's generation (each start or re-formation is one).",
+       "Each running job's generation (each start or re-formation is one).",
        [](const v1::JobStatus& s) {
          return static_cast<double>(s.generation());
        }},
-      {"lockstep_job_world_size", "Ranks in the running job's generation.",
+      {"lockstep_job_world_size", "Ranks in each running job's generation.",
        [](const v1::JobStatus& s) {
          return static_cast<double>(s.world_size());
        }},
@@ -72,7 +72,7 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
     if (!family) {
       family = out.Family(
           "lockstep_job_tokens_per_second", metrics::kGauge,
-          "The running language model's training throughput in tokens.");
+          "Each running language model's training throughput in tokens.");
     }
     out.Sample("lockstep_job_tokens_per_second", of(*status),
                status->tokens_per_second());
@@ -82,7 +82,7 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
     if (!status->has_test_loss()) continue;
     if (!family) {
       family = out.Family("lockstep_job_test_loss", metrics::kGauge,
-                          "The running job's last test loss.");
+                          "Each running job's last test loss.");
     }
     out.Sample("lockstep_job_test_loss", of(*status), status->test_loss());
   }
@@ -92,10 +92,10 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
     // One family, the task's metric in a label: accuracy, mse, perplexity,
     // a training-step module's own (names checked when reported).
     if (!family) {
-      family =
-          out.Family("lockstep_job_test_metric", metrics::kGauge,
-                     "The running job's last test metrics, by the task's names "
-                     "(test_accuracy, test_mse, test_perplexity, ...).");
+      family = out.Family(
+          "lockstep_job_test_metric", metrics::kGauge,
+          "Each running job's last test metrics, by the task's names "
+          "(test_accuracy, test_mse, test_perplexity, ...).");
     }
     std::map<std::string, double> sorted(status->test_metrics().begin(),
                                          status->test_metrics().end());
@@ -106,7 +106,7 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
     }
   }
   out.Family("lockstep_job_restarts_total", metrics::kCounter,
-             "Restarts the running job has used (re-formations after a "
+             "Restarts each running job has used (re-formations after a "
              "failure; preemptions are not counted).");
   for (const v1::JobStatus* status : jobs) {
     out.Sample("lockstep_job_restarts_total", of(*status),

@@ -172,5 +172,36 @@ TEST_F(CoordinatorMetricsTest, PromtoolFindsNothingWrong) {
   EXPECT_EQ(lockstep::testing::PromtoolProblems(Page()), "");
 }
 
+// Two jobs at once: one family each, a series per job, and promtool
+// (duplicate families are an error there) finds nothing wrong.
+TEST_F(CoordinatorMetricsTest, EveryActiveJobHasItsSeriesInOneFamily) {
+  Make();
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  const std::string first = *coordinator_->SubmitJob(Spec(1));
+  const std::string second = *coordinator_->SubmitJob(Spec(1));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Progress(first, 1, 3, 100)).ok());
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_b, Progress(second, 1, 5, 100))
+          .ok());
+  const std::string page = Page();
+  EXPECT_THAT(SampleValue(page, "lockstep_job_step{job=\"" + first + "\"}"),
+              Optional(std::string("3")));
+  EXPECT_THAT(SampleValue(page, "lockstep_job_step{job=\"" + second + "\"}"),
+              Optional(std::string("5")));
+  size_t families = 0;
+  for (size_t at = page.find("# TYPE lockstep_job_step gauge");
+       at != std::string::npos;
+       at = page.find("# TYPE lockstep_job_step gauge", at + 1)) {
+    ++families;
+  }
+  EXPECT_EQ(families, 1u);
+  if (lockstep::testing::HavePromtool()) {
+    EXPECT_EQ(lockstep::testing::PromtoolProblems(page), "");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::coordinator
