@@ -144,7 +144,6 @@ KernelDecision DecideKernel(const CpuFeatures& cpu, absl::string_view loaded,
       return decision;
     }
     decision.action = KernelDecision::kWarn;
-    decision.kernel = best;
     decision.source = "fallback";
     decision.reason =
         absl::StrCat("OpenBLAS picked ", restarted_from,
@@ -159,7 +158,6 @@ KernelDecision DecideKernel(const CpuFeatures& cpu, absl::string_view loaded,
     decision.source = "environment";
     if (!SameName(loaded, env_coretype) && below_best) {
       decision.action = KernelDecision::kWarn;
-      decision.kernel = best;
       decision.reason = absl::StrCat(
           "OPENBLAS_CORETYPE=", env_coretype, " is not a kernel of this ",
           "OpenBLAS; it runs ", loaded, ", slower than this CPU (", cpu_text,

@@ -73,7 +73,7 @@ struct KernelDecision {
     kWarn,     // keep it, but it is slower than the CPU allows: say so
   };
   Action action = kKeep;
-  std::string kernel;  // the kernel to set (kRestart) or the best one (kWarn)
+  std::string kernel;  // the kernel to set (kRestart)
   // "openblas", "environment", "lockstep" or "fallback" (v1::Device).
   std::string source;
   std::string reason;  // one sentence for the log

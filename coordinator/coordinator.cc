@@ -17,7 +17,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
 #include "common/log.h"
@@ -140,19 +139,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   // The free workers' ids, so that each process that reconnects gets its
   // own back: the ranks of every job that was running name them.
   for (const JobStore::WorkerRecord& worker : workers) {
-    int64_t number = 0;
-    if (!absl::SimpleAtoi(absl::StripPrefix(worker.worker_id, "free:"),
-                          &number) ||
-        !absl::StartsWith(worker.worker_id, "free:") || number < 0 ||
-        worker.order < 0 || worker.identity.empty() ||
-        worker.identity.size() > 2048) {
+    if (!c.workers_.Restore(worker.worker_id, worker.identity,
+                            worker.incarnation, worker.order,
+                            c.clock_->Now())) {
       LogWarning("ignoring a stored worker record (id \"",
                  absl::CHexEscape(worker.worker_id.substr(0, 64)),
                  "\"): not a free worker's; it registers anew");
-      continue;
     }
-    c.workers_.Restore(worker.worker_id, worker.identity, worker.incarnation,
-                       worker.order, c.clock_->Now());
   }
   for (v1::JobStatus& status : saved) {
     // Ids keep their number across restarts, so a new job never reuses the

@@ -323,6 +323,12 @@ class Coordinator {
   std::string BarrierTimeoutMessage(
       const std::string& name, int64_t timeout_ms,
       const std::vector<std::string>& missing) const;
+  // A wait on `name` (a key or a barrier) of the generation, timing out
+  // `timeout_ms` from now on the injected clock; the caller sets its
+  // callback.
+  RendezvousWaits::Wait WaitFor(const std::string& job_id, int64_t generation,
+                                const std::string& name,
+                                int64_t timeout_ms) const;
   // Keeps the wait, then completes it at once if it can (its deadline
   // already passed); returns 0 when it completed.
   WaitId AddWaiterAndCheckLocked(RendezvousWaits::Wait wait)

@@ -227,13 +227,8 @@ Coordinator::WaitId Coordinator::KvGetAsync(const Caller& caller,
     done(*std::move(ready));
     return 0;
   }
-  RendezvousWaits::Wait wait;
-  wait.job_id = request.job_id();
-  wait.generation = request.generation();
-  wait.name = request.key();
-  wait.timeout_ms = request.timeout_ms();
-  wait.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
-                                      0, request.timeout_ms()));
+  RendezvousWaits::Wait wait = WaitFor(request.job_id(), request.generation(),
+                                       request.key(), request.timeout_ms());
   wait.kv_done = std::move(done);
   return AddWaiterAndCheckLocked(std::move(wait));
 }
@@ -268,15 +263,24 @@ Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
     done(*ready);
     return 0;
   }
-  RendezvousWaits::Wait wait;
-  wait.job_id = request.job_id();
-  wait.generation = request.generation();
-  wait.name = request.name();
-  wait.timeout_ms = request.timeout_ms();
-  wait.deadline = clock_->Now() + absl::Milliseconds(std::max<int64_t>(
-                                      0, request.timeout_ms()));
+  RendezvousWaits::Wait wait = WaitFor(request.job_id(), request.generation(),
+                                       request.name(), request.timeout_ms());
   wait.barrier_done = std::move(done);
   return AddWaiterAndCheckLocked(std::move(wait));
+}
+
+RendezvousWaits::Wait Coordinator::WaitFor(const std::string& job_id,
+                                           int64_t generation,
+                                           const std::string& name,
+                                           int64_t timeout_ms) const {
+  RendezvousWaits::Wait wait;
+  wait.job_id = job_id;
+  wait.generation = generation;
+  wait.name = name;
+  wait.timeout_ms = timeout_ms;
+  wait.deadline =
+      clock_->Now() + absl::Milliseconds(std::max<int64_t>(0, timeout_ms));
+  return wait;
 }
 
 Coordinator::WaitId Coordinator::AddWaiterAndCheckLocked(

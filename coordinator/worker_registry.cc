@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -84,9 +85,15 @@ Worker& WorkerRegistry::Add(const std::string& id) {
   return worker;
 }
 
-void WorkerRegistry::Restore(const std::string& id, const std::string& identity,
+bool WorkerRegistry::Restore(const std::string& id, const std::string& identity,
                              uint64_t incarnation, int64_t order,
                              absl::Time now) {
+  int64_t number = 0;
+  if (!absl::StartsWith(id, "free:") ||
+      !absl::SimpleAtoi(absl::StripPrefix(id, "free:"), &number) ||
+      number < 0 || order < 0 || identity.empty() || identity.size() > 2048) {
+    return false;
+  }
   Worker& worker = workers_[id];
   worker.id = id;
   worker.identity = identity;
@@ -94,11 +101,8 @@ void WorkerRegistry::Restore(const std::string& id, const std::string& identity,
   worker.order = order;
   worker.last_heartbeat = now;
   // New ids (free:<next_order_>) must not meet a restored one.
-  int64_t number = 0;
-  if (absl::SimpleAtoi(absl::StripPrefix(id, "free:"), &number)) {
-    next_order_ = std::max(next_order_, number + 1);
-  }
-  next_order_ = std::max(next_order_, order + 1);
+  next_order_ = std::max({next_order_, number + 1, order + 1});
+  return true;
 }
 
 void WorkerRegistry::Register(Worker& worker,

@@ -100,8 +100,10 @@ class WorkerRegistry {
   // known, without a session, until its process registers again with the
   // same identity and incarnation and gets `id` back. Ids and orders after
   // it are new. Heard from `now`, so it is forgotten forget_workers_after
-  // from there if it never comes back.
-  void Restore(const std::string& id, const std::string& identity,
+  // from there if it never comes back. Returns false, and keeps nothing,
+  // for a record that is not a free worker's (an id other than free:N, a
+  // negative order, an empty or oversized identity).
+  bool Restore(const std::string& id, const std::string& identity,
                uint64_t incarnation, int64_t order, absl::Time now);
   // Records the registered process (identity, incarnation, host, device) as
   // heard from at `now`.

@@ -273,18 +273,16 @@ void Coordinator::HandleCommittedLocked(
   }
   const std::optional<absl::Duration> latency =
       job->generation->checkpoints().Committed(committed, clock_->Now());
-  if (committed.ok()) {
-    ++commits_;
-    if (latency.has_value()) {
-      commit_seconds_.Observe(absl::ToDoubleSeconds(*latency));
-    }
-  }
   if (!committed.ok()) {
     AddEventLocked(*job, "checkpoint_failed", &worker,
                    absl::StrCat("commit of step ", committed.step(), ": ",
                                 committed.error()));
     ChangedLocked(*job);
     return;
+  }
+  ++commits_;
+  if (latency.has_value()) {
+    commit_seconds_.Observe(absl::ToDoubleSeconds(*latency));
   }
   AddCheckpoint(job->status, committed, worker, NowSeconds());
   ChangedLocked(*job);
