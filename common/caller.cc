@@ -133,6 +133,13 @@ Caller ParseIdentity(absl::string_view spiffe_id) {
   return caller;
 }
 
+std::string OwnerOf(absl::string_view spiffe_id) {
+  if (spiffe_id.empty()) return "";
+  const Caller caller = ParseIdentity(spiffe_id);
+  if (caller.role == Role::kNone) return std::string(spiffe_id);
+  return absl::StrCat(RoleName(caller.role), ":", caller.name);
+}
+
 std::string WhyNotAScraper(absl::string_view spiffe_id) {
   const Caller caller = spiffe_id.empty()
                             ? Unknown("the certificate has no single SPIFFE ID")

@@ -71,6 +71,11 @@ struct Caller {
 // lockstep does not know gives Role::kNone with `id` saying why.
 Caller ParseIdentity(absl::string_view spiffe_id);
 
+// Who owns what `spiffe_id` submits, for quotas and who may stop it: its
+// role and name, "operator:alice" for spiffe://lockstep/operator/alice; the
+// ID itself when lockstep does not know it; "" for "" (--insecure).
+std::string OwnerOf(absl::string_view spiffe_id);
+
 // Why the holder of a verified client certificate with `spiffe_id` ("" when
 // it has none) may not read a daemon's /metrics under --metrics-tls; ""
 // when it may. Viewers and operators may: Prometheus scrapes with a viewer

@@ -31,6 +31,7 @@ unsigned AllowedRoles(Call call) {
     case Call::kGetJobStatus:
     case Call::kWatchJob:
     case Call::kListWorkers:
+    case Call::kListQueue:
       return Bit(Role::kOperator) | Bit(Role::kViewer);
     case Call::kHealthCheck:
       return Bit(Role::kWorker) | Bit(Role::kSpare) | Bit(Role::kOperator) |
@@ -118,6 +119,8 @@ absl::string_view CallName(Call call) {
       return "DeleteJob";
     case Call::kListWorkers:
       return "ListWorkers";
+    case Call::kListQueue:
+      return "ListQueue";
     case Call::kHealthCheck:
       return "grpc.health.v1.Health/Check";
   }

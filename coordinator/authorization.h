@@ -8,11 +8,14 @@
 //   KvSet, KvGet, Barrier
 //   SubmitJob, StopJob, DeleteJob     operator
 //   GetJobStatus, WatchJob,           operator, viewer
-//   ListWorkers
+//   ListWorkers, ListQueue
 //   grpc.health.v1 Check              any known identity
 //
 // A daemon running --insecure authenticates nobody: Role::kInsecure may make
 // every call, as before TLS.
+//
+// An operator stops and deletes only the jobs it submitted, unless the
+// coordinator names its owner with --admin (Coordinator::StopJob).
 //
 // Refusals: a caller without a known identity gets UNAUTHENTICATED, a known
 // identity whose role may not make the call PERMISSION_DENIED. The message
@@ -45,6 +48,7 @@ enum class Call {
   kStopJob,
   kDeleteJob,
   kListWorkers,
+  kListQueue,
   kHealthCheck,
 };
 

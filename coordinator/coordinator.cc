@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -88,7 +89,46 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
   if (MaxRestarts(spec) < 0) {
     return absl::InvalidArgumentError("job spec: max_restarts must be >= 0");
   }
+  const std::string& device = spec.placement().device();
+  if (!device.empty() && device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: placement.device is \"",
+                     absl::CHexEscape(device.substr(0, 64)),
+                     "\"; give \"cpu\", \"cuda\" or nothing (any device)"));
+  }
+  RETURN_IF_ERROR(
+      CheckLabels("job spec: placement", spec.placement().labels()));
+  if (cluster.has_value() && !spec.placement().labels().empty()) {
+    return absl::InvalidArgumentError(
+        "job spec: placement.labels need a coordinator without a static "
+        "--cluster (its tasks are the job's workers)");
+  }
   return ValidateJobSpec(spec, spec.min_workers() > 0 ? 0 : replicas);
+}
+
+// The priority a spec asks for: its integer, or the value of its class.
+// Errors: InvalidArgument for both, or a class the coordinator lacks.
+absl::StatusOr<int> PriorityOf(const v1::JobSpec& spec,
+                               const std::map<std::string, int>& classes) {
+  if (spec.priority_class().empty()) return spec.priority();
+  if (spec.priority() != 0) {
+    return absl::InvalidArgumentError(
+        "job spec: give priority or priority_class, not both");
+  }
+  auto it = classes.find(spec.priority_class());
+  if (it == classes.end()) {
+    std::vector<std::string> known;
+    for (const auto& [name, value] : classes) {
+      known.push_back(absl::StrCat(name, "=", value));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec: priority_class \"",
+        absl::CHexEscape(spec.priority_class().substr(0, 64)),
+        "\" is not one of this coordinator's classes (",
+        known.empty() ? "it defines none" : absl::StrJoin(known, ", "),
+        "; see lockstep-coordinator --priority-class)"));
+  }
+  return it->second;
 }
 
 v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank,
@@ -119,6 +159,9 @@ Coordinator::Coordinator(Options options)
       finished_job_ttl_(options.finished_job_ttl),
       forget_workers_after_(options.forget_workers_after),
       revoked_(std::move(options.revoked)),
+      scheduler_(std::move(options.scheduling)),
+      priority_classes_(std::move(options.priority_classes)),
+      admins_(std::move(options.admins)),
       workers_(cluster_, options.heartbeat_timeout, options.stall_after),
       commit_seconds_(
           {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {}
@@ -197,7 +240,8 @@ bool AllowedMove(v1::JobState from, v1::JobState to) {
       return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_STOPPED ||
              to == v1::JOB_STATE_FAILED;
     case v1::JOB_STATE_RUNNING:
-      return to == v1::JOB_STATE_RECOVERING || IsTerminal(to);
+      return to == v1::JOB_STATE_RECOVERING || to == v1::JOB_STATE_QUEUED ||
+             IsTerminal(to);
     case v1::JOB_STATE_RECOVERING:
       return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_RECOVERING ||
              to == v1::JOB_STATE_STOPPED || to == v1::JOB_STATE_FAILED;
@@ -273,6 +317,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   if (absl::Status bad = CheckSubmission(spec); !bad.ok()) return Refused(bad);
   ApplyDefaults(&spec);
   RETURN_IF_ERROR(ValidateSubmission(spec, cluster_));
+  ASSIGN_OR_RETURN(const int priority, PriorityOf(spec, priority_classes_));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
   ForgetFinishedJobsLocked();
@@ -282,10 +327,16 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   job.status.set_job_id(id);
   job.status.set_state(v1::JOB_STATE_QUEUED);
   job.status.set_submitted_by(submitted_by);
+  job.status.set_owner(OwnerOf(submitted_by));
+  job.status.set_priority(priority);
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_submit_time(NowSeconds());
   queue_.push_back(id);
-  LogInfo("job ", id, " queued");
+  LogInfo("job ", id, " queued",
+          priority != 0 ? absl::StrCat(" at priority ", priority) : "",
+          job.status.owner().empty()
+              ? ""
+              : absl::StrCat(" for ", job.status.owner()));
   ChangedLocked(job);
   PersistLocked(job);
   MaybeStartJobLocked();
@@ -354,14 +405,96 @@ void Coordinator::StartNextGenerationLocked() {
     if (job.status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::set<std::string> others = reserved;
     for (const std::string& worker : previous) others.erase(worker);
-    std::vector<Worker*> workers =
-        workers_.Pick(job.status.spec(), previous, others);
+    std::vector<Worker*> workers = workers_.Pick(
+        job.status.spec(), previous,
+        WithUnplaceableLocked(job.status.spec(), std::move(others)));
     if (!workers.empty()) StartGenerationLocked(job, workers);
   }
-  // Then every queued job whose whole group is free, in submission order: a
-  // job that does not fit waits without holding back a later one that does.
-  // A job of the whole pool (no num_workers) waits until no other job is
-  // active.
+  if (cluster_.has_value()) {
+    StartQueuedOnClusterLocked(reserved);
+  } else {
+    ScheduleQueuedLocked(reserved);
+  }
+}
+
+void Coordinator::StartQueuedOnClusterLocked(
+    const std::set<std::string>& reserved) {
+  while (!queue_.empty()) {
+    auto it = std::min_element(queue_.begin(), queue_.end(),
+                               [&](const auto& a, const auto& b) {
+                                 return jobs_[a].seq < jobs_[b].seq;
+                               });
+    Job& job = jobs_[*it];
+    if (job.status.state() != v1::JOB_STATE_QUEUED) {
+      queue_.erase(it);
+      continue;
+    }
+    std::vector<Worker*> workers =
+        workers_.Pick(job.status.spec(), {}, reserved);
+    if (workers.empty()) return;
+    queue_.erase(it);
+    active_jobs_[job.seq] = job.status.job_id();
+    StartGenerationLocked(job, workers);
+  }
+}
+
+namespace {
+
+// "cpu" or "cuda" from a device name ("cuda:1").
+std::string DeviceKind(const v1::Device& device) {
+  return absl::StartsWith(device.name(), "cuda") ? "cuda" : "cpu";
+}
+
+Placement PlacementOf(const v1::JobSpec& spec) {
+  Placement placement;
+  placement.device = spec.placement().device();
+  for (const auto& [key, value] : spec.placement().labels()) {
+    placement.labels.emplace_back(key, value);
+  }
+  std::sort(placement.labels.begin(), placement.labels.end());
+  return placement;
+}
+
+PoolWorker PoolWorkerOf(const Worker& worker) {
+  PoolWorker pool_worker;
+  pool_worker.id = worker.id;
+  pool_worker.device = DeviceKind(worker.device);
+  pool_worker.labels = worker.labels;
+  pool_worker.spare = worker.spare;
+  return pool_worker;
+}
+
+}  // namespace
+
+std::set<std::string> Coordinator::WithUnplaceableLocked(
+    const v1::JobSpec& spec, std::set<std::string> reserved) {
+  const Placement placement = PlacementOf(spec);
+  if (placement.empty()) return reserved;
+  for (Worker* worker : workers_.Connected()) {
+    if (!Matches(placement, PoolWorkerOf(*worker))) reserved.insert(worker->id);
+  }
+  return reserved;
+}
+
+void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
+  // The snapshot: every connected worker by registration order, the queued
+  // jobs, and the active jobs with the workers they hold.
+  std::vector<Worker*> connected = workers_.Connected();
+  std::sort(
+      connected.begin(), connected.end(),
+      [](const Worker* a, const Worker* b) { return a->order < b->order; });
+  std::set<const Worker*> idle;
+  for (Worker* worker : workers_.StandingBy()) idle.insert(worker);
+  std::vector<PoolWorker> pool;
+  std::map<std::string, int> index;
+  for (Worker* worker : connected) {
+    PoolWorker pool_worker = PoolWorkerOf(*worker);
+    pool_worker.free =
+        idle.count(worker) > 0 && reserved.count(worker->id) == 0;
+    index[worker->id] = static_cast<int>(pool.size());
+    pool.push_back(std::move(pool_worker));
+  }
+  std::vector<QueuedJob> queued;
   for (auto it = queue_.begin(); it != queue_.end();) {
     Job& job = jobs_[*it];
     if (job.status.state() != v1::JOB_STATE_QUEUED) {
@@ -369,19 +502,109 @@ void Coordinator::StartNextGenerationLocked() {
       continue;
     }
     const v1::JobSpec& spec = job.status.spec();
-    const bool whole_pool = spec.num_workers() == 0 && spec.min_workers() == 0;
+    QueuedJob entry;
+    entry.id = job.status.job_id();
+    entry.seq = job.seq;
+    entry.priority = job.status.priority();
+    entry.owner = job.status.owner();
+    if (spec.min_workers() > 0) {
+      entry.size = spec.min_workers();
+      entry.most = spec.max_workers() > 0 ? spec.max_workers()
+                                          : std::numeric_limits<int>::max();
+    } else {
+      entry.size = entry.most = spec.num_workers();
+    }
+    entry.placement = PlacementOf(spec);
+    queued.push_back(std::move(entry));
+    ++it;
+  }
+  std::vector<RunningJob> running;
+  for (Job* job : ActiveJobsLocked()) {
+    RunningJob entry;
+    entry.id = job->status.job_id();
+    entry.seq = job->seq;
+    entry.priority = job->status.priority();
+    entry.owner = job->status.owner();
+    entry.started = job->started;
+    if (job->generation != nullptr) {
+      for (const std::string& id : job->generation->rank_workers()) {
+        if (auto found = index.find(id); found != index.end()) {
+          entry.workers.push_back(found->second);
+        }
+      }
+    }
+    const bool running_now = job->status.state() == v1::JOB_STATE_RUNNING &&
+                             job->generation != nullptr;
+    entry.yielding = job->yielding && running_now;
+    entry.yielding_for = job->yield_for;
+    entry.can_yield = running_now && !job->yielding && !job->stop_requested &&
+                      !job->generation->preempting() &&
+                      !job->status.spec().checkpoint().backup_dir().empty();
+    running.push_back(std::move(entry));
+  }
+  SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
+  waiting_ = std::move(plan.waiting);
+  waiting_index_.clear();
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    waiting_index_[waiting_[i].job_id] = i;
+  }
+  for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
+    PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job]);
+  }
+  for (const SchedulingPlan::Start& start : plan.starts) {
+    Job& job = jobs_[start.job_id];
     std::vector<Worker*> workers;
-    if (!whole_pool || active_jobs_.empty()) {
-      workers = workers_.Pick(spec, {}, reserved);
-    }
-    if (workers.empty()) {
-      ++it;
-      continue;
-    }
-    it = queue_.erase(it);
+    for (int i : start.workers) workers.push_back(connected[i]);
+    queue_.erase(std::find(queue_.begin(), queue_.end(), start.job_id));
     active_jobs_[job.seq] = job.status.job_id();
+    if (job.status.yields() > 0 && job.status.generation() > 0) {
+      AddEventLocked(
+          job, "resumed_after_preemption", nullptr,
+          absl::StrCat(
+              "placed again after ", job.status.yields(),
+              job.status.yields() == 1 ? " preemption" : " preemptions",
+              "; it continues from step ", job.status.applied_step()));
+    }
     StartGenerationLocked(job, workers);
   }
+  // Each waiting job's status shows its new place.
+  for (const QueueEntry& entry : waiting_) {
+    Job& job = jobs_[entry.job_id];
+    const v1::QueuePosition& shown = job.status.queue();
+    if (shown.position() != entry.position ||
+        shown.reason() != WaitReasonName(entry.reason) ||
+        shown.preempts_size() != static_cast<int>(entry.preempts.size())) {
+      v1::QueuePosition* queue = job.status.mutable_queue();
+      queue->set_position(entry.position);
+      queue->set_reason(WaitReasonName(entry.reason));
+      queue->set_message(QueueMessage(entry));
+      queue->clear_preempts();
+      for (const std::string& id : entry.preempts) queue->add_preempts(id);
+      ChangedLocked(job);
+    }
+  }
+}
+
+void Coordinator::PreemptForLocked(Job& job, const Job& for_job) {
+  if (job.generation == nullptr) return;
+  const std::string reason = absl::StrCat(
+      "preempted for job ", for_job.status.job_id(), " (priority ",
+      for_job.status.priority(), " > ", job.status.priority(), ")");
+  if (!job.generation->StartPreemption(reason)) return;
+  job.yielding = true;
+  job.yield_for = for_job.status.job_id();
+  AddEventLocked(job, "preemption_requested", nullptr,
+                 absl::StrCat(reason,
+                              ": its ranks stop at an agreed step and "
+                              "save it; then it waits in the queue"));
+  LogInfo("job ", job.status.job_id(), " ", reason);
+  v1::CoordinatorCommand command;
+  v1::Stop* stop = command.mutable_stop();
+  stop->set_job_id(job.status.job_id());
+  stop->set_reason(reason);
+  stop->set_preempt(true);
+  SendToRanksLocked(job, command);
+  ChangedLocked(job);
 }
 
 void Coordinator::StartGenerationLocked(Job& job,
@@ -410,6 +633,10 @@ void Coordinator::StartGenerationLocked(Job& job,
   status.set_generation(status.generation() + 1);
   status.set_generations(status.generations() + 1);
   status.set_world_size(static_cast<int>(workers.size()));
+  status.clear_queue();
+  job.started = clock_->Now();
+  job.yielding = false;
+  job.yield_for.clear();
   if (status.start_time() == 0) status.set_start_time(NowSeconds());
   status.clear_ranks();
   std::vector<std::string> rank_workers, names;
@@ -492,6 +719,9 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
                                        const std::string& cause) {
   v1::JobStatus& status = job.status;
   const int restarts_used = RestartsUsed(status);
+  // A preemption for another job that a failure cut short: the job recovers
+  // as after any failure (its survivors hold its state).
+  job.yielding = false;
   // The cause is recorded while `worker` still holds its rank.
   if (job.stop_requested) {
     // The stop went to the generation that failed: the job stops here, as a
@@ -519,6 +749,27 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
 
 void Coordinator::PreemptedLocked(Job& job) {
   v1::JobStatus& status = job.status;
+  if (job.yielding) {
+    // The scheduler gave its workers to another job: it waits in the queue
+    // and resumes from the step it saved, on whichever workers are free.
+    status.set_preemptions(status.preemptions() + 1);
+    status.set_yields(status.yields() + 1);
+    const std::string saved =
+        FinalSave(status, status.step(),
+                  job.generation->checkpoints().FailureOf(status.step()));
+    const std::string message =
+        absl::StrCat("generation ", status.generation(), " stopped after step ",
+                     status.step(), " (", job.generation->preempt_reason(),
+                     "); ", saved, "; back in the queue");
+    ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
+    active_jobs_.erase(job.seq);
+    job.yielding = false;
+    job.yield_for.clear();
+    queue_.push_back(status.job_id());
+    TransitionLocked(job, v1::JOB_STATE_QUEUED, "preempted", nullptr, message);
+    MaybeStartJobLocked();
+    return;
+  }
   // Every rank stopped at the same step; the job goes on when its group is
   // whole again (the preempted worker restarted).
   status.set_preemptions(status.preemptions() + 1);
@@ -542,6 +793,8 @@ void Coordinator::EndJobLocked(Job& job, v1::JobState state,
   v1::JobStatus& status = job.status;
   ReleaseGenerationLocked(job, state != v1::JOB_STATE_SUCCEEDED, reason);
   active_jobs_.erase(job.seq);
+  job.yielding = false;
+  job.status.clear_queue();
   TransitionLocked(job, state, absl::StrCat("job_", StateName(state)), nullptr,
                    reason);
   MaybeStartJobLocked();

@@ -13,9 +13,12 @@
 //
 // clang-format off
 //   QUEUED ────────────────────────── stop ──────────────────────────┐
-//     │                                                              │
-//     │ its workers are connected: generation 1                      │
-//     ▼                                                              ▼
+//     │  ▲                                                           │
+//     │  │ preempted for a job of a higher priority: every rank      │
+//     │  │ stops at one step, saved; the job waits in the queue      │
+//     │  │                                                           │
+//     │ the scheduler places it: the next generation                 │
+//     ▼  │                                                           ▼
 //   RUNNING ───── stop: every rank stops at one step, saved ─────▶ STOPPED
 //    │ │  ▲                                                          ▲
 //    │ │  │ the group is whole again: the next generation            │
@@ -33,12 +36,13 @@
 // or lack the GPUs communication.backend "nccl" needs, also ends in FAILED.
 // SUCCEEDED, FAILED and STOPPED are final.
 //
-// Jobs run at once on disjoint sets of workers (gang scheduling): every
-// queued job whose workers are free starts, in submission order, each with
-// its whole group or not at all; a job without num_workers (the whole pool)
-// starts only when no other job is active. A recovering job's previous
-// workers are kept for it: they hold its live state. A static cluster
-// (TF_CONFIG) runs one job at a time, on all its tasks. Each start of a job
+// Jobs run at once on disjoint sets of workers. The scheduler
+// (scheduler.h) decides which queued jobs start, each with its whole group
+// or not at all, on workers that match its placement, by priority, owner
+// fairness and quotas, and which running jobs are preempted for a job of a
+// higher priority. A recovering job's previous workers are kept for it:
+// they hold its live state. A static cluster (TF_CONFIG) runs one job at a
+// time, on all its tasks, in submission order. Each start of a job
 // is a new generation (a Generation object replaced whole); key-value
 // entries, barriers and reports of an older generation are fenced off
 // (Aborted), and each job's generations, keys and barriers are its own.
@@ -67,6 +71,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/caller.h"
@@ -76,6 +81,7 @@
 #include "coordinator/generation.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_waits.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/session_sink.h"
 #include "coordinator/worker_registry.h"
 #include "lockstep/v1/cluster.pb.h"
@@ -113,6 +119,15 @@ class Coordinator {
     // Whether an identity has been revoked (--deny-identities; may be
     // empty): Sweep ends the sessions of revoked workers.
     std::function<bool(const std::string& identity)> revoked;
+    // The pool scheduler's quotas and minimum run time (--quota,
+    // --min-run-time).
+    SchedulerPolicy scheduling;
+    // Named priorities a spec may give as priority_class
+    // (--priority-class urgent=100).
+    std::map<std::string, int> priority_classes;
+    // Owners ("operator:bob") who may stop and delete any job
+    // (--admin); other operators only their own.
+    std::set<std::string> admins;
   };
 
   // Loads the jobs the store holds. A job that was running when the previous
@@ -209,7 +224,9 @@ class Coordinator {
   void Unwatch(WaitId id);
 
   // Validates and queues a job; returns its id. `submitted_by`: the
-  // submitter's SPIFFE ID (JobStatus.submitted_by). Errors: InvalidArgument.
+  // submitter's SPIFFE ID (JobStatus.submitted_by; its role and name are the
+  // job's owner). Errors: InvalidArgument (a bad spec, an unknown
+  // priority_class).
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec,
                                         const std::string& submitted_by = "");
   // One job, or every job (newest first) when `job_id` is empty.
@@ -231,13 +248,21 @@ class Coordinator {
   // on, saved first when checkpoints are configured. The job's error then
   // says whether that save was committed ("stopped on request after step
   // 120; saved as ckpt-000000120") or failed, and which checkpoint is the
-  // newest instead. Errors: NotFound; FailedPrecondition when the job
-  // already ended.
-  absl::Status StopJob(const std::string& job_id);
-  // Forgets a finished job, in memory and in the store. Errors:
-  // InvalidArgument (a bad id), NotFound, FailedPrecondition when the job
-  // has not ended (stop it first).
-  absl::Status DeleteJob(const std::string& job_id);
+  // newest instead. `by`: the caller's SPIFFE ID ("" under --insecure, and
+  // in process): an operator may stop only the jobs it submitted unless its
+  // owner name is an admin (Options::admins). Errors: NotFound;
+  // FailedPrecondition when the job already ended; PermissionDenied.
+  absl::Status StopJob(const std::string& job_id, const std::string& by = "");
+  // Forgets a finished job, in memory and in the store; `by` as for
+  // StopJob. Errors: InvalidArgument (a bad id), NotFound,
+  // FailedPrecondition when the job has not ended (stop it first),
+  // PermissionDenied.
+  absl::Status DeleteJob(const std::string& job_id, const std::string& by = "");
+  // The queued jobs in the scheduler's order, each with its place and why
+  // it waits (JobStatus.queue): at most page_size summaries (0: 1000).
+  // Errors: InvalidArgument (a bad page size).
+  absl::StatusOr<v1::ListQueueResponse> ListQueue(
+      const v1::ListQueueRequest& request);
   std::vector<v1::WorkerInfo> ListWorkers();
   // A page of the workers in id order: at most page_size (0: and at most
   // kMaxWorkerPage, message_checks.h), after the worker named by page_token,
@@ -268,6 +293,13 @@ class Coordinator {
     // StopJob asked the running generation to stop (it wins over a
     // preemption under way).
     bool stop_requested = false;
+    // When its current generation started (on this coordinator's clock):
+    // it is not preempted for another job before min_run_time from there.
+    absl::Time started = absl::InfinitePast();
+    // The scheduler preempted it for the queued job `yield_for`: its ranks
+    // are stopping at an agreed step; then it goes back to the queue.
+    bool yielding = false;
+    std::string yield_for;
     // When the job was last written to the store: progress reports are
     // written at most once per kPersistProgressEvery (worker_reports.cc).
     absl::Time last_persisted = absl::InfinitePast();
@@ -402,8 +434,31 @@ class Coordinator {
   void FailGenerationLocked(Job& job, const std::string& kind,
                             const Worker* worker, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every rank stopped for a preemption: the job waits for its group.
+  // Every rank stopped for a preemption: the job waits for its group, or
+  // (preempted by the scheduler) goes back to the queue.
   void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A static cluster: the oldest queued job starts when every task is
+  // free.
+  void StartQueuedOnClusterLocked(const std::set<std::string>& reserved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pool: asks the scheduler which queued jobs start and which running
+  // jobs are preempted (workers in `reserved` are kept for recovering
+  // jobs), carries it out and keeps each waiting job's place for its status.
+  void ScheduleQueuedLocked(const std::set<std::string>& reserved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the ranks of `job` to stop at an agreed step and save it, so that
+  // its workers go to `for_job`.
+  void PreemptForLocked(Job& job, const Job& for_job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers not eligible for `spec`'s placement, added to `reserved`.
+  std::set<std::string> WithUnplaceableLocked(const v1::JobSpec& spec,
+                                              std::set<std::string> reserved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the caller `by` (a SPIFFE ID, "" in process) may stop or
+  // delete `job`. Errors: PermissionDenied naming the owner.
+  absl::Status AuthorizeOwnerLocked(const Job& job, const std::string& by,
+                                    absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `worker` is gone (session broken, silent, restarted): it loses its
   // session and fails the generation it was part of.
   void WorkerFailedLocked(Worker& worker, const std::string& kind,
@@ -510,6 +565,9 @@ class Coordinator {
   const absl::Duration finished_job_ttl_;
   const absl::Duration forget_workers_after_;
   const std::function<bool(const std::string& identity)> revoked_;
+  const Scheduler scheduler_;
+  const std::map<std::string, int> priority_classes_;
+  const std::set<std::string> admins_;
 
   mutable absl::Mutex mu_;
   // Signalled on every change a blocked call may wait for.
@@ -529,6 +587,10 @@ class Coordinator {
   // Free workers whose id the store does not hold yet (PersistWorkersLocked).
   std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
   bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;
+  // Each queued job's place and why it waits, from the scheduler's last
+  // pass, in its order.
+  std::vector<QueueEntry> waiting_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> waiting_index_ ABSL_GUARDED_BY(mu_);
   // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -78,21 +78,8 @@ absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
   size_t bytes = 0;
   for (auto it = std::make_reverse_iterator(job_order_.lower_bound(before));
        it != job_order_.rend(); ++it) {
-    v1::JobStatus summary = ReportLocked(jobs_.at(it->second), false);
-    // A summary: what `lockstep status` shows; one job's full record has
-    // the rest.
-    summary.clear_events();
-    summary.clear_checkpoints();
-    summary.clear_evals();
-    if (summary.ByteSizeLong() > kMaxStatusPageBytes) {
-      // A record stored before the bounds (a job named with megabytes of
-      // text): listed without its spec and with its error cut; `lockstep
-      // status JOB` has the whole record, `lockstep delete JOB` removes it.
-      summary.clear_spec();
-      if (summary.error().size() > kMaxTextBytes) {
-        summary.mutable_error()->resize(kMaxTextBytes);
-      }
-    }
+    v1::JobStatus summary = Summary(ReportLocked(jobs_.at(it->second), false),
+                                    kMaxStatusPageBytes, kMaxTextBytes);
     bytes += summary.ByteSizeLong();
     if (response.jobs_size() == page_size ||
         (response.jobs_size() > 0 && bytes > kMaxStatusPageBytes)) {
@@ -125,7 +112,23 @@ absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
   }
 }
 
-absl::Status Coordinator::StopJob(const std::string& job_id) {
+absl::Status Coordinator::AuthorizeOwnerLocked(const Job& job,
+                                               const std::string& by,
+                                               absl::string_view what) const {
+  const std::string& owner = job.status.owner();
+  if (by.empty() || job.status.submitted_by().empty() ||
+      by == job.status.submitted_by() || admins_.count(OwnerOf(by)) > 0) {
+    return absl::OkStatus();
+  }
+  return LogRefusal(absl::PermissionDeniedError(absl::StrCat(
+      OwnerOf(by), " may not ", what, " job ", job.status.job_id(),
+      ": it belongs to ", owner.empty() ? job.status.submitted_by() : owner,
+      "; an operator may ", what,
+      " only its own jobs unless the coordinator names it with --admin")));
+}
+
+absl::Status Coordinator::StopJob(const std::string& job_id,
+                                  const std::string& by) {
   if (absl::Status bad = CheckJobId("StopJob", job_id); !bad.ok()) {
     return Refused(bad);
   }
@@ -134,6 +137,7 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job ", job_id));
   }
+  RETURN_IF_ERROR(AuthorizeOwnerLocked(it->second, by, "stop"));
   Job& job = it->second;
   switch (job.status.state()) {
     case v1::JOB_STATE_QUEUED:
@@ -159,7 +163,8 @@ absl::Status Coordinator::StopJob(const std::string& job_id) {
   }
 }
 
-absl::Status Coordinator::DeleteJob(const std::string& job_id) {
+absl::Status Coordinator::DeleteJob(const std::string& job_id,
+                                    const std::string& by) {
   if (absl::Status bad = CheckJobId("DeleteJob", job_id); !bad.ok()) {
     return Refused(bad);
   }
@@ -169,6 +174,7 @@ absl::Status Coordinator::DeleteJob(const std::string& job_id) {
     return absl::NotFoundError(
         absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
   }
+  RETURN_IF_ERROR(AuthorizeOwnerLocked(it->second, by, "delete"));
   const v1::JobState state = it->second.status.state();
   if (!IsTerminal(state)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -180,6 +186,45 @@ absl::Status Coordinator::DeleteJob(const std::string& job_id) {
   LogInfo("job ", job_id, " deleted on request");
   EraseJobLocked(job_id);
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
+    const v1::ListQueueRequest& request) {
+  if (request.page_size() < 0 || request.page_size() > kMaxStatusPage) {
+    return Refused(absl::InvalidArgumentError(
+        absl::StrCat("ListQueue: page_size ", request.page_size(),
+                     " is out of range; give 0 to ", kMaxStatusPage)));
+  }
+  const int page_size =
+      request.page_size() > 0 ? request.page_size() : kMaxStatusPage;
+  absl::MutexLock lock(&mu_);
+  v1::ListQueueResponse response;
+  size_t bytes = 0;
+  for (const QueueEntry& entry : waiting_) {
+    auto it = jobs_.find(entry.job_id);
+    if (it == jobs_.end() ||
+        it->second.status.state() != v1::JOB_STATE_QUEUED) {
+      continue;
+    }
+    v1::JobStatus summary = Summary(ReportLocked(it->second, false),
+                                    kMaxStatusPageBytes, kMaxTextBytes);
+    bytes += summary.ByteSizeLong();
+    if (response.jobs_size() == page_size ||
+        (response.jobs_size() > 0 && bytes > kMaxStatusPageBytes)) {
+      break;
+    }
+    *response.add_jobs() = std::move(summary);
+  }
+  int64_t queued = 0;
+  for (const std::string& id : queue_) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() &&
+        it->second.status.state() == v1::JOB_STATE_QUEUED) {
+      ++queued;
+    }
+  }
+  response.set_queued(queued);
+  return response;
 }
 
 // ---- retention --------------------------------------------------------------

@@ -243,4 +243,21 @@ std::string FinalSave(const v1::JobStatus& status, int64_t step,
                       " (step ", newest->step(), ")");
 }
 
+v1::JobStatus Summary(v1::JobStatus status, size_t max_bytes,
+                      size_t max_error_bytes) {
+  status.clear_events();
+  status.clear_checkpoints();
+  status.clear_evals();
+  if (status.ByteSizeLong() > max_bytes) {
+    // A record stored before the bounds (a job named with megabytes of
+    // text): listed without its spec and with its error cut; `lockstep
+    // status JOB` has the whole record, `lockstep delete JOB` removes it.
+    status.clear_spec();
+    if (status.error().size() > max_error_bytes) {
+      status.mutable_error()->resize(max_error_bytes);
+    }
+  }
+  return status;
+}
+
 }  // namespace lockstep::coordinator

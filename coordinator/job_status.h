@@ -77,6 +77,13 @@ void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
 std::string FinalSave(const v1::JobStatus& status, int64_t step,
                       const std::string& failure);
 
+// A job's summary, as listings send it (`lockstep status`, `lockstep
+// queue`): without events, checkpoints and evaluations; a record over
+// `max_bytes` (stored before the bounds) also without its spec, its error
+// cut to `max_error_bytes`.
+v1::JobStatus Summary(v1::JobStatus status, size_t max_bytes,
+                      size_t max_error_bytes);
+
 }  // namespace lockstep::coordinator
 
 #endif  // LOCKSTEP_COORDINATOR_JOB_STATUS_H_

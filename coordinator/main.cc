@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/args.h"
@@ -45,6 +46,8 @@ Usage:
                        [--max-sessions-per-identity N]
                        [--max-watches-per-identity N]
                        [--deny-identities FILE] [--metrics-listen HOST:PORT [--metrics-tls]]
+                       [--priority-class NAME=N]... [--quota OWNER=N]...
+                       [--min-run-time SECS] [--admin OWNER]...
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -99,6 +102,18 @@ Flags:
                        address is printed on stdout); off by default. Jobs,
                        workers, failures by cause, checkpoint commits: see
                        README.md, "Metrics"
+  --priority-class NAME=N  a named priority a job spec may give as
+                       priority_class (repeatable): --priority-class urgent=100
+  --quota OWNER=N      the most workers the running jobs of OWNER
+                       ("operator:alice", the role and name of its
+                       certificate's identity) may hold at once (repeatable);
+                       owners not named have no cap
+  --min-run-time S     a running job is not preempted for a job of a higher
+                       priority before it has run S seconds since it last
+                       started (default 60), so that jobs do not thrash
+  --admin OWNER        an operator ("operator:bob") that may stop and delete
+                       every job (repeatable); other operators stop and
+                       delete only the jobs they submitted
   --metrics-tls        serve /metrics over HTTPS with --tls-cert and
                        --tls-key, answering only a client certificate of
                        --tls-ca with a viewer or operator identity (and not
@@ -191,6 +206,60 @@ absl::Status ApplyLimitFlags(const Args& args, Coordinator::Options& options) {
   return absl::OkStatus();
 }
 
+// "NAME=N" with N a whole number in [low, high]. Errors: InvalidArgument
+// naming the flag.
+absl::StatusOr<std::pair<std::string, int>> NamedNumber(const std::string& flag,
+                                                        const std::string& text,
+                                                        int64_t low,
+                                                        int64_t high) {
+  const size_t equals = text.rfind('=');
+  int64_t value = 0;
+  if (equals == std::string::npos || equals == 0 ||
+      !absl::SimpleAtoi(text.substr(equals + 1), &value) || value < low ||
+      value > high) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " \"", text,
+                     "\": write it as NAME=N with N a "
+                     "whole number from ",
+                     low, " to ", high));
+  }
+  return std::pair(text.substr(0, equals), static_cast<int>(value));
+}
+
+// The scheduling flags (--priority-class, --quota, --min-run-time,
+// --admin). Errors: InvalidArgument.
+absl::Status ApplySchedulingFlags(const Args& args,
+                                  Coordinator::Options& options) {
+  for (const std::string& text : args.GetAll("priority-class")) {
+    auto named = NamedNumber("priority-class", text, -1'000'000, 1'000'000);
+    if (!named.ok()) return named.status();
+    options.priority_classes[named->first] = named->second;
+  }
+  for (const std::string& text : args.GetAll("quota")) {
+    auto named = NamedNumber("quota", text, 0, 1'000'000);
+    if (!named.ok()) return named.status();
+    if (named->first.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quota \"", text,
+                       "\": name the owner as ROLE:NAME "
+                       "(operator:alice), as `lockstep status` shows it"));
+    }
+    options.scheduling.quotas[named->first] = named->second;
+  }
+  auto min_run_time = Bounded(args, "min-run-time", 60, 0, 1e7);
+  if (!min_run_time.ok()) return min_run_time.status();
+  options.scheduling.min_run_time = absl::Seconds(*min_run_time);
+  for (const std::string& owner : args.GetAll("admin")) {
+    if (owner.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--admin \"", owner,
+                       "\": name the owner as ROLE:NAME (operator:bob)"));
+    }
+    options.admins.insert(owner);
+  }
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& status, int code) {
   std::cerr << "lockstep-coordinator: " << status.message() << "\n";
   return code;
@@ -225,14 +294,30 @@ sigset_t BlockShutdownSignals() {
 // --state-dir given. With --help nothing but the flags' names is checked.
 // Errors: InvalidArgument.
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"listen", "state-dir", "cluster", "heartbeat-timeout", "kv-max-entries",
-       "kv-max-bytes", "keep-finished-jobs", "finished-job-ttl",
-       "forget-workers-after", "max-sessions", "max-watches",
-       "max-sessions-per-identity", "max-watches-per-identity", "tls-cert",
-       "tls-key", "tls-ca", "metrics-listen", "deny-identities"},
-      {"help", "metrics-tls", kInsecureFlag});
+  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                          {"listen",
+                           "state-dir",
+                           "cluster",
+                           "heartbeat-timeout",
+                           "kv-max-entries",
+                           "kv-max-bytes",
+                           "keep-finished-jobs",
+                           "finished-job-ttl",
+                           "forget-workers-after",
+                           "max-sessions",
+                           "max-watches",
+                           "max-sessions-per-identity",
+                           "max-watches-per-identity",
+                           "tls-cert",
+                           "tls-key",
+                           "tls-ca",
+                           "metrics-listen",
+                           "deny-identities",
+                           "priority-class",
+                           "quota",
+                           "min-run-time",
+                           "admin"},
+                          {"help", "metrics-tls", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;
   if (!args->positional().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -316,6 +401,7 @@ absl::StatusOr<Flags> CheckFlags(const Args& args) {
   absl::Status status = ApplyClusterFlags(args, flags.coordinator);
   if (status.ok()) status = ApplyLimitFlags(args, flags.coordinator);
   if (status.ok()) status = ApplyServiceFlags(args, flags.service_limits);
+  if (status.ok()) status = ApplySchedulingFlags(args, flags.coordinator);
   if (!status.ok()) return status;
   if (args.Has("deny-identities")) {
     if (args.Has(kInsecureFlag)) {

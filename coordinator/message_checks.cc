@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/store.h"
+#include "common/labels.h"
 #include "common/log.h"
 
 namespace lockstep::coordinator {
@@ -234,7 +235,8 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   check.Printable("BLAS kernel", request.device().blas_kernel(), 64, false);
   check.Printable("BLAS kernel source", request.device().blas_kernel_source(),
                   32, false);
-  return check.status();
+  if (!check.status().ok()) return check.status();
+  return CheckLabels("registration", request.labels());
 }
 
 absl::Status CheckKvSet(const v1::KvSetRequest& request) {

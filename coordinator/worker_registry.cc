@@ -112,6 +112,8 @@ void WorkerRegistry::Register(Worker& worker,
   worker.host = request.host();
   worker.device = request.device();
   worker.spare = request.spare() || request.task().type() == "spare";
+  worker.labels.clear();
+  worker.labels.insert(request.labels().begin(), request.labels().end());
   // A new process has loaded nothing yet.
   if (request.incarnation() != worker.incarnation) worker.standby_job.clear();
   // A worker that says nothing of its device trains on the CPU.
@@ -387,6 +389,7 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List(const std::string& after,
     info.set_last_heartbeat(
         absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
     info.set_spare(worker.spare);
+    info.mutable_labels()->insert(worker.labels.begin(), worker.labels.end());
     if (worker.job_id.empty()) info.set_standby_job_id(worker.standby_job);
     info.set_state(worker.sink == nullptr        ? "disconnected"
                    : !worker.job_id.empty()      ? "training"

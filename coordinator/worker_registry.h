@@ -72,6 +72,8 @@ struct Worker {
   bool spare = false;
   // The job this process was told to stand by for (it loaded its data).
   std::string standby_job;
+  // What it announced for placement (--label), checked at registration.
+  std::map<std::string, std::string> labels;
 };
 
 // The id a registering worker gets: its task name ("worker:1") when it

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/args.h"
 #include "common/health_service.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
@@ -58,6 +59,10 @@ Flags:
   --spare                  register as a hot spare: stand by for the running
                            job (its data loaded) and take the rank of a worker
                            that fails (also TF_CONFIG task type "spare")
+  --label KEY=VALUE        announce a label for placement (repeatable): a
+                           job whose spec names placement.labels runs only on
+                           workers that have them (--label zone=a; on
+                           Kubernetes, from the node's labels)
   --host HOST              address peers reach this worker's data plane on
                            (default: its TF_CONFIG address, else the host name)
   --threads N              compute threads (default: all cores)
@@ -211,6 +216,11 @@ absl::StatusOr<v1::RegisterWorkerRequest> RegistrationOf(
   }
   registration.set_spare(args.Has("spare") ||
                          registration.task().type() == "spare");
+  for (const std::string& text : args.GetAll("label")) {
+    ASSIGN_OR_RETURN(auto label, ParseLabel(text));
+    (*registration.mutable_labels())[label.first] = label.second;
+  }
+  RETURN_IF_ERROR(CheckLabels("--label", registration.labels()));
   host = args.Get("host", host);
   if (host.empty()) {
     char name[256] = {};
@@ -428,14 +438,28 @@ int Run(int argc, char** argv) {
   const BlasKernel blas_kernel = EnsureBestBlasKernel(argv);
   KeepLargeBlocksInTheHeap();
   InstallSignalHandlers();
-  auto args = Args::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "task-type", "task-index", "host", "threads",
-       "connect-timeout", "health-listen", "preempt-grace", "device",
-       "data-root", "backup-root", "export-root", "index-cache", "tls-cert",
-       "data-plane-encryption", "data-plane-transport", "tls-key", "tls-ca",
-       "metrics-listen"},
-      {"help", "spare", "metrics-tls", kInsecureFlag});
+  auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                          {"coordinator",
+                           "task-type",
+                           "task-index",
+                           "host",
+                           "threads",
+                           "connect-timeout",
+                           "health-listen",
+                           "preempt-grace",
+                           "device",
+                           "data-root",
+                           "backup-root",
+                           "export-root",
+                           "index-cache",
+                           "tls-cert",
+                           "data-plane-encryption",
+                           "data-plane-transport",
+                           "tls-key",
+                           "tls-ca",
+                           "metrics-listen",
+                           "label"},
+                          {"help", "spare", "metrics-tls", kInsecureFlag});
   if (!args.ok()) return Fail(args.status(), 2);
   if (args->Has("help")) {
     std::cout << kUsage;

@@ -135,8 +135,7 @@ grpc::ServerUnaryReactor* GrpcService::SubmitJob(
       !refused.ok()) {
     return Answer(context, refused);
   }
-  auto id = coordinator_->SubmitJob(
-      request->spec(), caller.role == Role::kInsecure ? "" : caller.id);
+  auto id = coordinator_->SubmitJob(request->spec(), OwnerIdOf(caller));
   if (id.ok()) response->set_job_id(*id);
   return Answer(context, id.status());
 }
@@ -176,22 +175,25 @@ grpc::ServerWriteReactor<v1::JobStatus>* GrpcService::WatchJob(
 grpc::ServerUnaryReactor* GrpcService::StopJob(
     grpc::CallbackServerContext* context, const v1::StopJobRequest* request,
     v1::StopJobResponse*) {
-  if (absl::Status refused = AuthorizeRole(CallerFor(context), Call::kStopJob);
+  const Caller caller = CallerFor(context);
+  if (absl::Status refused = AuthorizeRole(caller, Call::kStopJob);
       !refused.ok()) {
     return Answer(context, refused);
   }
-  return Answer(context, coordinator_->StopJob(request->job_id()));
+  return Answer(context,
+                coordinator_->StopJob(request->job_id(), OwnerIdOf(caller)));
 }
 
 grpc::ServerUnaryReactor* GrpcService::DeleteJob(
     grpc::CallbackServerContext* context, const v1::DeleteJobRequest* request,
     v1::DeleteJobResponse*) {
-  if (absl::Status refused =
-          AuthorizeRole(CallerFor(context), Call::kDeleteJob);
+  const Caller caller = CallerFor(context);
+  if (absl::Status refused = AuthorizeRole(caller, Call::kDeleteJob);
       !refused.ok()) {
     return Answer(context, refused);
   }
-  return Answer(context, coordinator_->DeleteJob(request->job_id()));
+  return Answer(context,
+                coordinator_->DeleteJob(request->job_id(), OwnerIdOf(caller)));
 }
 
 grpc::ServerUnaryReactor* GrpcService::ListWorkers(
@@ -203,6 +205,19 @@ grpc::ServerUnaryReactor* GrpcService::ListWorkers(
     return Answer(context, refused);
   }
   auto page = coordinator_->ListWorkers(*request);
+  if (page.ok()) *response = *std::move(page);
+  return Answer(context, page.status());
+}
+
+grpc::ServerUnaryReactor* GrpcService::ListQueue(
+    grpc::CallbackServerContext* context, const v1::ListQueueRequest* request,
+    v1::ListQueueResponse* response) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kListQueue);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
+  auto page = coordinator_->ListQueue(*request);
   if (page.ok()) *response = *std::move(page);
   return Answer(context, page.status());
 }

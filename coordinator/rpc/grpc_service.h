@@ -75,11 +75,19 @@ class GrpcService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListWorkersRequest* request,
       v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* ListQueue(grpc::CallbackServerContext* context,
+                                      const v1::ListQueueRequest* request,
+                                      v1::ListQueueResponse* response) override;
 
  private:
   // Who makes the call (Role::kInsecure for every caller with --insecure;
   // Role::kNone for a denied identity).
   Caller CallerFor(const grpc::CallbackServerContext* context) const;
+  // The caller's SPIFFE ID as the coordinator records it: "" under
+  // --insecure (nobody is authenticated).
+  static std::string OwnerIdOf(const Caller& caller) {
+    return caller.role == Role::kInsecure ? "" : caller.id;
+  }
 
   Coordinator* const coordinator_;
   const bool insecure_;

@@ -1,0 +1,404 @@
+// The pool scheduler's one pass (scheduler.h has the rules).
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+#include <queue>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lockstep::coordinator {
+
+bool Matches(const Placement& placement, const PoolWorker& worker) {
+  if (!placement.device.empty() && placement.device != worker.device) {
+    return false;
+  }
+  for (const auto& [key, value] : placement.labels) {
+    auto it = worker.labels.find(key);
+    if (it == worker.labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+const char* WaitReasonName(WaitReason reason) {
+  switch (reason) {
+    case WaitReason::kNoFit:
+      return "no_fit";
+    case WaitReason::kQuota:
+      return "quota";
+    case WaitReason::kPriority:
+      return "priority";
+    case WaitReason::kPreempting:
+      return "preempting";
+    case WaitReason::kMinRunTime:
+      return "min_run_time";
+    case WaitReason::kWholePool:
+      return "whole_pool";
+  }
+  return "unknown";
+}
+
+std::string QueueMessage(const QueueEntry& entry) {
+  const std::string workers = entry.needed == 0
+                                  ? std::string("the whole pool")
+                                  : absl::StrCat(entry.needed, " workers");
+  switch (entry.reason) {
+    case WaitReason::kNoFit:
+      return absl::StrCat("needs ", workers, "; ", entry.free_matching,
+                          " free workers match its placement");
+    case WaitReason::kQuota:
+      return absl::StrCat("needs ", workers, "; its owner holds ",
+                          entry.owner_holds, " of a quota of ", entry.quota);
+    case WaitReason::kPriority:
+      return absl::StrCat("needs ", workers,
+                          "; jobs of a higher priority, or of an owner holding "
+                          "fewer workers, took the free ones first");
+    case WaitReason::kPreempting:
+      return absl::StrCat("needs ", workers, "; waiting for ",
+                          absl::StrJoin(entry.preempts, ", "),
+                          " to stop at an agreed step and save it");
+    case WaitReason::kMinRunTime:
+      return absl::StrCat("needs ", workers, "; would preempt ",
+                          absl::StrJoin(entry.preempts, ", "),
+                          " once they have run the minimum run time");
+    case WaitReason::kWholePool:
+      return "runs on the whole pool: waits until no other job runs";
+  }
+  return "";
+}
+
+namespace {
+
+// One call of Plan: the pool's free workers as they are given out.
+class Pass {
+ public:
+  Pass(const SchedulerPolicy& policy, const std::vector<PoolWorker>& pool,
+       const std::vector<QueuedJob>& queued,
+       const std::vector<RunningJob>& running, absl::Time now,
+       SchedulingPlan& plan)
+      : policy_(policy),
+        pool_(pool),
+        queued_(queued),
+        running_(running),
+        now_(now),
+        plan_(plan),
+        promised_(pool.size(), 0),
+        victim_(running.size(), 0) {
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].free && !pool[i].spare) free_.push_back(static_cast<int>(i));
+    }
+    initial_free_ = free_;
+    std::map<std::string, size_t> queued_ids;
+    for (size_t i = 0; i < queued.size(); ++i) queued_ids[queued[i].id] = i;
+    for (size_t r = 0; r < running.size(); ++r) {
+      const RunningJob& job = running[r];
+      held_[job.owner] += static_cast<int>(job.workers.size());
+      if (job.yielding) {
+        // Workers already promised: to the queued job they were freed for,
+        // or to whoever needs them when that job is gone.
+        auto it = queued_ids.find(job.yielding_for);
+        yielding_.push_back(
+            {r, it == queued_ids.end() ? SIZE_MAX : it->second});
+      } else if (job.can_yield) {
+        candidates_.push_back(r);
+      }
+    }
+    // The lowest priorities first; among equals, the most recently started
+    // (it has had the least of its turn).
+    std::sort(candidates_.begin(), candidates_.end(), [&](size_t a, size_t b) {
+      const RunningJob& x = running[a];
+      const RunningJob& y = running[b];
+      return std::tuple(x.priority, y.started, x.seq) <
+             std::tuple(y.priority, x.started, y.seq);
+    });
+  }
+
+  // Considers queued job `q`; true when it starts.
+  bool Consider(size_t q) {
+    const QueuedJob& job = queued_[q];
+    QueueEntry entry;
+    entry.job_id = job.id;
+    entry.needed = job.size;
+    entry.owner_holds = Holds(job.owner);
+    if (auto it = policy_.quotas.find(job.owner); it != policy_.quotas.end()) {
+      entry.quota = it->second;
+    }
+    if (entry.quota >= 0 &&
+        entry.owner_holds + std::max(job.size, 1) > entry.quota) {
+      return Wait(entry, WaitReason::kQuota);
+    }
+    std::vector<int> matching = FreeMatching(job.placement, free_);
+    entry.free_matching = static_cast<int>(matching.size());
+    if (job.size == 0) {
+      if (!running_.empty() || started_any_) {
+        return Wait(entry, WaitReason::kWholePool);
+      }
+      if (matching.empty()) return Wait(entry, WaitReason::kNoFit);
+      if (entry.quota >= 0) {
+        matching.resize(std::min<size_t>(
+            matching.size(),
+            static_cast<size_t>(entry.quota - entry.owner_holds)));
+      }
+      return Start(q, std::move(matching));
+    }
+    if (static_cast<int>(matching.size()) >= job.size) {
+      int take = std::max(job.size, std::min<int>(job.most, matching.size()));
+      if (entry.quota >= 0) {
+        take =
+            std::max(job.size, std::min(take, entry.quota - entry.owner_holds));
+      }
+      matching.resize(take);
+      return Start(q, std::move(matching));
+    }
+    if (policy_.order == SchedulerPolicy::Order::kPriority &&
+        TryPreemption(q, matching, entry)) {
+      return false;
+    }
+    const int at_start =
+        static_cast<int>(FreeMatching(job.placement, initial_free_).size());
+    return Wait(entry, at_start >= job.size ? WaitReason::kPriority
+                                            : WaitReason::kNoFit);
+  }
+
+  // The head of a FIFO queue did not start: everything behind it waits.
+  void Blocked(size_t q) {
+    QueueEntry entry;
+    entry.job_id = queued_[q].id;
+    entry.needed = queued_[q].size;
+    entry.owner_holds = Holds(queued_[q].owner);
+    Wait(entry, WaitReason::kPriority);
+  }
+
+  // Workers the owner's jobs hold, running and started in this pass.
+  int Holds(const std::string& owner) const {
+    auto it = held_.find(owner);
+    return it == held_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::vector<int> FreeMatching(const Placement& placement,
+                                const std::vector<int>& among) const {
+    if (placement.empty()) return among;
+    std::vector<int> matching;
+    for (int i : among) {
+      if (Matches(placement, pool_[i])) matching.push_back(i);
+    }
+    return matching;
+  }
+
+  bool Start(size_t q, std::vector<int> workers) {
+    const QueuedJob& job = queued_[q];
+    held_[job.owner] += static_cast<int>(workers.size());
+    Take(workers);
+    started_any_ = true;
+    plan_.starts.push_back({job.id, std::move(workers)});
+    return true;
+  }
+
+  bool Wait(QueueEntry& entry, WaitReason reason) {
+    entry.reason = reason;
+    entry.position = ++position_;
+    plan_.waiting.push_back(std::move(entry));
+    return false;
+  }
+
+  // Removes `workers` (sorted by pool index, as free_ is) from the free ones.
+  void Take(const std::vector<int>& workers) {
+    std::vector<int> rest;
+    rest.reserve(free_.size());
+    std::set_difference(free_.begin(), free_.end(), workers.begin(),
+                        workers.end(), std::back_inserter(rest));
+    free_ = std::move(rest);
+  }
+
+  int MatchingWorkersOf(const RunningJob& job,
+                        const Placement& placement) const {
+    int n = 0;
+    for (int i : job.workers) {
+      if (!promised_[i] && Matches(placement, pool_[i])) ++n;
+    }
+    return n;
+  }
+
+  void Promise(const RunningJob& job) {
+    for (int i : job.workers) promised_[i] = 1;
+  }
+
+  // Job `q` does not fit in the free workers: it waits for the workers of
+  // jobs already yielding to it, or preempts more. Returns whether it
+  // waits for a preemption (entry recorded).
+  bool TryPreemption(size_t q, std::vector<int>& matching, QueueEntry& entry) {
+    const QueuedJob& job = queued_[q];
+    int soon = 0;
+    std::vector<size_t> yielding;
+    for (const auto& [r, for_queued] : yielding_) {
+      if (for_queued != q && for_queued != SIZE_MAX) continue;
+      const int n = MatchingWorkersOf(running_[r], job.placement);
+      if (n == 0) continue;
+      soon += n;
+      yielding.push_back(r);
+    }
+    const int need = job.size - static_cast<int>(matching.size());
+    std::vector<size_t> chosen, young;
+    int gained = soon;
+    if (gained < need) {
+      int young_gain = 0;
+      for (size_t r : candidates_) {
+        const RunningJob& victim = running_[r];
+        if (victim.priority >= job.priority) break;
+        if (victim_[r]) continue;
+        const int n = MatchingWorkersOf(victim, job.placement);
+        if (n == 0) continue;
+        if (now_ - victim.started < policy_.min_run_time) {
+          young.push_back(r);
+          young_gain += n;
+          continue;
+        }
+        chosen.push_back(r);
+        gained += n;
+        if (gained >= need) break;
+      }
+      if (gained < need) {
+        if (gained + young_gain < need) return false;
+        for (size_t r : yielding) entry.preempts.push_back(running_[r].id);
+        for (size_t r : chosen) entry.preempts.push_back(running_[r].id);
+        for (size_t r : young) entry.preempts.push_back(running_[r].id);
+        Wait(entry, WaitReason::kMinRunTime);
+        return true;
+      }
+      // As few as needed: drop, highest priority first, each victim the
+      // others make unnecessary.
+      for (size_t k = chosen.size(); k-- > 0;) {
+        const int n = MatchingWorkersOf(running_[chosen[k]], job.placement);
+        if (gained - n >= need) {
+          gained -= n;
+          chosen.erase(chosen.begin() + k);
+        }
+      }
+    }
+    for (size_t r : yielding) {
+      Promise(running_[r]);
+      entry.preempts.push_back(running_[r].id);
+    }
+    for (size_t r : chosen) {
+      victim_[r] = 1;
+      Promise(running_[r]);
+      entry.preempts.push_back(running_[r].id);
+      plan_.preemptions.push_back({running_[r].id, job.id});
+    }
+    // The free workers it counts on are held for it.
+    matching.resize(std::min<size_t>(
+        matching.size(), static_cast<size_t>(std::max(0, job.size - gained))));
+    Take(matching);
+    Wait(entry, WaitReason::kPreempting);
+    return true;
+  }
+
+  const SchedulerPolicy& policy_;
+  const std::vector<PoolWorker>& pool_;
+  const std::vector<QueuedJob>& queued_;
+  const std::vector<RunningJob>& running_;
+  const absl::Time now_;
+  SchedulingPlan& plan_;
+  // Free workers that are not spares, by pool index (ascending).
+  std::vector<int> free_;
+  std::vector<int> initial_free_;
+  // Workers per owner, running and started in this pass.
+  std::map<std::string, int> held_;
+  // Pool workers promised to a waiting job in this pass.
+  std::vector<char> promised_;
+  // Running jobs chosen as victims in this pass.
+  std::vector<char> victim_;
+  // Running jobs already yielding, with the queued job they yield to
+  // (SIZE_MAX: to whoever needs them).
+  std::vector<std::pair<size_t, size_t>> yielding_;
+  // Running jobs that may be preempted, lowest priority first.
+  std::vector<size_t> candidates_;
+  int64_t position_ = 0;
+  bool started_any_ = false;
+};
+
+// The queued jobs of one priority, owner by owner: the owner holding the
+// fewest workers goes next.
+void ConsiderFairly(Pass& pass, const std::vector<QueuedJob>& queued,
+                    const std::vector<size_t>& level) {
+  std::map<std::string, std::vector<size_t>> by_owner;
+  for (size_t q : level) by_owner[queued[q].owner].push_back(q);
+  struct Turn {
+    int holds;
+    int64_t head_seq;
+    const std::string* owner;
+    size_t next;
+    bool operator>(const Turn& other) const {
+      return std::tie(holds, head_seq) > std::tie(other.holds, other.head_seq);
+    }
+  };
+  std::priority_queue<Turn, std::vector<Turn>, std::greater<Turn>> turns;
+  for (const auto& [owner, jobs] : by_owner) {
+    turns.push({pass.Holds(owner), queued[jobs.front()].seq, &owner, 0});
+  }
+  while (!turns.empty()) {
+    Turn turn = turns.top();
+    turns.pop();
+    const std::vector<size_t>& jobs = by_owner[*turn.owner];
+    while (turn.next < jobs.size()) {
+      const size_t q = jobs[turn.next++];
+      if (pass.Consider(q)) {
+        if (turn.next < jobs.size()) {
+          turns.push({pass.Holds(*turn.owner), queued[jobs[turn.next]].seq,
+                      turn.owner, turn.next});
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+SchedulingPlan Scheduler::Plan(const std::vector<PoolWorker>& pool,
+                               const std::vector<QueuedJob>& queued,
+                               const std::vector<RunningJob>& running,
+                               absl::Time now) const {
+  SchedulingPlan plan;
+  Pass pass(policy_, pool, queued, running, now, plan);
+  std::vector<size_t> order(queued.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (policy_.order != SchedulerPolicy::Order::kPriority) {
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return queued[a].seq < queued[b].seq;
+    });
+    bool blocked = policy_.order == SchedulerPolicy::Order::kOneAtATime &&
+                   !running.empty();
+    for (size_t q : order) {
+      if (blocked) {
+        pass.Blocked(q);
+        continue;
+      }
+      const bool started = pass.Consider(q);
+      blocked =
+          !started || policy_.order == SchedulerPolicy::Order::kOneAtATime;
+    }
+    return plan;
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tuple(-queued[a].priority, queued[a].seq) <
+           std::tuple(-queued[b].priority, queued[b].seq);
+  });
+  for (size_t begin = 0; begin < order.size();) {
+    size_t end = begin;
+    while (end < order.size() &&
+           queued[order[end]].priority == queued[order[begin]].priority) {
+      ++end;
+    }
+    ConsiderFairly(
+        pass, queued,
+        std::vector<size_t>(order.begin() + begin, order.begin() + end));
+    begin = end;
+  }
+  return plan;
+}
+
+}  // namespace lockstep::coordinator

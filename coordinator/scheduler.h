@@ -1,0 +1,176 @@
+// The scheduler of a shared pool of workers (docs/DESIGN.md §2, "Several
+// jobs on one pool"): which queued jobs start now and on which workers,
+// which running jobs are preempted to make room for a job of a higher
+// priority, and why every other queued job waits.
+//
+// It is a pure function of a snapshot: the Coordinator builds the snapshot
+// under its lock and carries the plan out (coordinator.cc); the scheduling
+// simulation (bench/scheduling_sim.cc) drives the same code on a simulated
+// pool. It knows nothing of generations, sessions or the store.
+//
+// The rules, in the order Plan applies them:
+//   - Gang: a job starts with its whole group (num_workers, or min_workers
+//     for an elastic job, which then grows up to max_workers) or not at
+//     all. A job of the whole pool (no num_workers) starts only on a pool
+//     where no other job runs. Spares are never given to a first start.
+//   - Placement: only workers whose device kind and labels match.
+//   - Order: higher priority first; among equal priorities, the owner whose
+//     running jobs hold fewer workers first (so nobody starves the others
+//     by queueing many jobs); then submission order. A job that does not
+//     fit waits without holding back a later one that does (backfill).
+//   - Quotas: an owner's running jobs hold at most its quota of workers.
+//   - Preemption: a job that does not fit preempts running jobs of a lower
+//     priority that can stop and resume without loss (they save
+//     checkpoints), the lowest priorities first and as few as needed, and
+//     only jobs that have run at least min_run_time since they last
+//     started. The workers it waits for are held for it meanwhile: no later
+//     job takes them.
+//
+// Thread-compatible; Plan is const.
+#ifndef LOCKSTEP_COORDINATOR_SCHEDULER_H_
+#define LOCKSTEP_COORDINATOR_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace lockstep::coordinator {
+
+// Which workers a job may run on (v1::Placement): every label must match;
+// an empty device kind matches any.
+struct Placement {
+  std::string device;  // "", "cpu", "cuda"
+  std::vector<std::pair<std::string, std::string>> labels;
+  bool empty() const { return device.empty() && labels.empty(); }
+};
+
+// One connected worker as the scheduler sees it.
+struct PoolWorker {
+  std::string id;
+  std::string device;  // "cpu" or "cuda"
+  std::map<std::string, std::string> labels;
+  bool spare = false;
+  // Idle, not leaving, and not kept for a recovering job.
+  bool free = false;
+};
+
+bool Matches(const Placement& placement, const PoolWorker& worker);
+
+struct QueuedJob {
+  std::string id;
+  int64_t seq = 0;  // submission order
+  int priority = 0;
+  std::string owner;
+  // Workers it needs at least; 0: the whole pool (any number, at least
+  // one, with no other job running).
+  int size = 0;
+  // Workers it takes at most when more are free (elastic); = size else.
+  int most = 0;
+  Placement placement;
+};
+
+struct RunningJob {
+  std::string id;
+  int64_t seq = 0;
+  int priority = 0;
+  std::string owner;
+  // Its workers, as indices into the pool.
+  std::vector<int> workers;
+  // When its current generation started.
+  absl::Time started;
+  // It can stop at an agreed step and resume from it (it saves
+  // checkpoints, it is RUNNING, no stop is under way).
+  bool can_yield = false;
+  // A preemption of it is under way: its workers come free soon, and they
+  // are promised to `yielding_for`.
+  bool yielding = false;
+  std::string yielding_for;
+};
+
+struct SchedulerPolicy {
+  enum class Order {
+    // The rules above.
+    kPriority,
+    // Submission order, no priorities, no preemption, no backfill: the head
+    // of the queue starts when its group is free, and nothing passes it.
+    kFifo,
+    // One job at a time on the pool, in submission order (the coordinator
+    // before several jobs could share it).
+    kOneAtATime,
+  };
+  Order order = Order::kPriority;
+  // Most workers one owner's running jobs may hold; owners not named have
+  // none.
+  std::map<std::string, int> quotas;
+  // A job is not preempted before it has run this long since it last
+  // started.
+  absl::Duration min_run_time = absl::Minutes(1);
+};
+
+// Why a queued job waits.
+enum class WaitReason {
+  kNoFit,       // not enough free workers that match
+  kQuota,       // its owner's quota is used
+  kPriority,    // it would fit, but jobs ahead of it took the workers
+  kPreempting,  // the jobs it preempted are stopping
+  kMinRunTime,  // the jobs it could preempt have not run min_run_time
+  kWholePool,   // a job of the whole pool waits for an empty pool
+};
+
+// "no_fit", "quota", ... (QueuePosition.reason).
+const char* WaitReasonName(WaitReason reason);
+
+struct QueueEntry {
+  std::string job_id;
+  int64_t position = 0;  // 1: the first waiting job considered
+  WaitReason reason = WaitReason::kNoFit;
+  int needed = 0;         // workers it needs
+  int free_matching = 0;  // free workers matching its placement
+  int owner_holds = 0;    // workers its owner's running jobs hold
+  int quota = -1;         // its owner's quota, -1: none
+  // The running jobs it preempts (kPreempting) or would (kMinRunTime).
+  std::vector<std::string> preempts;
+};
+
+// The reason in words, with its numbers.
+std::string QueueMessage(const QueueEntry& entry);
+
+struct SchedulingPlan {
+  struct Start {
+    std::string job_id;
+    std::vector<int> workers;  // indices into the pool, in rank order
+  };
+  struct Preemption {
+    std::string job_id;   // the running job to stop
+    std::string for_job;  // the queued job it makes room for
+  };
+  std::vector<Start> starts;
+  std::vector<Preemption> preemptions;
+  // Every queued job that does not start, in the order considered.
+  std::vector<QueueEntry> waiting;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerPolicy policy) : policy_(std::move(policy)) {}
+
+  const SchedulerPolicy& policy() const { return policy_; }
+
+  // `queued` in any order; `running` are the jobs holding workers (a
+  // recovering job's workers are simply not free).
+  SchedulingPlan Plan(const std::vector<PoolWorker>& pool,
+                      const std::vector<QueuedJob>& queued,
+                      const std::vector<RunningJob>& running,
+                      absl::Time now) const;
+
+ private:
+  const SchedulerPolicy policy_;
+};
+
+}  // namespace lockstep::coordinator
+
+#endif  // LOCKSTEP_COORDINATOR_SCHEDULER_H_

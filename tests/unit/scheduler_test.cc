@@ -1,0 +1,300 @@
+// The pool scheduler's rules on snapshots (coordinator/scheduler.h): gang
+// fit, backfill, placement, priority order, owner fairness, quotas,
+// preemption of the fewest and lowest jobs, the minimum run time, and the
+// FIFO and one-at-a-time baselines the simulation compares against.
+#include "coordinator/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace lockstep::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
+
+std::vector<PoolWorker> Pool(int n, bool free = true) {
+  std::vector<PoolWorker> pool(n);
+  for (int i = 0; i < n; ++i) {
+    pool[i].id = "free:" + std::to_string(i);
+    pool[i].device = "cpu";
+    pool[i].free = free;
+  }
+  return pool;
+}
+
+QueuedJob Queued(const std::string& id, int64_t seq, int size, int priority = 0,
+                 const std::string& owner = "operator:alice") {
+  QueuedJob job;
+  job.id = id;
+  job.seq = seq;
+  job.size = size;
+  job.most = size;
+  job.priority = priority;
+  job.owner = owner;
+  return job;
+}
+
+// A running job on pool workers `workers` (marked busy), started `ran` ago.
+RunningJob Running(std::vector<PoolWorker>& pool, const std::string& id,
+                   int64_t seq, std::vector<int> workers, int priority = 0,
+                   absl::Duration ran = absl::Hours(1),
+                   const std::string& owner = "operator:bob") {
+  RunningJob job;
+  job.id = id;
+  job.seq = seq;
+  job.priority = priority;
+  job.owner = owner;
+  job.workers = workers;
+  job.started = kNow - ran;
+  job.can_yield = true;
+  for (int i : workers) pool[i].free = false;
+  return job;
+}
+
+std::vector<std::string> Started(const SchedulingPlan& plan) {
+  std::vector<std::string> ids;
+  for (const auto& start : plan.starts) ids.push_back(start.job_id);
+  return ids;
+}
+
+std::vector<std::string> Preempted(const SchedulingPlan& plan) {
+  std::vector<std::string> ids;
+  for (const auto& preemption : plan.preemptions) {
+    ids.push_back(preemption.job_id + "->" + preemption.for_job);
+  }
+  return ids;
+}
+
+const QueueEntry* WaitOf(const SchedulingPlan& plan, const std::string& id) {
+  for (const QueueEntry& entry : plan.waiting) {
+    if (entry.job_id == id) return &entry;
+  }
+  return nullptr;
+}
+
+TEST(SchedulerTest, JobsThatFitStartAndOneThatDoesNotWaitsWithoutBlocking) {
+  Scheduler scheduler({});
+  SchedulingPlan plan = scheduler.Plan(
+      Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
+      kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("a", "c"));
+  EXPECT_THAT(plan.starts[0].workers, ElementsAre(0, 1));
+  EXPECT_THAT(plan.starts[1].workers, ElementsAre(2, 3));
+  const QueueEntry* big = WaitOf(plan, "big");
+  ASSERT_NE(big, nullptr);
+  // It would have fitted in the pool as it was: jobs ahead took it.
+  EXPECT_EQ(big->reason, WaitReason::kPriority);
+  EXPECT_EQ(big->needed, 4);
+}
+
+TEST(SchedulerTest, PlacementPicksOnlyMatchingWorkers) {
+  std::vector<PoolWorker> pool = Pool(4);
+  pool[1].labels["zone"] = "a";
+  pool[3].labels["zone"] = "a";
+  pool[3].device = "cuda";
+  QueuedJob zone_a = Queued("zone-a", 1, 2);
+  zone_a.placement.labels = {{"zone", "a"}};
+  QueuedJob gpus = Queued("gpus", 2, 2);
+  gpus.placement.device = "cuda";
+  SchedulingPlan plan = Scheduler({}).Plan(pool, {zone_a, gpus}, {}, kNow);
+  ASSERT_THAT(Started(plan), ElementsAre("zone-a"));
+  EXPECT_THAT(plan.starts[0].workers, ElementsAre(1, 3));
+  const QueueEntry* waits = WaitOf(plan, "gpus");
+  ASSERT_NE(waits, nullptr);
+  EXPECT_EQ(waits->reason, WaitReason::kNoFit);
+  EXPECT_EQ(waits->free_matching, 0);
+  EXPECT_EQ(QueueMessage(*waits),
+            "needs 2 workers; 0 free workers match its placement");
+}
+
+TEST(SchedulerTest, SparesNeverTakeAFirstStartAndElasticJobsGrow) {
+  std::vector<PoolWorker> pool = Pool(4);
+  pool[3].spare = true;
+  QueuedJob elastic = Queued("elastic", 1, 1);
+  elastic.most = 8;
+  SchedulingPlan plan = Scheduler({}).Plan(pool, {elastic}, {}, kNow);
+  ASSERT_THAT(Started(plan), ElementsAre("elastic"));
+  EXPECT_THAT(plan.starts[0].workers, ElementsAre(0, 1, 2));
+}
+
+TEST(SchedulerTest, AJobOfTheWholePoolWaitsForAnEmptyPool) {
+  std::vector<PoolWorker> pool = Pool(4);
+  RunningJob running = Running(pool, "r", 1, {0});
+  SchedulingPlan plan =
+      Scheduler({}).Plan(pool, {Queued("all", 2, 0)}, {running}, kNow);
+  EXPECT_THAT(plan.starts, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "all")->reason, WaitReason::kWholePool);
+  plan = Scheduler({}).Plan(Pool(4), {Queued("all", 2, 0)}, {}, kNow);
+  ASSERT_THAT(Started(plan), ElementsAre("all"));
+  EXPECT_EQ(plan.starts[0].workers.size(), 4u);
+}
+
+TEST(SchedulerTest, HigherPriorityStartsFirst) {
+  SchedulingPlan plan = Scheduler({}).Plan(
+      Pool(2), {Queued("low", 1, 2, 0), Queued("high", 2, 2, 10)}, {}, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("high"));
+  EXPECT_EQ(WaitOf(plan, "low")->position, 1);
+}
+
+TEST(SchedulerTest, AmongEqualPrioritiesTheOwnerHoldingFewerWorkersGoesFirst) {
+  // Alice queued first and more, but Bob holds nothing: the free workers
+  // alternate between them instead of all going to Alice.
+  std::vector<QueuedJob> queued;
+  for (int i = 0; i < 4; ++i) {
+    queued.push_back(
+        Queued("alice-" + std::to_string(i), 1 + i, 1, 0, "operator:alice"));
+  }
+  queued.push_back(Queued("bob-0", 10, 1, 0, "operator:bob"));
+  queued.push_back(Queued("bob-1", 11, 1, 0, "operator:bob"));
+  SchedulingPlan plan = Scheduler({}).Plan(Pool(4), queued, {}, kNow);
+  EXPECT_THAT(Started(plan),
+              ElementsAre("alice-0", "bob-0", "alice-1", "bob-1"));
+}
+
+TEST(SchedulerTest, AQuotaCapsTheWorkersOneOwnerHolds) {
+  SchedulerPolicy policy;
+  policy.quotas["operator:alice"] = 3;
+  std::vector<PoolWorker> pool = Pool(8);
+  RunningJob running =
+      Running(pool, "alice-run", 1, {0}, 0, absl::Hours(1), "operator:alice");
+  SchedulingPlan plan =
+      Scheduler(policy).Plan(pool,
+                             {Queued("alice-a", 2, 2), Queued("alice-b", 3, 1),
+                              Queued("bob", 4, 2, 0, "operator:bob")},
+                             {running}, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("bob", "alice-a"));
+  const QueueEntry* waits = WaitOf(plan, "alice-b");
+  ASSERT_NE(waits, nullptr);
+  EXPECT_EQ(waits->reason, WaitReason::kQuota);
+  EXPECT_EQ(waits->owner_holds, 3);
+  EXPECT_EQ(QueueMessage(*waits),
+            "needs 1 workers; its owner holds 3 of a quota of 3");
+}
+
+TEST(SchedulerTest, AQuotaAlsoCapsHowFarAnElasticJobGrows) {
+  SchedulerPolicy policy;
+  policy.quotas["operator:alice"] = 3;
+  QueuedJob elastic = Queued("elastic", 1, 2);
+  elastic.most = 8;
+  SchedulingPlan plan = Scheduler(policy).Plan(Pool(8), {elastic}, {}, kNow);
+  ASSERT_THAT(Started(plan), ElementsAre("elastic"));
+  EXPECT_EQ(plan.starts[0].workers.size(), 3u);
+}
+
+TEST(SchedulerTest, PreemptsTheFewestAndLowestJobs) {
+  std::vector<PoolWorker> pool = Pool(8);
+  std::vector<RunningJob> running = {
+      Running(pool, "p5-small", 1, {0}, 5),
+      Running(pool, "p1-big", 2, {1, 2, 3}, 1),
+      Running(pool, "p1-small", 3, {4}, 1),
+      Running(pool, "p0-small", 4, {5}, 0),
+      Running(pool, "p9", 5, {6, 7}, 9),
+  };
+  // Needs 4: the lowest first (p0-small, then the p1 jobs); p0-small alone
+  // with p1-small is not enough, and once p1-big is in, p1-small is not
+  // needed. p5 and p9 are never touched.
+  SchedulingPlan plan =
+      Scheduler({}).Plan(pool, {Queued("urgent", 9, 4, 8)}, running, kNow);
+  EXPECT_THAT(plan.starts, IsEmpty());
+  EXPECT_THAT(Preempted(plan),
+              ElementsAre("p0-small->urgent", "p1-big->urgent"));
+  const QueueEntry* waits = WaitOf(plan, "urgent");
+  EXPECT_EQ(waits->reason, WaitReason::kPreempting);
+  EXPECT_THAT(waits->preempts, ElementsAre("p0-small", "p1-big"));
+}
+
+TEST(SchedulerTest, NeverPreemptsEqualOrHigherPriorityOrJobsThatCannotYield) {
+  std::vector<PoolWorker> pool = Pool(4);
+  std::vector<RunningJob> running = {Running(pool, "same", 1, {0, 1}, 5),
+                                     Running(pool, "nockpt", 2, {2, 3}, 0)};
+  running[1].can_yield = false;  // it saves no checkpoints
+  SchedulingPlan plan =
+      Scheduler({}).Plan(pool, {Queued("q", 3, 2, 5)}, running, kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "q")->reason, WaitReason::kNoFit);
+}
+
+TEST(SchedulerTest, FreeWorkersAreHeldForAJobWaitingOnAPreemption) {
+  std::vector<PoolWorker> pool = Pool(4);
+  std::vector<RunningJob> running = {Running(pool, "low", 1, {0, 1}, 0)};
+  // Workers 2 and 3 are free; urgent needs 4: it preempts "low" and holds 2
+  // and 3, so the small job behind it does not take them.
+  SchedulingPlan plan = Scheduler({}).Plan(
+      pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
+      kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("low->urgent"));
+  EXPECT_THAT(plan.starts, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "small")->reason, WaitReason::kPriority);
+
+  // The next pass, while "low" stops: nothing is preempted again.
+  running[0].can_yield = false;
+  running[0].yielding = true;
+  running[0].yielding_for = "urgent";
+  plan = Scheduler({}).Plan(
+      pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
+      kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  EXPECT_THAT(plan.starts, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "urgent")->reason, WaitReason::kPreempting);
+  EXPECT_THAT(WaitOf(plan, "urgent")->preempts, ElementsAre("low"));
+}
+
+TEST(SchedulerTest, AJobIsNotPreemptedBeforeItRanTheMinimumRunTime) {
+  SchedulerPolicy policy;
+  policy.min_run_time = absl::Minutes(10);
+  std::vector<PoolWorker> pool = Pool(2);
+  std::vector<RunningJob> running = {
+      Running(pool, "young", 1, {0, 1}, 0, absl::Minutes(3))};
+  SchedulingPlan plan =
+      Scheduler(policy).Plan(pool, {Queued("urgent", 2, 2, 10)}, running, kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  const QueueEntry* waits = WaitOf(plan, "urgent");
+  EXPECT_EQ(waits->reason, WaitReason::kMinRunTime);
+  EXPECT_THAT(waits->preempts, ElementsAre("young"));
+
+  plan = Scheduler(policy).Plan(pool, {Queued("urgent", 2, 2, 10)}, running,
+                                kNow + absl::Minutes(7));
+  EXPECT_THAT(Preempted(plan), ElementsAre("young->urgent"));
+}
+
+TEST(SchedulerTest, PreemptionCountsOnlyWorkersMatchingThePlacement) {
+  std::vector<PoolWorker> pool = Pool(4);
+  pool[2].device = pool[3].device = "cuda";
+  std::vector<RunningJob> running = {Running(pool, "cpu-job", 1, {0, 1}, 0),
+                                     Running(pool, "gpu-job", 2, {2, 3}, 0)};
+  QueuedJob gpus = Queued("gpus", 3, 2, 10);
+  gpus.placement.device = "cuda";
+  SchedulingPlan plan = Scheduler({}).Plan(pool, {gpus}, running, kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("gpu-job->gpus"));
+}
+
+TEST(SchedulerTest, FifoLetsNothingPassTheHead) {
+  SchedulerPolicy policy;
+  policy.order = SchedulerPolicy::Order::kFifo;
+  SchedulingPlan plan = Scheduler(policy).Plan(
+      Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
+      kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("a"));
+  EXPECT_EQ(WaitOf(plan, "c")->reason, WaitReason::kPriority);
+}
+
+TEST(SchedulerTest, OneAtATimeRunsASingleJob) {
+  SchedulerPolicy policy;
+  policy.order = SchedulerPolicy::Order::kOneAtATime;
+  SchedulingPlan plan = Scheduler(policy).Plan(
+      Pool(4), {Queued("a", 1, 2), Queued("b", 2, 2)}, {}, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("a"));
+  std::vector<PoolWorker> pool = Pool(4);
+  RunningJob running = Running(pool, "r", 1, {0});
+  plan = Scheduler(policy).Plan(pool, {Queued("b", 2, 1)}, {running}, kNow);
+  EXPECT_THAT(plan.starts, IsEmpty());
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
