@@ -40,6 +40,9 @@ int RunStatus(const std::vector<std::string>& argv);
 int RunStop(const std::vector<std::string>& argv);
 int RunDelete(const std::vector<std::string>& argv);
 int RunWorkers(const std::vector<std::string>& argv);
+// lockstep queue: the queued jobs in the scheduler's order and why each
+// waits.
+int RunQueue(const std::vector<std::string>& argv);
 int RunEvents(const std::vector<std::string>& argv);
 int RunCheckpoints(const std::vector<std::string>& argv);
 int RunWatch(const std::vector<std::string>& argv);

@@ -56,6 +56,28 @@ Examples:
   LOCKSTEP_COORDINATOR=coord:7070 lockstep workers --json
 )";
 
+constexpr char kQueueUsage[] = R"(Usage: lockstep queue [--limit N] [--json]
+
+Lists the queued jobs in the order the scheduler considers them: position,
+job, priority, owner, workers it needs, its age (since it was submitted),
+why it waits and the running jobs it preempts (or would, once they have run
+the coordinator's --min-run-time). The reasons:
+  no_fit        not enough free workers match its placement
+  quota         its owner's running jobs hold the owner's --quota
+  priority      it would fit, but jobs ahead of it (a higher priority, or an
+                owner holding fewer workers) took the free workers first
+  preempting    the jobs it preempted are stopping at an agreed step
+  min_run_time  the jobs it would preempt have not run --min-run-time
+  whole_pool    a job without num_workers waits until no other job runs
+
+Flags:
+  --limit N   list the first N (default and most: 1000)
+
+Examples:
+  lockstep queue
+  lockstep queue --json
+)";
+
 constexpr char kEventsUsage[] = R"(Usage: lockstep events JOB [--json]
 
 Lists what happened to a job: generations started and ended, workers that
@@ -177,6 +199,13 @@ int RunStatus(const std::vector<std::string>& argv) {
     if (!job.stall().empty()) {
       std::cout << "  " << TerminalSafe(job.stall()) << "\n";
     }
+    if (job.state() == v1::JOB_STATE_QUEUED && job.has_queue()) {
+      std::cout << "  "
+                << TerminalSafe(absl::StrCat("queued #", job.queue().position(),
+                                             " (", job.queue().reason(),
+                                             "): ", job.queue().message()))
+                << "\n";
+    }
   }
   return kExitOk;
 }
@@ -213,6 +242,53 @@ int RunWorkers(const std::vector<std::string>& argv) {
             ? "-"
             : absl::StrCat(device.blas_kernel(), " (",
                            device.blas_kernel_source(), ")")));
+  }
+  return kExitOk;
+}
+
+int RunQueue(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {"limit"}, {"json"}, kQueueUsage, 0, 0, &exit);
+  if (!call) return exit;
+  auto limit = call->args.GetInt("limit", 1000);
+  if (!limit.ok()) return Fail(limit.status());
+  if (*limit < 1 || *limit > 1000) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--limit is ", *limit, "; give 1 to 1000 jobs")));
+  }
+  v1::ListQueueRequest request;
+  request.set_page_size(*limit);
+  v1::ListQueueResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  grpc::Status rpc = call->stub->ListQueue(&context, request, &response);
+  if (!rpc.ok()) return Fail(RpcError(rpc, call->address));
+  if (call->args.Has("json")) {
+    std::cout << ToJson(response) << std::endl;
+    return kExitOk;
+  }
+  if (response.jobs().empty()) {
+    std::cout << "no queued jobs" << std::endl;
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat("%-4s %-28s %-8s %-18s %-7s %-9s %s\n", "POS",
+                               "JOB", "PRIORITY", "OWNER", "NEEDS", "AGE",
+                               "WHY");
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  for (const v1::JobStatus& job : response.jobs()) {
+    const v1::JobSpec& spec = job.spec();
+    const int needs =
+        spec.min_workers() > 0 ? spec.min_workers() : spec.num_workers();
+    std::cout << TerminalSafe(absl::StrFormat(
+        "%-4d %-28s %-8d %-18s %-7s %-9s %s: %s\n", job.queue().position(),
+        job.job_id(), job.priority(), job.owner().empty() ? "-" : job.owner(),
+        needs > 0 ? absl::StrCat(needs) : "all",
+        absl::StrFormat("%.0f s", std::max(0.0, now - job.submit_time())),
+        job.queue().reason(), job.queue().message()));
+  }
+  if (response.queued() > response.jobs_size()) {
+    std::cout << "(" << response.queued() - response.jobs_size()
+              << " more queued jobs not listed)\n";
   }
   return kExitOk;
 }

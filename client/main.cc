@@ -21,6 +21,7 @@ Usage:
   lockstep stop JOB [--json]
   lockstep delete JOB [--json]
   lockstep workers [--json]
+  lockstep queue [--limit N] [--json]
   lockstep events JOB [--json]
   lockstep checkpoints JOB [--json]
   lockstep metrics JOB [--csv | --json]
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   if (command == "stop") return RunStop(rest);
   if (command == "delete") return RunDelete(rest);
   if (command == "workers") return RunWorkers(rest);
+  if (command == "queue") return RunQueue(rest);
   if (command == "events") return RunEvents(rest);
   if (command == "checkpoints") return RunCheckpoints(rest);
   if (command == "watch") return RunWatch(rest);

@@ -2,6 +2,7 @@
 // worker process, its messages, and failure detection (a broken session, a
 // new incarnation, silence past the heartbeat timeout, a rank that never
 // joins its generation).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -299,6 +300,13 @@ void Coordinator::Sweep() {
       std::string cause = job->generation->suspect();
       FailGenerationLocked(*job, "generation_failed", nullptr, cause);
     }
+  }
+  // A job waiting for running jobs to reach the minimum run time preempts
+  // them once they have: only time changed.
+  if (std::any_of(waiting_.begin(), waiting_.end(), [](const QueueEntry& e) {
+        return e.reason == WaitReason::kMinRunTime;
+      })) {
+    MaybeStartJobLocked();
   }
   ForgetFinishedJobsLocked();
   PersistWorkersLocked();

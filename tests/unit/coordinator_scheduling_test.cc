@@ -1,6 +1,8 @@
 // Coordinator tests: several jobs on one pool of free workers (gang
 // scheduling on disjoint workers, a recovering job's workers kept for it,
-// failures confined to their job).
+// failures confined to their job), and the scheduler's rules carried out:
+// preemption back to the queue, the minimum run time, quotas and owners,
+// priority classes, placement labels, the queue listing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -174,6 +176,256 @@ TEST_F(CoordinatorTest, TwoJobsKeysAndBarriersNeverMeet) {
   EXPECT_EQ(coordinator_->KvSet(Anyone(), late).code(),
             absl::StatusCode::kAborted);
   EXPECT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+}
+
+// The rank results of a generation that stopped for a preemption.
+void Yield(Coordinator& coordinator, const v1::JobStatus& status) {
+  for (const v1::RankResult& rank : status.ranks()) {
+    ASSERT_TRUE(coordinator
+                    .HandleWorkerMessage(
+                        rank.worker_id(),
+                        PreemptedResult(status.job_id(), status.generation(),
+                                        rank.rank()))
+                    .ok());
+  }
+}
+
+bool SentPreemptingStop(const FakeSink& sink, const std::string& job) {
+  for (const auto& command : CommandsOf(sink, v1::CoordinatorCommand::kStop)) {
+    if (command.stop().job_id() == job && command.stop().preempt()) return true;
+  }
+  return false;
+}
+
+v1::JobSpec Urgent(int workers) {
+  v1::JobSpec spec = Spec(workers);
+  spec.set_name("urgent");
+  spec.set_priority(10);
+  return spec;
+}
+
+TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsOneThatGoesBackToTheQueue) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[2];
+  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
+  v1::JobSpec low_spec = SavingSpec(2);
+  low_spec.set_max_restarts(0);  // a preemption is not a restart
+  const std::string low = *coordinator_->SubmitJob(low_spec);
+  ASSERT_EQ(Status(low).state(), v1::JOB_STATE_RUNNING);
+
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  v1::JobStatus waiting = Status(urgent);
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(waiting.priority(), 10);
+  EXPECT_EQ(waiting.queue().position(), 1);
+  EXPECT_EQ(waiting.queue().reason(), "preempting");
+  EXPECT_THAT(waiting.queue().preempts(), ::testing::ElementsAre(low));
+  EXPECT_TRUE(SentPreemptingStop(sinks[0], low));
+  EXPECT_TRUE(SentPreemptingStop(sinks[1], low));
+  ASSERT_EQ(EventsOf(Status(low), "preemption_requested").size(), 1u);
+
+  // Every rank stopped at the agreed step and saved it: the low job waits
+  // in the queue and the urgent one runs on its workers.
+  Yield(*coordinator_, Status(low));
+  v1::JobStatus yielded = Status(low);
+  EXPECT_EQ(yielded.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(yielded.yields(), 1);
+  EXPECT_EQ(yielded.preemptions(), 1);
+  EXPECT_EQ(EventsOf(yielded, "preempted").size(), 1u);
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(AssignedJob(sinks[0]), urgent);
+  EXPECT_EQ(AssignedJob(sinks[1]), urgent);
+  EXPECT_EQ(yielded.queue().position(), 1);
+
+  // The urgent job ends: the preempted one is placed again, as its next
+  // generation, with its restarts untouched.
+  Succeed(*coordinator_, Status(urgent), 0);
+  v1::JobStatus resumed = Status(low);
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(resumed.generation(), 2);
+  EXPECT_FALSE(resumed.has_queue());
+  EXPECT_EQ(EventsOf(resumed, "resumed_after_preemption").size(), 1u);
+  EXPECT_EQ(AssignedJob(sinks[0]), low);
+  Succeed(*coordinator_, resumed, 0);
+  EXPECT_EQ(Status(low).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, AJobThatSavesNoCheckpointsIsNotPreempted) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[2];
+  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
+  const std::string low = *coordinator_->SubmitJob(Spec(2));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  EXPECT_EQ(Status(urgent).queue().reason(), "no_fit");
+  EXPECT_FALSE(SentPreemptingStop(sinks[0], low));
+  EXPECT_EQ(Status(low).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(CoordinatorTest, AJobIsPreemptedOnlyAfterTheMinimumRunTime) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::Seconds(8);
+  };
+  Make();
+  FakeSink sinks[2];
+  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
+  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  EXPECT_EQ(Status(urgent).queue().reason(), "min_run_time");
+  EXPECT_FALSE(SentPreemptingStop(sinks[0], low));
+  // Time alone changes nothing until the low job has run 8 s (its ranks
+  // keep beating, within the heartbeat timeout).
+  for (absl::Duration step : {absl::Seconds(7), absl::Seconds(1)}) {
+    EXPECT_FALSE(SentPreemptingStop(sinks[0], low));
+    clock_.Advance(step);
+    for (int i = 0; i < 2; ++i) Beat(Status(low).ranks(i).worker_id(), low, 1);
+    coordinator_->Sweep();
+  }
+  EXPECT_TRUE(SentPreemptingStop(sinks[0], low));
+  EXPECT_EQ(Status(urgent).queue().reason(), "preempting");
+}
+
+TEST_F(CoordinatorTest, AWorkerFailureDuringAPreemptionRecoversTheJob) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[3];
+  for (int i = 0; i < 3; ++i) Connect(i + 1, &sinks[i]);
+  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  // One worker was free: urgent needs one more and preempts "low".
+  ASSERT_TRUE(SentPreemptingStop(sinks[0], low));
+  const std::string rank1 = Status(low).ranks(1).worker_id();
+  coordinator_->CloseSession(rank1, 2, &sinks[1],
+                             absl::UnavailableError("gone"));
+  // The stop was cut short: "low" recovers like after any failure (its
+  // survivor holds its state, the free worker takes the lost rank); it
+  // does not go back to the queue.
+  v1::JobStatus status = Status(low);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.yields(), 0);
+  EXPECT_EQ(EventsOf(status, "worker_failed").size(), 1u);
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(CoordinatorTest, QuotasCapAnOwnersWorkersAndOwnersStopOnlyTheirJobs) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.quotas["operator:alice"] = 2;
+    options.admins.insert("operator:carol");
+  };
+  Make();
+  FakeSink sinks[4];
+  for (int i = 0; i < 4; ++i) Connect(i + 1, &sinks[i]);
+  const std::string alice = "spiffe://lockstep/operator/alice";
+  const std::string bob = "spiffe://lockstep/operator/bob";
+  const std::string first = *coordinator_->SubmitJob(Spec(2), alice);
+  const std::string second = *coordinator_->SubmitJob(Spec(2), alice);
+  const std::string bobs = *coordinator_->SubmitJob(Spec(2), bob);
+  EXPECT_EQ(Status(first).owner(), "operator:alice");
+  EXPECT_EQ(Status(first).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(bobs).state(), v1::JOB_STATE_RUNNING);
+  v1::JobStatus waits = Status(second);
+  EXPECT_EQ(waits.queue().reason(), "quota");
+  EXPECT_EQ(waits.queue().message(),
+            "needs 2 workers; its owner holds 2 of a quota of 2");
+
+  absl::Status refused = coordinator_->StopJob(first, bob);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(),
+              ::testing::HasSubstr("belongs to operator:alice"));
+  EXPECT_EQ(Status(first).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(coordinator_->StopJob(second, alice).ok());
+  EXPECT_TRUE(
+      coordinator_->StopJob(bobs, "spiffe://lockstep/operator/carol").ok());
+  EXPECT_EQ(coordinator_->DeleteJob(second, bob).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(coordinator_->DeleteJob(second, alice).ok());
+}
+
+TEST_F(CoordinatorTest, PriorityClassesNameTheCoordinatorsPriorities) {
+  configure_ = [](Coordinator::Options& options) {
+    options.priority_classes["urgent"] = 100;
+  };
+  Make();
+  v1::JobSpec spec = Spec(2);
+  spec.set_priority_class("urgent");
+  auto id = coordinator_->SubmitJob(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(Status(*id).priority(), 100);
+  spec.set_priority_class("batch");
+  auto unknown = coordinator_->SubmitJob(spec);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr("urgent=100"));
+  spec.set_priority_class("urgent");
+  spec.set_priority(3);
+  EXPECT_EQ(coordinator_->SubmitJob(spec).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, AJobRunsOnlyOnWorkersWithItsLabels) {
+  Make();
+  FakeSink sinks[3];
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::RegisterWorkerRequest request = Free(i + 1);
+    if (i > 0) (*request.mutable_labels())["zone"] = "a";
+    auto registered = coordinator_->RegisterWorker(Anyone(), request);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_TRUE(
+        coordinator_
+            ->OpenSession(Anyone(), registered->worker_id(), i + 1, &sinks[i])
+            .ok());
+    ids.push_back(registered->worker_id());
+  }
+  v1::JobSpec zone_b = Spec(1);
+  (*zone_b.mutable_placement()->mutable_labels())["zone"] = "b";
+  const std::string nowhere = *coordinator_->SubmitJob(zone_b);
+  v1::JobSpec zone_a = Spec(2);
+  (*zone_a.mutable_placement()->mutable_labels())["zone"] = "a";
+  const std::string placed = *coordinator_->SubmitJob(zone_a);
+  v1::JobStatus status = Status(placed);
+  ASSERT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.ranks(0).worker_id(), ids[1]);
+  EXPECT_EQ(status.ranks(1).worker_id(), ids[2]);
+  EXPECT_EQ(Status(nowhere).queue().reason(), "no_fit");
+
+  // A bad label is refused at the door.
+  (*zone_a.mutable_placement()->mutable_labels())["zone"] = "a b";
+  EXPECT_EQ(coordinator_->SubmitJob(zone_a).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::RegisterWorkerRequest bad = Free(9);
+  (*bad.mutable_labels())["zone\n"] = "a";
+  EXPECT_EQ(coordinator_->RegisterWorker(Anyone(), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, TheQueueListsWaitingJobsInTheSchedulersOrder) {
+  Make();
+  FakeSink sink;
+  Connect(1, &sink);
+  const std::string running = *coordinator_->SubmitJob(Spec(1));
+  const std::string later = *coordinator_->SubmitJob(Spec(1));
+  const std::string first = *coordinator_->SubmitJob(Urgent(1));
+  auto queue = coordinator_->ListQueue({});
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  EXPECT_EQ(queue->queued(), 2);
+  ASSERT_EQ(queue->jobs_size(), 2);
+  EXPECT_EQ(queue->jobs(0).job_id(), first);
+  EXPECT_EQ(queue->jobs(0).queue().position(), 1);
+  EXPECT_EQ(queue->jobs(1).job_id(), later);
+  EXPECT_EQ(queue->jobs(1).queue().position(), 2);
+  EXPECT_TRUE(queue->jobs(0).events().empty());
+  v1::ListQueueRequest request;
+  request.set_page_size(-1);
+  EXPECT_EQ(coordinator_->ListQueue(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  (void)running;
 }
 
 }  // namespace
