@@ -88,6 +88,8 @@ bench: build
 	@bash bench/metrics_overhead.sh $(BUILD_DIR)
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7
 	@$(BUILD_DIR)/bin/coordinator_scale $(BUILD_DIR)/bin/lockstep-coordinator 100 1000 5000
+	@$(BUILD_DIR)/bin/scheduling_sim
+	@$(BUILD_DIR)/bin/scheduling_sim --age-after 14400 --policies priority
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --restore
 	@$(BUILD_DIR)/bin/recovery_bench $(BUILD_DIR)/bin 7 --spare
 	@bash bench/checkpoint_stall.sh $(BUILD_DIR)

@@ -214,6 +214,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     }
     if (state == v1::JOB_STATE_QUEUED) {
       c.queue_.push_back(job.status.job_id());
+      job.queued_at = c.clock_->Now();
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_RECOVERING) {
       // Every job that ran comes back: its workers still hold the live
@@ -331,6 +332,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   job.status.set_priority(priority);
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_submit_time(NowSeconds());
+  job.queued_at = clock_->Now();
   queue_.push_back(id);
   LogInfo("job ", id, " queued",
           priority != 0 ? absl::StrCat(" at priority ", priority) : "",
@@ -515,6 +517,7 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
       entry.size = entry.most = spec.num_workers();
     }
     entry.placement = PlacementOf(spec);
+    entry.queued_at = job.queued_at;
     queued.push_back(std::move(entry));
     ++it;
   }
@@ -543,10 +546,11 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
-  waiting_ = std::move(plan.waiting);
-  waiting_index_.clear();
-  for (size_t i = 0; i < waiting_.size(); ++i) {
-    waiting_index_[waiting_[i].job_id] = i;
+  waiting_.clear();
+  waiting_on_time_ = false;
+  for (const QueueEntry& entry : plan.waiting) {
+    waiting_.push_back(queued[entry.job].id);
+    waiting_on_time_ |= entry.reason == WaitReason::kMinRunTime;
   }
   for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
     PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job]);
@@ -568,8 +572,8 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     StartGenerationLocked(job, workers);
   }
   // Each waiting job's status shows its new place.
-  for (const QueueEntry& entry : waiting_) {
-    Job& job = jobs_[entry.job_id];
+  for (const QueueEntry& entry : plan.waiting) {
+    Job& job = jobs_[queued[entry.job].id];
     const v1::QueuePosition& shown = job.status.queue();
     if (shown.position() != entry.position ||
         shown.reason() != WaitReasonName(entry.reason) ||
@@ -766,6 +770,7 @@ void Coordinator::PreemptedLocked(Job& job) {
     job.yielding = false;
     job.yield_for.clear();
     queue_.push_back(status.job_id());
+    job.queued_at = clock_->Now();
     TransitionLocked(job, v1::JOB_STATE_QUEUED, "preempted", nullptr, message);
     MaybeStartJobLocked();
     return;

@@ -300,6 +300,9 @@ class Coordinator {
     // are stopping at an agreed step; then it goes back to the queue.
     bool yielding = false;
     std::string yield_for;
+    // When it last entered the queue (submitted, preempted, or loaded by
+    // this coordinator), for --age-after.
+    absl::Time queued_at = absl::InfinitePast();
     // When the job was last written to the store: progress reports are
     // written at most once per kPersistProgressEvery (worker_reports.cc).
     absl::Time last_persisted = absl::InfinitePast();
@@ -587,10 +590,11 @@ class Coordinator {
   // Free workers whose id the store does not hold yet (PersistWorkersLocked).
   std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
   bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;
-  // Each queued job's place and why it waits, from the scheduler's last
-  // pass, in its order.
-  std::vector<QueueEntry> waiting_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, size_t> waiting_index_ ABSL_GUARDED_BY(mu_);
+  // The queued jobs in the order of the scheduler's last pass (each one's
+  // place and reason are in its status), and whether one of them waits
+  // only for time to pass (a minimum run time).
+  std::vector<std::string> waiting_ ABSL_GUARDED_BY(mu_);
+  bool waiting_on_time_ ABSL_GUARDED_BY(mu_) = false;
   // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -200,8 +200,8 @@ absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
   absl::MutexLock lock(&mu_);
   v1::ListQueueResponse response;
   size_t bytes = 0;
-  for (const QueueEntry& entry : waiting_) {
-    auto it = jobs_.find(entry.job_id);
+  for (const std::string& id : waiting_) {
+    auto it = jobs_.find(id);
     if (it == jobs_.end() ||
         it->second.status.state() != v1::JOB_STATE_QUEUED) {
       continue;

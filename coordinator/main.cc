@@ -47,7 +47,8 @@ Usage:
                        [--max-watches-per-identity N]
                        [--deny-identities FILE] [--metrics-listen HOST:PORT [--metrics-tls]]
                        [--priority-class NAME=N]... [--quota OWNER=N]...
-                       [--min-run-time SECS] [--admin OWNER]...
+                       [--min-run-time SECS] [--age-after SECS]
+                       [--admin OWNER]...
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
@@ -111,6 +112,11 @@ Flags:
   --min-run-time S     a running job is not preempted for a job of a higher
                        priority before it has run S seconds since it last
                        started (default 60), so that jobs do not thrash
+  --age-after S        a queued job that has waited S seconds may preempt
+                       running jobs of its own priority submitted after it
+                       (those that passed it), so that small jobs cannot
+                       keep a large one waiting for ever (default 0: never;
+                       docs/BENCHMARKS.md has the trade-off)
   --admin OWNER        an operator ("operator:bob") that may stop and delete
                        every job (repeatable); other operators stop and
                        delete only the jobs they submitted
@@ -227,7 +233,7 @@ absl::StatusOr<std::pair<std::string, int>> NamedNumber(const std::string& flag,
 }
 
 // The scheduling flags (--priority-class, --quota, --min-run-time,
-// --admin). Errors: InvalidArgument.
+// --age-after, --admin). Errors: InvalidArgument.
 absl::Status ApplySchedulingFlags(const Args& args,
                                   Coordinator::Options& options) {
   for (const std::string& text : args.GetAll("priority-class")) {
@@ -249,6 +255,11 @@ absl::Status ApplySchedulingFlags(const Args& args,
   auto min_run_time = Bounded(args, "min-run-time", 60, 0, 1e7);
   if (!min_run_time.ok()) return min_run_time.status();
   options.scheduling.min_run_time = absl::Seconds(*min_run_time);
+  auto age_after = Bounded(args, "age-after", 0, 0, 1e8);
+  if (!age_after.ok()) return age_after.status();
+  options.scheduling.age_after = *age_after == 0
+                                     ? absl::InfiniteDuration()
+                                     : absl::Seconds(*age_after);
   for (const std::string& owner : args.GetAll("admin")) {
     if (owner.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(
@@ -316,6 +327,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
                            "priority-class",
                            "quota",
                            "min-run-time",
+                           "age-after",
                            "admin"},
                           {"help", "metrics-tls", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;

@@ -6,6 +6,7 @@
 #include <queue>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -90,19 +91,28 @@ class Pass {
       if (pool[i].free && !pool[i].spare) free_.push_back(static_cast<int>(i));
     }
     initial_free_ = free_;
-    std::map<std::string, size_t> queued_ids;
-    for (size_t i = 0; i < queued.size(); ++i) queued_ids[queued[i].id] = i;
+    absl::flat_hash_map<std::string, size_t> queued_ids;
+    for (const RunningJob& job : running) {
+      if (job.yielding) queued_ids[job.yielding_for] = SIZE_MAX;
+    }
+    if (!queued_ids.empty()) {
+      for (size_t i = 0; i < queued.size(); ++i) {
+        if (auto it = queued_ids.find(queued[i].id); it != queued_ids.end()) {
+          it->second = i;
+        }
+      }
+    }
     for (size_t r = 0; r < running.size(); ++r) {
       const RunningJob& job = running[r];
       held_[job.owner] += static_cast<int>(job.workers.size());
       if (job.yielding) {
         // Workers already promised: to the queued job they were freed for,
         // or to whoever needs them when that job is gone.
-        auto it = queued_ids.find(job.yielding_for);
-        yielding_.push_back(
-            {r, it == queued_ids.end() ? SIZE_MAX : it->second});
+        yielding_.push_back({r, queued_ids[job.yielding_for]});
+        yielding_workers_ += static_cast<int>(job.workers.size());
       } else if (job.can_yield) {
         candidates_.push_back(r);
+        yieldable_[job.priority] += static_cast<int>(job.workers.size());
       }
     }
     // The lowest priorities first; among equals, the most recently started
@@ -115,13 +125,14 @@ class Pass {
     });
   }
 
-  // Considers queued job `q`; true when it starts.
-  bool Consider(size_t q) {
+  // Considers queued job `q`, whose owner holds `holds` workers; true when
+  // it starts.
+  bool Consider(size_t q, int holds) {
     const QueuedJob& job = queued_[q];
     QueueEntry entry;
-    entry.job_id = job.id;
+    entry.job = q;
     entry.needed = job.size;
-    entry.owner_holds = Holds(job.owner);
+    entry.owner_holds = holds;
     if (auto it = policy_.quotas.find(job.owner); it != policy_.quotas.end()) {
       entry.quota = it->second;
     }
@@ -129,13 +140,14 @@ class Pass {
         entry.owner_holds + std::max(job.size, 1) > entry.quota) {
       return Wait(entry, WaitReason::kQuota);
     }
-    std::vector<int> matching = FreeMatching(job.placement, free_);
-    entry.free_matching = static_cast<int>(matching.size());
+    // Counted without a copy: most jobs of a long queue do not fit.
+    entry.free_matching = CountMatching(job.placement, free_);
     if (job.size == 0) {
       if (!running_.empty() || started_any_) {
         return Wait(entry, WaitReason::kWholePool);
       }
-      if (matching.empty()) return Wait(entry, WaitReason::kNoFit);
+      if (entry.free_matching == 0) return Wait(entry, WaitReason::kNoFit);
+      std::vector<int> matching = FreeMatching(job.placement, free_);
       if (entry.quota >= 0) {
         matching.resize(std::min<size_t>(
             matching.size(),
@@ -143,7 +155,8 @@ class Pass {
       }
       return Start(q, std::move(matching));
     }
-    if (static_cast<int>(matching.size()) >= job.size) {
+    if (entry.free_matching >= job.size) {
+      std::vector<int> matching = FreeMatching(job.placement, free_);
       int take = std::max(job.size, std::min<int>(job.most, matching.size()));
       if (entry.quota >= 0) {
         take =
@@ -153,11 +166,10 @@ class Pass {
       return Start(q, std::move(matching));
     }
     if (policy_.order == SchedulerPolicy::Order::kPriority &&
-        TryPreemption(q, matching, entry)) {
+        MightPreempt(job, entry.free_matching) && TryPreemption(q, entry)) {
       return false;
     }
-    const int at_start =
-        static_cast<int>(FreeMatching(job.placement, initial_free_).size());
+    const int at_start = CountMatching(job.placement, initial_free_);
     return Wait(entry, at_start >= job.size ? WaitReason::kPriority
                                             : WaitReason::kNoFit);
   }
@@ -165,7 +177,7 @@ class Pass {
   // The head of a FIFO queue did not start: everything behind it waits.
   void Blocked(size_t q) {
     QueueEntry entry;
-    entry.job_id = queued_[q].id;
+    entry.job = q;
     entry.needed = queued_[q].size;
     entry.owner_holds = Holds(queued_[q].owner);
     Wait(entry, WaitReason::kPriority);
@@ -178,6 +190,33 @@ class Pass {
   }
 
  private:
+  int CountMatching(const Placement& placement,
+                    const std::vector<int>& among) const {
+    if (placement.empty()) return static_cast<int>(among.size());
+    int n = 0;
+    for (int i : among) n += Matches(placement, pool_[i]);
+    return n;
+  }
+
+  bool Aged(const QueuedJob& job) const {
+    return now_ - job.queued_at >= policy_.age_after;
+  }
+
+  // A bound that ignores placement and the minimum run time: whether the
+  // free workers, those of yielding jobs and those of the jobs it may
+  // preempt could be enough. Most jobs of a long queue fail it at once.
+  bool MightPreempt(const QueuedJob& job, int free_matching) const {
+    int64_t could = free_matching + yielding_workers_;
+    for (const auto& [priority, workers] : yieldable_) {
+      if (priority > job.priority ||
+          (priority == job.priority && !Aged(job))) {
+        break;
+      }
+      could += workers;
+    }
+    return could >= job.size;
+  }
+
   std::vector<int> FreeMatching(const Placement& placement,
                                 const std::vector<int>& among) const {
     if (placement.empty()) return among;
@@ -229,8 +268,9 @@ class Pass {
   // Job `q` does not fit in the free workers: it waits for the workers of
   // jobs already yielding to it, or preempts more. Returns whether it
   // waits for a preemption (entry recorded).
-  bool TryPreemption(size_t q, std::vector<int>& matching, QueueEntry& entry) {
+  bool TryPreemption(size_t q, QueueEntry& entry) {
     const QueuedJob& job = queued_[q];
+    std::vector<int> matching = FreeMatching(job.placement, free_);
     int soon = 0;
     std::vector<size_t> yielding;
     for (const auto& [r, for_queued] : yielding_) {
@@ -241,13 +281,20 @@ class Pass {
       yielding.push_back(r);
     }
     const int need = job.size - static_cast<int>(matching.size());
+    // Aged, it may preempt its equals submitted after it too.
+    const bool aged = Aged(job);
     std::vector<size_t> chosen, young;
     int gained = soon;
     if (gained < need) {
       int young_gain = 0;
       for (size_t r : candidates_) {
         const RunningJob& victim = running_[r];
-        if (victim.priority >= job.priority) break;
+        if (victim.priority > job.priority ||
+            (victim.priority == job.priority && !aged)) {
+          break;
+        }
+        // An equal only if it was submitted later: it passed this job.
+        if (victim.priority == job.priority && victim.seq < job.seq) continue;
         if (victim_[r]) continue;
         const int n = MatchingWorkersOf(victim, job.placement);
         if (n == 0) continue;
@@ -284,6 +331,8 @@ class Pass {
     }
     for (size_t r : chosen) {
       victim_[r] = 1;
+      yieldable_[running_[r].priority] -=
+          static_cast<int>(running_[r].workers.size());
       Promise(running_[r]);
       entry.preempts.push_back(running_[r].id);
       plan_.preemptions.push_back({running_[r].id, job.id});
@@ -306,7 +355,7 @@ class Pass {
   std::vector<int> free_;
   std::vector<int> initial_free_;
   // Workers per owner, running and started in this pass.
-  std::map<std::string, int> held_;
+  absl::flat_hash_map<std::string, int> held_;
   // Pool workers promised to a waiting job in this pass.
   std::vector<char> promised_;
   // Running jobs chosen as victims in this pass.
@@ -314,46 +363,76 @@ class Pass {
   // Running jobs already yielding, with the queued job they yield to
   // (SIZE_MAX: to whoever needs them).
   std::vector<std::pair<size_t, size_t>> yielding_;
-  // Running jobs that may be preempted, lowest priority first.
+  // Running jobs that may be preempted, lowest priority first, and their
+  // workers by priority (less those chosen in this pass); the workers of
+  // jobs already yielding.
   std::vector<size_t> candidates_;
+  std::map<int, int> yieldable_;
+  int yielding_workers_ = 0;
   int64_t position_ = 0;
   bool started_any_ = false;
 };
 
-// The queued jobs of one priority, owner by owner: the owner holding the
-// fewest workers goes next.
+// The queued jobs of one priority (in submission order), owner by owner:
+// the owner holding the fewest workers goes next.
 void ConsiderFairly(Pass& pass, const std::vector<QueuedJob>& queued,
                     const std::vector<size_t>& level) {
-  std::map<std::string, std::vector<size_t>> by_owner;
+  absl::flat_hash_map<std::string, std::vector<size_t>> by_owner;
   for (size_t q : level) by_owner[queued[q].owner].push_back(q);
   struct Turn {
     int holds;
     int64_t head_seq;
     const std::string* owner;
+    const std::vector<size_t>* jobs;
     size_t next;
     bool operator>(const Turn& other) const {
       return std::tie(holds, head_seq) > std::tie(other.holds, other.head_seq);
     }
   };
-  std::priority_queue<Turn, std::vector<Turn>, std::greater<Turn>> turns;
+  // by_owner is not changed from here on: the pointers stay valid.
+  std::vector<Turn> first;
   for (const auto& [owner, jobs] : by_owner) {
-    turns.push({pass.Holds(owner), queued[jobs.front()].seq, &owner, 0});
+    first.push_back({pass.Holds(owner), queued[jobs.front()].seq, &owner,
+                     &jobs, 0});
   }
+  std::priority_queue<Turn, std::vector<Turn>, std::greater<Turn>> turns(
+      std::greater<Turn>(), std::move(first));
   while (!turns.empty()) {
     Turn turn = turns.top();
     turns.pop();
-    const std::vector<size_t>& jobs = by_owner[*turn.owner];
+    const std::vector<size_t>& jobs = *turn.jobs;
     while (turn.next < jobs.size()) {
       const size_t q = jobs[turn.next++];
-      if (pass.Consider(q)) {
+      if (pass.Consider(q, turn.holds)) {
         if (turn.next < jobs.size()) {
-          turns.push({pass.Holds(*turn.owner), queued[jobs[turn.next]].seq,
-                      turn.owner, turn.next});
+          turn.holds = pass.Holds(*turn.owner);
+          turn.head_seq = queued[jobs[turn.next]].seq;
+          turns.push(turn);
         }
         break;
       }
     }
   }
+}
+
+// The queued jobs by priority, highest first, each level in submission
+// order. The coordinator's queue is in that order already but for jobs
+// preempted back into it: a level is sorted only when it is not.
+std::map<int, std::vector<size_t>, std::greater<int>> Levels(
+    const std::vector<QueuedJob>& queued) {
+  std::map<int, std::vector<size_t>, std::greater<int>> levels;
+  for (size_t q = 0; q < queued.size(); ++q) {
+    levels[queued[q].priority].push_back(q);
+  }
+  for (auto& [priority, level] : levels) {
+    auto by_seq = [&](size_t a, size_t b) {
+      return queued[a].seq < queued[b].seq;
+    };
+    if (!std::is_sorted(level.begin(), level.end(), by_seq)) {
+      std::sort(level.begin(), level.end(), by_seq);
+    }
+  }
+  return levels;
 }
 
 }  // namespace
@@ -363,10 +442,11 @@ SchedulingPlan Scheduler::Plan(const std::vector<PoolWorker>& pool,
                                const std::vector<RunningJob>& running,
                                absl::Time now) const {
   SchedulingPlan plan;
+  plan.waiting.reserve(queued.size());
   Pass pass(policy_, pool, queued, running, now, plan);
-  std::vector<size_t> order(queued.size());
-  std::iota(order.begin(), order.end(), 0);
   if (policy_.order != SchedulerPolicy::Order::kPriority) {
+    std::vector<size_t> order(queued.size());
+    std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return queued[a].seq < queued[b].seq;
     });
@@ -377,26 +457,14 @@ SchedulingPlan Scheduler::Plan(const std::vector<PoolWorker>& pool,
         pass.Blocked(q);
         continue;
       }
-      const bool started = pass.Consider(q);
+      const bool started = pass.Consider(q, pass.Holds(queued[q].owner));
       blocked =
           !started || policy_.order == SchedulerPolicy::Order::kOneAtATime;
     }
     return plan;
   }
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tuple(-queued[a].priority, queued[a].seq) <
-           std::tuple(-queued[b].priority, queued[b].seq);
-  });
-  for (size_t begin = 0; begin < order.size();) {
-    size_t end = begin;
-    while (end < order.size() &&
-           queued[order[end]].priority == queued[order[begin]].priority) {
-      ++end;
-    }
-    ConsiderFairly(
-        pass, queued,
-        std::vector<size_t>(order.begin() + begin, order.begin() + end));
-    begin = end;
+  for (const auto& [priority, level] : Levels(queued)) {
+    ConsiderFairly(pass, queued, level);
   }
   return plan;
 }

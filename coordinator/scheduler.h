@@ -18,9 +18,13 @@
 //     running jobs hold fewer workers first (so nobody starves the others
 //     by queueing many jobs); then submission order. A job that does not
 //     fit waits without holding back a later one that does (backfill).
+//   - Aging: a job that has waited age_after may preempt running jobs of
+//     its own priority submitted after it (those that passed it), so that
+//     small jobs cannot pass a large one for ever; holding free workers for
+//     it instead would leave them idle for as long as the others run.
 //   - Quotas: an owner's running jobs hold at most its quota of workers.
 //   - Preemption: a job that does not fit preempts running jobs of a lower
-//     priority that can stop and resume without loss (they save
+//     priority (or, aged, of its own) that can stop and resume without loss (they save
 //     checkpoints), the lowest priorities first and as few as needed, and
 //     only jobs that have run at least min_run_time since they last
 //     started. The workers it waits for are held for it meanwhile: no later
@@ -71,6 +75,8 @@ struct QueuedJob {
   // Workers it takes at most when more are free (elastic); = size else.
   int most = 0;
   Placement placement;
+  // When it last entered the queue (submitted, or preempted).
+  absl::Time queued_at = absl::InfinitePast();
 };
 
 struct RunningJob {
@@ -109,6 +115,9 @@ struct SchedulerPolicy {
   // A job is not preempted before it has run this long since it last
   // started.
   absl::Duration min_run_time = absl::Minutes(1);
+  // A job that has waited this long may preempt running jobs of its own
+  // priority submitted after it; infinite (the default): never.
+  absl::Duration age_after = absl::InfiniteDuration();
 };
 
 // Why a queued job waits.
@@ -125,7 +134,7 @@ enum class WaitReason {
 const char* WaitReasonName(WaitReason reason);
 
 struct QueueEntry {
-  std::string job_id;
+  size_t job = 0;  // index into the `queued` given to Plan
   int64_t position = 0;  // 1: the first waiting job considered
   WaitReason reason = WaitReason::kNoFit;
   int needed = 0;         // workers it needs

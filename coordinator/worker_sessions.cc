@@ -2,7 +2,6 @@
 // worker process, its messages, and failure detection (a broken session, a
 // new incarnation, silence past the heartbeat timeout, a rank that never
 // joins its generation).
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -303,11 +302,7 @@ void Coordinator::Sweep() {
   }
   // A job waiting for running jobs to reach the minimum run time preempts
   // them once they have: only time changed.
-  if (std::any_of(waiting_.begin(), waiting_.end(), [](const QueueEntry& e) {
-        return e.reason == WaitReason::kMinRunTime;
-      })) {
-    MaybeStartJobLocked();
-  }
+  if (waiting_on_time_) MaybeStartJobLocked();
   ForgetFinishedJobsLocked();
   PersistWorkersLocked();
   for (const std::string& id :

@@ -57,6 +57,22 @@ RunningJob Running(std::vector<PoolWorker>& pool, const std::string& id,
   return job;
 }
 
+// A plan and the queue it was made for (its entries name jobs by index).
+struct Planned : SchedulingPlan {
+  std::vector<QueuedJob> queued;
+};
+
+Planned PlanFor(const Scheduler& scheduler,
+                const std::vector<PoolWorker>& pool,
+                std::vector<QueuedJob> queued,
+                const std::vector<RunningJob>& running, absl::Time now) {
+  Planned planned;
+  static_cast<SchedulingPlan&>(planned) =
+      scheduler.Plan(pool, queued, running, now);
+  planned.queued = std::move(queued);
+  return planned;
+}
+
 std::vector<std::string> Started(const SchedulingPlan& plan) {
   std::vector<std::string> ids;
   for (const auto& start : plan.starts) ids.push_back(start.job_id);
@@ -71,16 +87,16 @@ std::vector<std::string> Preempted(const SchedulingPlan& plan) {
   return ids;
 }
 
-const QueueEntry* WaitOf(const SchedulingPlan& plan, const std::string& id) {
+const QueueEntry* WaitOf(const Planned& plan, const std::string& id) {
   for (const QueueEntry& entry : plan.waiting) {
-    if (entry.job_id == id) return &entry;
+    if (plan.queued[entry.job].id == id) return &entry;
   }
   return nullptr;
 }
 
 TEST(SchedulerTest, JobsThatFitStartAndOneThatDoesNotWaitsWithoutBlocking) {
   Scheduler scheduler({});
-  SchedulingPlan plan = scheduler.Plan(
+  Planned plan = PlanFor(scheduler, 
       Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
       kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a", "c"));
@@ -102,7 +118,7 @@ TEST(SchedulerTest, PlacementPicksOnlyMatchingWorkers) {
   zone_a.placement.labels = {{"zone", "a"}};
   QueuedJob gpus = Queued("gpus", 2, 2);
   gpus.placement.device = "cuda";
-  SchedulingPlan plan = Scheduler({}).Plan(pool, {zone_a, gpus}, {}, kNow);
+  Planned plan = PlanFor(Scheduler({}), pool, {zone_a, gpus}, {}, kNow);
   ASSERT_THAT(Started(plan), ElementsAre("zone-a"));
   EXPECT_THAT(plan.starts[0].workers, ElementsAre(1, 3));
   const QueueEntry* waits = WaitOf(plan, "gpus");
@@ -118,7 +134,7 @@ TEST(SchedulerTest, SparesNeverTakeAFirstStartAndElasticJobsGrow) {
   pool[3].spare = true;
   QueuedJob elastic = Queued("elastic", 1, 1);
   elastic.most = 8;
-  SchedulingPlan plan = Scheduler({}).Plan(pool, {elastic}, {}, kNow);
+  Planned plan = PlanFor(Scheduler({}), pool, {elastic}, {}, kNow);
   ASSERT_THAT(Started(plan), ElementsAre("elastic"));
   EXPECT_THAT(plan.starts[0].workers, ElementsAre(0, 1, 2));
 }
@@ -126,17 +142,17 @@ TEST(SchedulerTest, SparesNeverTakeAFirstStartAndElasticJobsGrow) {
 TEST(SchedulerTest, AJobOfTheWholePoolWaitsForAnEmptyPool) {
   std::vector<PoolWorker> pool = Pool(4);
   RunningJob running = Running(pool, "r", 1, {0});
-  SchedulingPlan plan =
-      Scheduler({}).Plan(pool, {Queued("all", 2, 0)}, {running}, kNow);
+  Planned plan =
+      PlanFor(Scheduler({}), pool, {Queued("all", 2, 0)}, {running}, kNow);
   EXPECT_THAT(plan.starts, IsEmpty());
   EXPECT_EQ(WaitOf(plan, "all")->reason, WaitReason::kWholePool);
-  plan = Scheduler({}).Plan(Pool(4), {Queued("all", 2, 0)}, {}, kNow);
+  plan = PlanFor(Scheduler({}), Pool(4), {Queued("all", 2, 0)}, {}, kNow);
   ASSERT_THAT(Started(plan), ElementsAre("all"));
   EXPECT_EQ(plan.starts[0].workers.size(), 4u);
 }
 
 TEST(SchedulerTest, HigherPriorityStartsFirst) {
-  SchedulingPlan plan = Scheduler({}).Plan(
+  Planned plan = PlanFor(Scheduler({}), 
       Pool(2), {Queued("low", 1, 2, 0), Queued("high", 2, 2, 10)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("high"));
   EXPECT_EQ(WaitOf(plan, "low")->position, 1);
@@ -152,7 +168,7 @@ TEST(SchedulerTest, AmongEqualPrioritiesTheOwnerHoldingFewerWorkersGoesFirst) {
   }
   queued.push_back(Queued("bob-0", 10, 1, 0, "operator:bob"));
   queued.push_back(Queued("bob-1", 11, 1, 0, "operator:bob"));
-  SchedulingPlan plan = Scheduler({}).Plan(Pool(4), queued, {}, kNow);
+  Planned plan = PlanFor(Scheduler({}), Pool(4), queued, {}, kNow);
   EXPECT_THAT(Started(plan),
               ElementsAre("alice-0", "bob-0", "alice-1", "bob-1"));
 }
@@ -163,8 +179,8 @@ TEST(SchedulerTest, AQuotaCapsTheWorkersOneOwnerHolds) {
   std::vector<PoolWorker> pool = Pool(8);
   RunningJob running =
       Running(pool, "alice-run", 1, {0}, 0, absl::Hours(1), "operator:alice");
-  SchedulingPlan plan =
-      Scheduler(policy).Plan(pool,
+  Planned plan =
+      PlanFor(Scheduler(policy), pool,
                              {Queued("alice-a", 2, 2), Queued("alice-b", 3, 1),
                               Queued("bob", 4, 2, 0, "operator:bob")},
                              {running}, kNow);
@@ -182,7 +198,7 @@ TEST(SchedulerTest, AQuotaAlsoCapsHowFarAnElasticJobGrows) {
   policy.quotas["operator:alice"] = 3;
   QueuedJob elastic = Queued("elastic", 1, 2);
   elastic.most = 8;
-  SchedulingPlan plan = Scheduler(policy).Plan(Pool(8), {elastic}, {}, kNow);
+  Planned plan = PlanFor(Scheduler(policy), Pool(8), {elastic}, {}, kNow);
   ASSERT_THAT(Started(plan), ElementsAre("elastic"));
   EXPECT_EQ(plan.starts[0].workers.size(), 3u);
 }
@@ -199,8 +215,8 @@ TEST(SchedulerTest, PreemptsTheFewestAndLowestJobs) {
   // Needs 4: the lowest first (p0-small, then the p1 jobs); p0-small alone
   // with p1-small is not enough, and once p1-big is in, p1-small is not
   // needed. p5 and p9 are never touched.
-  SchedulingPlan plan =
-      Scheduler({}).Plan(pool, {Queued("urgent", 9, 4, 8)}, running, kNow);
+  Planned plan =
+      PlanFor(Scheduler({}), pool, {Queued("urgent", 9, 4, 8)}, running, kNow);
   EXPECT_THAT(plan.starts, IsEmpty());
   EXPECT_THAT(Preempted(plan),
               ElementsAre("p0-small->urgent", "p1-big->urgent"));
@@ -214,8 +230,8 @@ TEST(SchedulerTest, NeverPreemptsEqualOrHigherPriorityOrJobsThatCannotYield) {
   std::vector<RunningJob> running = {Running(pool, "same", 1, {0, 1}, 5),
                                      Running(pool, "nockpt", 2, {2, 3}, 0)};
   running[1].can_yield = false;  // it saves no checkpoints
-  SchedulingPlan plan =
-      Scheduler({}).Plan(pool, {Queued("q", 3, 2, 5)}, running, kNow);
+  Planned plan =
+      PlanFor(Scheduler({}), pool, {Queued("q", 3, 2, 5)}, running, kNow);
   EXPECT_THAT(plan.preemptions, IsEmpty());
   EXPECT_EQ(WaitOf(plan, "q")->reason, WaitReason::kNoFit);
 }
@@ -225,7 +241,7 @@ TEST(SchedulerTest, FreeWorkersAreHeldForAJobWaitingOnAPreemption) {
   std::vector<RunningJob> running = {Running(pool, "low", 1, {0, 1}, 0)};
   // Workers 2 and 3 are free; urgent needs 4: it preempts "low" and holds 2
   // and 3, so the small job behind it does not take them.
-  SchedulingPlan plan = Scheduler({}).Plan(
+  Planned plan = PlanFor(Scheduler({}), 
       pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
       kNow);
   EXPECT_THAT(Preempted(plan), ElementsAre("low->urgent"));
@@ -236,7 +252,7 @@ TEST(SchedulerTest, FreeWorkersAreHeldForAJobWaitingOnAPreemption) {
   running[0].can_yield = false;
   running[0].yielding = true;
   running[0].yielding_for = "urgent";
-  plan = Scheduler({}).Plan(
+  plan = PlanFor(Scheduler({}), 
       pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
       kNow);
   EXPECT_THAT(plan.preemptions, IsEmpty());
@@ -251,16 +267,34 @@ TEST(SchedulerTest, AJobIsNotPreemptedBeforeItRanTheMinimumRunTime) {
   std::vector<PoolWorker> pool = Pool(2);
   std::vector<RunningJob> running = {
       Running(pool, "young", 1, {0, 1}, 0, absl::Minutes(3))};
-  SchedulingPlan plan =
-      Scheduler(policy).Plan(pool, {Queued("urgent", 2, 2, 10)}, running, kNow);
+  Planned plan =
+      PlanFor(Scheduler(policy), pool, {Queued("urgent", 2, 2, 10)}, running, kNow);
   EXPECT_THAT(plan.preemptions, IsEmpty());
   const QueueEntry* waits = WaitOf(plan, "urgent");
   EXPECT_EQ(waits->reason, WaitReason::kMinRunTime);
   EXPECT_THAT(waits->preempts, ElementsAre("young"));
 
-  plan = Scheduler(policy).Plan(pool, {Queued("urgent", 2, 2, 10)}, running,
+  plan = PlanFor(Scheduler(policy), pool, {Queued("urgent", 2, 2, 10)}, running,
                                 kNow + absl::Minutes(7));
   EXPECT_THAT(Preempted(plan), ElementsAre("young->urgent"));
+}
+
+TEST(SchedulerTest, AnAgedJobPreemptsItsEqualsThatPassedIt) {
+  SchedulerPolicy policy;
+  policy.age_after = absl::Hours(4);
+  std::vector<PoolWorker> pool = Pool(4);
+  // Two small jobs of its priority run: one submitted before the big job,
+  // one after (it passed the big one by backfill).
+  std::vector<RunningJob> running = {Running(pool, "earlier", 1, {0, 1}, 0),
+                                     Running(pool, "passed", 3, {2, 3}, 0)};
+  QueuedJob big = Queued("big", 2, 2, 0);
+  big.queued_at = kNow - absl::Hours(3);
+  Planned plan = PlanFor(Scheduler(policy), pool, {big}, running, kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "big")->reason, WaitReason::kNoFit);
+  big.queued_at = kNow - absl::Hours(4);
+  plan = PlanFor(Scheduler(policy), pool, {big}, running, kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("passed->big"));
 }
 
 TEST(SchedulerTest, PreemptionCountsOnlyWorkersMatchingThePlacement) {
@@ -270,14 +304,14 @@ TEST(SchedulerTest, PreemptionCountsOnlyWorkersMatchingThePlacement) {
                                      Running(pool, "gpu-job", 2, {2, 3}, 0)};
   QueuedJob gpus = Queued("gpus", 3, 2, 10);
   gpus.placement.device = "cuda";
-  SchedulingPlan plan = Scheduler({}).Plan(pool, {gpus}, running, kNow);
+  Planned plan = PlanFor(Scheduler({}), pool, {gpus}, running, kNow);
   EXPECT_THAT(Preempted(plan), ElementsAre("gpu-job->gpus"));
 }
 
 TEST(SchedulerTest, FifoLetsNothingPassTheHead) {
   SchedulerPolicy policy;
   policy.order = SchedulerPolicy::Order::kFifo;
-  SchedulingPlan plan = Scheduler(policy).Plan(
+  Planned plan = PlanFor(Scheduler(policy), 
       Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
       kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a"));
@@ -287,12 +321,12 @@ TEST(SchedulerTest, FifoLetsNothingPassTheHead) {
 TEST(SchedulerTest, OneAtATimeRunsASingleJob) {
   SchedulerPolicy policy;
   policy.order = SchedulerPolicy::Order::kOneAtATime;
-  SchedulingPlan plan = Scheduler(policy).Plan(
+  Planned plan = PlanFor(Scheduler(policy), 
       Pool(4), {Queued("a", 1, 2), Queued("b", 2, 2)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a"));
   std::vector<PoolWorker> pool = Pool(4);
   RunningJob running = Running(pool, "r", 1, {0});
-  plan = Scheduler(policy).Plan(pool, {Queued("b", 2, 1)}, {running}, kNow);
+  plan = PlanFor(Scheduler(policy), pool, {Queued("b", 2, 1)}, {running}, kNow);
   EXPECT_THAT(plan.starts, IsEmpty());
 }
 

@@ -1,0 +1,437 @@
+// The pool scheduler on a simulated cluster (issue 33, docs/BENCHMARKS.md
+// "Scheduling a shared pool"): the coordinator's own Scheduler
+// (coordinator/scheduler.h) drives a discrete-event simulation of W workers
+// and J jobs of mixed sizes, priorities, owners and durations arriving over
+// simulated days, against the same arrival trace under FIFO gang scheduling
+// and under one job at a time (the coordinator before several jobs could
+// share the pool). No processes, no sleeping: simulated time only.
+//
+// Reports per policy: utilization (busy worker-time / total worker-time,
+// over the whole trace and over the time some job waits), mean and p99
+// queue wait per priority class, preemptions, and the scheduler's time per
+// decision (Plan only, measured with the thread's CPU clock). Then the
+// decision time on a pool of W workers with Q queued jobs at once.
+//
+// Usage: scheduling_sim [--workers 1000] [--jobs 10000] [--queued 10000]
+//                       [--load 0.95] [--stop-seconds 1] [--min-run 60]
+//                       [--age-after 14400 (0: never)]
+//                       [--seed 1] [--policies priority,fifo,one]
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "coordinator/scheduler.h"
+
+namespace lockstep::coordinator {
+namespace {
+
+struct Config {
+  int workers = 1000;
+  int jobs = 10000;
+  int queued = 10000;
+  double load = 0.95;
+  double stop_seconds = 1;  // a preempted job stops and saves in this long
+  double min_run_seconds = 60;
+  double age_after_seconds = 4 * 3600;
+  uint64_t seed = 1;
+  std::vector<std::string> policies = {"priority", "fifo", "one"};
+};
+
+struct PriorityClass {
+  const char* name;
+  int priority;
+  double share;
+};
+constexpr PriorityClass kClasses[] = {
+    {"batch", 0, 0.70}, {"normal", 50, 0.25}, {"urgent", 100, 0.05}};
+
+struct SimJob {
+  int64_t seq = 0;
+  std::string id;
+  std::string owner;
+  int priority = 0;
+  int klass = 0;
+  int size = 1;
+  double arrival = 0;
+  double work = 0;  // seconds of training it needs
+  bool saves = true;  // saves checkpoints: may be preempted
+};
+
+double CpuMicros() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t i = static_cast<size_t>(std::ceil(p * values.size())) - 1;
+  return values[std::min(i, values.size() - 1)];
+}
+
+// The arrival trace: sizes from 1 to 64 (most small), log-normal durations
+// (median 1 h), three priority classes, 20 owners of whom the first submits
+// a third of the jobs; arrivals Poisson over the span that makes the
+// offered work `load` times the pool's capacity.
+std::vector<SimJob> Trace(const Config& config) {
+  std::mt19937_64 rng(config.seed);
+  std::discrete_distribution<int> size_index({40, 20, 15, 12, 8, 4, 1});
+  const int sizes[] = {1, 2, 4, 8, 16, 32, 64};
+  std::lognormal_distribution<double> hours(0.0, 1.0);
+  std::discrete_distribution<int> klass(
+      {kClasses[0].share, kClasses[1].share, kClasses[2].share});
+  std::vector<double> owner_weights = {33};
+  for (int i = 1; i < 20; ++i) owner_weights.push_back(67.0 / 19);
+  std::discrete_distribution<int> owner(owner_weights.begin(),
+                                        owner_weights.end());
+  std::bernoulli_distribution saves(0.8);
+  std::vector<SimJob> jobs(config.jobs);
+  double total_work = 0;
+  for (int i = 0; i < config.jobs; ++i) {
+    SimJob& job = jobs[i];
+    job.seq = i + 1;
+    job.id = absl::StrCat("job-", i + 1);
+    job.owner = absl::StrCat("operator:user", owner(rng));
+    job.klass = klass(rng);
+    job.priority = kClasses[job.klass].priority;
+    job.size = std::min(sizes[size_index(rng)], config.workers);
+    job.work = std::clamp(hours(rng), 5.0 / 60, 48.0) * 3600;
+    // Urgent work is short and always resumable; others save 80% of the
+    // time.
+    if (job.klass == 2) job.work = std::min(job.work, 3600.0);
+    job.saves = job.klass == 2 || saves(rng);
+    total_work += job.size * job.work;
+  }
+  const double span = total_work / (config.workers * config.load);
+  std::uniform_real_distribution<double> at(0, span);
+  std::vector<double> arrivals(config.jobs);
+  for (double& t : arrivals) t = at(rng);
+  std::sort(arrivals.begin(), arrivals.end());
+  for (int i = 0; i < config.jobs; ++i) jobs[i].arrival = arrivals[i];
+  return jobs;
+}
+
+struct Outcome {
+  std::string policy;
+  double makespan = 0;
+  double utilization = 0;
+  double utilization_while_waiting = 0;
+  std::vector<std::vector<double>> waits{3};
+  int64_t preemptions = 0;
+  int64_t decisions = 0;
+  std::vector<double> decision_us;
+};
+
+// One policy over the trace.
+Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
+                 SchedulerPolicy::Order order) {
+  SchedulerPolicy policy;
+  policy.order = order;
+  policy.min_run_time = absl::Seconds(config.min_run_seconds);
+  policy.age_after = config.age_after_seconds > 0
+                             ? absl::Seconds(config.age_after_seconds)
+                             : absl::InfiniteDuration();
+  const Scheduler scheduler(policy);
+
+  struct State {
+    bool queued = false, running = false, yielding = false;
+    double remaining = 0;
+    double started = 0;      // of the current run
+    double queued_since = 0;
+    double waited = 0;
+    std::vector<int> workers;
+    std::string yielding_for;
+    int64_t generation = 0;  // stale events are ignored
+  };
+  std::vector<State> state(trace.size());
+  std::map<std::string, size_t> by_id;
+  for (size_t i = 0; i < trace.size(); ++i) by_id[trace[i].id] = i;
+  std::vector<int> holder(config.workers, -1);
+
+  // Events: (time, kind, job, generation); kinds: 0 arrival, 1 finish,
+  // 2 stopped (a preemption completed).
+  using Event = std::tuple<double, int, size_t, int64_t>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  for (size_t i = 0; i < trace.size(); ++i) events.push({trace[i].arrival, 0, i, 0});
+
+  Outcome out;
+  double now = 0, busy = 0, busy_waiting = 0, time_waiting = 0;
+  int busy_workers = 0;
+  size_t queued_count = 0, done = 0;
+  std::vector<PoolWorker> pool(config.workers);
+  for (int i = 0; i < config.workers; ++i) {
+    pool[i].id = absl::StrCat("free:", i);
+    pool[i].device = "cpu";
+  }
+  auto advance = [&](double to) {
+    const double dt = to - now;
+    busy += busy_workers * dt;
+    if (queued_count > 0) {
+      busy_waiting += busy_workers * dt;
+      time_waiting += dt;
+    }
+    now = to;
+  };
+  auto release = [&](size_t j) {
+    for (int w : state[j].workers) holder[w] = -1;
+    busy_workers -= static_cast<int>(state[j].workers.size());
+    state[j].workers.clear();
+    state[j].running = state[j].yielding = false;
+  };
+  while (done < trace.size()) {
+    if (events.empty()) break;
+    // Every event at this instant, then one decision.
+    const double t = std::get<0>(events.top());
+    advance(t);
+    while (!events.empty() && std::get<0>(events.top()) <= t) {
+      auto [time, kind, j, generation] = events.top();
+      events.pop();
+      State& s = state[j];
+      if (kind == 0) {
+        s.queued = true;
+        s.queued_since = now;
+        s.remaining = trace[j].work;
+        ++queued_count;
+      } else if (s.generation == generation && s.running) {
+        if (kind == 1) {
+          release(j);
+          ++done;
+        } else {
+          // It trained until it stopped, then waits again.
+          s.remaining -= now - s.started;
+          release(j);
+          s.queued = true;
+          s.queued_since = now;
+          ++queued_count;
+        }
+      }
+    }
+    std::vector<QueuedJob> queued;
+    std::vector<size_t> queued_index;
+    std::vector<RunningJob> running;
+    std::vector<size_t> running_index;
+    for (int w = 0; w < config.workers; ++w) pool[w].free = holder[w] < 0;
+    for (size_t j = 0; j < trace.size(); ++j) {
+      const State& s = state[j];
+      if (s.queued) {
+        QueuedJob q;
+        q.id = trace[j].id;
+        q.seq = trace[j].seq;
+        q.priority = trace[j].priority;
+        q.owner = trace[j].owner;
+        q.size = q.most = trace[j].size;
+        q.queued_at = absl::FromUnixSeconds(0) + absl::Seconds(s.queued_since);
+        queued.push_back(std::move(q));
+        queued_index.push_back(j);
+      } else if (s.running) {
+        RunningJob r;
+        r.id = trace[j].id;
+        r.seq = trace[j].seq;
+        r.priority = trace[j].priority;
+        r.owner = trace[j].owner;
+        r.workers = s.workers;
+        r.started = absl::FromUnixSeconds(0) + absl::Seconds(s.started);
+        r.can_yield = trace[j].saves && !s.yielding;
+        r.yielding = s.yielding;
+        r.yielding_for = s.yielding_for;
+        running.push_back(std::move(r));
+        running_index.push_back(j);
+      }
+    }
+    const double before = CpuMicros();
+    SchedulingPlan plan = scheduler.Plan(
+        pool, queued, running, absl::FromUnixSeconds(0) + absl::Seconds(now));
+    out.decision_us.push_back(CpuMicros() - before);
+    ++out.decisions;
+    for (const SchedulingPlan::Preemption& p : plan.preemptions) {
+      State& s = state[by_id[p.job_id]];
+      s.yielding = true;
+      s.yielding_for = p.for_job;
+      ++out.preemptions;
+      events.push({now + config.stop_seconds, 2, by_id[p.job_id], s.generation});
+    }
+    for (const SchedulingPlan::Start& start : plan.starts) {
+      const size_t j = by_id[start.job_id];
+      State& s = state[j];
+      s.waited += now - s.queued_since;
+      s.queued = false;
+      s.running = true;
+      s.started = now;
+      s.workers = start.workers;
+      ++s.generation;
+      --queued_count;
+      for (int w : start.workers) holder[w] = static_cast<int>(j);
+      busy_workers += static_cast<int>(start.workers.size());
+      events.push({now + s.remaining, 1, j, s.generation});
+    }
+  }
+  out.makespan = now;
+  out.utilization = busy / (config.workers * now);
+  out.utilization_while_waiting =
+      time_waiting > 0 ? busy_waiting / (config.workers * time_waiting) : 1;
+  for (size_t j = 0; j < trace.size(); ++j) {
+    out.waits[trace[j].klass].push_back(state[j].waited);
+  }
+  return out;
+}
+
+// The decision time with `queued` jobs waiting on a full pool of `workers`
+// (the worst case for a pass: every queued job is considered) and with
+// half of it free.
+void DecisionTimeAtScale(const Config& config) {
+  Config shape = config;
+  shape.jobs = config.queued;
+  shape.seed = config.seed + 7;
+  std::vector<SimJob> trace = Trace(shape);
+  for (bool half_free : {false, true}) {
+    std::vector<PoolWorker> pool(config.workers);
+    std::vector<RunningJob> running;
+    int next = 0;
+    int64_t seq = 1'000'000;
+    const int busy = half_free ? config.workers / 2 : config.workers;
+    while (next < busy) {
+      RunningJob r;
+      r.id = absl::StrCat("running-", seq);
+      r.seq = seq++;
+      r.owner = absl::StrCat("operator:user", seq % 20);
+      r.priority = kClasses[seq % 3].priority;
+      r.can_yield = true;
+      r.started = absl::FromUnixSeconds(0);
+      for (int k = 0; k < 8 && next < busy; ++k) r.workers.push_back(next++);
+      running.push_back(std::move(r));
+    }
+    for (int i = 0; i < config.workers; ++i) {
+      pool[i].id = absl::StrCat("free:", i);
+      pool[i].device = "cpu";
+      pool[i].free = i >= busy;
+    }
+    std::vector<QueuedJob> queued;
+    for (const SimJob& job : trace) {
+      QueuedJob q;
+      q.id = job.id;
+      q.seq = job.seq;
+      q.priority = job.priority;
+      q.owner = job.owner;
+      // Big enough not to fit: the pass considers every one of them.
+      q.size = q.most = half_free ? config.workers : job.size;
+      queued.push_back(std::move(q));
+    }
+    SchedulerPolicy policy;
+    policy.min_run_time = absl::Seconds(config.min_run_seconds);
+    const Scheduler scheduler(policy);
+    std::vector<double> times;
+    for (int i = 0; i < 200; ++i) {
+      const double before = CpuMicros();
+      SchedulingPlan plan = scheduler.Plan(pool, queued, running,
+                                           absl::FromUnixSeconds(3600));
+      times.push_back(CpuMicros() - before);
+    }
+    std::printf(
+        "decision time, %d workers (%s), %d queued jobs: p50 %.0f us, p99 "
+        "%.0f us, max %.0f us\n",
+        config.workers, half_free ? "half free" : "all busy", config.queued,
+        Percentile(times, 0.5), Percentile(times, 0.99),
+        Percentile(times, 1.0));
+  }
+}
+
+int Run(const Config& config) {
+  const std::vector<SimJob> trace = Trace(config);
+  std::printf(
+      "scheduling simulation: %d workers, %d jobs over %.1f simulated days "
+      "(offered load %.2f), preemption stop %.1f s, min run time %.0f s, "
+      "age after %.0f s, seed %llu\n",
+      config.workers, config.jobs, trace.back().arrival / 86400, config.load,
+      config.stop_seconds, config.min_run_seconds, config.age_after_seconds,
+      static_cast<unsigned long long>(config.seed));
+  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "policy",
+              "util", "util/wait", "makespan(d)", "batch wait",
+              "normal wait", "urgent wait", "preempt", "dec p50", "dec p99");
+  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "", "", "",
+              "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "", "(us)",
+              "(us)");
+  for (const std::string& name : config.policies) {
+    SchedulerPolicy::Order order = name == "fifo" ? SchedulerPolicy::Order::kFifo
+                                   : name == "one"
+                                       ? SchedulerPolicy::Order::kOneAtATime
+                                       : SchedulerPolicy::Order::kPriority;
+    Outcome out = Simulate(config, trace, order);
+    auto mean = [](const std::vector<double>& v) {
+      double sum = 0;
+      for (double x : v) sum += x;
+      return v.empty() ? 0 : sum / v.size();
+    };
+    std::printf(
+        "%-9s %6.1f%% %8.1f%% %13.2f %7.2f/%-8.2f %7.2f/%-8.2f %7.1f/%-8.1f "
+        "%6lld %9.0f %9.0f\n",
+        name.c_str(), 100 * out.utilization,
+        100 * out.utilization_while_waiting, out.makespan / 86400,
+        mean(out.waits[0]) / 3600, Percentile(out.waits[0], 0.99) / 3600,
+        mean(out.waits[1]) / 3600, Percentile(out.waits[1], 0.99) / 3600,
+        mean(out.waits[2]), Percentile(out.waits[2], 0.99),
+        static_cast<long long>(out.preemptions),
+        Percentile(out.decision_us, 0.5), Percentile(out.decision_us, 0.99));
+  }
+  DecisionTimeAtScale(config);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::coordinator
+
+int main(int argc, char** argv) {
+  lockstep::coordinator::Config config;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    bool ok = true;
+    if (flag == "--workers") {
+      ok = absl::SimpleAtoi(value, &config.workers) && config.workers > 0;
+    } else if (flag == "--jobs") {
+      ok = absl::SimpleAtoi(value, &config.jobs) && config.jobs > 0;
+    } else if (flag == "--queued") {
+      ok = absl::SimpleAtoi(value, &config.queued) && config.queued > 0;
+    } else if (flag == "--load") {
+      ok = absl::SimpleAtod(value, &config.load) && config.load > 0;
+    } else if (flag == "--stop-seconds") {
+      ok = absl::SimpleAtod(value, &config.stop_seconds) &&
+           config.stop_seconds >= 0;
+    } else if (flag == "--min-run") {
+      ok = absl::SimpleAtod(value, &config.min_run_seconds) &&
+           config.min_run_seconds >= 0;
+    } else if (flag == "--age-after") {
+      ok = absl::SimpleAtod(value, &config.age_after_seconds) &&
+           config.age_after_seconds >= 0;
+    } else if (flag == "--seed") {
+      ok = absl::SimpleAtoi(value, &config.seed);
+    } else if (flag == "--policies") {
+      config.policies = absl::StrSplit(value, ',');
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "scheduling_sim: bad flag %s %s (see the file's "
+                           "head for usage)\n",
+                   flag.c_str(), value.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "scheduling_sim: flags come in pairs (see the file's "
+                         "head for usage)\n");
+    return 2;
+  }
+  return lockstep::coordinator::Run(config);
+}
