@@ -14,7 +14,7 @@
 //
 // Usage: scheduling_sim [--workers 1000] [--jobs 10000] [--queued 10000]
 //                       [--load 0.95] [--stop-seconds 1] [--min-run 60]
-//                       [--age-after 14400 (0: never)]
+//                       [--age-after SECS (default 0: never)]
 //                       [--seed 1] [--policies priority,fifo,one]
 #include <time.h>
 
@@ -44,7 +44,7 @@ struct Config {
   double load = 0.95;
   double stop_seconds = 1;  // a preempted job stops and saves in this long
   double min_run_seconds = 60;
-  double age_after_seconds = 4 * 3600;
+  double age_after_seconds = 0;  // never, as the coordinator's default
   uint64_t seed = 1;
   std::vector<std::string> policies = {"priority", "fifo", "one"};
 };
@@ -65,7 +65,7 @@ struct SimJob {
   int klass = 0;
   int size = 1;
   double arrival = 0;
-  double work = 0;  // seconds of training it needs
+  double work = 0;    // seconds of training it needs
   bool saves = true;  // saves checkpoints: may be preempted
 };
 
@@ -142,14 +142,14 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   policy.order = order;
   policy.min_run_time = absl::Seconds(config.min_run_seconds);
   policy.age_after = config.age_after_seconds > 0
-                             ? absl::Seconds(config.age_after_seconds)
-                             : absl::InfiniteDuration();
+                         ? absl::Seconds(config.age_after_seconds)
+                         : absl::InfiniteDuration();
   const Scheduler scheduler(policy);
 
   struct State {
     bool queued = false, running = false, yielding = false;
     double remaining = 0;
-    double started = 0;      // of the current run
+    double started = 0;  // of the current run
     double queued_since = 0;
     double waited = 0;
     std::vector<int> workers;
@@ -165,7 +165,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   // 2 stopped (a preemption completed).
   using Event = std::tuple<double, int, size_t, int64_t>;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
-  for (size_t i = 0; i < trace.size(); ++i) events.push({trace[i].arrival, 0, i, 0});
+  for (size_t i = 0; i < trace.size(); ++i)
+    events.push({trace[i].arrival, 0, i, 0});
 
   Outcome out;
   double now = 0, busy = 0, busy_waiting = 0, time_waiting = 0;
@@ -261,7 +262,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       s.yielding = true;
       s.yielding_for = p.for_job;
       ++out.preemptions;
-      events.push({now + config.stop_seconds, 2, by_id[p.job_id], s.generation});
+      events.push(
+          {now + config.stop_seconds, 2, by_id[p.job_id], s.generation});
     }
     for (const SchedulingPlan::Start& start : plan.starts) {
       const size_t j = by_id[start.job_id];
@@ -335,8 +337,8 @@ void DecisionTimeAtScale(const Config& config) {
     std::vector<double> times;
     for (int i = 0; i < 200; ++i) {
       const double before = CpuMicros();
-      SchedulingPlan plan = scheduler.Plan(pool, queued, running,
-                                           absl::FromUnixSeconds(3600));
+      SchedulingPlan plan =
+          scheduler.Plan(pool, queued, running, absl::FromUnixSeconds(3600));
       times.push_back(CpuMicros() - before);
     }
     std::printf(
@@ -358,16 +360,16 @@ int Run(const Config& config) {
       config.stop_seconds, config.min_run_seconds, config.age_after_seconds,
       static_cast<unsigned long long>(config.seed));
   std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "policy",
-              "util", "util/wait", "makespan(d)", "batch wait",
-              "normal wait", "urgent wait", "preempt", "dec p50", "dec p99");
-  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "", "", "",
-              "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "", "(us)",
+              "util", "util/wait", "makespan(d)", "batch wait", "normal wait",
+              "urgent wait", "preempt", "dec p50", "dec p99");
+  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "", "", "", "",
+              "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "", "(us)",
               "(us)");
   for (const std::string& name : config.policies) {
-    SchedulerPolicy::Order order = name == "fifo" ? SchedulerPolicy::Order::kFifo
-                                   : name == "one"
-                                       ? SchedulerPolicy::Order::kOneAtATime
-                                       : SchedulerPolicy::Order::kPriority;
+    SchedulerPolicy::Order order =
+        name == "fifo"  ? SchedulerPolicy::Order::kFifo
+        : name == "one" ? SchedulerPolicy::Order::kOneAtATime
+                        : SchedulerPolicy::Order::kPriority;
     Outcome out = Simulate(config, trace, order);
     auto mean = [](const std::vector<double>& v) {
       double sum = 0;
@@ -422,15 +424,17 @@ int main(int argc, char** argv) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "scheduling_sim: bad flag %s %s (see the file's "
-                           "head for usage)\n",
+      std::fprintf(stderr,
+                   "scheduling_sim: bad flag %s %s (see the file's "
+                   "head for usage)\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
   }
   if (argc % 2 == 0) {
-    std::fprintf(stderr, "scheduling_sim: flags come in pairs (see the file's "
-                         "head for usage)\n");
+    std::fprintf(stderr,
+                 "scheduling_sim: flags come in pairs (see the file's "
+                 "head for usage)\n");
     return 2;
   }
   return lockstep::coordinator::Run(config);

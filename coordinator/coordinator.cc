@@ -561,13 +561,26 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     for (int i : start.workers) workers.push_back(connected[i]);
     queue_.erase(std::find(queue_.begin(), queue_.end(), start.job_id));
     active_jobs_[job.seq] = job.status.job_id();
+    const std::string waited = absl::FormatDuration(
+        absl::Trunc(clock_->Now() - job.queued_at, absl::Milliseconds(1)));
     if (job.status.yields() > 0 && job.status.generation() > 0) {
       AddEventLocked(
           job, "resumed_after_preemption", nullptr,
           absl::StrCat(
-              "placed again after ", job.status.yields(),
+              "placed again on ", workers.size(), " workers after ",
+              job.status.yields(),
               job.status.yields() == 1 ? " preemption" : " preemptions",
-              "; it continues from step ", job.status.applied_step()));
+              " and ", waited, " in the queue; it continues from step ",
+              job.status.applied_step()));
+    } else {
+      AddEventLocked(
+          job, "placed", nullptr,
+          absl::StrCat("placed on ", workers.size(), " workers after ", waited,
+                       " in the queue (priority ", job.status.priority(),
+                       job.status.owner().empty()
+                           ? ""
+                           : absl::StrCat(", owner ", job.status.owner()),
+                       ")"));
     }
     StartGenerationLocked(job, workers);
   }
@@ -758,6 +771,7 @@ void Coordinator::PreemptedLocked(Job& job) {
     // and resumes from the step it saved, on whichever workers are free.
     status.set_preemptions(status.preemptions() + 1);
     status.set_yields(status.yields() + 1);
+    ++yields_;
     const std::string saved =
         FinalSave(status, status.step(),
                   job.generation->checkpoints().FailureOf(status.step()));

@@ -518,6 +518,12 @@ class Coordinator {
   std::string StopReasonLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // CollectMetrics' part for the scheduler (coordinator_metrics.cc):
+  // running and queued jobs, workers held and the longest wait, by owner
+  // and by priority; preemptions.
+  void WriteSchedulingLocked(metrics::Exposition& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ---- status records ----
   void AddEventLocked(Job& job, const std::string& kind, const Worker* worker,
                       const std::string& message)
@@ -604,6 +610,9 @@ class Coordinator {
   // kind, and the latency of each committed checkpoint.
   std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs the scheduler sent back to the queue for a job of a higher
+  // priority.
+  int64_t yields_ ABSL_GUARDED_BY(mu_) = 0;
   metrics::Histogram commit_seconds_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -5,6 +5,7 @@
 #include "coordinator/coordinator_metrics.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -114,7 +115,80 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
   }
 }
 
+// An owner as a label value: "none" for jobs submitted under --insecure.
+std::string OwnerLabel(const v1::JobStatus& status) {
+  return status.owner().empty() ? "none" : status.owner();
+}
+
 }  // namespace
+
+void Coordinator::WriteSchedulingLocked(metrics::Exposition& out) {
+  struct Tally {
+    int running = 0;  // RUNNING or RECOVERING
+    int workers = 0;  // the workers their latest generations hold
+    int queued = 0;
+    double oldest_wait = 0;
+  };
+  std::map<std::string, Tally> by_owner;
+  std::map<int, Tally> by_priority;
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, job] : jobs_) {
+    const v1::JobState state = job.status.state();
+    Tally& owner = by_owner[OwnerLabel(job.status)];
+    Tally& priority = by_priority[job.status.priority()];
+    if (state == v1::JOB_STATE_RUNNING || state == v1::JOB_STATE_RECOVERING) {
+      for (Tally* tally : {&owner, &priority}) {
+        ++tally->running;
+        tally->workers += job.status.world_size();
+      }
+    } else if (state == v1::JOB_STATE_QUEUED) {
+      const double waited = absl::ToDoubleSeconds(now - job.queued_at);
+      for (Tally* tally : {&owner, &priority}) {
+        ++tally->queued;
+        tally->oldest_wait = std::max(tally->oldest_wait, waited);
+      }
+    }
+  }
+  const struct {
+    const char* suffix;
+    const char* help;
+    std::function<double(const Tally&)> value;
+  } gauges[] = {
+      {"running_jobs", "running or recovering jobs",
+       [](const Tally& t) { return static_cast<double>(t.running); }},
+      {"workers", "workers held by running jobs",
+       [](const Tally& t) { return static_cast<double>(t.workers); }},
+      {"queued_jobs", "queued jobs",
+       [](const Tally& t) { return static_cast<double>(t.queued); }},
+      {"oldest_wait_seconds",
+       "seconds the longest-waiting queued job has waited since it last "
+       "entered the queue",
+       [](const Tally& t) { return t.oldest_wait; }},
+  };
+  for (const auto& gauge : gauges) {
+    const std::string name = absl::StrCat("lockstep_owner_", gauge.suffix);
+    out.Family(name, metrics::kGauge,
+               absl::StrCat("By owner (the submitter's role:name; none under "
+                            "--insecure): ",
+                            gauge.help, "."));
+    for (const auto& [owner, tally] : by_owner) {
+      out.Sample(name, {{"owner", owner}}, gauge.value(tally));
+    }
+  }
+  for (const auto& gauge : gauges) {
+    const std::string name = absl::StrCat("lockstep_priority_", gauge.suffix);
+    out.Family(name, metrics::kGauge,
+               absl::StrCat("By job priority: ", gauge.help, "."));
+    for (const auto& [priority, tally] : by_priority) {
+      out.Sample(name, {{"priority", absl::StrCat(priority)}},
+                 gauge.value(tally));
+    }
+  }
+  out.Family("lockstep_preemptions_total", metrics::kCounter,
+             "Running jobs the scheduler stopped at an agreed step and sent "
+             "back to the queue, for a job of a higher priority.");
+  out.Sample("lockstep_preemptions_total", {}, static_cast<double>(yields_));
+}
 
 const std::vector<std::string>& FailureEventKinds() {
   static const auto* kinds = new std::vector<std::string>{
@@ -141,6 +215,7 @@ void Coordinator::CollectMetrics(metrics::Exposition& out) {
   std::vector<const v1::JobStatus*> active;
   for (const Job* job : ActiveJobsLocked()) active.push_back(&job->status);
   WriteActiveJobs(active, out);
+  WriteSchedulingLocked(out);
 
   const std::vector<v1::WorkerInfo> workers = workers_.List();
   std::map<std::string, int> by_state;

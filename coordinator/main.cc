@@ -257,9 +257,8 @@ absl::Status ApplySchedulingFlags(const Args& args,
   options.scheduling.min_run_time = absl::Seconds(*min_run_time);
   auto age_after = Bounded(args, "age-after", 0, 0, 1e8);
   if (!age_after.ok()) return age_after.status();
-  options.scheduling.age_after = *age_after == 0
-                                     ? absl::InfiniteDuration()
-                                     : absl::Seconds(*age_after);
+  options.scheduling.age_after =
+      *age_after == 0 ? absl::InfiniteDuration() : absl::Seconds(*age_after);
   for (const std::string& owner : args.GetAll("admin")) {
     if (owner.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(

@@ -208,8 +208,7 @@ class Pass {
   bool MightPreempt(const QueuedJob& job, int free_matching) const {
     int64_t could = free_matching + yielding_workers_;
     for (const auto& [priority, workers] : yieldable_) {
-      if (priority > job.priority ||
-          (priority == job.priority && !Aged(job))) {
+      if (priority > job.priority || (priority == job.priority && !Aged(job))) {
         break;
       }
       could += workers;
@@ -392,8 +391,8 @@ void ConsiderFairly(Pass& pass, const std::vector<QueuedJob>& queued,
   // by_owner is not changed from here on: the pointers stay valid.
   std::vector<Turn> first;
   for (const auto& [owner, jobs] : by_owner) {
-    first.push_back({pass.Holds(owner), queued[jobs.front()].seq, &owner,
-                     &jobs, 0});
+    first.push_back(
+        {pass.Holds(owner), queued[jobs.front()].seq, &owner, &jobs, 0});
   }
   std::priority_queue<Turn, std::vector<Turn>, std::greater<Turn>> turns(
       std::greater<Turn>(), std::move(first));

@@ -24,9 +24,9 @@
 //     it instead would leave them idle for as long as the others run.
 //   - Quotas: an owner's running jobs hold at most its quota of workers.
 //   - Preemption: a job that does not fit preempts running jobs of a lower
-//     priority (or, aged, of its own) that can stop and resume without loss (they save
-//     checkpoints), the lowest priorities first and as few as needed, and
-//     only jobs that have run at least min_run_time since they last
+//     priority (or, aged, of its own) that can stop and resume without loss
+//     (they save checkpoints), the lowest priorities first and as few as
+//     needed, and only jobs that have run at least min_run_time since they last
 //     started. The workers it waits for are held for it meanwhile: no later
 //     job takes them.
 //
@@ -134,7 +134,7 @@ enum class WaitReason {
 const char* WaitReasonName(WaitReason reason);
 
 struct QueueEntry {
-  size_t job = 0;  // index into the `queued` given to Plan
+  size_t job = 0;        // index into the `queued` given to Plan
   int64_t position = 0;  // 1: the first waiting job considered
   WaitReason reason = WaitReason::kNoFit;
   int needed = 0;         // workers it needs

@@ -467,8 +467,9 @@ TEST_F(BoundsTest, EventsAreCappedAndCounted) {
   }
   v1::JobStatus status = Status(job);
   EXPECT_EQ(status.events_size(), 1000);
-  // generation_started and 20 x 64 warnings, of which 1000 are kept.
-  EXPECT_EQ(status.dropped_events(), 1 + 20 * kMaxWarningsPerReport - 1000);
+  // placed, generation_started and 20 x 64 warnings, of which 1000 are
+  // kept.
+  EXPECT_EQ(status.dropped_events(), 2 + 20 * kMaxWarningsPerReport - 1000);
   const v1::JobEvent& last_long = status.events(1000 - kMaxWarningsPerReport);
   EXPECT_LT(last_long.message().size(), 2100u);
   EXPECT_THAT(last_long.message(), HasSubstr("more bytes]"));

@@ -203,5 +203,49 @@ TEST_F(CoordinatorMetricsTest, EveryActiveJobHasItsSeriesInOneFamily) {
   }
 }
 
+// The scheduler's gauges: by owner and by priority, running, workers held,
+// queued and the longest wait on the injected clock; promtool agrees.
+TEST_F(CoordinatorMetricsTest, ShowsTheQueueByOwnerAndPriority) {
+  Make();
+  FakeSink a;
+  Connect(1, &a);
+  const std::string alice = "spiffe://lockstep/operator/alice";
+  ASSERT_TRUE(coordinator_->SubmitJob(Spec(1), alice).ok());
+  v1::JobSpec urgent = Spec(1);
+  urgent.set_priority(10);
+  ASSERT_TRUE(coordinator_->SubmitJob(Spec(1), alice).ok());
+  clock_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(
+      coordinator_->SubmitJob(urgent, "spiffe://lockstep/operator/bob").ok());
+  clock_.Advance(absl::Seconds(12));
+  const std::string page = Page();
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_owner_running_jobs{owner=\"operator:alice\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page, "lockstep_owner_workers{owner=\"operator:alice\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page, "lockstep_owner_queued_jobs{owner=\"operator:bob\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page,
+                          "lockstep_owner_oldest_wait_seconds{owner=\"operator:"
+                          "alice\"}"),
+              Optional(std::string("42")));
+  EXPECT_THAT(
+      SampleValue(page, "lockstep_priority_queued_jobs{priority=\"10\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(SampleValue(page,
+                          "lockstep_priority_oldest_wait_seconds{priority="
+                          "\"10\"}"),
+              Optional(std::string("12")));
+  EXPECT_THAT(SampleValue(page, "lockstep_preemptions_total"),
+              Optional(std::string("0")));
+  if (lockstep::testing::HavePromtool()) {
+    EXPECT_EQ(lockstep::testing::PromtoolProblems(page), "");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::coordinator

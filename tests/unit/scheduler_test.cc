@@ -62,8 +62,7 @@ struct Planned : SchedulingPlan {
   std::vector<QueuedJob> queued;
 };
 
-Planned PlanFor(const Scheduler& scheduler,
-                const std::vector<PoolWorker>& pool,
+Planned PlanFor(const Scheduler& scheduler, const std::vector<PoolWorker>& pool,
                 std::vector<QueuedJob> queued,
                 const std::vector<RunningJob>& running, absl::Time now) {
   Planned planned;
@@ -96,9 +95,9 @@ const QueueEntry* WaitOf(const Planned& plan, const std::string& id) {
 
 TEST(SchedulerTest, JobsThatFitStartAndOneThatDoesNotWaitsWithoutBlocking) {
   Scheduler scheduler({});
-  Planned plan = PlanFor(scheduler, 
-      Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
-      kNow);
+  Planned plan = PlanFor(
+      scheduler, Pool(4),
+      {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a", "c"));
   EXPECT_THAT(plan.starts[0].workers, ElementsAre(0, 1));
   EXPECT_THAT(plan.starts[1].workers, ElementsAre(2, 3));
@@ -152,8 +151,9 @@ TEST(SchedulerTest, AJobOfTheWholePoolWaitsForAnEmptyPool) {
 }
 
 TEST(SchedulerTest, HigherPriorityStartsFirst) {
-  Planned plan = PlanFor(Scheduler({}), 
-      Pool(2), {Queued("low", 1, 2, 0), Queued("high", 2, 2, 10)}, {}, kNow);
+  Planned plan =
+      PlanFor(Scheduler({}), Pool(2),
+              {Queued("low", 1, 2, 0), Queued("high", 2, 2, 10)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("high"));
   EXPECT_EQ(WaitOf(plan, "low")->position, 1);
 }
@@ -179,11 +179,10 @@ TEST(SchedulerTest, AQuotaCapsTheWorkersOneOwnerHolds) {
   std::vector<PoolWorker> pool = Pool(8);
   RunningJob running =
       Running(pool, "alice-run", 1, {0}, 0, absl::Hours(1), "operator:alice");
-  Planned plan =
-      PlanFor(Scheduler(policy), pool,
-                             {Queued("alice-a", 2, 2), Queued("alice-b", 3, 1),
-                              Queued("bob", 4, 2, 0, "operator:bob")},
-                             {running}, kNow);
+  Planned plan = PlanFor(Scheduler(policy), pool,
+                         {Queued("alice-a", 2, 2), Queued("alice-b", 3, 1),
+                          Queued("bob", 4, 2, 0, "operator:bob")},
+                         {running}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("bob", "alice-a"));
   const QueueEntry* waits = WaitOf(plan, "alice-b");
   ASSERT_NE(waits, nullptr);
@@ -241,9 +240,9 @@ TEST(SchedulerTest, FreeWorkersAreHeldForAJobWaitingOnAPreemption) {
   std::vector<RunningJob> running = {Running(pool, "low", 1, {0, 1}, 0)};
   // Workers 2 and 3 are free; urgent needs 4: it preempts "low" and holds 2
   // and 3, so the small job behind it does not take them.
-  Planned plan = PlanFor(Scheduler({}), 
-      pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
-      kNow);
+  Planned plan = PlanFor(Scheduler({}), pool,
+                         {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)},
+                         running, kNow);
   EXPECT_THAT(Preempted(plan), ElementsAre("low->urgent"));
   EXPECT_THAT(plan.starts, IsEmpty());
   EXPECT_EQ(WaitOf(plan, "small")->reason, WaitReason::kPriority);
@@ -252,9 +251,9 @@ TEST(SchedulerTest, FreeWorkersAreHeldForAJobWaitingOnAPreemption) {
   running[0].can_yield = false;
   running[0].yielding = true;
   running[0].yielding_for = "urgent";
-  plan = PlanFor(Scheduler({}), 
-      pool, {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)}, running,
-      kNow);
+  plan = PlanFor(Scheduler({}), pool,
+                 {Queued("urgent", 2, 4, 10), Queued("small", 3, 1, 0)},
+                 running, kNow);
   EXPECT_THAT(plan.preemptions, IsEmpty());
   EXPECT_THAT(plan.starts, IsEmpty());
   EXPECT_EQ(WaitOf(plan, "urgent")->reason, WaitReason::kPreempting);
@@ -267,15 +266,15 @@ TEST(SchedulerTest, AJobIsNotPreemptedBeforeItRanTheMinimumRunTime) {
   std::vector<PoolWorker> pool = Pool(2);
   std::vector<RunningJob> running = {
       Running(pool, "young", 1, {0, 1}, 0, absl::Minutes(3))};
-  Planned plan =
-      PlanFor(Scheduler(policy), pool, {Queued("urgent", 2, 2, 10)}, running, kNow);
+  Planned plan = PlanFor(Scheduler(policy), pool, {Queued("urgent", 2, 2, 10)},
+                         running, kNow);
   EXPECT_THAT(plan.preemptions, IsEmpty());
   const QueueEntry* waits = WaitOf(plan, "urgent");
   EXPECT_EQ(waits->reason, WaitReason::kMinRunTime);
   EXPECT_THAT(waits->preempts, ElementsAre("young"));
 
   plan = PlanFor(Scheduler(policy), pool, {Queued("urgent", 2, 2, 10)}, running,
-                                kNow + absl::Minutes(7));
+                 kNow + absl::Minutes(7));
   EXPECT_THAT(Preempted(plan), ElementsAre("young->urgent"));
 }
 
@@ -311,9 +310,9 @@ TEST(SchedulerTest, PreemptionCountsOnlyWorkersMatchingThePlacement) {
 TEST(SchedulerTest, FifoLetsNothingPassTheHead) {
   SchedulerPolicy policy;
   policy.order = SchedulerPolicy::Order::kFifo;
-  Planned plan = PlanFor(Scheduler(policy), 
-      Pool(4), {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {},
-      kNow);
+  Planned plan = PlanFor(
+      Scheduler(policy), Pool(4),
+      {Queued("a", 1, 2), Queued("big", 2, 4), Queued("c", 3, 2)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a"));
   EXPECT_EQ(WaitOf(plan, "c")->reason, WaitReason::kPriority);
 }
@@ -321,8 +320,8 @@ TEST(SchedulerTest, FifoLetsNothingPassTheHead) {
 TEST(SchedulerTest, OneAtATimeRunsASingleJob) {
   SchedulerPolicy policy;
   policy.order = SchedulerPolicy::Order::kOneAtATime;
-  Planned plan = PlanFor(Scheduler(policy), 
-      Pool(4), {Queued("a", 1, 2), Queued("b", 2, 2)}, {}, kNow);
+  Planned plan = PlanFor(Scheduler(policy), Pool(4),
+                         {Queued("a", 1, 2), Queued("b", 2, 2)}, {}, kNow);
   EXPECT_THAT(Started(plan), ElementsAre("a"));
   std::vector<PoolWorker> pool = Pool(4);
   RunningJob running = Running(pool, "r", 1, {0});
