@@ -1,7 +1,7 @@
-// `lockstep local`: a coordinator and N workers on 127.0.0.1, one job, then
-// everything is torn down. The same binaries and protocol as a cluster. This
-// file holds the command: its flags, the run and its summary (local.h); the
-// processes are in local_processes.cc.
+// `lockstep local`: a coordinator and N workers on 127.0.0.1, one job (or
+// several sharing the workers), then everything is torn down. The same binaries
+// and protocol as a cluster. This file holds the command: its flags, the run
+// and its summary (local.h); the processes are in local_processes.cc.
 #include "client/local.h"
 
 #include <google/protobuf/struct.pb.h>
@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/views.h"
@@ -31,10 +32,14 @@ namespace lockstep::client {
 namespace {
 
 constexpr char kLocalUsage[] =
-    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--metrics-port PORT] [--set field=value ...] JOB.json
+    R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--metrics-port PORT] [--set field=value ...] JOB.json [JOB.json ...]
 
 Runs JOB.json on a coordinator process and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
+Given several JOB.json, it submits them all at once to the same N workers:
+the coordinator's scheduler runs those that fit side by side and queues the
+rest (each job's num_workers, at most N; priority and placement apply as on
+a cluster); it follows them in order and exits 0 when every one succeeds.
 A worker process that dies (kill -9, a crash) is restarted, as Kubernetes
 would restart its pod, up to 5 times; the job recovers its state from the
 surviving workers or, with checkpoint.backup_dir, from the last checkpoint.
@@ -56,7 +61,7 @@ Flags:
   --set field=value    override a job-spec field; repeatable
                        (e.g. --set epochs=1 --set per_replica_batch_size=32)
   --json               progress on stderr; the last line of stdout is one JSON
-                       object: state, workers, steps, epochs, final_loss,
+                       object (one line per job with several) with: state, workers, steps, epochs, final_loss,
                        test_loss, the task's test metrics (test_accuracy,
                        test_top5_accuracy, test_mse, test_mae,
                        test_perplexity), samples_per_second (and
@@ -64,7 +69,8 @@ Flags:
                        backend (gloo or nccl), model_digest, startup_seconds
                        (processes up and registered), first_step_seconds
                        (from submitting the job to its first step), ...
-  --metrics-out FILE   write the per-step loss history as CSV (step,loss)
+  --metrics-out FILE   write the per-step loss history as CSV (step,loss);
+                       one job only
   --metrics-port PORT  serve Prometheus metrics on 127.0.0.1: the
                        coordinator's at http://127.0.0.1:PORT/metrics, worker
                        I's (spares after the workers) at port PORT+1+I
@@ -94,6 +100,8 @@ Examples:
   lockstep local --workers 2 examples/fashion_mnist_mlp.json
   lockstep local --workers 2 --gpus examples/fashion_mnist_cnn.json
   lockstep local --workers 2 --spares 1 examples/fashion_mnist_mlp.json
+  lockstep local --workers 4 --set num_workers=2 \
+      examples/fashion_mnist_mlp.json examples/fashion_mnist_cnn.json
 )";
 
 // The GPUs `lockstep local --gpus` hands out, as CUDA_VISIBLE_DEVICES
@@ -149,18 +157,35 @@ absl::Status LocalRun::Prepare() {
     return absl::InvalidArgumentError(
         absl::StrCat("--spares must be between 0 and 64, got ", spares_));
   }
-  if (args_.positional().size() != 1) {
+  if (args_.positional().empty() || args_.positional().size() > 16) {
     return absl::InvalidArgumentError(
-        "lockstep local needs exactly one JOB.json; see --help");
+        "lockstep local needs one JOB.json (or up to 16 to share the "
+        "workers); see --help");
   }
-  ASSIGN_OR_RETURN(spec_, LoadSpec(args_.positional()[0], args_.GetAll("set")));
-  if (spec_.num_workers() == 0) spec_.set_num_workers(workers_);
-  if (spec_.num_workers() != workers_) {
+  if (args_.positional().size() > 1 && args_.Has("metrics-out")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the job asks for num_workers ", spec_.num_workers(),
-                     " but --workers is ", workers_, "; make them agree"));
+        "--metrics-out writes one job's losses: give one JOB.json, or use "
+        "`lockstep metrics JOB --csv` with --keep-logs");
   }
-  RETURN_IF_ERROR(ValidateJobSpec(spec_, workers_));
+  for (const std::string& path : args_.positional()) {
+    ASSIGN_OR_RETURN(v1::JobSpec spec, LoadSpec(path, args_.GetAll("set")));
+    if (args_.positional().size() == 1) {
+      // One job: it runs on every worker.
+      if (spec.num_workers() == 0) spec.set_num_workers(workers_);
+      if (spec.num_workers() != workers_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the job asks for num_workers ", spec.num_workers(),
+                         " but --workers is ", workers_, "; make them agree"));
+      }
+    } else if (spec.num_workers() > workers_ || spec.min_workers() > workers_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " asks for ", std::max(spec.num_workers(), spec.min_workers()),
+          " workers but --workers is ", workers_, "; it could never start"));
+    }
+    RETURN_IF_ERROR(ValidateJobSpec(
+        spec, spec.num_workers() > 0 ? spec.num_workers() : workers_));
+    specs_.push_back(std::move(spec));
+  }
   if (args_.Has("gpus")) {
     ASSIGN_OR_RETURN(gpus_, VisibleGpus());
   }
@@ -270,14 +295,19 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
   std::cout << ToJson(out) << std::endl;
 }
 
-int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
+int LocalRun::Finish(const std::vector<absl::StatusOr<v1::JobStatus>>& finals) {
   double wall = absl::ToDoubleSeconds(absl::Now() - start_);
-  v1::JobStatus status;
-  if (final_status.ok()) {
+  std::vector<v1::JobStatus> statuses;
+  absl::Status failed;
+  for (const absl::StatusOr<v1::JobStatus>& final_status : finals) {
+    if (!final_status.ok()) {
+      failed = final_status.status();
+      break;
+    }
     // The final record, with the loss history.
     auto full = FetchJob(stub_.get(), address_, final_status->job_id(),
                          /*history=*/true);
-    status = full.ok() ? *std::move(full) : *final_status;
+    statuses.push_back(full.ok() ? *std::move(full) : *final_status);
   }
   finishing_ = true;
   processes_.TerminateAll(absl::Seconds(5));
@@ -287,14 +317,28 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
     absl::MutexLock lock(&mu_);
     child_failure = child_failure_;
   }
-  if (!final_status.ok()) {
+  if (!failed.ok()) {
     std::cerr << "lockstep: "
-              << (child_failure.empty()
-                      ? std::string(final_status.status().message())
-                      : child_failure)
+              << (child_failure.empty() ? std::string(failed.message())
+                                        : child_failure)
               << "\nlogs are in " << run_dir_ << std::endl;
     return kExitJobFailed;
   }
+  bool all_ok = true;
+  for (v1::JobStatus& status : statuses) {
+    all_ok &= Summarize(status, wall);
+  }
+  if (all_ok && !args_.Has("keep-logs")) {
+    absl::Status removed = RemoveRecursively(run_dir_);
+    if (!removed.ok()) {
+      std::cerr << "lockstep: " << removed.message()
+                << " (leaving the run's logs behind)" << std::endl;
+    }
+  }
+  return all_ok ? kExitOk : kExitJobFailed;
+}
+
+bool LocalRun::Summarize(v1::JobStatus& status, double wall) {
   if (args_.Has("metrics-out")) {
     std::ofstream out(args_.Get("metrics-out"));
     out << "step,loss\n";
@@ -329,14 +373,26 @@ int LocalRun::Finish(const absl::StatusOr<v1::JobStatus>& final_status) {
               << std::endl;
   }
   if (json_) PrintJson(status, wall);
-  if (ok && !args_.Has("keep-logs")) {
-    absl::Status removed = RemoveRecursively(run_dir_);
-    if (!removed.ok()) {
-      std::cerr << "lockstep: " << removed.message()
-                << " (leaving the run's logs behind)" << std::endl;
+  return ok;
+}
+
+absl::StatusOr<std::vector<std::string>> LocalRun::SubmitAll() {
+  std::vector<std::string> ids;
+  for (const v1::JobSpec& spec : specs_) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::SubmitJobResponse response;
+    grpc::Status rpc = stub_->SubmitJob(&context, request, &response);
+    if (!rpc.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(rpc.error_code()),
+                          rpc.error_message());
     }
+    ids.push_back(response.job_id());
   }
-  return ok ? kExitOk : kExitJobFailed;
+  return ids;
 }
 
 int LocalRun::Run() {
@@ -382,31 +438,46 @@ int LocalRun::Run() {
   }
   startup_seconds_ = absl::ToDoubleSeconds(absl::Now() - start_);
 
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  v1::SubmitJobRequest request;
-  *request.mutable_spec() = spec_;
-  v1::SubmitJobResponse response;
-  grpc::Status rpc = stub_->SubmitJob(&context, request, &response);
-  if (!rpc.ok()) {
+  absl::StatusOr<std::vector<std::string>> ids = SubmitAll();
+  if (!ids.ok()) {
     finishing_ = true;
     processes_.TerminateAll(absl::Seconds(2));
-    return Fail(absl::Status(static_cast<absl::StatusCode>(rpc.error_code()),
-                             rpc.error_message()));
+    return Fail(ids.status());
   }
-  ProgressView view(progress(), !json_ && isatty(STDOUT_FILENO));
+  if (ids->size() > 1) {
+    progress() << "lockstep local: submitted " << absl::StrJoin(*ids, ", ")
+               << "; following each in turn (`lockstep queue` shows those "
+                  "that wait)"
+               << std::endl;
+  }
   const absl::Time submitted = absl::Now();
-  auto final_status = WatchJob(
-      stub_.get(), response.job_id(), &watch_context_,
-      [&](const v1::JobStatus& status) {
-        if (first_step_seconds_ < 0 && status.step() >= 1) {
-          first_step_seconds_ = absl::ToDoubleSeconds(absl::Now() - submitted);
-        }
-        view.Update(status);
-      });
-  if (final_status.ok()) view.Update(*final_status);
-  return Finish(final_status);
+  std::vector<absl::StatusOr<v1::JobStatus>> finals;
+  for (const std::string& id : *ids) {
+    ProgressView view(progress(), !json_ && isatty(STDOUT_FILENO));
+    grpc::ClientContext watch;
+    {
+      absl::MutexLock lock(&watch_mu_);
+      if (watch_cancelled_) watch.TryCancel();
+      watch_context_ = &watch;
+    }
+    auto final_status =
+        WatchJob(stub_.get(), id, &watch, [&](const v1::JobStatus& status) {
+          if (first_step_seconds_ < 0 && status.step() >= 1) {
+            first_step_seconds_ =
+                absl::ToDoubleSeconds(absl::Now() - submitted);
+          }
+          view.Update(status);
+        });
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watch_context_ = nullptr;
+    }
+    if (final_status.ok()) view.Update(*final_status);
+    const bool stop = !final_status.ok();
+    finals.push_back(std::move(final_status));
+    if (stop) break;
+  }
+  return Finish(finals);
 }
 
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {

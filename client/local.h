@@ -25,11 +25,12 @@
 
 namespace lockstep::client {
 
-// A coordinator and N workers on 127.0.0.1 running one job, then torn down.
-// Run() does it all once: checks the flags and the job spec (Prepare), makes
-// the run directory and its certificates, starts the coordinator and the
-// workers, waits for every worker to register, submits the job, follows it,
-// and ends every process before it prints the summary (Finish).
+// A coordinator and N workers on 127.0.0.1 running one job (or several at
+// once, sharing the workers), then torn down. Run() does it all once:
+// checks the flags and the job specs (Prepare), makes the run directory and
+// its certificates, starts the coordinator and the workers, waits for every
+// worker to register, submits the jobs, follows each, and ends every
+// process before it prints the summaries (Finish).
 //
 // Thread-safety: Run() is called once, on the main thread. OnChildExit runs
 // on the process group's reaper thread: it restarts a dead worker, or
@@ -44,7 +45,14 @@ class LocalRun {
  private:
   // ---- the run (local.cc) ----
   absl::Status Prepare();
-  int Finish(const absl::StatusOr<v1::JobStatus>& final_status);
+  // The summary of every job (`finals`, in submission order) and the exit
+  // code: 0 when each succeeded.
+  int Finish(const std::vector<absl::StatusOr<v1::JobStatus>>& finals);
+  // One job's summary line, --metrics-out and --json; whether it
+  // succeeded with one model on every rank.
+  bool Summarize(v1::JobStatus& status, double wall_seconds);
+  // Submits every job at once, in order. Errors: the coordinator's.
+  absl::StatusOr<std::vector<std::string>> SubmitAll();
   void PrintJson(const v1::JobStatus& status, double wall_seconds);
   // How to point another lockstep command at this run.
   void PrintCliHint();
@@ -79,7 +87,8 @@ class LocalRun {
   std::vector<std::string> data_plane_flags_;
   // With --gpus: the CUDA_VISIBLE_DEVICES entries handed out round-robin.
   std::vector<std::string> gpus_;
-  v1::JobSpec spec_;
+  // The jobs, in the order given (one, or several sharing the workers).
+  std::vector<v1::JobSpec> specs_;
   std::string run_dir_;
   // Without --insecure: the run's CA (its key only in memory) and the
   // operator's credentials this command calls the coordinator with.
@@ -89,7 +98,10 @@ class LocalRun {
   std::string address_;
   ProcessGroup processes_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
-  grpc::ClientContext watch_context_;
+  // The watch under way, cancelled when a process fails for good.
+  absl::Mutex watch_mu_;
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+  bool watch_cancelled_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::atomic<bool> finishing_{false};
   absl::Mutex mu_;
   std::string child_failure_ ABSL_GUARDED_BY(mu_);

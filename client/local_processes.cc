@@ -192,7 +192,9 @@ absl::Status LocalRun::SpawnWorker(int index) {
                    {"--metrics-listen",
                     absl::StrCat("127.0.0.1:", metrics_port_ + 1 + index)});
   }
-  for (const std::string& flag : RootFlags(spec_)) command.push_back(flag);
+  for (const v1::JobSpec& spec : specs_) {
+    for (const std::string& flag : RootFlags(spec)) command.push_back(flag);
+  }
   // Each process has an identity of its own; a restart keeps it.
   const std::string name =
       absl::StrCat(index >= workers_ ? "local-spare-" : "local-worker-", index);
@@ -242,7 +244,9 @@ void LocalRun::OnChildExit(const std::string& name, int status) {
         worker ? absl::StrCat(" after ", kMaxWorkerRestarts, " restarts") : "",
         "; the end of its log (", log, "):\n", TailOfFile(log, 15));
   }
-  watch_context_.TryCancel();
+  absl::MutexLock lock(&watch_mu_);
+  watch_cancelled_ = true;
+  if (watch_context_ != nullptr) watch_context_->TryCancel();
 }
 
 absl::Status LocalRun::WaitForWorkers(absl::Duration timeout) {

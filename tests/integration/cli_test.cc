@@ -10,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/files.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/harness.h"
@@ -143,6 +146,34 @@ TEST(LocalTest, RunsWithMutualTlsAndSaysHowToReachIt) {
   EXPECT_THAT(ReadFileToString(run + "/coordinator.log").value_or(""),
               HasSubstr("mutual TLS"));
   EXPECT_TRUE(RemoveRecursively(run).ok());
+}
+
+// Issue 33: `lockstep local` given several jobs submits them at once to the
+// same workers; the two 1-worker jobs run side by side on the 2 workers and
+// each gets its own JSON line.
+TEST(LocalTest, SeveralJobsShareTheWorkers) {
+  Result r = RunCommand({kBin + "/lockstep", "local", "--workers", "2",
+                         "--threads", "1", "--json", "--set", "num_workers=1",
+                         "--set", "max_steps=20", kMlp, kMlp});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines =
+      absl::StrSplit(absl::StripTrailingAsciiWhitespace(r.out), '\n');
+  ASSERT_GE(lines.size(), 2u) << r.out;
+  std::set<std::string> jobs;
+  for (size_t i = lines.size() - 2; i < lines.size(); ++i) {
+    google::protobuf::Struct job = LastJsonLine(lines[i]);
+    EXPECT_EQ(job.fields().at("state").string_value(), "succeeded");
+    EXPECT_EQ(job.fields().at("workers").number_value(), 1);
+    jobs.insert(job.fields().at("job_id").string_value());
+  }
+  EXPECT_EQ(jobs.size(), 2u);
+  // Both ran at once: neither waited for the other's end.
+  EXPECT_THAT(r.err, HasSubstr("following each in turn"));
+
+  Result refused = RunCommand({kBin + "/lockstep", "local", "--workers", "2",
+                               "--set", "num_workers=3", kMlp, kMlp});
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("it could never start"));
 }
 
 // The operator's commands against a real coordinator: output, --json shape
