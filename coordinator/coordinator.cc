@@ -421,22 +421,65 @@ void Coordinator::StartNextGenerationLocked() {
 
 void Coordinator::StartQueuedOnClusterLocked(
     const std::set<std::string>& reserved) {
+  std::sort(queue_.begin(), queue_.end(), [&](const auto& a, const auto& b) {
+    return jobs_[a].seq < jobs_[b].seq;
+  });
   while (!queue_.empty()) {
-    auto it = std::min_element(queue_.begin(), queue_.end(),
-                               [&](const auto& a, const auto& b) {
-                                 return jobs_[a].seq < jobs_[b].seq;
-                               });
-    Job& job = jobs_[*it];
+    Job& job = jobs_[queue_.front()];
     if (job.status.state() != v1::JOB_STATE_QUEUED) {
-      queue_.erase(it);
+      queue_.pop_front();
       continue;
     }
     std::vector<Worker*> workers =
         workers_.Pick(job.status.spec(), {}, reserved);
-    if (workers.empty()) return;
-    queue_.erase(it);
+    if (workers.empty()) break;
+    queue_.pop_front();
     active_jobs_[job.seq] = job.status.job_id();
     StartGenerationLocked(job, workers);
+  }
+  // The rest wait for the tasks, the head first.
+  const int tasks = static_cast<int>(TrainingTasks(*cluster_).size());
+  int free = 0;
+  for (Worker* worker : workers_.StandingBy()) {
+    free += reserved.count(worker->id) == 0 && !worker->spare;
+  }
+  std::vector<std::string> ids;
+  std::vector<QueueEntry> entries;
+  for (const std::string& id : queue_) {
+    if (jobs_[id].status.state() != v1::JOB_STATE_QUEUED) continue;
+    QueueEntry entry;
+    entry.position = static_cast<int64_t>(entries.size()) + 1;
+    entry.reason = entries.empty() ? WaitReason::kNoFit : WaitReason::kPriority;
+    entry.needed = tasks;
+    entry.free_matching = free;
+    ids.push_back(id);
+    entries.push_back(std::move(entry));
+  }
+  ShowWaitingLocked(ids, entries);
+}
+
+void Coordinator::ShowWaitingLocked(const std::vector<std::string>& ids,
+                                    const std::vector<QueueEntry>& entries) {
+  waiting_ = ids;
+  waiting_on_time_ = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const QueueEntry& entry = entries[i];
+    waiting_on_time_ |= entry.reason == WaitReason::kMinRunTime;
+    Job& job = jobs_[ids[i]];
+    const v1::QueuePosition& shown = job.status.queue();
+    const std::string message = QueueMessage(entry);
+    if (shown.position() == entry.position &&
+        shown.reason() == WaitReasonName(entry.reason) &&
+        shown.message() == message) {
+      continue;
+    }
+    v1::QueuePosition* queue = job.status.mutable_queue();
+    queue->set_position(entry.position);
+    queue->set_reason(WaitReasonName(entry.reason));
+    queue->set_message(message);
+    queue->clear_preempts();
+    for (const std::string& id : entry.preempts) queue->add_preempts(id);
+    ChangedLocked(job);
   }
 }
 
@@ -546,12 +589,6 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
-  waiting_.clear();
-  waiting_on_time_ = false;
-  for (const QueueEntry& entry : plan.waiting) {
-    waiting_.push_back(queued[entry.job].id);
-    waiting_on_time_ |= entry.reason == WaitReason::kMinRunTime;
-  }
   for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
     PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job]);
   }
@@ -585,21 +622,11 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     StartGenerationLocked(job, workers);
   }
   // Each waiting job's status shows its new place.
+  std::vector<std::string> ids;
   for (const QueueEntry& entry : plan.waiting) {
-    Job& job = jobs_[queued[entry.job].id];
-    const v1::QueuePosition& shown = job.status.queue();
-    if (shown.position() != entry.position ||
-        shown.reason() != WaitReasonName(entry.reason) ||
-        shown.preempts_size() != static_cast<int>(entry.preempts.size())) {
-      v1::QueuePosition* queue = job.status.mutable_queue();
-      queue->set_position(entry.position);
-      queue->set_reason(WaitReasonName(entry.reason));
-      queue->set_message(QueueMessage(entry));
-      queue->clear_preempts();
-      for (const std::string& id : entry.preempts) queue->add_preempts(id);
-      ChangedLocked(job);
-    }
+    ids.push_back(queued[entry.job].id);
   }
+  ShowWaitingLocked(ids, plan.waiting);
 }
 
 void Coordinator::PreemptForLocked(Job& job, const Job& for_job) {

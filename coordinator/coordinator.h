@@ -449,6 +449,11 @@ class Coordinator {
   // jobs), carries it out and keeps each waiting job's place for its status.
   void ScheduleQueuedLocked(const std::set<std::string>& reserved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the waiting jobs' order (`ids`) and shows each its place and
+  // reason (`entries`, in the same order) in its status.
+  void ShowWaitingLocked(const std::vector<std::string>& ids,
+                         const std::vector<QueueEntry>& entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the ranks of `job` to stop at an agreed step and save it, so that
   // its workers go to `for_job`.
   void PreemptForLocked(Job& job, const Job& for_job)

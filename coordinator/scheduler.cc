@@ -54,8 +54,9 @@ std::string QueueMessage(const QueueEntry& entry) {
                           entry.owner_holds, " of a quota of ", entry.quota);
     case WaitReason::kPriority:
       return absl::StrCat("needs ", workers,
-                          "; jobs of a higher priority, or of an owner holding "
-                          "fewer workers, took the free ones first");
+                          "; jobs ahead of it (of a higher priority, of an "
+                          "owner holding fewer workers, or submitted earlier) "
+                          "come first");
     case WaitReason::kPreempting:
       return absl::StrCat("needs ", workers, "; waiting for ",
                           absl::StrJoin(entry.preempts, ", "),

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tf_config.h"
 #include "coordinator/coordinator.h"
 #include "tests/unit/coordinator_fixture.h"
 
@@ -426,6 +427,31 @@ TEST_F(CoordinatorTest, TheQueueListsWaitingJobsInTheSchedulersOrder) {
   EXPECT_EQ(coordinator_->ListQueue(request).status().code(),
             absl::StatusCode::kInvalidArgument);
   (void)running;
+}
+
+TEST_F(CoordinatorTest, OnAStaticClusterJobsQueueForItsTasksInOrder) {
+  auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Make(config->cluster);
+  FakeSink a, b;
+  ConnectTask(0, 10, &a);
+  ConnectTask(1, 11, &b);
+  const std::string first = *coordinator_->SubmitJob(Spec(0));
+  v1::JobSpec urgent = Spec(0);
+  urgent.set_priority(10);  // a static cluster runs its jobs in order
+  const std::string second = *coordinator_->SubmitJob(Spec(0));
+  const std::string third = *coordinator_->SubmitJob(urgent);
+  EXPECT_EQ(Status(first).state(), v1::JOB_STATE_RUNNING);
+  v1::JobStatus next = Status(second);
+  EXPECT_EQ(next.queue().position(), 1);
+  EXPECT_EQ(next.queue().reason(), "no_fit");
+  EXPECT_EQ(next.queue().message(),
+            "needs 2 workers; 0 free workers match its placement");
+  EXPECT_EQ(Status(third).queue().position(), 2);
+  Succeed(*coordinator_, Status(first), 0);
+  EXPECT_EQ(Status(second).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(Status(second).has_queue());
+  EXPECT_EQ(Status(third).queue().position(), 1);
 }
 
 }  // namespace
