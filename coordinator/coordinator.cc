@@ -361,8 +361,17 @@ void Coordinator::MaybeStartJobLocked(bool standby) {
   scheduling_ = false;
 }
 
+std::vector<Coordinator::Job*> Coordinator::ByPriorityLocked() {
+  std::vector<Job*> active = ActiveJobsLocked();
+  std::stable_sort(active.begin(), active.end(),
+                   [](const Job* a, const Job* b) {
+                     return a->status.priority() > b->status.priority();
+                   });
+  return active;
+}
+
 void Coordinator::StandbyLocked() {
-  const std::vector<Job*> active = ActiveJobsLocked();
+  const std::vector<Job*> active = ByPriorityLocked();
   Job* job = active.empty() ? nullptr : active.front();
   v1::CoordinatorCommand command;
   if (job != nullptr) {
@@ -383,13 +392,15 @@ void Coordinator::StandbyLocked() {
 
 void Coordinator::StartNextGenerationLocked() {
   if (shutdown_) return;
-  // Recovering jobs first, oldest first. Each keeps the workers of its
-  // previous generation (after a coordinator restart, as persisted: a spare
-  // may hold a rank whose own task never came back): they hold its live
-  // state, so no other job is given them while it waits for its group.
+  // Recovering jobs first, the highest priority (then the oldest) first: a
+  // spare goes to the most important job that lost a rank. Each keeps the
+  // workers of its previous generation (after a coordinator restart, as
+  // persisted: a spare may hold a rank whose own task never came back):
+  // they hold its live state, so no other job is given them while it waits
+  // for its group.
   std::vector<std::pair<std::string, std::vector<std::string>>> recovering;
   std::set<std::string> reserved;
-  for (Job* job : ActiveJobsLocked()) {
+  for (Job* job : ByPriorityLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::vector<std::string> previous;
     if (job->generation != nullptr) {

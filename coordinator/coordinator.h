@@ -388,13 +388,14 @@ class Coordinator {
   // ---- the job queue and state machine (coordinator.cc) ----
   // Re-forms each recovering job whose group can be whole again, then
   // starts each queued job whose workers are free; then tells every idle
-  // worker to stand by for the oldest active job.
+  // worker to stand by for the active job of the highest priority.
   // `standby` false: the standbys are left to the caller when no job is
   // active (a connecting worker clears only its own).
   void MaybeStartJobLocked(bool standby = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartNextGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends Standby{oldest active job} to each idle worker not yet standing by
+  // Sends Standby{the active job of the highest priority, the oldest among
+  // equals} to each idle worker not yet standing by
   // for it, so that it loads the job's data and can take a failed rank at
   // once (docs/DESIGN.md §3). Forgets the standbys when no job is active.
   void StandbyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -474,6 +475,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RUNNING and RECOVERING jobs, in submission order.
   std::vector<Job*> ActiveJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same, the highest priority first (then in submission order): the
+  // order in which recovering jobs are re-formed and spares stand by.
+  std::vector<Job*> ByPriorityLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The active job `worker` holds a rank of, if any.
   Job* JobOfLocked(const Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job whose live generation `number` holds `worker` as a rank, if any.

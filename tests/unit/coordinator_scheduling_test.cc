@@ -454,5 +454,44 @@ TEST_F(CoordinatorTest, OnAStaticClusterJobsQueueForItsTasksInOrder) {
   EXPECT_EQ(Status(third).queue().position(), 1);
 }
 
+TEST_F(CoordinatorTest, ASpareGoesToTheHighestPriorityJobThatLostARank) {
+  Make();
+  FakeSink sinks[2], spare_sinks[2];
+  const std::string first = Connect(1, &sinks[0]);
+  const std::string second = Connect(2, &sinks[1]);
+  const std::string low = *coordinator_->SubmitJob(Spec(1));
+  v1::JobSpec high_spec = Spec(1);
+  high_spec.set_priority(5);
+  const std::string high = *coordinator_->SubmitJob(high_spec);
+  auto connect_spare = [&](uint64_t incarnation, FakeSink* sink) {
+    v1::RegisterWorkerRequest spare = Free(incarnation);
+    spare.set_spare(true);
+    auto registered = coordinator_->RegisterWorker(Anyone(), spare);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_TRUE(
+        coordinator_
+            ->OpenSession(Anyone(), registered->worker_id(), incarnation, sink)
+            .ok());
+    return registered->worker_id();
+  };
+  // A spare stands by for the job of the higher priority, the younger one.
+  const std::string early = connect_spare(3, &spare_sinks[0]);
+  auto standbys = CommandsOf(spare_sinks[0], v1::CoordinatorCommand::kStandby);
+  ASSERT_FALSE(standbys.empty());
+  EXPECT_EQ(standbys.back().standby().job_id(), high);
+  coordinator_->CloseSession(early, 3, &spare_sinks[0],
+                             absl::UnavailableError("gone"));
+  // Both jobs lose their worker; then a spare comes: it goes to the job of
+  // the higher priority, though the other is older.
+  coordinator_->CloseSession(first, 1, &sinks[0], absl::UnavailableError("x"));
+  coordinator_->CloseSession(second, 2, &sinks[1], absl::UnavailableError("x"));
+  ASSERT_EQ(Status(high).state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_EQ(Status(low).state(), v1::JOB_STATE_RECOVERING);
+  const std::string spare = connect_spare(4, &spare_sinks[1]);
+  EXPECT_EQ(Status(high).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(high).ranks(0).worker_id(), spare);
+  EXPECT_EQ(Status(low).state(), v1::JOB_STATE_RECOVERING);
+}
+
 }  // namespace
 }  // namespace lockstep::coordinator
