@@ -7,7 +7,8 @@
 // share the pool). No processes, no sleeping: simulated time only.
 //
 // Reports per policy: utilization (busy worker-time / total worker-time,
-// over the whole trace and over the time some job waits), mean and p99
+// over the whole trace, over the time some job waits, and over the time
+// some waiting job would fit in the idle workers), mean and p99
 // queue wait per priority class, preemptions, and the scheduler's time per
 // decision (Plan only, measured with the thread's CPU clock). Then the
 // decision time on a pool of W workers with Q queued jobs at once.
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <queue>
 #include <random>
@@ -30,6 +32,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "coordinator/scheduler.h"
@@ -129,6 +132,9 @@ struct Outcome {
   double makespan = 0;
   double utilization = 0;
   double utilization_while_waiting = 0;
+  // While some queued job is small enough for the idle workers (the
+  // issue's "whenever the queue holds work that fits").
+  double utilization_while_fits = 0;
   std::vector<std::vector<double>> waits{3};
   int64_t preemptions = 0;
   int64_t decisions = 0;
@@ -170,6 +176,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
 
   Outcome out;
   double now = 0, busy = 0, busy_waiting = 0, time_waiting = 0;
+  double busy_fits = 0, time_fits = 0;
+  // The smallest queued job after the last decision (INT_MAX: none).
+  int smallest_queued = std::numeric_limits<int>::max();
   int busy_workers = 0;
   size_t queued_count = 0, done = 0;
   std::vector<PoolWorker> pool(config.workers);
@@ -183,6 +192,10 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     if (queued_count > 0) {
       busy_waiting += busy_workers * dt;
       time_waiting += dt;
+    }
+    if (smallest_queued <= config.workers - busy_workers) {
+      busy_fits += busy_workers * dt;
+      time_fits += dt;
     }
     now = to;
   };
@@ -279,11 +292,17 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       busy_workers += static_cast<int>(start.workers.size());
       events.push({now + s.remaining, 1, j, s.generation});
     }
+    smallest_queued = std::numeric_limits<int>::max();
+    for (const QueueEntry& entry : plan.waiting) {
+      smallest_queued = std::min(smallest_queued, queued[entry.job].size);
+    }
   }
   out.makespan = now;
   out.utilization = busy / (config.workers * now);
   out.utilization_while_waiting =
       time_waiting > 0 ? busy_waiting / (config.workers * time_waiting) : 1;
+  out.utilization_while_fits =
+      time_fits > 0 ? busy_fits / (config.workers * time_fits) : -1;
   for (size_t j = 0; j < trace.size(); ++j) {
     out.waits[trace[j].klass].push_back(state[j].waited);
   }
@@ -359,12 +378,13 @@ int Run(const Config& config) {
       config.workers, config.jobs, trace.back().arrival / 86400, config.load,
       config.stop_seconds, config.min_run_seconds, config.age_after_seconds,
       static_cast<unsigned long long>(config.seed));
-  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "policy",
-              "util", "util/wait", "makespan(d)", "batch wait", "normal wait",
-              "urgent wait", "preempt", "dec p50", "dec p99");
-  std::printf("%-9s %7s %9s %13s %16s %16s %16s %6s %9s %9s\n", "", "", "", "",
-              "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "", "(us)",
-              "(us)");
+  std::printf("%-9s %7s %9s %9s %11s %16s %16s %16s %7s %7s %7s\n",
+              "policy", "util", "util/wait", "util/fits", "makespan(d)",
+              "batch wait", "normal wait", "urgent wait", "preempt",
+              "dec p50", "dec p99");
+  std::printf("%-9s %7s %9s %9s %11s %16s %16s %16s %7s %7s %7s\n", "", "",
+              "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "",
+              "(us)", "(us)");
   for (const std::string& name : config.policies) {
     SchedulerPolicy::Order order =
         name == "fifo"  ? SchedulerPolicy::Order::kFifo
@@ -377,10 +397,15 @@ int Run(const Config& config) {
       return v.empty() ? 0 : sum / v.size();
     };
     std::printf(
-        "%-9s %6.1f%% %8.1f%% %13.2f %7.2f/%-8.2f %7.2f/%-8.2f %7.1f/%-8.1f "
-        "%6lld %9.0f %9.0f\n",
+        "%-9s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
+        "%7.1f/%-8.1f %7lld %7.0f %7.0f\n",
         name.c_str(), 100 * out.utilization,
-        100 * out.utilization_while_waiting, out.makespan / 86400,
+        100 * out.utilization_while_waiting,
+        out.utilization_while_fits < 0
+            ? "never"
+            : absl::StrFormat("%.1f%%", 100 * out.utilization_while_fits)
+                  .c_str(),
+        out.makespan / 86400,
         mean(out.waits[0]) / 3600, Percentile(out.waits[0], 0.99) / 3600,
         mean(out.waits[1]) / 3600, Percentile(out.waits[1], 0.99) / 3600,
         mean(out.waits[2]), Percentile(out.waits[2], 0.99),
