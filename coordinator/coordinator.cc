@@ -765,7 +765,6 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     }
     job.generation->End();
   }
-  changed_.SignalAll();  // pending KvGet/Barrier calls see the fence
   WakeJobWaitersLocked(job.status.job_id());
 }
 
@@ -870,7 +869,6 @@ void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   workers_.CloseAll();
-  changed_.SignalAll();
   WakeAllWaitersLocked();  // each is Cancelled by the fence
   EndWatchesLocked(std::nullopt,
                    absl::CancelledError("the coordinator is stopping"));

@@ -48,12 +48,13 @@
 // (Aborted), and each job's generations, keys and barriers are its own.
 //
 // Thread-safe: every public method may be called from any gRPC thread. One
-// lock (mu_) guards all state. The blocking calls (KvGet, Barrier,
-// WaitForJobChange) wait on the real time deadline they are given and
-// return early on Shutdown(). Their non-blocking forms (KvGetAsync,
-// BarrierAsync, WatchJob) hold no thread: they register a callback that the
-// coordinator calls, with its lock held, when the wait is over; the rpc layer
-// serves thousands of sessions and watches this way (coordinator/rpc/).
+// lock (mu_) guards all state. No call blocks: the waits (KvGetAsync,
+// BarrierAsync, WatchJob) hold no thread; they register a callback that the
+// coordinator calls, with its lock held, when the wait is over, and their
+// deadlines are on the injected clock (Sweep times them out). The rpc layer
+// serves thousands of sessions and watches this way (coordinator/rpc/); the
+// unit tests wait through a synchronous wrapper on a fake clock
+// (tests/unit/coordinator_fixture.h).
 #ifndef LOCKSTEP_COORDINATOR_COORDINATOR_H_
 #define LOCKSTEP_COORDINATOR_COORDINATOR_H_
 
@@ -182,14 +183,6 @@ class Coordinator {
   // ResourceExhausted when the generation's store is full (KvLimits, named
   // in the message).
   absl::Status KvSet(const Caller& caller, const v1::KvSetRequest& request);
-  // Waits until the key is set. Errors: Aborted (fenced or the job ended),
-  // DeadlineExceeded naming the key.
-  absl::StatusOr<std::string> KvGet(const Caller& caller,
-                                    const v1::KvGetRequest& request);
-  // Waits until every rank of the generation arrived. Errors: Aborted,
-  // DeadlineExceeded naming the ranks that did not arrive, ResourceExhausted
-  // for a new barrier name in a full store.
-  absl::Status Barrier(const Caller& caller, const v1::BarrierRequest& request);
 
   // ---- non-blocking waits ----
   // The callbacks below run exactly once (watchers: once per change) with
@@ -198,13 +191,17 @@ class Coordinator {
   using WaitId = RendezvousWaits::WaitId;
   using KvGetDone = RendezvousWaits::KvGetDone;
   using BarrierDone = RendezvousWaits::BarrierDone;
-  // KvGet without a thread: `done` gets what KvGet would return, at once when
+  // Waits for a key of the generation: `done` gets its value, at once when
   // the key is set or the call is fenced, else from the KvSet that sets it,
-  // the fence, Shutdown, or the first Sweep() at or after the deadline (on
-  // the injected clock). The id is for CancelWait.
+  // the fence (Aborted: the generation is over or replaced), Shutdown
+  // (Cancelled), or the first Sweep() at or after the deadline (on the
+  // injected clock; DeadlineExceeded naming the key). The id is for
+  // CancelWait.
   WaitId KvGetAsync(const Caller& caller, const v1::KvGetRequest& request,
                     KvGetDone done);
-  // Barrier without a thread: arrives at once, then like KvGetAsync.
+  // Arrives at a barrier at once, then waits like KvGetAsync until every
+  // rank of the generation arrived (DeadlineExceeded names the ranks that
+  // did not; ResourceExhausted for a new barrier name in a full store).
   WaitId BarrierAsync(const Caller& caller, const v1::BarrierRequest& request,
                       BarrierDone done);
   // The caller gave up (its RPC was cancelled): a wait still pending gets
@@ -229,21 +226,12 @@ class Coordinator {
   // priority_class).
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec,
                                         const std::string& submitted_by = "");
-  // One job, or every job (newest first) when `job_id` is empty.
-  // Unbounded: for tests; clients use the paged form below.
-  absl::StatusOr<std::vector<v1::JobStatus>> GetJobStatus(
-      const std::string& job_id, bool include_history);
   // One job (its full status), or without a job id a page of job
   // summaries, newest first: at most page_size jobs and about
   // kMaxStatusPageBytes, with next_page_token set when older jobs follow.
   // Errors: InvalidArgument (a bad id, page size or token), NotFound.
   absl::StatusOr<v1::GetJobStatusResponse> GetJobStatus(
       const v1::GetJobStatusRequest& request);
-  // Returns the job's status once its version is above `after_version`, or
-  // the current status at `deadline`. Errors: NotFound, Cancelled on shutdown.
-  absl::StatusOr<v1::JobStatus> WaitForJobChange(const std::string& job_id,
-                                                 int64_t after_version,
-                                                 absl::Time deadline);
   // A queued job stops at once; a running one at a step every rank agrees
   // on, saved first when checkpoints are configured. The job's error then
   // says whether that save was committed ("stopped on request after step
@@ -263,7 +251,6 @@ class Coordinator {
   // Errors: InvalidArgument (a bad page size).
   absl::StatusOr<v1::ListQueueResponse> ListQueue(
       const v1::ListQueueRequest& request);
-  std::vector<v1::WorkerInfo> ListWorkers();
   // A page of the workers in id order: at most page_size (0: and at most
   // kMaxWorkerPage, message_checks.h), after the worker named by page_token,
   // with next_page_token set when more follow. Errors: InvalidArgument.
@@ -588,8 +575,6 @@ class Coordinator {
   const std::set<std::string> admins_;
 
   mutable absl::Mutex mu_;
-  // Signalled on every change a blocked call may wait for.
-  absl::CondVar changed_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);

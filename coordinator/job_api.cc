@@ -26,25 +26,6 @@ namespace lockstep::coordinator {
 
 // ---- job status -------------------------------------------------------------
 
-absl::StatusOr<std::vector<v1::JobStatus>> Coordinator::GetJobStatus(
-    const std::string& job_id, bool include_history) {
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::JobStatus> result;
-  if (!job_id.empty()) {
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no job ", job_id, "; `lockstep status` lists jobs"));
-    }
-    result.push_back(ReportLocked(it->second, include_history));
-    return result;
-  }
-  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
-    result.push_back(ReportLocked(jobs_.at(it->second), include_history));
-  }
-  return result;
-}
-
 absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
     const v1::GetJobStatusRequest& request) {
   if (absl::Status bad = CheckStatusRequest(request); !bad.ok()) {
@@ -90,26 +71,6 @@ absl::StatusOr<v1::GetJobStatusResponse> Coordinator::GetJobStatus(
     *response.add_jobs() = std::move(summary);
   }
   return response;
-}
-
-absl::StatusOr<v1::JobStatus> Coordinator::WaitForJobChange(
-    const std::string& job_id, int64_t after_version, absl::Time deadline) {
-  if (absl::Status bad = CheckJobId("WatchJob", job_id); !bad.ok()) {
-    return Refused(bad);
-  }
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    }
-    if (shutdown_) return absl::CancelledError("the coordinator is stopping");
-    if (it->second.status.version() > after_version ||
-        absl::Now() >= deadline) {
-      return ReportLocked(it->second, /*include_history=*/false);
-    }
-    changed_.WaitWithDeadline(&mu_, deadline);
-  }
 }
 
 absl::Status Coordinator::AuthorizeOwnerLocked(const Job& job,
@@ -249,7 +210,6 @@ void Coordinator::EraseJobLocked(const std::string& id) {
                "; the job comes back on a coordinator restart");
     }
   }
-  changed_.SignalAll();  // its watchers see NotFound
   EndWatchesLocked(id, absl::NotFoundError(absl::StrCat(
                            "job ", id,
                            " was deleted (`lockstep delete` or "
@@ -316,7 +276,6 @@ void Coordinator::AddEventLocked(Job& job, const std::string& kind,
 
 void Coordinator::ChangedLocked(Job& job) {
   job.status.set_version(job.status.version() + 1);
-  changed_.SignalAll();
   NotifyWatchersLocked(job);
 }
 

@@ -82,64 +82,12 @@ absl::Status Coordinator::KvSet(const Caller& caller,
       !full.ok()) {
     return Refused(full);
   }
-  changed_.SignalAll();
   WakeWaitersLocked(request.job_id(), request.generation(), false,
                     request.key());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Coordinator::KvGet(
-    const Caller& caller, const v1::KvGetRequest& request) {
-  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kKvGet));
-  if (absl::Status bad = CheckKvGet(request); !bad.ok()) return Refused(bad);
-  absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kKvGet, request.job_id(),
-                                      request.generation(), std::nullopt));
-  while (true) {
-    // Looked up again after every wait: the generation may have been
-    // replaced meanwhile, and then this call is fenced.
-    if (auto ready = KvGetReadyLocked(request.job_id(), request.generation(),
-                                      request.key())) {
-      return *std::move(ready);
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          KvTimeoutMessage(request.job_id(), request.generation(),
-                           request.key(), request.timeout_ms()));
-    }
-    changed_.WaitWithDeadline(&mu_, deadline);
-  }
-}
-
-absl::Status Coordinator::Barrier(const Caller& caller,
-                                  const v1::BarrierRequest& request) {
-  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kBarrier));
-  if (absl::Status bad = CheckBarrier(request); !bad.ok()) return Refused(bad);
-  absl::Time deadline = absl::Now() + absl::Milliseconds(request.timeout_ms());
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kBarrier, request.job_id(),
-                                      request.generation(), request.rank()));
-  RETURN_IF_ERROR(ArriveLocked(request));
-  while (true) {
-    if (auto ready = BarrierReadyLocked(request.job_id(), request.generation(),
-                                        request.name())) {
-      return *ready;
-    }
-    if (absl::Now() >= deadline) {
-      ASSIGN_OR_RETURN(
-          Generation * generation,
-          CurrentGenerationLocked(request.job_id(), request.generation()));
-      return absl::DeadlineExceededError(
-          BarrierTimeoutMessage(request.name(), request.timeout_ms(),
-                                generation->Missing(request.name())));
-    }
-    changed_.WaitWithDeadline(&mu_, deadline);
-  }
-}
-
-// ---- the checks both forms share
-// ---------------------------------------------
+// ---- the checks of the waits ------------------------------------------------
 
 std::optional<absl::StatusOr<std::string>> Coordinator::KvGetReadyLocked(
     const std::string& job_id, int64_t generation_number,
@@ -165,7 +113,6 @@ absl::Status Coordinator::ArriveLocked(const v1::BarrierRequest& request) {
       !full.ok()) {
     return Refused(full);
   }
-  changed_.SignalAll();
   if (generation->AllArrived(request.name())) {
     WakeWaitersLocked(request.job_id(), request.generation(), true,
                       request.name());

@@ -165,7 +165,6 @@ absl::Status Coordinator::OpenSession(const Caller& caller,
     // a scan of every worker per session made connecting N workers O(N^2).
     worker->standby_job.clear();
   }
-  changed_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -317,11 +316,6 @@ void Coordinator::Sweep() {
             " (--forget-workers-after)");
   }
   WakeAllWaitersLocked();  // those past their deadline time out
-}
-
-std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
-  absl::MutexLock lock(&mu_);
-  return workers_.List();
 }
 
 absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(

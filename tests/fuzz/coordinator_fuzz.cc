@@ -111,16 +111,30 @@ class Driver {
       case 8:
         (void)coordinator_->StopJob(JobId());
         break;
-      case 9:
-        (void)coordinator_->GetJobStatus(in_.ConsumeBool() ? "" : JobId(),
-                                         in_.ConsumeBool());
-        (void)coordinator_->ListWorkers();
+      case 9: {
+        v1::GetJobStatusRequest request;
+        if (in_.ConsumeBool()) request.set_job_id(JobId());
+        request.set_include_history(in_.ConsumeBool());
+        request.set_page_size(in_.ConsumeIntegralInRange(-1, 3));
+        (void)coordinator_->GetJobStatus(request);
+        (void)coordinator_->ListWorkers(v1::ListWorkersRequest());
+        v1::ListQueueRequest queue;
+        queue.set_page_size(in_.ConsumeIntegralInRange(-1, 3));
+        (void)coordinator_->ListQueue(queue);
         break;
-      case 10:
-        (void)coordinator_->WaitForJobChange(
-            JobId(), in_.ConsumeIntegralInRange<int64_t>(-1, 50),
-            absl::InfinitePast());
+      }
+      case 10: {
+        // A watch that sees the job's changes until it is dropped.
+        auto id = coordinator_->WatchJob(
+            JobId(),
+            [](absl::StatusOr<std::shared_ptr<const v1::JobStatus>>) {});
+        if (id.ok()) watches_.push_back(*id);
+        if (!watches_.empty() && in_.ConsumeBool()) {
+          coordinator_->Unwatch(watches_.back());
+          watches_.pop_back();
+        }
         break;
+      }
       default:
         clock_.Advance(
             absl::Milliseconds(in_.ConsumeIntegralInRange<int64_t>(0, 15000)));
@@ -246,7 +260,8 @@ class Driver {
         request.set_generation(generation);
         request.set_key(in_.ConsumeBool() ? "k" : Text(16));
         request.set_timeout_ms(in_.ConsumeIntegralInRange<int64_t>(-5, 0));
-        (void)coordinator_->KvGet(Who(), request);
+        coordinator_->KvGetAsync(Who(), request,
+                                 [](absl::StatusOr<std::string>) {});
         break;
       }
       default: {
@@ -256,7 +271,7 @@ class Driver {
         request.set_name(in_.ConsumeBool() ? "b" : Text(8));
         request.set_rank(in_.ConsumeIntegralInRange(-1, 4));
         request.set_timeout_ms(in_.ConsumeIntegralInRange<int64_t>(-5, 0));
-        (void)coordinator_->Barrier(Who(), request);
+        coordinator_->BarrierAsync(Who(), request, [](absl::Status) {});
         break;
       }
     }
@@ -341,6 +356,7 @@ class Driver {
 
   FuzzedDataProvider& in_;
   FakeClock clock_;
+  std::vector<Coordinator::WaitId> watches_;
   Sink sinks_[kSinks];
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::string> worker_ids_;

@@ -105,6 +105,10 @@ TEST(RoleTable, InsecureDaemonsAllowEverything) {
 
 class CoordinatorAuthTest : public CoordinatorTest {
  protected:
+  // The waits of the fixture, beside the request builders of the same name.
+  using CoordinatorTest::Barrier;
+  using CoordinatorTest::KvGet;
+
   // A static cluster of worker:0 and worker:1.
   void MakeCluster() {
     auto config = ParseTfConfig(R"({"cluster": {"worker": ["a:1", "b:1"]}})");
@@ -212,7 +216,7 @@ TEST_F(CoordinatorAuthTest, AWorkerRegistersOnlyAsTheTaskItsCertificateNames) {
               HasSubstr("registers only as a hot spare"));
   auto spare_free = coordinator_->RegisterWorker(Identity(kSpare), Free(16));
   EXPECT_TRUE(absl::IsPermissionDenied(spare_free.status()));
-  EXPECT_EQ(coordinator_->ListWorkers().size(), 2);  // worker:1, the spare
+  EXPECT_EQ(ListWorkers().size(), 2);  // worker:1, the spare
 }
 
 TEST_F(CoordinatorAuthTest, AnElasticClusterTakesTaskLessWorkersAndSpares) {
@@ -277,7 +281,7 @@ TEST_F(CoordinatorAuthTest, OnlyWorkerIdentitiesRegister) {
       coordinator_->RegisterWorker(Identity(kViewer), Task(0, 1)).status()));
   EXPECT_TRUE(absl::IsUnauthenticated(
       coordinator_->RegisterWorker(Nobody(), Task(0, 1)).status()));
-  EXPECT_TRUE(coordinator_->ListWorkers().empty());
+  EXPECT_TRUE(ListWorkers().empty());
 }
 
 TEST_F(CoordinatorAuthTest, ASessionOpensOnlyForItsRegistrant) {
@@ -332,7 +336,7 @@ TEST_F(CoordinatorAuthTest, ALiveSessionIsNotTakenOverByANewProcess) {
 TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
   StartJob();
   EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), KvSet("rank0")).ok());
-  auto got = coordinator_->KvGet(Identity(kWorker1), KvGet("rank0"));
+  auto got = KvGet(Identity(kWorker1), KvGet("rank0"));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "10.0.0.1:9000");
 
@@ -350,34 +354,34 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
   for (const Caller& stranger :
        {Identity(kSpare), Identity(kOperator), Identity(kViewer)}) {
     absl::StatusOr<std::string> read =
-        coordinator_->KvGet(stranger, KvGet("rank0"));
+        KvGet(stranger, KvGet("rank0"));
     EXPECT_TRUE(absl::IsPermissionDenied(read.status())) << stranger.id;
     EXPECT_THAT(read.status().message(), Not(HasSubstr("10.0.0.1:9000")));
     EXPECT_TRUE(absl::IsPermissionDenied(
         coordinator_->KvSet(stranger, KvSet("rank0"))));
     EXPECT_TRUE(
-        absl::IsPermissionDenied(coordinator_->Barrier(stranger, Barrier(0))));
+        absl::IsPermissionDenied(Barrier(stranger, Barrier(0))));
   }
   EXPECT_THAT(
-      coordinator_->KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
+      KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
       HasSubstr("holds no rank of job"));
   EXPECT_TRUE(absl::IsUnauthenticated(
-      coordinator_->KvGet(Nobody(), KvGet("rank0")).status()));
+      KvGet(Nobody(), KvGet("rank0")).status()));
   // Nothing a stranger sent was stored.
-  EXPECT_EQ(*coordinator_->KvGet(Identity(kWorker0), KvGet("rank0")),
+  EXPECT_EQ(*KvGet(Identity(kWorker0), KvGet("rank0")),
             "10.0.0.1:9000");
 }
 
 TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {
   StartJob();
-  absl::Status other = coordinator_->Barrier(Identity(kWorker1), Barrier(0));
+  absl::Status other = Barrier(Identity(kWorker1), Barrier(0));
   EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
   EXPECT_THAT(other.message(), HasSubstr("holds rank 1"));
   // Rank 0 did not arrive through rank 1's call: the barrier times out
   // naming it.
   v1::BarrierRequest own = Barrier(1);
   own.set_timeout_ms(0);
-  absl::Status timed_out = coordinator_->Barrier(Identity(kWorker1), own);
+  absl::Status timed_out = Barrier(Identity(kWorker1), own);
   EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out)) << timed_out;
   EXPECT_THAT(timed_out.message(), HasSubstr("rank 0"));
 }
@@ -403,7 +407,7 @@ TEST_F(CoordinatorAuthTest, ARankWithoutItsSessionIsFencedOut) {
                              absl::UnavailableError("stream broke"));
   // The generation is over: the late rank sees the fence, and retries.
   EXPECT_TRUE(absl::IsAborted(
-      coordinator_->KvGet(Identity(kWorker1), KvGet("rank0")).status()));
+      KvGet(Identity(kWorker1), KvGet("rank0")).status()));
 }
 
 TEST_F(CoordinatorAuthTest, ResultsCountOnlyForTheSessionsOwnRank) {
@@ -485,7 +489,7 @@ TEST_F(CoordinatorAuthTest, IncarnationsAreShownToNobody) {
   absl::Status wrong = coordinator_->OpenSession(first, "worker:1", 1, &stale);
   EXPECT_TRUE(absl::IsAborted(wrong));
   EXPECT_THAT(wrong.message(), Not(HasSubstr(kSecretHex)));
-  for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+  for (const v1::WorkerInfo& info : ListWorkers()) {
     EXPECT_THAT(info.DebugString(), Not(HasSubstr(kSecretHex)));
     EXPECT_THAT(info.DebugString(),
                 Not(HasSubstr(absl::StrCat(kSecretIncarnation))));

@@ -108,7 +108,7 @@ TEST_F(CoordinatorTest, NcclWithARankWithoutAGpuFailsTheJobNamingTheRank) {
   EXPECT_EQ(EventsOf(status, "job_failed").size(), 1u);
   // No rank was told to start; both are free for the next job.
   EXPECT_TRUE(AssignedBackends({&sinks[0], &sinks[1]}).empty());
-  for (const v1::WorkerInfo& worker : coordinator_->ListWorkers()) {
+  for (const v1::WorkerInfo& worker : ListWorkers()) {
     EXPECT_EQ(worker.state(), "idle") << worker.worker_id();
   }
 }
@@ -177,7 +177,7 @@ TEST_F(CoordinatorTest, WorkersListShowsTheirDevices) {
   FakeSink a, b;
   std::string id_a = Connect(1, &a, Gpu(0, "GPU-a"));
   std::string id_b = Connect(2, &b);  // says nothing: the CPU
-  std::vector<v1::WorkerInfo> workers = coordinator_->ListWorkers();
+  std::vector<v1::WorkerInfo> workers = ListWorkers();
   ASSERT_EQ(workers.size(), 2u);
   EXPECT_EQ(workers[0].worker_id(), id_a);
   EXPECT_EQ(workers[0].device().name(), "cuda:0");

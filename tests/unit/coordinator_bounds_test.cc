@@ -96,7 +96,7 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   v1::KvGetRequest forever = Get(job, "k");
   forever.set_timeout_ms(kMaxWaitMs + 1);
   for (const v1::KvGetRequest& request : {negative, forever}) {
-    auto refused = coordinator_->KvGet(Anyone(), request);
+    auto refused = KvGet(Anyone(), request);
     EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
     EXPECT_THAT(refused.status().message(), HasSubstr("timeout_ms is"));
   }
@@ -106,18 +106,18 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   barrier.set_name("start");
   barrier.set_rank(kMaxRank + 1);
   EXPECT_TRUE(
-      absl::IsInvalidArgument(coordinator_->Barrier(Anyone(), barrier)));
+      absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
   barrier.set_rank(0);
   barrier.set_name("");
   EXPECT_TRUE(
-      absl::IsInvalidArgument(coordinator_->Barrier(Anyone(), barrier)));
+      absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
   // Nothing was stored and the job did not change.
   EXPECT_TRUE(absl::IsDeadlineExceeded(
-      coordinator_->KvGet(Anyone(), Get(job, "k")).status()));
+      KvGet(Anyone(), Get(job, "k")).status()));
   EXPECT_EQ(Status(job).version(), version);
   EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job, "k", "v")).ok());
-  EXPECT_EQ(*coordinator_->KvGet(Anyone(), Get(job, "k")), "v");
+  EXPECT_EQ(*KvGet(Anyone(), Get(job, "k")), "v");
 }
 
 TEST_F(BoundsTest, OutOfRangeJobCallsAreRefused) {
@@ -128,7 +128,12 @@ TEST_F(BoundsTest, OutOfRangeJobCallsAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->DeleteJob(bad_id)));
   EXPECT_TRUE(absl::IsInvalidArgument(coordinator_->DeleteJob("")));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      coordinator_->WaitForJobChange(bad_id, 0, absl::Now()).status()));
+      coordinator_
+          ->WatchJob(bad_id,
+                     [](absl::StatusOr<std::shared_ptr<const v1::JobStatus>>) {
+                       ADD_FAILURE() << "a refused watch was called";
+                     })
+          .status()));
   v1::GetJobStatusRequest status;
   status.set_job_id(std::string(kMaxJobIdBytes + 1, 'j'));
   EXPECT_TRUE(
@@ -180,7 +185,7 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   barrier.set_timeout_ms(0);
   // The fourth entry: a barrier name (it times out: rank 1 never comes).
   EXPECT_TRUE(
-      absl::IsDeadlineExceeded(coordinator_->Barrier(Anyone(), barrier)));
+      absl::IsDeadlineExceeded(Barrier(Anyone(), barrier)));
 
   absl::Status full = coordinator_->KvSet(Anyone(), Set(job, "3", "v"));
   EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
@@ -188,19 +193,19 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
               AllOf(HasSubstr(job), HasSubstr("--kv-max-entries (4)")));
   barrier.set_name("other");
   EXPECT_TRUE(
-      absl::IsResourceExhausted(coordinator_->Barrier(Anyone(), barrier)));
+      absl::IsResourceExhausted(Barrier(Anyone(), barrier)));
   absl::Status big =
       coordinator_->KvSet(Anyone(), Set(job, "1", std::string(2000, 'x')));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
   EXPECT_THAT(big.message(), HasSubstr("--kv-max-bytes (1000)"));
   // What the store holds still works: read, replaced within the caps.
-  EXPECT_EQ(*coordinator_->KvGet(Anyone(), Get(job, "1")), "v");
+  EXPECT_EQ(*KvGet(Anyone(), Get(job, "1")), "v");
   ASSERT_TRUE(
       coordinator_->KvSet(Anyone(), Set(job, "1", std::string(900, 'y'))).ok());
-  EXPECT_EQ(coordinator_->KvGet(Anyone(), Get(job, "1"))->size(), 900u);
+  EXPECT_EQ(KvGet(Anyone(), Get(job, "1"))->size(), 900u);
   barrier.set_name("start");
   barrier.set_rank(1);
-  EXPECT_TRUE(coordinator_->Barrier(Anyone(), barrier).ok());
+  EXPECT_TRUE(Barrier(Anyone(), barrier).ok());
 
   // The generation ends (a worker fails); its store is dropped and the next
   // generation has the whole budget.
@@ -244,7 +249,7 @@ TEST_F(BoundsTest, RetentionDeletesTheOldestFinishedJobsAcrossARestart) {
   coordinator_->Sweep();
   for (int i = 0; i < 2; ++i) {
     EXPECT_TRUE(
-        absl::IsNotFound(coordinator_->GetJobStatus(ids[i], false).status()))
+        absl::IsNotFound(GetJobStatus(ids[i], false).status()))
         << ids[i];
   }
   EXPECT_EQ(Status(ids[2]).state(), v1::JOB_STATE_STOPPED);
@@ -253,7 +258,7 @@ TEST_F(BoundsTest, RetentionDeletesTheOldestFinishedJobsAcrossARestart) {
   coordinator_.reset();
 
   Make(std::nullopt, *JobStore::Open(dir));
-  auto jobs = coordinator_->GetJobStatus("", false);
+  auto jobs = GetJobStatus("", false);
   ASSERT_TRUE(jobs.ok());
   std::vector<std::string> kept;
   for (const v1::JobStatus& job : *jobs) kept.push_back(job.job_id());
@@ -274,7 +279,7 @@ TEST_F(BoundsTest, FinishedJobsOlderThanTheTtlAreDeleted) {
   coordinator_->Sweep();
   for (const std::string& id : old) {
     EXPECT_TRUE(
-        absl::IsNotFound(coordinator_->GetJobStatus(id, false).status()));
+        absl::IsNotFound(GetJobStatus(id, false).status()));
   }
   EXPECT_EQ(Status(young[0]).state(), v1::JOB_STATE_STOPPED);
 }
@@ -298,11 +303,11 @@ TEST_F(BoundsTest, DeleteJobRefusesAnUnfinishedJobAndForgetsAFinishedOne) {
   ASSERT_TRUE(coordinator_->DeleteJob(queued).ok());
   EXPECT_TRUE(absl::IsNotFound(coordinator_->DeleteJob(queued)));
   EXPECT_TRUE(
-      absl::IsNotFound(coordinator_->GetJobStatus(queued, false).status()));
+      absl::IsNotFound(GetJobStatus(queued, false).status()));
   coordinator_.reset();
   Make(std::nullopt, *JobStore::Open(dir));
   EXPECT_TRUE(
-      absl::IsNotFound(coordinator_->GetJobStatus(queued, false).status()));
+      absl::IsNotFound(GetJobStatus(queued, false).status()));
   EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RECOVERING);
 }
 
@@ -319,7 +324,7 @@ TEST_F(BoundsTest, VanishedFreeWorkersAreForgottenAfterTheirTime) {
   coordinator_->CloseSession(gone, 2, &goes, absl::UnavailableError("exit"));
   auto listed = [this] {
     std::set<std::string> ids;
-    for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+    for (const v1::WorkerInfo& info : ListWorkers()) {
       ids.insert(info.worker_id());
     }
     return ids;
@@ -355,8 +360,8 @@ TEST_F(BoundsTest, StaticClusterTasksStayListedWhenGone) {
                              absl::UnavailableError("exit"));
   clock_.Advance(absl::Hours(2));
   coordinator_->Sweep();
-  ASSERT_EQ(coordinator_->ListWorkers().size(), 1u);
-  EXPECT_EQ(coordinator_->ListWorkers()[0].state(), "disconnected");
+  ASSERT_EQ(ListWorkers().size(), 1u);
+  EXPECT_EQ(ListWorkers()[0].state(), "disconnected");
 }
 
 // Issue 14: `lockstep status` failed for good ("message larger than max")

@@ -104,6 +104,106 @@ inline v1::WorkerMessage OkResult(const std::string& job, int64_t generation,
   return message;
 }
 
+// ---- the tests' synchronous forms of the coordinator's waits and lists ----
+// The coordinator itself has none: nothing of it blocks a thread, and its
+// waits time out on the injected clock.
+
+// A wait's result: at once when it can complete at once (the key is set,
+// every rank arrived, the call was refused or fenced); otherwise `clock`
+// moves to the wait's deadline and a Sweep times it out.
+inline absl::StatusOr<std::string> KvGetOn(Coordinator& coordinator,
+                                          FakeClock& clock,
+                                          const Caller& caller,
+                                          const v1::KvGetRequest& request) {
+  std::optional<absl::StatusOr<std::string>> result;
+  coordinator.KvGetAsync(caller, request,
+                         [&result](absl::StatusOr<std::string> got) {
+                           result = std::move(got);
+                         });
+  if (!result.has_value()) {
+    clock.Advance(absl::Milliseconds(request.timeout_ms()));
+    coordinator.Sweep();
+  }
+  if (!result.has_value()) {
+    return absl::InternalError("the KvGet wait never completed");
+  }
+  return *std::move(result);
+}
+
+inline absl::Status BarrierOn(Coordinator& coordinator, FakeClock& clock,
+                              const Caller& caller,
+                              const v1::BarrierRequest& request) {
+  std::optional<absl::Status> result;
+  coordinator.BarrierAsync(caller, request, [&result](absl::Status got) {
+    result = std::move(got);
+  });
+  if (!result.has_value()) {
+    clock.Advance(absl::Milliseconds(request.timeout_ms()));
+    coordinator.Sweep();
+  }
+  if (!result.has_value()) {
+    return absl::InternalError("the Barrier wait never completed");
+  }
+  return *std::move(result);
+}
+
+// The job named (one element), or every job newest first when `job_id` is
+// empty, each with its full record: through the paged GetJobStatus.
+inline absl::StatusOr<std::vector<v1::JobStatus>> JobsOn(
+    Coordinator& coordinator, const std::string& job_id,
+    bool include_history) {
+  std::vector<std::string> ids;
+  if (!job_id.empty()) {
+    ids.push_back(job_id);
+  } else {
+    v1::GetJobStatusRequest request;
+    do {
+      auto page = coordinator.GetJobStatus(request);
+      if (!page.ok()) return page.status();
+      for (const v1::JobStatus& job : page->jobs()) ids.push_back(job.job_id());
+      request.set_page_token(page->next_page_token());
+    } while (!request.page_token().empty());
+  }
+  std::vector<v1::JobStatus> jobs;
+  for (const std::string& id : ids) {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(id);
+    request.set_include_history(include_history);
+    auto one = coordinator.GetJobStatus(request);
+    if (!one.ok()) return one.status();
+    v1::JobStatus job = one->jobs(0);
+    // The rest of the loss history, page by page.
+    while (include_history &&
+           job.step_losses_size() < job.history_size()) {
+      request.set_history_offset(job.step_losses_size());
+      auto page = coordinator.GetJobStatus(request);
+      if (!page.ok()) return page.status();
+      if (page->jobs(0).step_losses().empty()) break;
+      for (float loss : page->jobs(0).step_losses()) job.add_step_losses(loss);
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+// Every worker, in id order: through the paged ListWorkers.
+inline std::vector<v1::WorkerInfo> WorkersOn(Coordinator& coordinator) {
+  std::vector<v1::WorkerInfo> workers;
+  v1::ListWorkersRequest request;
+  do {
+    auto page = coordinator.ListWorkers(request);
+    if (!page.ok()) {
+      ADD_FAILURE() << page.status();
+      break;
+    }
+    for (const v1::WorkerInfo& worker : page->workers()) {
+      workers.push_back(worker);
+    }
+    request.set_page_token(page->next_page_token());
+  } while (!request.page_token().empty());
+  return workers;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void Make(std::optional<v1::ClusterSpec> cluster = std::nullopt,
@@ -159,8 +259,24 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   v1::JobStatus Status(const std::string& job) {
-    return (*coordinator_->GetJobStatus(job, true))[0];
+    auto jobs = JobsOn(*coordinator_, job, /*include_history=*/true);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    return jobs.ok() ? (*jobs)[0] : v1::JobStatus();
   }
+  // The synchronous waits and lists above, on this fixture's clock.
+  absl::StatusOr<std::string> KvGet(const Caller& caller,
+                                    const v1::KvGetRequest& request) {
+    return KvGetOn(*coordinator_, clock_, caller, request);
+  }
+  absl::Status Barrier(const Caller& caller,
+                       const v1::BarrierRequest& request) {
+    return BarrierOn(*coordinator_, clock_, caller, request);
+  }
+  absl::StatusOr<std::vector<v1::JobStatus>> GetJobStatus(
+      const std::string& job_id, bool include_history) {
+    return JobsOn(*coordinator_, job_id, include_history);
+  }
+  std::vector<v1::WorkerInfo> ListWorkers() { return WorkersOn(*coordinator_); }
 
   FakeClock clock_;
   // Set before Make() to change more options (caps, retention).

@@ -110,7 +110,7 @@ TEST_F(CoordinatorTest, UnprintableOrHugeRegistrationNamesAreRefused) {
   gpu.mutable_device()->set_name("cuda:0");
   gpu.mutable_device()->set_gpu_name("NVIDIA H200");
   EXPECT_TRUE(coordinator_->RegisterWorker(Anyone(), gpu).ok());
-  EXPECT_EQ(coordinator_->ListWorkers().size(), 1u);
+  EXPECT_EQ(ListWorkers().size(), 1u);
 }
 
 }  // namespace

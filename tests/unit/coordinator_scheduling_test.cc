@@ -168,7 +168,7 @@ TEST_F(CoordinatorTest, TwoJobsKeysAndBarriersNeverMeet) {
     get.set_generation(1);
     get.set_key("addr/0");
     get.set_timeout_ms(1);
-    EXPECT_EQ(coordinator_->KvGet(Anyone(), get).value_or(""), value);
+    EXPECT_EQ(KvGet(Anyone(), get).value_or(""), value);
   }
   // The first ends: its generation is fenced, the second's is not.
   Succeed(*coordinator_, Status(first), 0);

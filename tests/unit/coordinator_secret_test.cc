@@ -79,7 +79,7 @@ TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
 
   v1::JobStatus status = Status(job);
   std::string workers;
-  for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+  for (const v1::WorkerInfo& info : ListWorkers()) {
     workers += info.SerializeAsString() + ToJson(info, JsonStyle::kCompact);
   }
   coordinator_.reset();  // the store is written and closed

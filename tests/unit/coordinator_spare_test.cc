@@ -48,7 +48,7 @@ class SpareTest : public CoordinatorTest {
   }
 
   v1::WorkerInfo Info(const std::string& id) {
-    for (const v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+    for (const v1::WorkerInfo& info : ListWorkers()) {
       if (info.worker_id() == id) return info;
     }
     ADD_FAILURE() << "no worker " << id;

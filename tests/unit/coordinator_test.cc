@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <thread>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/tf_config.h"
@@ -352,14 +352,14 @@ TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
   get.set_job_id(job);
   get.set_generation(1);
   get.set_key("k");
-  EXPECT_EQ(*coordinator_->KvGet(Anyone(), get), "v");
+  EXPECT_EQ(*KvGet(Anyone(), get), "v");
   get.set_generation(0);
-  EXPECT_EQ(coordinator_->KvGet(Anyone(), get).status().code(),
+  EXPECT_EQ(KvGet(Anyone(), get).status().code(),
             absl::StatusCode::kAborted);
   get.set_generation(1);
   get.set_key("missing");
   get.set_timeout_ms(1);
-  auto missing = coordinator_->KvGet(Anyone(), get);
+  auto missing = KvGet(Anyone(), get);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(missing.status().message(), HasSubstr("missing"));
 }
@@ -374,16 +374,20 @@ TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
   get.set_generation(1);
   get.set_key("late");
   get.set_timeout_ms(60000);
-  std::thread setter([&] {
-    v1::KvSetRequest set;
-    set.set_job_id(job);
-    set.set_generation(1);
-    set.set_key("late");
-    set.set_value("here");
-    ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
-  });
-  EXPECT_EQ(*coordinator_->KvGet(Anyone(), get), "here");
-  setter.join();
+  std::optional<absl::StatusOr<std::string>> got;
+  coordinator_->KvGetAsync(Anyone(), get,
+                           [&](absl::StatusOr<std::string> value) {
+                             got = std::move(value);
+                           });
+  EXPECT_FALSE(got.has_value());
+  v1::KvSetRequest set;
+  set.set_job_id(job);
+  set.set_generation(1);
+  set.set_key("late");
+  set.set_value("here");
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, "here");
 }
 
 TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
@@ -398,7 +402,7 @@ TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
   request.set_name("start");
   request.set_rank(0);
   request.set_timeout_ms(1);
-  absl::Status status = coordinator_->Barrier(Anyone(), request);
+  absl::Status status = Barrier(Anyone(), request);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(), HasSubstr("rank 1 (" + id_b + ")"));
 }
@@ -416,13 +420,13 @@ TEST_F(CoordinatorTest, BarrierRefusesARankOutsideTheGeneration) {
   request.set_timeout_ms(1);
   for (int rank : {2, 7}) {
     request.set_rank(rank);
-    absl::Status status = coordinator_->Barrier(Anyone(), request);
+    absl::Status status = Barrier(Anyone(), request);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << rank;
     EXPECT_THAT(status.message(), HasSubstr("is not one of its 2 ranks"));
   }
   // A negative rank is refused by the range check, before the generation.
   request.set_rank(-1);
-  absl::Status negative = coordinator_->Barrier(Anyone(), request);
+  absl::Status negative = Barrier(Anyone(), request);
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(negative.message(), HasSubstr("rank is -1"));
 }
@@ -543,7 +547,7 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   barrier.set_name("start");
   barrier.set_rank(1);
   barrier.set_timeout_ms(1);
-  ASSERT_EQ(coordinator_->Barrier(Anyone(), barrier).code(),
+  ASSERT_EQ(Barrier(Anyone(), barrier).code(),
             absl::StatusCode::kDeadlineExceeded);
 
   ReplaceGeneration(*coordinator_, id_b, &b, &c);
@@ -553,50 +557,51 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   get.set_generation(2);
   get.set_key("rank_0");
   get.set_timeout_ms(1);
-  EXPECT_EQ(coordinator_->KvGet(Anyone(), get).status().code(),
+  EXPECT_EQ(KvGet(Anyone(), get).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // Rank 1's arrival was in generation 1: generation 2 still waits for it.
   barrier.set_generation(2);
   barrier.set_rank(0);
-  absl::Status waited = coordinator_->Barrier(Anyone(), barrier);
+  absl::Status waited = Barrier(Anyone(), barrier);
   EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(waited.message(), HasSubstr("missing: rank 1 (free:2)"));
 }
 
-TEST_F(CoordinatorTest, CallsBlockedOnAReplacedGenerationAreAborted) {
+TEST_F(CoordinatorTest, WaitsOnAReplacedGenerationAreAborted) {
   Make();
   FakeSink a, b, c;
   Connect(1, &a);
   std::string id_b = Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  absl::StatusOr<std::string> got;
-  absl::Status barrier_status;
-  std::thread getter([&] {
-    v1::KvGetRequest get;
-    get.set_job_id(job);
-    get.set_generation(1);
-    get.set_key("never");
-    get.set_timeout_ms(60000);
-    got = coordinator_->KvGet(Anyone(), get);
+  std::optional<absl::StatusOr<std::string>> got;
+  std::optional<absl::Status> barrier_status;
+  v1::KvGetRequest get;
+  get.set_job_id(job);
+  get.set_generation(1);
+  get.set_key("never");
+  get.set_timeout_ms(60000);
+  coordinator_->KvGetAsync(Anyone(), get,
+                           [&](absl::StatusOr<std::string> value) {
+                             got = std::move(value);
+                           });
+  v1::BarrierRequest barrier;
+  barrier.set_job_id(job);
+  barrier.set_generation(1);
+  barrier.set_name("start");
+  barrier.set_rank(0);
+  barrier.set_timeout_ms(60000);
+  coordinator_->BarrierAsync(Anyone(), barrier, [&](absl::Status status) {
+    barrier_status = std::move(status);
   });
-  std::thread waiter([&] {
-    v1::BarrierRequest barrier;
-    barrier.set_job_id(job);
-    barrier.set_generation(1);
-    barrier.set_name("start");
-    barrier.set_rank(0);
-    barrier.set_timeout_ms(60000);
-    barrier_status = coordinator_->Barrier(Anyone(), barrier);
-  });
-  // Give both calls time to block; they are fenced whether or not they do.
-  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_FALSE(got.has_value());
+  ASSERT_FALSE(barrier_status.has_value());
   ReplaceGeneration(*coordinator_, id_b, &b, &c);
-  getter.join();
-  waiter.join();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(barrier_status.has_value());
   ASSERT_EQ(Status(job).generation(), 2);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(got.status().message(), HasSubstr("generation 1 is over"));
-  EXPECT_EQ(barrier_status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(got->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(got->status().message(), HasSubstr("generation 1 is over"));
+  EXPECT_EQ(barrier_status->code(), absl::StatusCode::kAborted);
 }
 
 TEST_F(CoordinatorTest, ReportsOfAnEndedGenerationAreIgnored) {

@@ -514,10 +514,12 @@ TEST_F(CoordinatorTlsTest, ALiveSessionCannotBeTakenOver) {
       StubOf(kWorker1)->RegisterWorker(&context, Task(1, 0xbad), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(status.error_message(), HasSubstr("live session"));
-  auto jobs = coordinator_->GetJobStatus(job_a_, false);
-  ASSERT_TRUE(jobs.ok());
-  EXPECT_EQ((*jobs)[0].state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ((*jobs)[0].generation(), 1);
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job_a_);
+  auto jobs = coordinator_->GetJobStatus(request);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->jobs(0).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(jobs->jobs(0).generation(), 1);
 }
 
 }  // namespace
