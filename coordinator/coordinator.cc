@@ -303,7 +303,7 @@ std::vector<Coordinator::Job*> Coordinator::ActiveJobsLocked() {
 }
 
 Coordinator::Job* Coordinator::JobOfLocked(const Worker& worker) {
-  if (worker.job_id.empty()) return nullptr;
+  if (!worker.holds_rank) return nullptr;
   auto it = jobs_.find(worker.job_id);
   if (it == jobs_.end() || active_jobs_.count(it->second.seq) == 0) {
     return nullptr;

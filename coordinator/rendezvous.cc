@@ -47,8 +47,9 @@ absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
     const Worker* worker = workers_.Find(generation->rank_workers()[candidate]);
     // Its registrant's worker, whose live session still holds the rank.
     if (worker == nullptr || worker->sink == nullptr ||
-        worker->identity != caller.id || worker->job_id != job_id ||
-        worker->generation != number || worker->rank != candidate) {
+        worker->identity != caller.id || !worker->holds_rank ||
+        worker->job_id != job_id || worker->generation != number ||
+        worker->rank != candidate) {
       continue;
     }
     held = candidate;

@@ -125,8 +125,7 @@ void WorkerRegistry::Register(Worker& worker,
 void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
                             int64_t generation, int rank, absl::Time now) {
   worker.job_id = job_id;
-  worker.assigned_job = job_id;
-  worker.assigned_rank = rank;
+  worker.holds_rank = true;
   // A rank loads the job's data: once its part ends it stands by already.
   worker.standby_job = job_id;
   worker.rank = rank;
@@ -137,14 +136,11 @@ void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
   worker.assigned_at = now;
 }
 
-void WorkerRegistry::Unassign(Worker& worker) {
-  worker.job_id.clear();
-  worker.rank = -1;
-}
+void WorkerRegistry::Unassign(Worker& worker) { worker.holds_rank = false; }
 
 void WorkerRegistry::Heartbeat(Worker& worker, const v1::Heartbeat& beat,
                                absl::Time now) {
-  if (beat.job_id() != worker.job_id ||
+  if (!worker.holds_rank || beat.job_id() != worker.job_id ||
       beat.generation() != worker.generation) {
     return;
   }
@@ -189,7 +185,7 @@ std::vector<Worker*> WorkerRegistry::NotJoined(
 }
 
 bool WorkerRegistry::Available(const Worker& worker) {
-  return worker.sink != nullptr && worker.job_id.empty() && !worker.leaving;
+  return worker.sink != nullptr && !worker.holds_rank && !worker.leaving;
 }
 
 std::vector<Worker*> WorkerRegistry::Pick(
@@ -317,7 +313,9 @@ std::vector<Worker*> WorkerRegistry::RanksOf(
   std::vector<Worker*> ranks;
   for (const std::string& id : rank_workers) {
     Worker* worker = Find(id);
-    if (worker != nullptr && worker->job_id == job_id) ranks.push_back(worker);
+    if (worker != nullptr && worker->holds_rank && worker->job_id == job_id) {
+      ranks.push_back(worker);
+    }
   }
   return ranks;
 }
@@ -329,7 +327,9 @@ std::string WorkerRegistry::Stall(const std::string& job_id,
   int64_t ahead = 0;
   for (const std::string& id : rank_workers) {
     const Worker* worker = Find(id);
-    if (worker == nullptr || worker->job_id != job_id) continue;
+    if (worker == nullptr || !worker->holds_rank || worker->job_id != job_id) {
+      continue;
+    }
     ranks.push_back(worker);
     ahead = std::max(ahead, worker->collective_seq);
   }
@@ -355,7 +355,7 @@ std::vector<std::string> WorkerRegistry::ForgetVanished(absl::Time now,
   for (auto it = workers_.begin(); it != workers_.end();) {
     const Worker& worker = it->second;
     if (worker.task.type().empty() && worker.sink == nullptr &&
-        worker.job_id.empty() && now - worker.last_heartbeat > after) {
+        !worker.holds_rank && now - worker.last_heartbeat > after) {
       forgotten.push_back(it->first);
       it = workers_.erase(it);
     } else {
@@ -382,17 +382,17 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List(const std::string& after,
     info.set_host(worker.host);
     *info.mutable_device() = worker.device;
     info.set_connected(worker.sink != nullptr);
-    info.set_job_id(worker.job_id);
-    info.set_rank(worker.rank);
+    info.set_job_id(worker.holds_rank ? worker.job_id : "");
+    info.set_rank(worker.holds_rank ? worker.rank : -1);
     info.set_generation(worker.generation);
     info.set_collective_seq(worker.collective_seq);
     info.set_last_heartbeat(
         absl::ToDoubleSeconds(worker.last_heartbeat - absl::UnixEpoch()));
     info.set_spare(worker.spare);
     info.mutable_labels()->insert(worker.labels.begin(), worker.labels.end());
-    if (worker.job_id.empty()) info.set_standby_job_id(worker.standby_job);
+    if (!worker.holds_rank) info.set_standby_job_id(worker.standby_job);
     info.set_state(worker.sink == nullptr        ? "disconnected"
-                   : !worker.job_id.empty()      ? "training"
+                   : worker.holds_rank           ? "training"
                    : !worker.standby_job.empty() ? "standby"
                                                  : "idle");
   }
@@ -407,7 +407,7 @@ void WorkerRegistry::CloseAll() {
 
 std::string WorkerRegistry::Describe(const Worker& worker) {
   std::string text = absl::StrCat(worker.id, " (host ", worker.host);
-  if (worker.rank >= 0) absl::StrAppend(&text, ", rank ", worker.rank);
+  if (worker.holds_rank) absl::StrAppend(&text, ", rank ", worker.rank);
   return absl::StrCat(text, ")");
 }
 

@@ -45,14 +45,14 @@ struct Worker {
   int64_t order = 0;  // registration order, ranks free workers
   SessionSink* sink = nullptr;
   absl::Time last_heartbeat;
-  std::string job_id;  // the job this worker runs, if any
-  int rank = -1;
+  // The rank it was last given (job, generation, rank), kept after its
+  // part ended: a late result or a leaving worker's report of its live
+  // state is accepted only for that. `holds_rank`: it still holds it (its
+  // part of that generation has not ended); only then is it busy.
+  std::string job_id;
   int64_t generation = 0;
-  // The latest rank it was given (job, rank; `generation` above), kept after
-  // its part ended: a late result or a leaving worker's report of its live
-  // state is accepted only for that.
-  std::string assigned_job;
-  int assigned_rank = -1;
+  int rank = -1;
+  bool holds_rank = false;
   // Collectives entered in the current generation, when that last changed,
   // and when a heartbeat last reported it: a rank whose count stays below
   // the others' is a straggler. The count is only seen every heartbeat

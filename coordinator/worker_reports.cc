@@ -40,7 +40,7 @@ bool IsRetryable(int code) {
 // a rank by this coordinator, or listed among the ranks of the job's latest
 // generation (stored, so also after a coordinator restart).
 bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
-  if (worker.assigned_job == status.job_id()) return true;
+  if (worker.job_id == status.job_id()) return true;
   for (const v1::RankResult& rank : status.ranks()) {
     if (rank.worker_id() == worker.id) return true;
   }
@@ -76,7 +76,7 @@ Coordinator::Job* Coordinator::GenerationOfLocked(const Worker& worker,
                                                   const std::string& job_id,
                                                   int64_t number) {
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || worker.job_id != job_id || worker.rank < 0) {
+  if (it == jobs_.end() || !worker.holds_rank || worker.job_id != job_id) {
     return nullptr;
   }
   Job& job = it->second;
@@ -90,9 +90,9 @@ void Coordinator::NoteAppliedStepLocked(const Worker& worker,
                                         const v1::TaskResult& result) {
   // Also from a generation that already ended: its ranks say where they
   // stopped, which a later resume may repeat.
-  if (worker.assigned_job != result.job_id() ||
+  if (worker.job_id != result.job_id() ||
       worker.generation != result.generation() ||
-      worker.assigned_rank != result.rank()) {
+      worker.rank != result.rank()) {
     return;
   }
   auto it = jobs_.find(result.job_id());

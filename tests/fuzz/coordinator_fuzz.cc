@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "checkpoint/store.h"
 #include "common/caller.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/session_sink.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
-#include "checkpoint/store.h"
 
 namespace lockstep::coordinator {
 namespace {

@@ -353,23 +353,19 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
           .ok());
   for (const Caller& stranger :
        {Identity(kSpare), Identity(kOperator), Identity(kViewer)}) {
-    absl::StatusOr<std::string> read =
-        KvGet(stranger, KvGet("rank0"));
+    absl::StatusOr<std::string> read = KvGet(stranger, KvGet("rank0"));
     EXPECT_TRUE(absl::IsPermissionDenied(read.status())) << stranger.id;
     EXPECT_THAT(read.status().message(), Not(HasSubstr("10.0.0.1:9000")));
     EXPECT_TRUE(absl::IsPermissionDenied(
         coordinator_->KvSet(stranger, KvSet("rank0"))));
-    EXPECT_TRUE(
-        absl::IsPermissionDenied(Barrier(stranger, Barrier(0))));
+    EXPECT_TRUE(absl::IsPermissionDenied(Barrier(stranger, Barrier(0))));
   }
-  EXPECT_THAT(
-      KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
-      HasSubstr("holds no rank of job"));
-  EXPECT_TRUE(absl::IsUnauthenticated(
-      KvGet(Nobody(), KvGet("rank0")).status()));
+  EXPECT_THAT(KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
+              HasSubstr("holds no rank of job"));
+  EXPECT_TRUE(
+      absl::IsUnauthenticated(KvGet(Nobody(), KvGet("rank0")).status()));
   // Nothing a stranger sent was stored.
-  EXPECT_EQ(*KvGet(Identity(kWorker0), KvGet("rank0")),
-            "10.0.0.1:9000");
+  EXPECT_EQ(*KvGet(Identity(kWorker0), KvGet("rank0")), "10.0.0.1:9000");
 }
 
 TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {
@@ -406,8 +402,8 @@ TEST_F(CoordinatorAuthTest, ARankWithoutItsSessionIsFencedOut) {
   coordinator_->CloseSession("worker:1", 11, &sink1_,
                              absl::UnavailableError("stream broke"));
   // The generation is over: the late rank sees the fence, and retries.
-  EXPECT_TRUE(absl::IsAborted(
-      KvGet(Identity(kWorker1), KvGet("rank0")).status()));
+  EXPECT_TRUE(
+      absl::IsAborted(KvGet(Identity(kWorker1), KvGet("rank0")).status()));
 }
 
 TEST_F(CoordinatorAuthTest, ResultsCountOnlyForTheSessionsOwnRank) {

@@ -105,15 +105,13 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
   barrier.set_generation(1);
   barrier.set_name("start");
   barrier.set_rank(kMaxRank + 1);
-  EXPECT_TRUE(
-      absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
+  EXPECT_TRUE(absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
   barrier.set_rank(0);
   barrier.set_name("");
-  EXPECT_TRUE(
-      absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
+  EXPECT_TRUE(absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
   // Nothing was stored and the job did not change.
-  EXPECT_TRUE(absl::IsDeadlineExceeded(
-      KvGet(Anyone(), Get(job, "k")).status()));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(KvGet(Anyone(), Get(job, "k")).status()));
   EXPECT_EQ(Status(job).version(), version);
   EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job, "k", "v")).ok());
@@ -184,16 +182,14 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   barrier.set_rank(0);
   barrier.set_timeout_ms(0);
   // The fourth entry: a barrier name (it times out: rank 1 never comes).
-  EXPECT_TRUE(
-      absl::IsDeadlineExceeded(Barrier(Anyone(), barrier)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(Barrier(Anyone(), barrier)));
 
   absl::Status full = coordinator_->KvSet(Anyone(), Set(job, "3", "v"));
   EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
   EXPECT_THAT(full.message(),
               AllOf(HasSubstr(job), HasSubstr("--kv-max-entries (4)")));
   barrier.set_name("other");
-  EXPECT_TRUE(
-      absl::IsResourceExhausted(Barrier(Anyone(), barrier)));
+  EXPECT_TRUE(absl::IsResourceExhausted(Barrier(Anyone(), barrier)));
   absl::Status big =
       coordinator_->KvSet(Anyone(), Set(job, "1", std::string(2000, 'x')));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
@@ -248,8 +244,7 @@ TEST_F(BoundsTest, RetentionDeletesTheOldestFinishedJobsAcrossARestart) {
   std::string queued = *coordinator_->SubmitJob(Spec(1));
   coordinator_->Sweep();
   for (int i = 0; i < 2; ++i) {
-    EXPECT_TRUE(
-        absl::IsNotFound(GetJobStatus(ids[i], false).status()))
+    EXPECT_TRUE(absl::IsNotFound(GetJobStatus(ids[i], false).status()))
         << ids[i];
   }
   EXPECT_EQ(Status(ids[2]).state(), v1::JOB_STATE_STOPPED);
@@ -278,8 +273,7 @@ TEST_F(BoundsTest, FinishedJobsOlderThanTheTtlAreDeleted) {
   clock_.Advance(absl::Minutes(30));
   coordinator_->Sweep();
   for (const std::string& id : old) {
-    EXPECT_TRUE(
-        absl::IsNotFound(GetJobStatus(id, false).status()));
+    EXPECT_TRUE(absl::IsNotFound(GetJobStatus(id, false).status()));
   }
   EXPECT_EQ(Status(young[0]).state(), v1::JOB_STATE_STOPPED);
 }
@@ -302,12 +296,10 @@ TEST_F(BoundsTest, DeleteJobRefusesAnUnfinishedJobAndForgetsAFinishedOne) {
   ASSERT_TRUE(coordinator_->StopJob(queued).ok());
   ASSERT_TRUE(coordinator_->DeleteJob(queued).ok());
   EXPECT_TRUE(absl::IsNotFound(coordinator_->DeleteJob(queued)));
-  EXPECT_TRUE(
-      absl::IsNotFound(GetJobStatus(queued, false).status()));
+  EXPECT_TRUE(absl::IsNotFound(GetJobStatus(queued, false).status()));
   coordinator_.reset();
   Make(std::nullopt, *JobStore::Open(dir));
-  EXPECT_TRUE(
-      absl::IsNotFound(GetJobStatus(queued, false).status()));
+  EXPECT_TRUE(absl::IsNotFound(GetJobStatus(queued, false).status()));
   EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RECOVERING);
 }
 

@@ -112,14 +112,13 @@ inline v1::WorkerMessage OkResult(const std::string& job, int64_t generation,
 // every rank arrived, the call was refused or fenced); otherwise `clock`
 // moves to the wait's deadline and a Sweep times it out.
 inline absl::StatusOr<std::string> KvGetOn(Coordinator& coordinator,
-                                          FakeClock& clock,
-                                          const Caller& caller,
-                                          const v1::KvGetRequest& request) {
+                                           FakeClock& clock,
+                                           const Caller& caller,
+                                           const v1::KvGetRequest& request) {
   std::optional<absl::StatusOr<std::string>> result;
-  coordinator.KvGetAsync(caller, request,
-                         [&result](absl::StatusOr<std::string> got) {
-                           result = std::move(got);
-                         });
+  coordinator.KvGetAsync(
+      caller, request,
+      [&result](absl::StatusOr<std::string> got) { result = std::move(got); });
   if (!result.has_value()) {
     clock.Advance(absl::Milliseconds(request.timeout_ms()));
     coordinator.Sweep();
@@ -150,8 +149,7 @@ inline absl::Status BarrierOn(Coordinator& coordinator, FakeClock& clock,
 // The job named (one element), or every job newest first when `job_id` is
 // empty, each with its full record: through the paged GetJobStatus.
 inline absl::StatusOr<std::vector<v1::JobStatus>> JobsOn(
-    Coordinator& coordinator, const std::string& job_id,
-    bool include_history) {
+    Coordinator& coordinator, const std::string& job_id, bool include_history) {
   std::vector<std::string> ids;
   if (!job_id.empty()) {
     ids.push_back(job_id);
@@ -173,8 +171,7 @@ inline absl::StatusOr<std::vector<v1::JobStatus>> JobsOn(
     if (!one.ok()) return one.status();
     v1::JobStatus job = one->jobs(0);
     // The rest of the loss history, page by page.
-    while (include_history &&
-           job.step_losses_size() < job.history_size()) {
+    while (include_history && job.step_losses_size() < job.history_size()) {
       request.set_history_offset(job.step_losses_size());
       auto page = coordinator.GetJobStatus(request);
       if (!page.ok()) return page.status();

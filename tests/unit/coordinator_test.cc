@@ -354,8 +354,7 @@ TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
   get.set_key("k");
   EXPECT_EQ(*KvGet(Anyone(), get), "v");
   get.set_generation(0);
-  EXPECT_EQ(KvGet(Anyone(), get).status().code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(KvGet(Anyone(), get).status().code(), absl::StatusCode::kAborted);
   get.set_generation(1);
   get.set_key("missing");
   get.set_timeout_ms(1);
@@ -375,10 +374,9 @@ TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
   get.set_key("late");
   get.set_timeout_ms(60000);
   std::optional<absl::StatusOr<std::string>> got;
-  coordinator_->KvGetAsync(Anyone(), get,
-                           [&](absl::StatusOr<std::string> value) {
-                             got = std::move(value);
-                           });
+  coordinator_->KvGetAsync(
+      Anyone(), get,
+      [&](absl::StatusOr<std::string> value) { got = std::move(value); });
   EXPECT_FALSE(got.has_value());
   v1::KvSetRequest set;
   set.set_job_id(job);
@@ -580,10 +578,9 @@ TEST_F(CoordinatorTest, WaitsOnAReplacedGenerationAreAborted) {
   get.set_generation(1);
   get.set_key("never");
   get.set_timeout_ms(60000);
-  coordinator_->KvGetAsync(Anyone(), get,
-                           [&](absl::StatusOr<std::string> value) {
-                             got = std::move(value);
-                           });
+  coordinator_->KvGetAsync(
+      Anyone(), get,
+      [&](absl::StatusOr<std::string> value) { got = std::move(value); });
   v1::BarrierRequest barrier;
   barrier.set_job_id(job);
   barrier.set_generation(1);
