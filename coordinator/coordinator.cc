@@ -432,9 +432,12 @@ void Coordinator::StartNextGenerationLocked() {
 
 void Coordinator::StartQueuedOnClusterLocked(
     const std::set<std::string>& reserved) {
-  std::sort(queue_.begin(), queue_.end(), [&](const auto& a, const auto& b) {
-    return jobs_[a].seq < jobs_[b].seq;
-  });
+  // Submission order.
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const std::string& id : queue_) order.emplace_back(jobs_[id].seq, id);
+  std::sort(order.begin(), order.end());
+  queue_.clear();
+  for (auto& [seq, id] : order) queue_.push_back(std::move(id));
   while (!queue_.empty()) {
     Job& job = jobs_[queue_.front()];
     if (job.status.state() != v1::JOB_STATE_QUEUED) {

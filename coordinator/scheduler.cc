@@ -42,8 +42,9 @@ const char* WaitReasonName(WaitReason reason) {
 }
 
 std::string QueueMessage(const QueueEntry& entry) {
-  const std::string workers = entry.needed == 0
-                                  ? std::string("the whole pool")
+  const std::string workers = entry.needed == 0 ? std::string("the whole pool")
+                              : entry.needed == 1
+                                  ? std::string("1 worker")
                                   : absl::StrCat(entry.needed, " workers");
   switch (entry.reason) {
     case WaitReason::kNoFit:

@@ -253,5 +253,67 @@ TEST_F(PoolTest, AnUrgentJobPreemptsOneThatResumesWithNoStepRepeated) {
   ExpectAllRanks(done_low, UninterruptedDigest(alone));
 }
 
+// Issue 33: two operators share a 2-worker pool under `--quota
+// operator:alice=1`:
+// Alice queues four 1-worker jobs, then Bob two. Alice never holds two
+// workers at once, Bob's first job does not wait for Alice's queue, Bob
+// may stop only his own jobs, and every job succeeds.
+TEST_F(PoolTest, QuotasAndOwnersHoldOverAQueueOfManyJobs) {
+  StartCluster(2, {"--quota", "operator:alice=1"});
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(2));
+  // The CLI's environment as operator `name`.
+  auto as = [&](const std::string& name) {
+    std::vector<std::string> env =
+        TlsEnv(IssueTestCertificate("spiffe://lockstep/operator/" + name));
+    env.push_back("LOCKSTEP_COORDINATOR=" + address_);
+    return env;
+  };
+  // Alice's jobs are longer than the time it takes to submit them all.
+  auto submit_as = [&](const std::string& name, int seed, int steps) {
+    std::vector<std::string> argv = {kBin + "/lockstep", "submit", kMlp};
+    for (const std::string& set : Mlp(1, seed, steps)) {
+      argv.insert(argv.end(), {"--set", set});
+    }
+    Result submit = RunCommand(argv, as(name));
+    EXPECT_EQ(submit.code, 0) << submit.err;
+    return submit.out.substr(0, submit.out.find('\n'));
+  };
+  std::vector<std::string> alice, bob;
+  for (int i = 0; i < 4; ++i) alice.push_back(submit_as("alice", 10 + i, 150));
+  for (int i = 0; i < 2; ++i) bob.push_back(submit_as("bob", 20 + i, 30));
+
+  // Bob may not stop Alice's job.
+  Result refused =
+      RunCommand({kBin + "/lockstep", "stop", alice.back()}, as("bob"));
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("belongs to operator:alice"));
+
+  struct Span {
+    double start, end;
+  };
+  auto span_of = [&](const std::string& job) {
+    const v1::JobStatus done = WatchUntil(job, Ended);
+    EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << History(job);
+    return Span{FirstEventTime(done, "generation_started"),
+                FirstEventTime(done, "job_succeeded")};
+  };
+  std::vector<Span> alices, bobs;
+  for (const std::string& job : alice) alices.push_back(span_of(job));
+  for (const std::string& job : bob) bobs.push_back(span_of(job));
+  for (const std::string& job : alice) {
+    EXPECT_EQ(WatchUntil(job, Ended).owner(), "operator:alice");
+  }
+  // Alice's jobs ran one after another: her quota is one worker.
+  for (size_t i = 0; i < alices.size(); ++i) {
+    for (size_t j = i + 1; j < alices.size(); ++j) {
+      EXPECT_TRUE(alices[i].end <= alices[j].start ||
+                  alices[j].end <= alices[i].start)
+          << alice[i] << " and " << alice[j] << " overlapped";
+    }
+  }
+  // Bob's first job started while Alice still had jobs queued.
+  EXPECT_LT(bobs[0].start, alices.back().start);
+}
+
 }  // namespace
 }  // namespace lockstep::integration

@@ -224,12 +224,19 @@ class CoordinatorTest : public ::testing::Test {
                       const v1::Device& device = v1::Device()) {
     v1::RegisterWorkerRequest request = Free(incarnation);
     *request.mutable_device() = device;
+    return Connect(request, sink);
+  }
+  // Registers the worker `request` describes (a spare, labels...) and
+  // opens its session; returns its id.
+  std::string Connect(const v1::RegisterWorkerRequest& request,
+                      FakeSink* sink) {
     auto registered = coordinator_->RegisterWorker(Anyone(), request);
     EXPECT_TRUE(registered.ok()) << registered.status();
-    EXPECT_TRUE(
-        coordinator_
-            ->OpenSession(Anyone(), registered->worker_id(), incarnation, sink)
-            .ok());
+    if (!registered.ok()) return "";
+    EXPECT_TRUE(coordinator_
+                    ->OpenSession(Anyone(), registered->worker_id(),
+                                  request.incarnation(), sink)
+                    .ok());
     return registered->worker_id();
   }
 

@@ -376,13 +376,7 @@ TEST_F(CoordinatorTest, AJobRunsOnlyOnWorkersWithItsLabels) {
   for (int i = 0; i < 3; ++i) {
     v1::RegisterWorkerRequest request = Free(i + 1);
     if (i > 0) (*request.mutable_labels())["zone"] = "a";
-    auto registered = coordinator_->RegisterWorker(Anyone(), request);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    ASSERT_TRUE(
-        coordinator_
-            ->OpenSession(Anyone(), registered->worker_id(), i + 1, &sinks[i])
-            .ok());
-    ids.push_back(registered->worker_id());
+    ids.push_back(Connect(request, &sinks[i]));
   }
   v1::JobSpec zone_b = Spec(1);
   (*zone_b.mutable_placement()->mutable_labels())["zone"] = "b";
@@ -466,13 +460,7 @@ TEST_F(CoordinatorTest, ASpareGoesToTheHighestPriorityJobThatLostARank) {
   auto connect_spare = [&](uint64_t incarnation, FakeSink* sink) {
     v1::RegisterWorkerRequest spare = Free(incarnation);
     spare.set_spare(true);
-    auto registered = coordinator_->RegisterWorker(Anyone(), spare);
-    EXPECT_TRUE(registered.ok()) << registered.status();
-    EXPECT_TRUE(
-        coordinator_
-            ->OpenSession(Anyone(), registered->worker_id(), incarnation, sink)
-            .ok());
-    return registered->worker_id();
+    return Connect(spare, sink);
   };
   // A spare stands by for the job of the higher priority, the younger one.
   const std::string early = connect_spare(3, &spare_sinks[0]);

@@ -189,7 +189,7 @@ TEST(SchedulerTest, AQuotaCapsTheWorkersOneOwnerHolds) {
   EXPECT_EQ(waits->reason, WaitReason::kQuota);
   EXPECT_EQ(waits->owner_holds, 3);
   EXPECT_EQ(QueueMessage(*waits),
-            "needs 1 workers; its owner holds 3 of a quota of 3");
+            "needs 1 worker; its owner holds 3 of a quota of 3");
 }
 
 TEST(SchedulerTest, AQuotaAlsoCapsHowFarAnElasticJobGrows) {
