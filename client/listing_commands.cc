@@ -49,7 +49,8 @@ model; --json adds the GPU's UUID), and the OpenBLAS kernel set its CPU
 path runs with who chose it: openblas (OpenBLAS' own detection), lockstep
 (OpenBLAS fell back to an older kernel and the worker chose the best its CPU
 supports), environment (OPENBLAS_CORETYPE), fallback (slower than the CPU
-allows; the worker's log says what to set).
+allows; the worker's log says what to set). --json also gives the labels
+each worker announced for placement (lockstep-worker --label).
 
 Examples:
   lockstep workers

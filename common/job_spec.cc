@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "common/job_spec_internal.h"
+#include "common/labels.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 
@@ -97,6 +98,9 @@ constexpr FieldBound kFieldBounds[] = {
     {"precision", kMaxChoiceBytes},
     {"loss_scale", 1e12},
     {"loss_scale_growth_interval", kMaxSteps32},
+    {"priority", kMaxPriority},
+    {"priority_class", 64},
+    {"placement.device", kMaxChoiceBytes},
 };
 
 // A number as a user wrote it: 65536, 0.5, 1e+12 (not 1.07374e+09).
@@ -561,12 +565,32 @@ absl::Status ValidateBatch(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+// priority, priority_class and placement: what the scheduler reads
+// (coordinator/scheduler.h). Errors: InvalidArgument.
+absl::Status ValidateScheduling(const v1::JobSpec& spec) {
+  if (spec.priority() < -kMaxPriority) {
+    return Invalid(absl::StrCat("priority is ", spec.priority(), "; at least ",
+                                -kMaxPriority));
+  }
+  if (spec.priority() != 0 && !spec.priority_class().empty()) {
+    return Invalid("give priority or priority_class, not both");
+  }
+  const std::string& device = spec.placement().device();
+  if (!device.empty() && device != "cpu" && device != "cuda") {
+    return Invalid(absl::StrCat("placement.device is \"", device,
+                                "\"; give \"cpu\", \"cuda\" or nothing "
+                                "(any device)"));
+  }
+  return CheckLabels("job spec: placement", spec.placement().labels());
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   // Bounds and finiteness first: the rules below echo values, and compare
   // and multiply them.
   RETURN_IF_ERROR(CheckFieldBounds(spec, ""));
+  RETURN_IF_ERROR(ValidateScheduling(spec));
   RETURN_IF_ERROR(ValidateModelAndChoices(spec));
   RETURN_IF_ERROR(internal::ValidateWorkload(spec));
   RETURN_IF_ERROR(ValidateBatch(spec));

@@ -89,15 +89,6 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
   if (MaxRestarts(spec) < 0) {
     return absl::InvalidArgumentError("job spec: max_restarts must be >= 0");
   }
-  const std::string& device = spec.placement().device();
-  if (!device.empty() && device != "cpu" && device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec: placement.device is \"",
-                     absl::CHexEscape(device.substr(0, 64)),
-                     "\"; give \"cpu\", \"cuda\" or nothing (any device)"));
-  }
-  RETURN_IF_ERROR(
-      CheckLabels("job spec: placement", spec.placement().labels()));
   if (cluster.has_value() && !spec.placement().labels().empty()) {
     return absl::InvalidArgumentError(
         "job spec: placement.labels need a coordinator without a static "
@@ -107,14 +98,11 @@ absl::Status ValidateSubmission(const v1::JobSpec& spec,
 }
 
 // The priority a spec asks for: its integer, or the value of its class.
-// Errors: InvalidArgument for both, or a class the coordinator lacks.
+// Errors: InvalidArgument for a class the coordinator lacks.
 absl::StatusOr<int> PriorityOf(const v1::JobSpec& spec,
                                const std::map<std::string, int>& classes) {
+  // ValidateJobSpec refused a spec that gives both.
   if (spec.priority_class().empty()) return spec.priority();
-  if (spec.priority() != 0) {
-    return absl::InvalidArgumentError(
-        "job spec: give priority or priority_class, not both");
-  }
   auto it = classes.find(spec.priority_class());
   if (it == classes.end()) {
     std::vector<std::string> known;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/labels.h"
 
 namespace lockstep {
 namespace {
@@ -481,9 +482,11 @@ void ExpectEveryFieldBounded(const google::protobuf::Descriptor* descriptor,
     const std::string path =
         prefix + (field->has_json_name() ? field->json_name() : field->name());
     if (field->is_repeated()) {
-      // The one repeated field: ValidateWorkload bounds its entries
-      // (JobSpecTest.WorkloadDefaultsAndRules).
-      EXPECT_EQ(path, "data.features") << path << ": bound its elements too";
+      // The repeated fields: ValidateWorkload bounds data.features' entries
+      // (JobSpecTest.WorkloadDefaultsAndRules), CheckLabels the labels'
+      // (JobSpecTest.SchedulingFieldsAreChecked).
+      EXPECT_TRUE(path == "data.features" || path == "placement.labels")
+          << path << ": bound its elements too";
       continue;
     }
     if (field->message_type() != nullptr) {
@@ -494,6 +497,30 @@ void ExpectEveryFieldBounded(const google::protobuf::Descriptor* descriptor,
           << path << " has no bound in common/job_spec.cc";
     }
   }
+}
+
+TEST(JobSpecTest, SchedulingFieldsAreChecked) {
+  v1::JobSpec spec = Parse(R"({"global_batch_size": 64, "priority": 5,
+      "placement": {"device": "cuda", "labels": {"zone": "a"}}})");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (
+      const char* bad : {
+          R"({"global_batch_size": 64, "priority": 1000001})",
+          R"({"global_batch_size": 64, "priority": -1000001})",
+          R"({"global_batch_size": 64, "priority": 1, "priority_class": "x"})",
+          R"({"global_batch_size": 64, "placement": {"device": "tpu"}})",
+          R"({"global_batch_size": 64, "placement": {"labels": {"z": "a b"}}})",
+      }) {
+    auto parsed = ParseJobSpec(bad);
+    const absl::Status status =
+        parsed.ok() ? ValidateJobSpec(*parsed) : parsed.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  v1::JobSpec many = spec;
+  for (int i = 0; i <= kMaxLabels; ++i) {
+    (*many.mutable_placement()->mutable_labels())[absl::StrCat("k", i)] = "v";
+  }
+  EXPECT_THAT(ValidateJobSpec(many).message(), HasSubstr("at most 16"));
 }
 
 TEST(JobSpecBoundsTest, EveryFieldHasABound) {
