@@ -720,7 +720,11 @@ void Coordinator::StartGenerationLocked(Job& job,
 
 void Coordinator::NoteReplacementsLocked(
     Job& job, const std::vector<std::string>& rank_workers) {
-  if (job.generation == nullptr) return;
+  // A job placed from the queue (again, after a preemption) replaces
+  // nobody: its previous workers were released, not lost.
+  if (job.generation == nullptr || job.status.state() == v1::JOB_STATE_QUEUED) {
+    return;
+  }
   const std::vector<std::string>& previous = job.generation->rank_workers();
   for (size_t rank = 0; rank < rank_workers.size() && rank < previous.size();
        ++rank) {

@@ -387,7 +387,8 @@ class Coordinator {
   // once (docs/DESIGN.md §3). Forgets the standbys when no job is active.
   void StandbyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a "rank_replaced" event for each rank that the new generation
-  // (`rank_workers`) gives to another worker than the previous one did.
+  // (`rank_workers`) of a recovering job gives to another worker than the
+  // previous one did.
   void NoteReplacementsLocked(Job& job,
                               const std::vector<std::string>& rank_workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

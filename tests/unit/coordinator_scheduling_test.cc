@@ -254,6 +254,28 @@ TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsOneThatGoesBackToTheQueue) {
   EXPECT_EQ(Status(low).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+TEST_F(CoordinatorTest, APreemptedJobResumesOnOtherWorkersReplacingNobody) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[4];
+  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
+  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  Yield(*coordinator_, Status(low));
+  ASSERT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  // Two more workers join: the preempted job is placed on them at once.
+  for (int i = 2; i < 4; ++i) Connect(i + 1, &sinks[i]);
+  const v1::JobStatus resumed = Status(low);
+  ASSERT_EQ(resumed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(AssignedJob(sinks[2]), low);
+  EXPECT_EQ(AssignedJob(sinks[3]), low);
+  // Its old workers were released, not lost: nobody replaced a rank.
+  EXPECT_TRUE(EventsOf(resumed, "rank_replaced").empty());
+  EXPECT_EQ(EventsOf(resumed, "resumed_after_preemption").size(), 1u);
+}
+
 TEST_F(CoordinatorTest, AJobThatSavesNoCheckpointsIsNotPreempted) {
   configure_ = [](Coordinator::Options& options) {
     options.scheduling.min_run_time = absl::ZeroDuration();
