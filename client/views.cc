@@ -109,7 +109,12 @@ int GlobalBatch(const v1::JobStatus& status) {
 
 std::string FormatProgress(const v1::JobStatus& status) {
   if (status.state() == v1::JOB_STATE_QUEUED) {
-    return absl::StrCat(status.job_id(), "  queued, waiting for workers");
+    if (!status.has_queue()) {
+      return absl::StrCat(status.job_id(), "  queued, waiting for workers");
+    }
+    return absl::StrCat(
+        status.job_id(), "  queued #", status.queue().position(), " (",
+        status.queue().reason(), "): ", status.queue().message());
   }
   if (status.state() == v1::JOB_STATE_RECOVERING) {
     return absl::StrCat(status.job_id(), "  recovering after generation ",
@@ -203,8 +208,9 @@ void ProgressView::Update(const v1::JobStatus& status) {
   }
   // A new phase (queued, loading, training, recovering; a new generation)
   // is shown at once, progress within a phase at most every plain_every_.
-  const std::string phase = absl::StrCat(
-      status.state(), "/", status.generation(), "/", status.total_steps() > 0);
+  const std::string phase =
+      absl::StrCat(status.state(), "/", status.generation(), "/",
+                   status.total_steps() > 0, "/", status.queue().reason());
   absl::Time now = absl::Now();
   if (phase != last_phase_ || now - last_plain_ >= plain_every_) {
     out_ << ProgressBar(status) << std::endl;

@@ -66,5 +66,28 @@ TEST(ProgressViewTest, NewEvaluationsPrintOnceAfterThinning) {
   EXPECT_THAT(text, Not(HasSubstr("step 500:")));
 }
 
+// Issue 33: a queued job's line says where it stands and why it waits, and
+// a new reason is printed at once.
+TEST(ProgressViewTest, AQueuedJobSaysWhyItWaits) {
+  std::ostringstream out;
+  ProgressView view(out, /*tty=*/false);
+  v1::JobStatus status;
+  status.set_job_id("cnn-7");
+  status.set_state(v1::JOB_STATE_QUEUED);
+  status.mutable_queue()->set_position(2);
+  status.mutable_queue()->set_reason("quota");
+  status.mutable_queue()->set_message(
+      "needs 2 workers; its owner holds 4 of a quota of 4");
+  view.Update(status);
+  status.mutable_queue()->set_position(1);
+  status.mutable_queue()->set_reason("preempting");
+  status.mutable_queue()->set_message("needs 2 workers; waiting for mlp-3");
+  view.Update(status);
+  EXPECT_THAT(out.str(),
+              HasSubstr("cnn-7  queued #2 (quota): needs 2 workers; its owner "
+                        "holds 4 of a quota of 4\n"));
+  EXPECT_THAT(out.str(), HasSubstr("cnn-7  queued #1 (preempting)"));
+}
+
 }  // namespace
 }  // namespace lockstep::client
