@@ -398,6 +398,11 @@ void Coordinator::StartNextGenerationLocked() {
         previous.push_back(rank.worker_id());
       }
     }
+    // A job that shrank keeps only its first ranks.
+    if (job->keep_ranks > 0 &&
+        previous.size() > static_cast<size_t>(job->keep_ranks)) {
+      previous.resize(job->keep_ranks);
+    }
     reserved.insert(previous.begin(), previous.end());
     recovering.emplace_back(job->status.job_id(), std::move(previous));
   }
@@ -406,9 +411,11 @@ void Coordinator::StartNextGenerationLocked() {
     if (job.status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::set<std::string> others = reserved;
     for (const std::string& worker : previous) others.erase(worker);
+    v1::JobSpec spec = job.status.spec();
+    // It does not grow back into the workers it gave up.
+    if (job.keep_ranks > 0) spec.set_max_workers(job.keep_ranks);
     std::vector<Worker*> workers = workers_.Pick(
-        job.status.spec(), previous,
-        WithUnplaceableLocked(job.status.spec(), std::move(others)));
+        spec, previous, WithUnplaceableLocked(spec, std::move(others)));
     if (!workers.empty()) StartGenerationLocked(job, workers);
   }
   if (cluster_.has_value()) {
@@ -585,14 +592,20 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
                              job->generation != nullptr;
     entry.yielding = job->yielding && running_now;
     entry.yielding_for = job->yield_for;
-    entry.can_yield = running_now && !job->yielding && !job->stop_requested &&
-                      !job->generation->preempting() &&
-                      !job->status.spec().checkpoint().backup_dir().empty();
+    const bool settled = running_now && !job->yielding &&
+                         !job->stop_requested && !job->generation->preempting();
+    entry.can_yield =
+        settled && !job->status.spec().checkpoint().backup_dir().empty();
+    entry.min_workers = job->status.spec().min_workers();
+    entry.can_shrink = settled && entry.min_workers > 0 &&
+                       job->status.world_size() > entry.min_workers;
+    entry.keeps = job->shrink_to;
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
   for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
-    PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job]);
+    PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job],
+                     preemption.keep);
   }
   for (const SchedulingPlan::Start& start : plan.starts) {
     Job& job = jobs_[start.job_id];
@@ -631,18 +644,28 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   ShowWaitingLocked(ids, plan.waiting);
 }
 
-void Coordinator::PreemptForLocked(Job& job, const Job& for_job) {
+void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
   if (job.generation == nullptr) return;
-  const std::string reason = absl::StrCat(
-      "preempted for job ", for_job.status.job_id(), " (priority ",
-      for_job.status.priority(), " > ", job.status.priority(), ")");
+  const std::string reason =
+      keep > 0
+          ? absl::StrCat("shrinking from ", job.status.world_size(), " to ",
+                         keep, " workers for job ", for_job.status.job_id(),
+                         " (priority ", for_job.status.priority(), " > ",
+                         job.status.priority(), ")")
+          : absl::StrCat("preempted for job ", for_job.status.job_id(),
+                         " (priority ", for_job.status.priority(), " > ",
+                         job.status.priority(), ")");
   if (!job.generation->StartPreemption(reason)) return;
   job.yielding = true;
   job.yield_for = for_job.status.job_id();
-  AddEventLocked(job, "preemption_requested", nullptr,
-                 absl::StrCat(reason,
-                              ": its ranks stop at an agreed step and "
-                              "save it; then it waits in the queue"));
+  job.shrink_to = keep;
+  AddEventLocked(
+      job, "preemption_requested", nullptr,
+      absl::StrCat(reason, keep > 0
+                               ? ": its ranks stop at an agreed step, then "
+                                 "its first ranks go on from their live state"
+                               : ": its ranks stop at an agreed step and "
+                                 "save it; then it waits in the queue"));
   LogInfo("job ", job.status.job_id(), " ", reason);
   v1::CoordinatorCommand command;
   v1::Stop* stop = command.mutable_stop();
@@ -683,6 +706,8 @@ void Coordinator::StartGenerationLocked(Job& job,
   job.started = clock_->Now();
   job.yielding = false;
   job.yield_for.clear();
+  job.shrink_to = 0;
+  job.keep_ranks = 0;
   if (status.start_time() == 0) status.set_start_time(NowSeconds());
   status.clear_ranks();
   std::vector<std::string> rank_workers, names;
@@ -771,6 +796,7 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
   // A preemption for another job that a failure cut short: the job recovers
   // as after any failure (its survivors hold its state).
   job.yielding = false;
+  job.shrink_to = 0;
   // The cause is recorded while `worker` still holds its rank.
   if (job.stop_requested) {
     // The stop went to the generation that failed: the job stops here, as a
@@ -798,6 +824,22 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
 
 void Coordinator::PreemptedLocked(Job& job) {
   v1::JobStatus& status = job.status;
+  if (job.yielding && job.shrink_to > 0) {
+    // An elastic job gave up its last ranks: it re-forms at once on the
+    // first ones (their live state), and the others go to yield_for.
+    status.set_preemptions(status.preemptions() + 1);
+    job.keep_ranks = job.shrink_to;
+    const std::string message =
+        absl::StrCat("generation ", status.generation(), " stopped after step ",
+                     status.step(), " (", job.generation->preempt_reason(),
+                     "); it goes on with its first ", job.keep_ranks, " ranks");
+    ReleaseGenerationLocked(job, /*abort=*/false, "shrunk");
+    job.yielding = false;
+    job.shrink_to = 0;
+    TransitionLocked(job, v1::JOB_STATE_RECOVERING, "shrunk", nullptr, message);
+    MaybeStartJobLocked();
+    return;
+  }
   if (job.yielding) {
     // The scheduler gave its workers to another job: it waits in the queue
     // and resumes from the step it saved, on whichever workers are free.

@@ -287,6 +287,11 @@ class Coordinator {
     // are stopping at an agreed step; then it goes back to the queue.
     bool yielding = false;
     std::string yield_for;
+    // > 0 while yielding: an elastic job shrinks to its first `shrink_to`
+    // ranks instead of stopping; then its next generation re-forms on
+    // those `keep_ranks` workers only, and the rest go to `yield_for`.
+    int shrink_to = 0;
+    int keep_ranks = 0;
     // When it last entered the queue (submitted, preempted, or loaded by
     // this coordinator), for --age-after.
     absl::Time queued_at = absl::InfinitePast();
@@ -444,8 +449,10 @@ class Coordinator {
                          const std::vector<QueueEntry>& entries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the ranks of `job` to stop at an agreed step and save it, so that
-  // its workers go to `for_job`.
-  void PreemptForLocked(Job& job, const Job& for_job)
+  // its workers go to `for_job`; with `keep` > 0 the (elastic) job then
+  // re-forms at once on its first `keep` ranks, keeping its live state,
+  // and only the others go.
+  void PreemptForLocked(Job& job, const Job& for_job, int keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers not eligible for `spec`'s placement, added to `reserved`.
   std::set<std::string> WithUnplaceableLocked(const v1::JobSpec& spec,

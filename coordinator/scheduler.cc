@@ -112,7 +112,7 @@ class Pass {
         // or to whoever needs them when that job is gone.
         yielding_.push_back({r, queued_ids[job.yielding_for]});
         yielding_workers_ += static_cast<int>(job.workers.size());
-      } else if (job.can_yield) {
+      } else if (job.can_yield || job.can_shrink) {
         candidates_.push_back(r);
         yieldable_[job.priority] += static_cast<int>(job.workers.size());
       }
@@ -253,17 +253,27 @@ class Pass {
     free_ = std::move(rest);
   }
 
-  int MatchingWorkersOf(const RunningJob& job,
-                        const Placement& placement) const {
+  // Of the job's workers from rank `from` on (those it would give up), the
+  // ones not promised yet that match `placement`.
+  int MatchingWorkersOf(const RunningJob& job, const Placement& placement,
+                        int from = 0) const {
     int n = 0;
-    for (int i : job.workers) {
+    for (size_t k = from; k < job.workers.size(); ++k) {
+      const int i = job.workers[k];
       if (!promised_[i] && Matches(placement, pool_[i])) ++n;
     }
     return n;
   }
 
-  void Promise(const RunningJob& job) {
-    for (int i : job.workers) promised_[i] = 1;
+  // The workers a yielding job releases: all, or those past what it keeps.
+  int Released(const RunningJob& job, const Placement& placement) const {
+    return MatchingWorkersOf(job, placement, job.yielding ? job.keeps : 0);
+  }
+
+  void Promise(const RunningJob& job, int from = 0) {
+    for (size_t k = from; k < job.workers.size(); ++k) {
+      promised_[job.workers[k]] = 1;
+    }
   }
 
   // Job `q` does not fit in the free workers: it waits for the workers of
@@ -276,7 +286,7 @@ class Pass {
     std::vector<size_t> yielding;
     for (const auto& [r, for_queued] : yielding_) {
       if (for_queued != q && for_queued != SIZE_MAX) continue;
-      const int n = MatchingWorkersOf(running_[r], job.placement);
+      const int n = Released(running_[r], job.placement);
       if (n == 0) continue;
       soon += n;
       yielding.push_back(r);
@@ -284,7 +294,15 @@ class Pass {
     const int need = job.size - static_cast<int>(matching.size());
     // Aged, it may preempt its equals submitted after it too.
     const bool aged = Aged(job);
-    std::vector<size_t> chosen, young;
+    // Each victim with what it gives: all its workers (keep 0), or its
+    // ranks from `keep` on when it shrinks.
+    struct Victim {
+      size_t r;
+      int keep;
+      int gives;
+    };
+    std::vector<Victim> chosen;
+    std::vector<size_t> young;
     int gained = soon;
     if (gained < need) {
       int young_gain = 0;
@@ -297,21 +315,41 @@ class Pass {
         // An equal only if it was submitted later: it passed this job.
         if (victim.priority == job.priority && victim.seq < job.seq) continue;
         if (victim_[r]) continue;
-        const int n = MatchingWorkersOf(victim, job.placement);
-        if (n == 0) continue;
-        if (now_ - victim.started < policy_.min_run_time) {
-          young.push_back(r);
-          young_gain += n;
+        Victim taken{r, 0, MatchingWorkersOf(victim, job.placement)};
+        if (victim.can_shrink) {
+          // Shrinking keeps its live state: preferred when it frees enough,
+          // the only way when the job cannot stop.
+          const int spare = static_cast<int>(victim.workers.size()) -
+                            std::max(victim.min_workers, 1);
+          int keep = static_cast<int>(victim.workers.size());
+          int gives = 0;
+          while (keep > static_cast<int>(victim.workers.size()) - spare &&
+                 gives < need - gained) {
+            --keep;
+            gives = MatchingWorkersOf(victim, job.placement, keep);
+          }
+          if (gives > 0 && (gives >= need - gained || !victim.can_yield)) {
+            taken = {r, keep, gives};
+          }
+        }
+        if (taken.gives == 0 || (taken.keep == 0 && !victim.can_yield)) {
           continue;
         }
-        chosen.push_back(r);
-        gained += n;
+        if (now_ - victim.started < policy_.min_run_time) {
+          young.push_back(r);
+          young_gain += taken.gives;
+          continue;
+        }
+        chosen.push_back(taken);
+        gained += taken.gives;
         if (gained >= need) break;
       }
       if (gained < need) {
         if (gained + young_gain < need) return false;
         for (size_t r : yielding) entry.preempts.push_back(running_[r].id);
-        for (size_t r : chosen) entry.preempts.push_back(running_[r].id);
+        for (const Victim& v : chosen) {
+          entry.preempts.push_back(running_[v.r].id);
+        }
         for (size_t r : young) entry.preempts.push_back(running_[r].id);
         Wait(entry, WaitReason::kMinRunTime);
         return true;
@@ -319,24 +357,23 @@ class Pass {
       // As few as needed: drop, highest priority first, each victim the
       // others make unnecessary.
       for (size_t k = chosen.size(); k-- > 0;) {
-        const int n = MatchingWorkersOf(running_[chosen[k]], job.placement);
-        if (gained - n >= need) {
-          gained -= n;
+        if (gained - chosen[k].gives >= need) {
+          gained -= chosen[k].gives;
           chosen.erase(chosen.begin() + k);
         }
       }
     }
     for (size_t r : yielding) {
-      Promise(running_[r]);
+      Promise(running_[r], running_[r].keeps);
       entry.preempts.push_back(running_[r].id);
     }
-    for (size_t r : chosen) {
-      victim_[r] = 1;
-      yieldable_[running_[r].priority] -=
-          static_cast<int>(running_[r].workers.size());
-      Promise(running_[r]);
-      entry.preempts.push_back(running_[r].id);
-      plan_.preemptions.push_back({running_[r].id, job.id});
+    for (const Victim& v : chosen) {
+      const RunningJob& victim = running_[v.r];
+      victim_[v.r] = 1;
+      yieldable_[victim.priority] -= static_cast<int>(victim.workers.size());
+      Promise(victim, v.keep);
+      entry.preempts.push_back(victim.id);
+      plan_.preemptions.push_back({victim.id, job.id, v.keep});
     }
     // The free workers it counts on are held for it.
     matching.resize(std::min<size_t>(

@@ -27,7 +27,10 @@
 //     priority (or, aged, of its own) that can stop and resume without loss
 //     (they save checkpoints), the lowest priorities first and as few as
 //     needed, and only jobs that have run at least min_run_time since they last
-//     started. The workers it waits for are held for it meanwhile: no later
+//     started. An elastic job above its min_workers shrinks instead when
+//     that frees enough (or when it cannot stop): it gives up its last
+//     ranks and goes on with the first ones, whose live state it keeps.
+//     The workers it waits for are held for it meanwhile: no later
 //     job takes them.
 //
 // Thread-compatible; Plan is const.
@@ -84,17 +87,23 @@ struct RunningJob {
   int64_t seq = 0;
   int priority = 0;
   std::string owner;
-  // Its workers, as indices into the pool.
+  // Its workers, as indices into the pool, in rank order.
   std::vector<int> workers;
   // When its current generation started.
   absl::Time started;
   // It can stop at an agreed step and resume from it (it saves
   // checkpoints, it is RUNNING, no stop is under way).
   bool can_yield = false;
-  // A preemption of it is under way: its workers come free soon, and they
-  // are promised to `yielding_for`.
+  // An elastic job above its min_workers (RUNNING, no stop under way): it
+  // can shrink, keeping its first ranks and their live state.
+  bool can_shrink = false;
+  int min_workers = 0;
+  // A preemption of it is under way: its workers come free soon (all, or
+  // those past its first `keeps` when it shrinks), and they are promised
+  // to `yielding_for`.
   bool yielding = false;
   std::string yielding_for;
+  int keeps = 0;
 };
 
 struct SchedulerPolicy {
@@ -156,6 +165,8 @@ struct SchedulingPlan {
   struct Preemption {
     std::string job_id;   // the running job to stop
     std::string for_job;  // the queued job it makes room for
+    // > 0: the job shrinks to its first `keep` ranks instead of stopping.
+    int keep = 0;
   };
   std::vector<Start> starts;
   std::vector<Preemption> preemptions;

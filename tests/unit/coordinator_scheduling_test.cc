@@ -12,6 +12,7 @@
 
 #include "common/tf_config.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
 #include "tests/unit/coordinator_fixture.h"
 
 namespace lockstep::coordinator {
@@ -274,6 +275,40 @@ TEST_F(CoordinatorTest, APreemptedJobResumesOnOtherWorkersReplacingNobody) {
   // Its old workers were released, not lost: nobody replaced a rank.
   EXPECT_TRUE(EventsOf(resumed, "rank_replaced").empty());
   EXPECT_EQ(EventsOf(resumed, "resumed_after_preemption").size(), 1u);
+}
+
+TEST_F(CoordinatorTest, AnElasticJobShrinksToMakeRoomAndKeepsItsFirstRanks) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[4];
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Connect(i + 1, &sinks[i]));
+  v1::JobSpec elastic = Spec(0);  // no checkpoints: it cannot stop whole
+  elastic.set_min_workers(2);
+  elastic.set_max_workers(4);
+  const std::string low = *coordinator_->SubmitJob(elastic);
+  ASSERT_EQ(Status(low).world_size(), 4);
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  EXPECT_EQ(Status(urgent).queue().reason(), "preempting");
+  ASSERT_TRUE(SentPreemptingStop(sinks[0], low));
+  // Every rank stops at the agreed step; the job re-forms at once on its
+  // first two ranks, and the urgent job gets the other two.
+  Yield(*coordinator_, Status(low));
+  const v1::JobStatus shrunk = Status(low);
+  EXPECT_EQ(shrunk.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(shrunk.generation(), 2);
+  ASSERT_EQ(shrunk.world_size(), 2);
+  EXPECT_EQ(shrunk.ranks(0).worker_id(), ids[0]);
+  EXPECT_EQ(shrunk.ranks(1).worker_id(), ids[1]);
+  EXPECT_EQ(EventsOf(shrunk, "shrunk").size(), 1u);
+  EXPECT_EQ(shrunk.yields(), 0);
+  EXPECT_EQ(RestartsUsed(shrunk), 0);
+  const v1::JobStatus placed = Status(urgent);
+  ASSERT_EQ(placed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(AssignedJob(sinks[2]), urgent);
+  EXPECT_EQ(AssignedJob(sinks[3]), urgent);
 }
 
 TEST_F(CoordinatorTest, AJobThatSavesNoCheckpointsIsNotPreempted) {

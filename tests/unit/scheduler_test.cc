@@ -224,6 +224,52 @@ TEST(SchedulerTest, PreemptsTheFewestAndLowestJobs) {
   EXPECT_THAT(waits->preempts, ElementsAre("p0-small", "p1-big"));
 }
 
+TEST(SchedulerTest, AnElasticJobShrinksInsteadOfStoppingWhenThatIsEnough) {
+  std::vector<PoolWorker> pool = Pool(6);
+  std::vector<RunningJob> running = {
+      Running(pool, "elastic", 1, {0, 1, 2, 3}, 0),
+      Running(pool, "fixed", 2, {4, 5}, 0)};
+  running[0].can_shrink = true;
+  running[0].min_workers = 2;
+  running[0].started += absl::Seconds(1);  // the newer: considered first
+  // Needs 2: the elastic job gives up its last two ranks and keeps its
+  // first two; the other job runs on.
+  Planned plan =
+      PlanFor(Scheduler({}), pool, {Queued("urgent", 3, 2, 10)}, running, kNow);
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "elastic");
+  EXPECT_EQ(plan.preemptions[0].keep, 2);
+  // Needs 4: shrinking frees only 2, so a job that can stop stops whole.
+  plan =
+      PlanFor(Scheduler({}), pool, {Queued("bigger", 3, 4, 10)}, running, kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("elastic->bigger"));
+  EXPECT_EQ(plan.preemptions[0].keep, 0);
+  // One that saves no checkpoints can only shrink, to its min_workers.
+  running[0].can_yield = false;
+  plan =
+      PlanFor(Scheduler({}), pool, {Queued("bigger", 3, 4, 10)}, running, kNow);
+  ASSERT_EQ(plan.preemptions.size(), 2u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "elastic");
+  EXPECT_EQ(plan.preemptions[0].keep, 2);
+  EXPECT_EQ(plan.preemptions[1].job_id, "fixed");
+  EXPECT_EQ(plan.preemptions[1].keep, 0);
+
+  // While it shrinks, only the ranks it gives up are counted as coming
+  // free.
+  running[0].yielding = true;
+  running[0].yielding_for = "urgent";
+  running[0].keeps = 2;
+  running[0].can_shrink = false;
+  running[1].can_yield = false;
+  plan =
+      PlanFor(Scheduler({}), pool, {Queued("urgent", 3, 4, 10)}, running, kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "urgent")->reason, WaitReason::kNoFit);
+  plan =
+      PlanFor(Scheduler({}), pool, {Queued("urgent", 3, 2, 10)}, running, kNow);
+  EXPECT_EQ(WaitOf(plan, "urgent")->reason, WaitReason::kPreempting);
+}
+
 TEST(SchedulerTest, NeverPreemptsEqualOrHigherPriorityOrJobsThatCannotYield) {
   std::vector<PoolWorker> pool = Pool(4);
   std::vector<RunningJob> running = {Running(pool, "same", 1, {0, 1}, 5),
