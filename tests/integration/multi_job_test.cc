@@ -253,6 +253,49 @@ TEST_F(PoolTest, AnUrgentJobPreemptsOneThatResumesWithNoStepRepeated) {
   ExpectAllRanks(done_low, UninterruptedDigest(alone));
 }
 
+// An elastic job on the whole 4-worker pool shrinks to 2 workers for an
+// urgent job and goes on from its first ranks' live state with no step
+// repeated, to its last step. (Its model is not bitwise an uninterrupted
+// run's: the world size changes mid-run, and with it the order of the
+// all-reduce's sums; docs/DESIGN.md §6.)
+TEST_F(PoolTest, AnElasticJobShrinksForAnUrgentOneAndLosesNothing) {
+  StartCluster(4, {"--min-run-time", "0"});
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(4));
+  std::vector<std::string> elastic = {
+      "min_workers=2", "max_workers=4",        "seed=3",
+      "max_steps=600", "global_batch_size=64", "log_every_steps=1"};
+  const std::string elastic_job = SubmitAndTrainTo(elastic, 20);
+  ASSERT_FALSE(elastic_job.empty());
+  ASSERT_EQ(WatchUntil(elastic_job, [](const v1::JobStatus&) { return true; })
+                .world_size(),
+            4);
+  std::vector<std::string> urgent = Mlp(2, 4, 40);
+  urgent.push_back("priority=10");
+  const std::string urgent_job = Submit(urgent);
+  const v1::JobStatus done_urgent = WatchUntil(urgent_job, Ended);
+  ASSERT_EQ(done_urgent.state(), v1::JOB_STATE_SUCCEEDED)
+      << History(urgent_job);
+  const v1::JobStatus done = WatchUntil(elastic_job, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << History(elastic_job);
+  ASSERT_NE(FindEvent(done, "shrunk"), nullptr) << History(elastic_job);
+  EXPECT_EQ(done.yields(), 0);
+  // Every re-formation went on from live state, nothing repeated.
+  int resumes = 0;
+  for (const v1::JobEvent& event : done.events()) {
+    if (event.kind() != "resumed") continue;
+    ++resumes;
+    EXPECT_THAT(event.message(), HasSubstr("live state"))
+        << History(elastic_job);
+    EXPECT_THAT(event.message(), HasSubstr("; 0 steps repeated"))
+        << History(elastic_job);
+  }
+  EXPECT_GE(resumes, 1) << History(elastic_job);
+  EXPECT_EQ(done.step(), 600);
+  EXPECT_EQ(done.world_size(), 2);
+  ASSERT_EQ(done.ranks_size(), 2);
+  ExpectAllRanks(done, done.ranks(0).model_digest());
+}
+
 // Issue 33: two operators share a 2-worker pool under `--quota
 // operator:alice=1`:
 // Alice queues four 1-worker jobs, then Bob two. Alice never holds two
