@@ -2,7 +2,8 @@
 // the public entry points (worker registration and sessions, key-value store
 // and barriers, job submission, status and stop). It knows nothing of gRPC;
 // coordinator/rpc/ adapts it. The class is implemented in coordinator.cc
-// (queue, state machine, entry points), worker_reports.cc (results,
+// (queue, state machine, entry points), scheduling.cc (the scheduling
+// passes that carry out scheduler.h's plans), worker_reports.cc (results,
 // progress, checkpoint and preemption reports) and rendezvous.cc (key-value
 // store, barriers, the generation fence). The pieces it calls under its lock
 // live in files of their own: the worker registry (worker_registry.h), one

@@ -1,0 +1,367 @@
+// The coordinator's scheduling: each pass re-forms the recovering jobs,
+// asks the scheduler (scheduler.h) which queued jobs start and which running
+// ones are preempted or shrunk, carries that out, and shows each waiting
+// job its place; a static cluster's queue runs in submission order; idle
+// workers stand by. The job state machine that the passes drive is in
+// coordinator.cc.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/tf_config.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/scheduler.h"
+
+namespace lockstep::coordinator {
+
+void Coordinator::MaybeStartJobLocked(bool standby) {
+  // Not re-entered: a start that fails ends its job, which asks for
+  // scheduling again; that runs once this pass is over.
+  if (scheduling_) {
+    schedule_again_ = true;
+    return;
+  }
+  scheduling_ = true;
+  do {
+    schedule_again_ = false;
+    StartNextGenerationLocked();
+  } while (schedule_again_);
+  if (standby) StandbyLocked();
+  scheduling_ = false;
+}
+
+std::vector<Coordinator::Job*> Coordinator::ByPriorityLocked() {
+  std::vector<Job*> active = ActiveJobsLocked();
+  std::stable_sort(active.begin(), active.end(),
+                   [](const Job* a, const Job* b) {
+                     return a->status.priority() > b->status.priority();
+                   });
+  return active;
+}
+
+void Coordinator::StandbyLocked() {
+  const std::vector<Job*> active = ByPriorityLocked();
+  Job* job = active.empty() ? nullptr : active.front();
+  v1::CoordinatorCommand command;
+  if (job != nullptr) {
+    command.mutable_standby()->set_job_id(job->status.job_id());
+    command.mutable_standby()->set_submitted_by(job->status.submitted_by());
+    *command.mutable_standby()->mutable_spec() = job->status.spec();
+  }
+  for (Worker* worker : workers_.StandingBy()) {
+    if (job == nullptr) {
+      worker->standby_job.clear();
+    } else if (worker->standby_job != job->status.job_id()) {
+      worker->standby_job = job->status.job_id();
+      LogInfo(worker->id, " stands by for job ", job->status.job_id());
+      worker->sink->Send(command);
+    }
+  }
+}
+
+void Coordinator::StartNextGenerationLocked() {
+  if (shutdown_) return;
+  // Recovering jobs first, the highest priority (then the oldest) first: a
+  // spare goes to the most important job that lost a rank. Each keeps the
+  // workers of its previous generation (after a coordinator restart, as
+  // persisted: a spare may hold a rank whose own task never came back):
+  // they hold its live state, so no other job is given them while it waits
+  // for its group.
+  std::vector<std::pair<std::string, std::vector<std::string>>> recovering;
+  std::set<std::string> reserved;
+  for (Job* job : ByPriorityLocked()) {
+    if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
+    std::vector<std::string> previous;
+    if (job->generation != nullptr) {
+      previous = job->generation->rank_workers();
+    } else {
+      for (const v1::RankResult& rank : job->status.ranks()) {
+        previous.push_back(rank.worker_id());
+      }
+    }
+    // A job that shrank keeps only its first ranks.
+    if (job->keep_ranks > 0 &&
+        previous.size() > static_cast<size_t>(job->keep_ranks)) {
+      previous.resize(job->keep_ranks);
+    }
+    reserved.insert(previous.begin(), previous.end());
+    recovering.emplace_back(job->status.job_id(), std::move(previous));
+  }
+  for (const auto& [id, previous] : recovering) {
+    Job& job = jobs_[id];
+    if (job.status.state() != v1::JOB_STATE_RECOVERING) continue;
+    std::set<std::string> others = reserved;
+    for (const std::string& worker : previous) others.erase(worker);
+    v1::JobSpec spec = job.status.spec();
+    // It does not grow back into the workers it gave up.
+    if (job.keep_ranks > 0) spec.set_max_workers(job.keep_ranks);
+    std::vector<Worker*> workers = workers_.Pick(
+        spec, previous, WithUnplaceableLocked(spec, std::move(others)));
+    if (!workers.empty()) StartGenerationLocked(job, workers);
+  }
+  if (cluster_.has_value()) {
+    StartQueuedOnClusterLocked(reserved);
+  } else {
+    ScheduleQueuedLocked(reserved);
+  }
+}
+
+void Coordinator::StartQueuedOnClusterLocked(
+    const std::set<std::string>& reserved) {
+  // Submission order.
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const std::string& id : queue_) order.emplace_back(jobs_[id].seq, id);
+  std::sort(order.begin(), order.end());
+  queue_.clear();
+  for (auto& [seq, id] : order) queue_.push_back(std::move(id));
+  while (!queue_.empty()) {
+    Job& job = jobs_[queue_.front()];
+    if (job.status.state() != v1::JOB_STATE_QUEUED) {
+      queue_.pop_front();
+      continue;
+    }
+    std::vector<Worker*> workers =
+        workers_.Pick(job.status.spec(), {}, reserved);
+    if (workers.empty()) break;
+    queue_.pop_front();
+    active_jobs_[job.seq] = job.status.job_id();
+    StartGenerationLocked(job, workers);
+  }
+  // The rest wait for the tasks, the head first.
+  const int tasks = static_cast<int>(TrainingTasks(*cluster_).size());
+  int free = 0;
+  for (Worker* worker : workers_.StandingBy()) {
+    free += reserved.count(worker->id) == 0 && !worker->spare;
+  }
+  std::vector<std::string> ids;
+  std::vector<QueueEntry> entries;
+  for (const std::string& id : queue_) {
+    if (jobs_[id].status.state() != v1::JOB_STATE_QUEUED) continue;
+    QueueEntry entry;
+    entry.position = static_cast<int64_t>(entries.size()) + 1;
+    entry.reason = entries.empty() ? WaitReason::kNoFit : WaitReason::kPriority;
+    entry.needed = tasks;
+    entry.free_matching = free;
+    ids.push_back(id);
+    entries.push_back(std::move(entry));
+  }
+  ShowWaitingLocked(ids, entries);
+}
+
+void Coordinator::ShowWaitingLocked(const std::vector<std::string>& ids,
+                                    const std::vector<QueueEntry>& entries) {
+  waiting_ = ids;
+  waiting_on_time_ = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const QueueEntry& entry = entries[i];
+    waiting_on_time_ |= entry.reason == WaitReason::kMinRunTime;
+    Job& job = jobs_[ids[i]];
+    const v1::QueuePosition& shown = job.status.queue();
+    const std::string message = QueueMessage(entry);
+    if (shown.position() == entry.position &&
+        shown.reason() == WaitReasonName(entry.reason) &&
+        shown.message() == message) {
+      continue;
+    }
+    v1::QueuePosition* queue = job.status.mutable_queue();
+    queue->set_position(entry.position);
+    queue->set_reason(WaitReasonName(entry.reason));
+    queue->set_message(message);
+    queue->clear_preempts();
+    for (const std::string& id : entry.preempts) queue->add_preempts(id);
+    ChangedLocked(job);
+  }
+}
+
+namespace {
+
+// "cpu" or "cuda" from a device name ("cuda:1").
+std::string DeviceKind(const v1::Device& device) {
+  return absl::StartsWith(device.name(), "cuda") ? "cuda" : "cpu";
+}
+
+Placement PlacementOf(const v1::JobSpec& spec) {
+  Placement placement;
+  placement.device = spec.placement().device();
+  for (const auto& [key, value] : spec.placement().labels()) {
+    placement.labels.emplace_back(key, value);
+  }
+  std::sort(placement.labels.begin(), placement.labels.end());
+  return placement;
+}
+
+PoolWorker PoolWorkerOf(const Worker& worker) {
+  PoolWorker pool_worker;
+  pool_worker.id = worker.id;
+  pool_worker.device = DeviceKind(worker.device);
+  pool_worker.labels = worker.labels;
+  pool_worker.spare = worker.spare;
+  return pool_worker;
+}
+
+}  // namespace
+
+std::set<std::string> Coordinator::WithUnplaceableLocked(
+    const v1::JobSpec& spec, std::set<std::string> reserved) {
+  const Placement placement = PlacementOf(spec);
+  if (placement.empty()) return reserved;
+  for (Worker* worker : workers_.Connected()) {
+    if (!Matches(placement, PoolWorkerOf(*worker))) reserved.insert(worker->id);
+  }
+  return reserved;
+}
+
+void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
+  // The snapshot: every connected worker by registration order, the queued
+  // jobs, and the active jobs with the workers they hold.
+  std::vector<Worker*> connected = workers_.Connected();
+  std::sort(
+      connected.begin(), connected.end(),
+      [](const Worker* a, const Worker* b) { return a->order < b->order; });
+  std::set<const Worker*> idle;
+  for (Worker* worker : workers_.StandingBy()) idle.insert(worker);
+  std::vector<PoolWorker> pool;
+  std::map<std::string, int> index;
+  for (Worker* worker : connected) {
+    PoolWorker pool_worker = PoolWorkerOf(*worker);
+    pool_worker.free =
+        idle.count(worker) > 0 && reserved.count(worker->id) == 0;
+    index[worker->id] = static_cast<int>(pool.size());
+    pool.push_back(std::move(pool_worker));
+  }
+  std::vector<QueuedJob> queued;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = jobs_[*it];
+    if (job.status.state() != v1::JOB_STATE_QUEUED) {
+      it = queue_.erase(it);
+      continue;
+    }
+    const v1::JobSpec& spec = job.status.spec();
+    QueuedJob entry;
+    entry.id = job.status.job_id();
+    entry.seq = job.seq;
+    entry.priority = job.status.priority();
+    entry.owner = job.status.owner();
+    if (spec.min_workers() > 0) {
+      entry.size = spec.min_workers();
+      entry.most = spec.max_workers() > 0 ? spec.max_workers()
+                                          : std::numeric_limits<int>::max();
+    } else {
+      entry.size = entry.most = spec.num_workers();
+    }
+    entry.placement = PlacementOf(spec);
+    entry.queued_at = job.queued_at;
+    queued.push_back(std::move(entry));
+    ++it;
+  }
+  std::vector<RunningJob> running;
+  for (Job* job : ActiveJobsLocked()) {
+    RunningJob entry;
+    entry.id = job->status.job_id();
+    entry.seq = job->seq;
+    entry.priority = job->status.priority();
+    entry.owner = job->status.owner();
+    entry.started = job->started;
+    if (job->generation != nullptr) {
+      for (const std::string& id : job->generation->rank_workers()) {
+        if (auto found = index.find(id); found != index.end()) {
+          entry.workers.push_back(found->second);
+        }
+      }
+    }
+    const bool running_now = job->status.state() == v1::JOB_STATE_RUNNING &&
+                             job->generation != nullptr;
+    entry.yielding = job->yielding && running_now;
+    entry.yielding_for = job->yield_for;
+    const bool settled = running_now && !job->yielding &&
+                         !job->stop_requested && !job->generation->preempting();
+    entry.can_yield =
+        settled && !job->status.spec().checkpoint().backup_dir().empty();
+    entry.min_workers = job->status.spec().min_workers();
+    entry.can_shrink = settled && entry.min_workers > 0 &&
+                       job->status.world_size() > entry.min_workers;
+    entry.keeps = job->shrink_to;
+    running.push_back(std::move(entry));
+  }
+  SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
+  for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
+    PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job],
+                     preemption.keep);
+  }
+  for (const SchedulingPlan::Start& start : plan.starts) {
+    Job& job = jobs_[start.job_id];
+    std::vector<Worker*> workers;
+    for (int i : start.workers) workers.push_back(connected[i]);
+    queue_.erase(std::find(queue_.begin(), queue_.end(), start.job_id));
+    active_jobs_[job.seq] = job.status.job_id();
+    const std::string waited = absl::FormatDuration(
+        absl::Trunc(clock_->Now() - job.queued_at, absl::Milliseconds(1)));
+    if (job.status.yields() > 0 && job.status.generation() > 0) {
+      AddEventLocked(
+          job, "resumed_after_preemption", nullptr,
+          absl::StrCat(
+              "placed again on ", workers.size(), " workers after ",
+              job.status.yields(),
+              job.status.yields() == 1 ? " preemption" : " preemptions",
+              " and ", waited, " in the queue; it continues from step ",
+              job.status.applied_step()));
+    } else {
+      AddEventLocked(
+          job, "placed", nullptr,
+          absl::StrCat("placed on ", workers.size(), " workers after ", waited,
+                       " in the queue (priority ", job.status.priority(),
+                       job.status.owner().empty()
+                           ? ""
+                           : absl::StrCat(", owner ", job.status.owner()),
+                       ")"));
+    }
+    StartGenerationLocked(job, workers);
+  }
+  // Each waiting job's status shows its new place.
+  std::vector<std::string> ids;
+  for (const QueueEntry& entry : plan.waiting) {
+    ids.push_back(queued[entry.job].id);
+  }
+  ShowWaitingLocked(ids, plan.waiting);
+}
+
+void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
+  if (job.generation == nullptr) return;
+  const std::string reason =
+      keep > 0
+          ? absl::StrCat("shrinking from ", job.status.world_size(), " to ",
+                         keep, " workers for job ", for_job.status.job_id(),
+                         " (priority ", for_job.status.priority(), " > ",
+                         job.status.priority(), ")")
+          : absl::StrCat("preempted for job ", for_job.status.job_id(),
+                         " (priority ", for_job.status.priority(), " > ",
+                         job.status.priority(), ")");
+  if (!job.generation->StartPreemption(reason)) return;
+  job.yielding = true;
+  job.yield_for = for_job.status.job_id();
+  job.shrink_to = keep;
+  AddEventLocked(
+      job, "preemption_requested", nullptr,
+      absl::StrCat(reason, keep > 0
+                               ? ": its ranks stop at an agreed step, then "
+                                 "its first ranks go on from their live state"
+                               : ": its ranks stop at an agreed step and "
+                                 "save it; then it waits in the queue"));
+  LogInfo("job ", job.status.job_id(), " ", reason);
+  v1::CoordinatorCommand command;
+  v1::Stop* stop = command.mutable_stop();
+  stop->set_job_id(job.status.job_id());
+  stop->set_reason(reason);
+  stop->set_preempt(true);
+  SendToRanksLocked(job, command);
+  ChangedLocked(job);
+}
+
+}  // namespace lockstep::coordinator
