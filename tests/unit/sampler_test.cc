@@ -20,6 +20,70 @@ TEST(SamplerTest, EpochPermutationIsAPermutationAndDependsOnSeedAndEpoch) {
   EXPECT_NE(p, GlobalSampler::EpochPermutation(8, 0, 1000));
 }
 
+// The global shuffle's permutation is a bijection of [0, n) for every n,
+// sizes that are and are not powers of four included.
+TEST(SamplerTest, FeistelPermutationIsABijectionForEverySize) {
+  for (int64_t n : {1, 2, 3, 4, 5, 17, 64, 100, 1000, 4097, 65536, 100003}) {
+    FeistelPermutation order(42, n);
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t v = order(p);
+      ASSERT_GE(v, 0) << "n " << n;
+      ASSERT_LT(v, n) << "n " << n;
+      ASSERT_FALSE(seen[v]) << "n " << n << " value " << v << " twice";
+      seen[v] = 1;
+    }
+  }
+}
+
+TEST(SamplerTest, EpochOrderDependsOnSeedAndEpochOnly) {
+  auto first = [](uint64_t seed, int64_t epoch) {
+    FeistelPermutation order = GlobalSampler::EpochOrder(seed, epoch, 1000);
+    std::vector<int64_t> values;
+    for (int64_t p = 0; p < 50; ++p) values.push_back(order(p));
+    return values;
+  };
+  EXPECT_EQ(first(7, 0), first(7, 0));
+  EXPECT_NE(first(7, 0), first(7, 1));
+  EXPECT_NE(first(7, 0), first(8, 0));
+}
+
+// Shuffled well enough: over 20,000 epochs the sample at position 0 of a
+// 10-sample set is each sample about a tenth of the time, and the samples
+// at positions 0 and 1 are about as often in one order as in the other.
+TEST(SamplerTest, EpochOrderIsCloseToUniform) {
+  constexpr int kEpochs = 20000;
+  std::vector<int> first(10, 0);
+  int ascending = 0;
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    FeistelPermutation order = GlobalSampler::EpochOrder(3, epoch, 10);
+    ++first[order(0)];
+    if (order(0) < order(1)) ++ascending;
+  }
+  // Binomial(20000, 0.1): sd 42; 6 sd either side.
+  for (int count : first) {
+    EXPECT_GT(count, 2000 - 252);
+    EXPECT_LT(count, 2000 + 252);
+  }
+  EXPECT_GT(ascending, 10000 - 425);  // sd 71
+  EXPECT_LT(ascending, 10000 + 425);
+}
+
+// A data set of 10^11 samples costs the sampler nothing per sample: a
+// batch deep into an epoch is computed directly.
+TEST(SamplerTest, AHugeDataSetNeedsNoTable) {
+  const BatchPlan plan{4, 16, 64};
+  GlobalSampler sampler(9, int64_t{100'000'000'000}, plan, 3);
+  const std::vector<int64_t>& batch = sampler.RankBatch(1'000'000'000);
+  ASSERT_EQ(batch.size(), 16u);
+  std::set<int64_t> distinct(batch.begin(), batch.end());
+  EXPECT_EQ(distinct.size(), 16u);
+  for (int64_t i : batch) {
+    EXPECT_GE(i, 0);
+    EXPECT_LT(i, int64_t{100'000'000'000});
+  }
+}
+
 class SamplerWorldTest : public ::testing::TestWithParam<int> {};
 
 // The union of every rank's slice equals the single-worker batch, in order,

@@ -26,7 +26,46 @@ uint64_t UniformBelow(uint64_t& state, uint64_t bound) {
   return value % bound;
 }
 
+// The Feistel network's round function: a keyed mix of one half.
+uint64_t Round(uint64_t half, uint64_t key) {
+  uint64_t state = half ^ key;
+  return SplitMix64(state);
+}
+
 }  // namespace
+
+FeistelPermutation::FeistelPermutation(uint64_t key, int64_t n)
+    : n_(n < 0 ? 0 : n) {
+  int bits = 2;
+  while (bits < 62 && (uint64_t{1} << bits) < static_cast<uint64_t>(n_)) {
+    bits += 2;
+  }
+  half_bits_ = bits / 2;
+  half_mask_ = (uint64_t{1} << half_bits_) - 1;
+  uint64_t state = key;
+  for (uint64_t& round_key : keys_) round_key = SplitMix64(state);
+}
+
+uint64_t FeistelPermutation::Encrypt(uint64_t x) const {
+  uint64_t left = x >> half_bits_;
+  uint64_t right = x & half_mask_;
+  for (uint64_t key : keys_) {
+    const uint64_t next = left ^ (Round(right, key) & half_mask_);
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+int64_t FeistelPermutation::operator()(int64_t p) const {
+  // The domain is under 4n, so a walk takes fewer than 4 tries on average;
+  // it ends because the network is a bijection of the domain and p < n.
+  uint64_t x = static_cast<uint64_t>(p);
+  do {
+    x = Encrypt(x);
+  } while (x >= static_cast<uint64_t>(n_));
+  return static_cast<int64_t>(x);
+}
 
 uint64_t StepSeed(uint64_t seed, int rank, int64_t step) {
   uint64_t state = seed;
@@ -47,6 +86,19 @@ GlobalSampler::GlobalSampler(uint64_t seed, int64_t dataset_size,
       steps_per_epoch_(plan.global > 0 ? dataset_size / plan.global : 0),
       shuffle_block_(shuffle_block) {}
 
+uint64_t GlobalSampler::EpochKey(int64_t step) const {
+  const int64_t epoch = steps_per_epoch_ > 0 ? step / steps_per_epoch_ : 0;
+  return StepSeed(seed_ ^ 0x6A09E667F3BCC909ull, -1, epoch);
+}
+
+FeistelPermutation GlobalSampler::EpochOrder(uint64_t seed, int64_t epoch,
+                                             int64_t n) {
+  // A key of its own per epoch, from a stream distinct from StepSeed's.
+  uint64_t state =
+      seed ^ (0xD6E8FEB86659FD93ull * static_cast<uint64_t>(epoch + 1));
+  return FeistelPermutation(SplitMix64(state), n);
+}
+
 std::vector<int64_t> GlobalSampler::EpochPermutation(uint64_t seed,
                                                      int64_t epoch, int64_t n) {
   std::vector<int64_t> permutation(static_cast<size_t>(n));
@@ -64,7 +116,7 @@ std::vector<int64_t> GlobalSampler::EpochPermutation(uint64_t seed,
 void GlobalSampler::StartEpoch(int64_t epoch) {
   cached_epoch_ = epoch;
   if (shuffle_block_ <= 0) {
-    permutation_ = EpochPermutation(seed_, epoch, dataset_size_);
+    order_ = EpochOrder(seed_, epoch, dataset_size_);
     return;
   }
   const int64_t blocks = (dataset_size_ + shuffle_block_ - 1) / shuffle_block_;
@@ -81,7 +133,7 @@ void GlobalSampler::StartEpoch(int64_t epoch) {
 }
 
 int64_t GlobalSampler::At(int64_t p) {
-  if (shuffle_block_ <= 0) return permutation_[p];
+  if (shuffle_block_ <= 0) return order_(p);
   const int64_t k =
       std::upper_bound(block_starts_.begin(), block_starts_.end(), p) -
       block_starts_.begin() - 1;
@@ -103,11 +155,6 @@ const std::vector<int64_t>& GlobalSampler::RankBatch(int64_t step) {
   if (epoch != cached_epoch_) StartEpoch(epoch);
   const int64_t size = plan_.rank_batch();
   int64_t begin = within * plan_.global + int64_t{rank_} * size;
-  if (shuffle_block_ <= 0) {
-    batch_.assign(permutation_.begin() + begin,
-                  permutation_.begin() + begin + size);
-    return batch_;
-  }
   batch_.resize(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) batch_[i] = At(begin + i);
   return batch_;
