@@ -39,7 +39,8 @@ constexpr char kCompareUsage[] =
 Compares runs of a job across configurations: a table of replicas,
 per-replica batch, global batch, learning rate after scaling, steps per
 epoch, steps trained, final loss, test accuracy and samples/s, and an SVG
-plot of the loss curves by step and by samples seen (open it in a browser).
+plot of the loss curves by step and by samples seen, and of the test loss
+at each evaluation (open it in a browser).
 It warns when the runs differ in global batch or learning-rate scaling:
 that, not the number of workers, is what makes curves diverge.
 
@@ -79,6 +80,9 @@ std::string MetricsJson(const v1::JobStatus& status) {
     row["test_loss"].set_number_value(eval.test_loss());
     for (const auto& [name, value] : eval.metrics()) {
       row[name].set_number_value(value);
+    }
+    if (eval.samples() > 0) {
+      row["samples"].set_number_value(static_cast<double>(eval.samples()));
     }
     row["time"].set_number_value(eval.time());
   }
@@ -171,7 +175,7 @@ std::vector<std::string> CompareWarnings(
 // `svg_path`. Errors: FailedPrecondition when the file cannot be written.
 absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
                               const std::string& svg_path) {
-  std::vector<Curve> by_step, by_samples;
+  std::vector<Curve> by_step, by_samples, evaluations;
   for (const v1::JobStatus& job : jobs) {
     const std::string label =
         absl::StrCat(job.job_id(), " (", job.plan().replicas(), "x",
@@ -186,11 +190,19 @@ absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
     }
     by_step.push_back(std::move(step));
     by_samples.push_back(std::move(samples));
+    // Every evaluation: after each epoch, at the end, and eval_every_steps.
+    Curve test{label, {}, {}};
+    for (const v1::EvalPoint& eval : job.evals()) {
+      test.x.push_back(static_cast<double>(eval.step()));
+      test.y.push_back(eval.test_loss());
+    }
+    evaluations.push_back(std::move(test));
   }
   std::ofstream out(svg_path);
   out << PlotSvg({{"training loss by step", "optimizer step"},
-                  {"training loss by samples seen", "samples seen"}},
-                 {by_step, by_samples});
+                  {"training loss by samples seen", "samples seen"},
+                  {"test loss at each evaluation", "optimizer step"}},
+                 {by_step, by_samples, evaluations});
   if (!out) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write the plot to ", svg_path));

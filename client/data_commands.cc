@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,8 @@
 #include "common/status_macros.h"
 #include "common/terminal_text.h"
 #include "tensorflow/example.pb.h"
+#include "worker/data/csv.h"
+#include "worker/data/image_decode.h"
 #include "worker/data/mapped_file.h"
 #include "worker/data/npy.h"
 #include "worker/data/task_layout.h"
@@ -30,15 +33,18 @@ using worker::ColumnInfo;
 using worker::SplitSource;
 
 constexpr char kDataUsage[] = R"(Usage:
-  lockstep data inspect PATH... [--format idx|npy|tokens|tfrecord]
+  lockstep data inspect PATH... [--format idx|npy|tokens|tfrecord|csv]
                         [--token-dtype uint16|uint32]
   lockstep data check JOB.json [--set field=value ...]
 
 inspect: what the files hold. A folder is read as the format says (or as
 its files suggest): each split's columns, dtypes, per-sample shapes and
 sample counts. Files are described one by one: a .npy file's dtype and
-shape; a token file's count and the vocabulary it uses (largest id + 1); a
-TFRecord file's record count and the features of its first Example.
+shape; a token file's count and the vocabulary it uses (largest id + 1),
+and a folder of token shards' totals; a TFRecord file's record count and
+the features of its first Example (an encoded image's format, size and
+channels); a CSV file's rows and each column's type (int64, float64, or
+text, which lockstep cannot train on).
 
 check: opens the job's data exactly as a worker would (data.format,
 data.dir, data.train/test, data.features, the token settings), resolves its
@@ -89,6 +95,76 @@ std::string InspectTokens(const std::string& path, Dtype dtype) {
                       " (largest id + 1)");
 }
 
+// ", a JPEG image 36x36 (width x height), 3 channels" for bytes that are an
+// encoded image; empty otherwise.
+std::string ImageText(const std::string& bytes) {
+  auto info = worker::ReadImageInfo(bytes);
+  if (!info.ok()) return "";
+  return absl::StrCat(
+      ", a ", info->format == worker::ImageEncoding::kJpeg ? "JPEG" : "PNG",
+      " image ", info->width, "x", info->height, " (width x height), ",
+      info->channels, " channel", info->channels == 1 ? "" : "s");
+}
+
+// A CSV file: its rows and each column's type over the first kCsvRows rows.
+std::string InspectCsv(const std::string& path) {
+  constexpr int64_t kCsvRows = 100000;
+  auto file = worker::MappedFile::Open(path);
+  if (!file.ok()) return std::string(file.status().message());
+  absl::string_view rest = (*file)->bytes();
+  auto next = [&rest](absl::string_view* line) {
+    if (rest.empty()) return false;
+    const size_t end = rest.find('\n');
+    *line = rest.substr(0, end);
+    rest.remove_prefix(end == absl::string_view::npos ? rest.size() : end + 1);
+    if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
+    return true;
+  };
+  absl::string_view line;
+  std::vector<absl::string_view> fields;
+  std::string storage;
+  if (!next(&line) || !worker::SplitCsvRecord(line, &fields, &storage).ok()) {
+    return absl::StrCat(path, ": no header row");
+  }
+  std::vector<std::string> names(fields.begin(), fields.end());
+  // 0: int64, 1: float64, 2: text.
+  std::vector<int> kind(names.size(), 0);
+  int64_t rows = 0, line_number = 1;
+  std::string problem;
+  while (rows < kCsvRows && next(&line)) {
+    ++line_number;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    if (!worker::SplitCsvRecord(line, &fields, &storage).ok() ||
+        fields.size() != names.size()) {
+      problem = absl::StrCat("; line ", line_number, " has ", fields.size(),
+                             " fields, the header ", names.size());
+      break;
+    }
+    for (size_t c = 0; c < fields.size(); ++c) {
+      double value;
+      bool integer;
+      int64_t whole;
+      if (!worker::ParseCsvNumber(fields[c], &value, &integer, &whole).ok()) {
+        kind[c] = 2;
+      } else if (!integer) {
+        kind[c] = std::max(kind[c], 1);
+      }
+    }
+    ++rows;
+  }
+  std::string out = absl::StrCat(path, ": ", rows, rows == kCsvRows ? "+" : "",
+                                 " rows, ", names.size(), " columns", problem);
+  const char* kKinds[] = {"int64", "float64", "text (not a number)"};
+  for (size_t c = 0; c < names.size() && c < 256; ++c) {
+    absl::StrAppendFormat(&out, "\n    %-24s %s",
+                          std::string(names[c].substr(0, 64)), kKinds[kind[c]]);
+  }
+  if (names.size() > 256) {
+    absl::StrAppend(&out, "\n    ... and ", names.size() - 256, " more");
+  }
+  return out;
+}
+
 // A TFRecord file: its records (every CRC checked) and the first Example's
 // features.
 std::string InspectTfRecord(const std::string& path) {
@@ -121,7 +197,8 @@ std::string InspectTfRecord(const std::string& path) {
                   "bytes_list of ", f.bytes_list().value_size(),
                   f.bytes_list().value_size() == 1
                       ? absl::StrCat(" (", f.bytes_list().value(0).size(),
-                                     " bytes)")
+                                     " bytes",
+                                     ImageText(f.bytes_list().value(0)), ")")
                       : "")
             : "empty";
     absl::StrAppend(&out, "\n    ", name, ": ", kind);
@@ -132,15 +209,23 @@ std::string InspectTfRecord(const std::string& path) {
 // The format a folder's files suggest.
 std::string GuessFormat(const std::string& dir) {
   std::error_code error;
-  bool npy = false, tfrecord = false, idx = false;
+  bool npy = false, tfrecord = false, idx = false, csv = false, bin = false;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name == "train.bin") return "tokens";
+    if (absl::StrContains(name, ".lockstep-csv-")) continue;  // a store
     npy = npy || absl::EndsWith(name, ".npy");
     tfrecord = tfrecord || absl::StrContains(name, ".tfrecord");
     idx = idx || absl::StrContains(name, "-idx");
+    csv = csv || absl::EndsWith(name, ".csv");
+    bin = bin || absl::EndsWith(name, ".bin");
   }
-  return npy ? "npy" : tfrecord ? "tfrecord" : idx ? "idx" : "";
+  return npy        ? "npy"
+         : tfrecord ? "tfrecord"
+         : idx      ? "idx"
+         : csv      ? "csv"
+         : bin      ? "token shards"
+                    : "";
 }
 
 int Inspect(const Args& args) {
@@ -157,19 +242,45 @@ int Inspect(const Args& args) {
     std::error_code error;
     if (std::filesystem::is_directory(path, error)) {
       const std::string kind = format.empty() ? GuessFormat(path) : format;
-      if (kind.empty() || kind == "tfrecord") {
-        // TFRecord folders need the features a job declares: the files are
-        // described one by one.
+      if (kind.empty() || kind == "tfrecord" || kind == "csv" ||
+          kind == "token shards") {
+        // TFRecord and CSV folders need the features or columns a job
+        // declares, token shards its globs: the files are described one by
+        // one, in order.
         if (kind.empty()) {
-          std::cout << path << ": no idx, npy, tokens or TFRecord files\n";
+          std::cout << TerminalSafe(path)
+                    << ": no idx, npy, tokens, TFRecord or CSV files\n";
           ok = false;
           continue;
         }
+        std::vector<std::string> files;
         for (const auto& entry :
              std::filesystem::directory_iterator(path, error)) {
           const std::string file = entry.path().string();
-          if (absl::EndsWith(file, ".lockstep-index")) continue;
-          std::cout << TerminalSafe(InspectTfRecord(file)) << "\n";
+          if (absl::EndsWith(file, ".lockstep-index") ||
+              absl::StrContains(file, ".lockstep-csv-")) {
+            continue;
+          }
+          files.push_back(file);
+        }
+        std::sort(files.begin(), files.end());
+        int64_t shards = 0;
+        for (const std::string& file : files) {
+          if (kind == "csv") {
+            if (!absl::EndsWith(file, ".csv")) continue;
+            std::cout << TerminalSafe(InspectCsv(file)) << "\n";
+          } else if (kind == "token shards") {
+            if (!absl::EndsWith(file, ".bin")) continue;
+            std::cout << TerminalSafe(InspectTokens(file, tokens)) << "\n";
+            ++shards;
+          } else {
+            std::cout << TerminalSafe(InspectTfRecord(file)) << "\n";
+          }
+        }
+        if (kind == "token shards") {
+          std::cout << TerminalSafe(path) << ": " << shards
+                    << " token shards (data.format \"tokens\" with "
+                       "data.train/data.test globs of them)\n";
         }
         continue;
       }
@@ -200,6 +311,8 @@ int Inspect(const Args& args) {
     }
     if (absl::EndsWith(path, ".npy")) {
       std::cout << TerminalSafe(InspectNpy(path)) << "\n";
+    } else if (absl::EndsWith(path, ".csv") || format == "csv") {
+      std::cout << TerminalSafe(InspectCsv(path)) << "\n";
     } else if (absl::EndsWith(path, ".bin") || format == "tokens") {
       std::cout << TerminalSafe(InspectTokens(path, tokens)) << "\n";
     } else {

@@ -3,6 +3,7 @@
 #include "common/dtype.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace lockstep {
@@ -26,6 +27,9 @@ constexpr DtypeInfo kDtypes[] = {
     {Dtype::kFloat16, "float16", "f2", 2},
     {Dtype::kBFloat16, "bfloat16", "", 2},
     {Dtype::kFloat32, "float32", "f4", 4},
+    {Dtype::kFloat64, "float64", "f8", 8},
+    {Dtype::kBool, "bool", "b1", 1},
+    {Dtype::kUInt64, "uint64", "u8", 8},
 };
 
 const DtypeInfo& Info(Dtype dtype) { return kDtypes[static_cast<int>(dtype)]; }
@@ -72,8 +76,8 @@ std::optional<Dtype> DtypeFromName(absl::string_view name) {
 const char* DtypeName(Dtype dtype) { return Info(dtype).name; }
 
 const char* DtypeNames() {
-  return "uint8, int8, int16, int32, int64, uint16, uint32, float16, "
-         "bfloat16, float32";
+  return "uint8, int8, int16, int32, int64, uint16, uint32, uint64, bool, "
+         "float16, bfloat16, float32, float64";
 }
 
 std::optional<Dtype> DtypeFromNumpy(absl::string_view code) {
@@ -87,7 +91,7 @@ int DtypeSize(Dtype dtype) { return Info(dtype).size; }
 
 bool IsFloat(Dtype dtype) {
   return dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16 ||
-         dtype == Dtype::kFloat32;
+         dtype == Dtype::kFloat32 || dtype == Dtype::kFloat64;
 }
 
 bool IsInteger(Dtype dtype) { return !IsFloat(dtype); }
@@ -108,6 +112,20 @@ int64_t ElementAsInt(Dtype dtype, const char* data, int64_t i) {
       return Load<uint16_t>(data, i);
     case Dtype::kUInt32:
       return Load<uint32_t>(data, i);
+    case Dtype::kBool:
+      return Load<uint8_t>(data, i) != 0 ? 1 : 0;
+    case Dtype::kUInt64: {
+      const uint64_t value = Load<uint64_t>(data, i);
+      // Above int64's range: a value no label or id can be.
+      return value > static_cast<uint64_t>(INT64_MAX)
+                 ? -1
+                 : static_cast<int64_t>(value);
+    }
+    case Dtype::kFloat64: {
+      const double value = Load<double>(data, i);
+      if (!(std::fabs(value) < 9.2e18)) return -1;
+      return static_cast<int64_t>(value);
+    }
     default: {
       const float value = ElementAsFloat(dtype, data, i);
       // Out of int64's range (or NaN): a value no label or id can be.
@@ -125,6 +143,10 @@ float ElementAsFloat(Dtype dtype, const char* data, int64_t i) {
       return BFloat16ToFloat(Load<uint16_t>(data, i));
     case Dtype::kFloat32:
       return Load<float>(data, i);
+    case Dtype::kFloat64:
+      return static_cast<float>(Load<double>(data, i));
+    case Dtype::kUInt64:
+      return static_cast<float>(Load<uint64_t>(data, i));
     default:
       return static_cast<float>(ElementAsInt(dtype, data, i));
   }

@@ -22,6 +22,12 @@ enum class Dtype : uint8_t {
   kFloat16,
   kBFloat16,
   kFloat32,
+  // NumPy's and pandas' defaults, read as they are and converted where
+  // used: float64 to float32 for inputs (round to nearest), bool as 0 or 1,
+  // a uint64 above int64's range as an out-of-range label or id.
+  kFloat64,
+  kBool,
+  kUInt64,
 };
 
 // "uint8", "int64", "bfloat16", ... (the job spec's names).
@@ -30,7 +36,7 @@ const char* DtypeName(Dtype dtype);
 // The job spec's names, for an error's list of choices.
 const char* DtypeNames();
 
-// NumPy's type code without the byte order ("u1", "i8", "f4", "f2");
+// NumPy's type code without the byte order ("u1", "i8", "f4", "f8", "b1");
 // NumPy has no bfloat16. nullopt for another code.
 std::optional<Dtype> DtypeFromNumpy(absl::string_view code);
 

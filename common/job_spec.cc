@@ -57,6 +57,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"data.window_stride", kMaxBlockSize},
     {"data.shuffle", kMaxChoiceBytes},
     {"data.shuffle_block", 1 << 30},
+    {"data.window_offset", kMaxChoiceBytes},
     {"task.type", kMaxChoiceBytes},
     {"task.num_classes", kMaxClasses},
     {"task.label_smoothing", 1},
@@ -101,6 +102,8 @@ constexpr FieldBound kFieldBounds[] = {
     {"priority", kMaxPriority},
     {"priority_class", 64},
     {"placement.device", kMaxChoiceBytes},
+    {"eval_every_steps", kMaxSteps},
+    {"eval_batches", 1000000},
 };
 
 // A number as a user wrote it: 65536, 0.5, 1e+12 (not 1.07374e+09).

@@ -38,6 +38,9 @@ inline constexpr int64_t kMaxColumnNameBytes = 64;
 inline constexpr int kMaxColumnRank = 8;
 inline constexpr int64_t kMaxSampleElements = int64_t{1} << 28;
 inline constexpr int kMaxColumns = 64;
+// data.columns (CSV): the names listed in all, and each name's bytes.
+inline constexpr int64_t kMaxCsvColumnNames = 1 << 16;
+inline constexpr int64_t kMaxCsvColumnNameBytes = 256;
 
 // The upper bound of the job spec field at `path` (dotted, proto field
 // names: "communication.bucket_mb"): bytes for strings, the value for

@@ -41,6 +41,17 @@ absl::Status ValidateSchedule(const v1::JobSpec& spec) {
         "reference_batch_size, warmup_steps, max_steps and log_every_steps "
         "must be >= 0");
   }
+  if (spec.eval_every_steps() < 0 || spec.eval_batches() < 0) {
+    return Invalid(
+        absl::StrCat("eval_every_steps and eval_batches must be >= 0, got ",
+                     spec.eval_every_steps(), " and ", spec.eval_batches()));
+  }
+  if (spec.eval_batches() > 0 && spec.eval_every_steps() == 0) {
+    return Invalid(
+        "eval_batches sizes the evaluations eval_every_steps schedules; set "
+        "eval_every_steps too (the evaluations after each epoch and at the "
+        "end read the whole test split)");
+  }
   return absl::OkStatus();
 }
 

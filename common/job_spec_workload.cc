@@ -49,6 +49,69 @@ absl::Status CheckColumnName(absl::string_view field, const std::string& name) {
       " letters, digits, '_', '.', '/' or '-')"));
 }
 
+// A TFRecord feature's reading rules: another key, an encoded image and its
+// augmentations, optional and variable-length features.
+absl::Status ValidateRecordFeature(const v1::DataSpec& data,
+                                   const std::string& field,
+                                   const v1::ColumnSpec& column) {
+  const bool record_rules =
+      !column.from().empty() || !column.encoding().empty() ||
+      column.resize_size() > 0 || column.random_crop() ||
+      column.random_flip() || column.optional() || column.max_len() != 0;
+  if (!record_rules) return absl::OkStatus();
+  if (data.format() != "tfrecord") {
+    return Invalid(absl::StrCat(
+        field,
+        ": from, encoding, resize, random_crop, random_flip, optional and "
+        "max_len are for data.format \"tfrecord\""));
+  }
+  if (!column.from().empty() && !IsColumnName(column.from())) {
+    return Invalid(absl::StrCat(field, ".from is not a feature name (1 to ",
+                                kMaxColumnNameBytes,
+                                " letters, digits, '_', '.', '/' or '-')"));
+  }
+  const bool image = !column.encoding().empty();
+  if (image) {
+    if (!OneOf(column.encoding(), {"jpeg", "png", "auto"})) {
+      return Invalid(
+          absl::StrCat(field, ".encoding must be jpeg, png or auto"));
+    }
+    if (column.dtype() != "uint8" || column.shape_size() != 3 ||
+        (column.shape(2) != 1 && column.shape(2) != 3 &&
+         column.shape(2) != 4)) {
+      return Invalid(absl::StrCat(
+          field,
+          ": an encoded image decodes into dtype uint8 and shape [H, W, C] "
+          "with C 1 (grey), 3 (RGB) or 4 (RGBA)"));
+    }
+    if (column.resize_size() != 0 &&
+        (column.resize_size() != 2 || column.resize(0) < column.shape(0) ||
+         column.resize(1) < column.shape(1) || column.resize(0) > 16384 ||
+         column.resize(1) > 16384)) {
+      return Invalid(absl::StrCat(
+          field,
+          ".resize is [height, width], at least the shape's [H, W] (the "
+          "crop is taken from it) and at most 16384 each"));
+    }
+  } else if (column.resize_size() > 0 || column.random_crop() ||
+             column.random_flip()) {
+    return Invalid(
+        absl::StrCat(field,
+                     ": resize, random_crop and random_flip are for encoded "
+                     "images (set .encoding)"));
+  }
+  if (column.max_len() != 0) {
+    if (image || column.max_len() < 1 ||
+        column.max_len() > kMaxSampleElements || column.shape_size() != 0) {
+      return Invalid(absl::StrCat(
+          field, ".max_len must be in [1, ", kMaxSampleElements,
+          "], for a list of numbers declared without a shape (the column "
+          "is [max_len], zero-padded)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateFeatures(const v1::DataSpec& data) {
   if (data.features_size() > kMaxColumns) {
     return Invalid(absl::StrCat("data.features has ", data.features_size(),
@@ -73,6 +136,20 @@ absl::Status ValidateFeatures(const v1::DataSpec& data) {
       return Invalid(absl::StrCat(field, ".shape has ", column.shape_size(),
                                   " dimensions; at most ", kMaxColumnRank));
     }
+    // Not echoed: a map's strings may hold anything.
+    if (!column.normalize().empty() &&
+        !OneOf(column.normalize(), {"scalar", "per_feature"})) {
+      return Invalid(
+          absl::StrCat(field, ".normalize must be scalar or per_feature"));
+    }
+    if (column.normalize() == "per_feature" &&
+        (column.has_mean() || column.has_std())) {
+      return Invalid(absl::StrCat(
+          field,
+          ".normalize \"per_feature\" computes each element's mean and std "
+          "from the training split; drop .mean and .std, or normalize "
+          "\"scalar\" with them"));
+    }
     int64_t elements = 1;
     for (int64_t dim : column.shape()) {
       if (dim < 1 || dim > kMaxSampleElements ||
@@ -96,20 +173,68 @@ absl::Status ValidateFeatures(const v1::DataSpec& data) {
           " needs a dtype (and a shape, [] for a scalar): a TFRecord file "
           "does not say what its features hold"));
     }
+    RETURN_IF_ERROR(ValidateRecordFeature(data, field, column));
+  }
+  return absl::OkStatus();
+}
+
+// data.columns: the CSV's column names grouped into the split's columns.
+absl::Status ValidateCsvColumns(const v1::DataSpec& data) {
+  if (data.format() != "csv") {
+    if (data.columns_size() > 0) {
+      return Invalid("data.columns groups the columns of data.format \"csv\"");
+    }
+    return absl::OkStatus();
+  }
+  if (data.columns_size() == 0) {
+    return Invalid(
+        "data.format \"csv\" needs data.columns: the split's columns, each a "
+        "list of the CSV's column names, e.g. {\"x\": [\"x0\", \"x1\"], "
+        "\"y\": [\"label\"]}");
+  }
+  if (data.columns_size() > kMaxColumns) {
+    return Invalid(absl::StrCat("data.columns has ", data.columns_size(),
+                                " entries; at most ", kMaxColumns));
+  }
+  int64_t names = 0;
+  for (const auto& [name, list] : data.columns()) {
+    if (!IsColumnName(name)) {
+      return Invalid(absl::StrCat(
+          "data.columns has a key that is not a column name (1 to ",
+          kMaxColumnNameBytes, " letters, digits, '_', '.', '/' or '-')"));
+    }
+    const std::string field = absl::StrCat("data.columns[\"", name, "\"]");
+    if (list.values_size() == 0) {
+      return Invalid(absl::StrCat(field, " lists no CSV column"));
+    }
+    names += list.values_size();
+    if (names > kMaxCsvColumnNames) {
+      return Invalid(absl::StrCat("data.columns lists more than ",
+                                  kMaxCsvColumnNames, " CSV columns"));
+    }
+    for (const google::protobuf::Value& value : list.values()) {
+      if (value.kind_case() != google::protobuf::Value::kStringValue ||
+          value.string_value().empty() ||
+          value.string_value().size() > kMaxCsvColumnNameBytes) {
+        return Invalid(
+            absl::StrCat(field, " must list CSV column names: strings of 1 to ",
+                         kMaxCsvColumnNameBytes, " bytes"));
+      }
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateData(const v1::DataSpec& data) {
   RETURN_IF_ERROR(CheckChoice("data.format", data.format(),
-                              {"idx", "npy", "tokens", "tfrecord"}));
+                              {"idx", "npy", "tokens", "tfrecord", "csv"}));
   RETURN_IF_ERROR(CheckGlob("data.train", data.train()));
   RETURN_IF_ERROR(CheckGlob("data.test", data.test()));
   if ((!data.train().empty() || !data.test().empty()) &&
-      !OneOf(data.format(), {"npy", "tfrecord"})) {
+      !OneOf(data.format(), {"npy", "tfrecord", "tokens", "csv"})) {
     return Invalid(absl::StrCat(
-        "data.train and data.test are globs of npy or tfrecord files; data "
-        "format \"",
+        "data.train and data.test are globs of npy, tfrecord, token or CSV "
+        "files; data format \"",
         data.format(), "\" has fixed file names"));
   }
   if (data.format() == "tfrecord" &&
@@ -121,6 +246,7 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         "shape)");
   }
   RETURN_IF_ERROR(ValidateFeatures(data));
+  RETURN_IF_ERROR(ValidateCsvColumns(data));
   RETURN_IF_ERROR(
       CheckChoice("data.shuffle", data.shuffle(), {"global", "blocks"}));
   if (data.shuffle_block() < 1) {
@@ -135,6 +261,15 @@ absl::Status ValidateData(const v1::DataSpec& data) {
           "data.block_size and data.window_stride must be >= 1, got ",
           data.block_size(), " and ", data.window_stride()));
     }
+    RETURN_IF_ERROR(CheckChoice("data.window_offset", data.window_offset(),
+                                {"fixed", "random"}));
+    if (data.train().empty() != data.test().empty()) {
+      return Invalid(
+          "data.format \"tokens\" takes both data.train and data.test (globs "
+          "of token files) or neither (train.bin and val.bin in data.dir)");
+    }
+  } else if (!data.window_offset().empty()) {
+    return Invalid("data.window_offset is for data.format \"tokens\"");
   }
   return absl::OkStatus();
 }
@@ -214,6 +349,7 @@ void ApplyWorkloadDefaults(v1::JobSpec* spec) {
   if (data->shuffle_block() == 0) data->set_shuffle_block(4096);
   if (data->format() == "tokens") {
     if (data->token_dtype().empty()) data->set_token_dtype("uint16");
+    if (data->window_offset().empty()) data->set_window_offset("fixed");
     if (data->block_size() == 0) data->set_block_size(64);
     if (data->window_stride() == 0) {
       data->set_window_stride(data->block_size());

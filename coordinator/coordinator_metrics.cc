@@ -89,6 +89,19 @@ void WriteActiveJobs(const std::vector<const v1::JobStatus*>& jobs,
   }
   family = false;
   for (const v1::JobStatus* status : jobs) {
+    if (status->evals().empty()) continue;
+    if (!family) {
+      family = out.Family("lockstep_job_last_eval_step", metrics::kGauge,
+                          "The step of each running job's last evaluation "
+                          "(its test loss and metrics are the gauges "
+                          "beside).");
+    }
+    const v1::EvalPoint& last = *status->evals().rbegin();
+    out.Sample("lockstep_job_last_eval_step", of(*status),
+               static_cast<double>(last.step()));
+  }
+  family = false;
+  for (const v1::JobStatus* status : jobs) {
     if (status->test_metrics().empty()) continue;
     // One family, the task's metric in a label: accuracy, mse, perplexity,
     // a training-step module's own (names checked when reported).

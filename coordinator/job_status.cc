@@ -65,6 +65,7 @@ void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
   eval->set_test_accuracy(report.test_accuracy());
   eval->set_test_loss(report.test_loss());
   *eval->mutable_metrics() = report.test_metrics();
+  eval->set_samples(report.eval_samples());
   eval->set_time(now);
 }
 

@@ -80,13 +80,15 @@ stage_packages() {  # DOCKERFILE STAGE
 #   prometheus         promtool and the server the metrics tests scrape with
 #   fortunes           the text examples/char_lm_fortunes.json is made from, on
 #                      the machine that runs the example, not in the images
+#   python3-pil        the tests' independent JPEG/PNG writer and
+#                      bench/image_decode.sh's reference decoder
 # and for Dockerfile.gpu also:
 #   libtorch-dev       a CUDA LibTorch comes from LIBTORCH_URL instead
 #   libopenblas0 libopenblas0-openmp  that LibTorch brings its own BLAS
 #   python3-torch python3-numpy  the DDP reference of bench/ddp_compare.sh
 #   python3            only Debian's libtorch-dev needs it
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes python3-pil"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-openmp python3"
 install_deps_packages >"$work/install-deps.txt"

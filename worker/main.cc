@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/args.h"
@@ -20,6 +21,7 @@
 #include "common/metrics_http.h"
 #include "common/path_policy.h"
 #include "common/status_macros.h"
+#include "common/terminal_text.h"
 #include "common/tf_config.h"
 #include "common/tls.h"
 #include "worker/agent.h"
@@ -107,9 +109,13 @@ Flags:
   --data-plane-transport lockstep|gloo  gloo: Gloo's TCP pairs, which
                            authenticate nobody before parsing and encrypt
                            nothing; for comparison benchmarks only
-  --index-cache DIR        where the record index of a TFRecord file goes when
-                           its own folder is read-only (default: $TMPDIR or
-                           /tmp, /lockstep-tfrecord-index)
+  --index-cache DIR        where the record index of a TFRecord file, and the
+                           column store of a CSV file, go when its own folder
+                           is read-only (default: $TMPDIR or /tmp,
+                           /lockstep-tfrecord-index)
+  --data-threads N         threads that decode a batch's encoded images
+                           (JPEG, PNG), 1 to 256 (default: the cores, at
+                           most 4)
                            DIRS: absolute paths separated by ':'; each flag
                            may be repeated and replaces that default. A job
                            naming a path elsewhere (after resolving '..' and
@@ -452,6 +458,7 @@ int Run(int argc, char** argv) {
                            "backup-root",
                            "export-root",
                            "index-cache",
+                           "data-threads",
                            "tls-cert",
                            "data-plane-encryption",
                            "data-plane-transport",
@@ -472,6 +479,17 @@ int Run(int argc, char** argv) {
   SetIndexCacheDir(args->Get(
       "index-cache", absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
                                   "/lockstep-tfrecord-index")));
+  if (args->Has("data-threads")) {
+    int data_threads = 0;
+    if (!absl::SimpleAtoi(args->Get("data-threads", ""), &data_threads) ||
+        data_threads < 1 || data_threads > 256) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+                      "--data-threads must be a number from 1 to 256, got \"",
+                      TerminalSafe(args->Get("data-threads", "")), "\"")),
+                  2);
+    }
+    SetDataThreads(data_threads);
+  }
   ConfigureThreads(flags->threads);
   v1::Device& device = *flags->registration.mutable_device();
   device.set_blas_kernel(blas_kernel.kernel);

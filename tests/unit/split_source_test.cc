@@ -167,6 +167,58 @@ TEST_F(SplitSourceTest, TokenFilesAreReadAsWindows) {
   EXPECT_EQ((*val)->size(), 1);
 }
 
+// Shards matched by globs, in sorted order: no window crosses from one file
+// into the next, and a shard too short for a window holds none. The vocab
+// scan reads every token of the shards once.
+TEST_F(SplitSourceTest, TokenShardsKeepTheirWindowsApart) {
+  Write("b-1.bin", Uint16s({10, 11, 12, 13, 14}));   // one window: 10..13
+  Write("b-0.bin", Uint16s({0, 1, 2, 3, 4, 5, 6}));  // two: 0..3, 3..6
+  Write("b-2.bin", Uint16s({40, 41}));               // none
+  Write("v-0.bin", Uint16s({9, 8, 7, 6}));
+  v1::DataSpec spec = Spec("tokens");
+  spec.set_train("b-*.bin");
+  spec.set_test("v-*.bin");
+  auto train = OpenSplit(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ((*train)->size(), 3);
+  EXPECT_EQ(ReadFloats(**train, "tokens", {0, 1, 2}),
+            (std::vector<float>{0, 1, 2, 3, 3, 4, 5, 6, 10, 11, 12, 13}));
+  auto largest = (*train)->LargestValue(0);
+  ASSERT_TRUE(largest.ok());
+  EXPECT_EQ(*largest, 14);  // a shard without windows is not read
+  EXPECT_THAT((*train)->description(), HasSubstr("3 token files"));
+}
+
+// data.window_offset "random": each epoch's key moves every window by
+// o in [0, stride); a file holds the windows that fit at any offset.
+TEST_F(SplitSourceTest, RandomWindowOffsetsMoveEveryWindowByTheEpochsKey) {
+  // 12 tokens, block 3 (windows of 4), stride 3: with offsets up to 2 a
+  // window needs 6 tokens: starts 0, 3, 6 (and +o).
+  std::vector<uint16_t> tokens;
+  for (uint16_t t = 0; t < 12; ++t) tokens.push_back(t);
+  Write("train.bin", Uint16s(tokens));
+  Write("val.bin", Uint16s({9, 8, 7, 6}));
+  v1::DataSpec spec = Spec("tokens");
+  spec.set_window_offset("random");
+  auto train = OpenSplit(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ((*train)->size(), 3);
+  EXPECT_TRUE((*train)->VariesByEpoch());
+  for (uint64_t key : {0, 1, 2, 5}) {
+    const int64_t offset = static_cast<int64_t>(key % 3);
+    std::vector<char> raw(4 * 2);
+    const int64_t last[] = {2};
+    char* out = raw.data();
+    ASSERT_TRUE((*train)->ReadInEpoch(key, {0}, last, {out}).ok());
+    EXPECT_EQ(ElementAsInt(Dtype::kUInt16, raw.data(), 0), 6 + offset) << key;
+    EXPECT_EQ(ElementAsInt(Dtype::kUInt16, raw.data(), 3), 9 + offset) << key;
+  }
+  // The test split is read at offset 0.
+  auto val = OpenSplit(spec, false);
+  ASSERT_TRUE(val.ok());
+  EXPECT_FALSE((*val)->VariesByEpoch());
+}
+
 TEST_F(SplitSourceTest, ATokenFileOfAnOddSizeOrShorterThanAWindowIsRefused) {
   Write("train.bin", std::string(7, '\0'));
   auto split = OpenSplit(Spec("tokens"), true);

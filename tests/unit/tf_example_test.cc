@@ -5,9 +5,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <png.h>
 
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,7 +99,7 @@ TEST(TfExampleTest, DTypeNamesAndSizes) {
     EXPECT_EQ(DTypeSize(dtype), size);
     EXPECT_EQ(*ParseDType(DTypeName(dtype)), dtype);
   }
-  auto unknown = ParseDType("float64");
+  auto unknown = ParseDType("complex64");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unknown.status().message(),
               AllOf(HasSubstr("float64"), HasSubstr("bfloat16")));
@@ -319,6 +321,98 @@ TEST(TfExampleTest, BadSpecsAndOutputsAreRefused) {
       decoder->Decode(ExampleOf({{"f", Int64s({1, 2})}}), outputs).message(),
       HasSubstr("is 3 bytes, not 4"));
   EXPECT_FALSE(decoder->Decode(ExampleOf({{"f", Int64s({1, 2})}}), {}).ok());
+}
+
+}  // namespace
+}  // namespace lockstep::worker
+
+namespace lockstep::worker {
+namespace {
+
+// A 4x6 RGB PNG (libpng, lossless) whose pixel (y, x) is (y, x, 7).
+std::string SmallPng() {
+  std::vector<uint8_t> pixels;
+  for (int y = 0; y < 4; ++y) {
+    for (int x = 0; x < 6; ++x)
+      pixels.insert(pixels.end(), {uint8_t(y), uint8_t(x), 7});
+  }
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = 6;
+  image.height = 4;
+  image.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0,
+                            nullptr);
+  std::string out(size, '\0');
+  png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0,
+                            nullptr);
+  out.resize(size);
+  return out;
+}
+
+// A feature read from another key, an optional one missing, a list padded
+// to max_len, an image cropped in the middle (and at random, the same for
+// the same key), and undeclared features ignored.
+TEST(TfExampleTest, RecordKeysOptionalListsAndImages) {
+  FeatureSpec image{"image", DType::kUInt8, {2, 2, 3}};
+  image.key = "image/encoded";
+  image.image = true;
+  image.random_crop = true;
+  image.random_flip = true;
+  FeatureSpec boxes{"boxes", DType::kFloat32, {4}};
+  boxes.variable_length = true;
+  FeatureSpec mask{"mask", DType::kInt64, {}};
+  mask.optional = true;
+  auto decoder = ExampleDecoder::Create({image, boxes, mask});
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const std::string record = ExampleOf({{"image/encoded", Bytes({SmallPng()})},
+                                        {"boxes", Floats({0.5f, 0.25f})},
+                                        {"unused", Int64s({1, 2, 3})}});
+  std::string pixels(12, '\0'), list(16, '\0'), flag(8, 'x');
+  std::vector<absl::Span<char>> outs = {
+      absl::MakeSpan(pixels), absl::MakeSpan(list), absl::MakeSpan(flag)};
+  ASSERT_TRUE(decoder->Decode(record, outs, "r").ok());
+  // Centred: rows 1-2, columns 2-3.
+  EXPECT_EQ(pixels, std::string("\x01\x02\x07\x01\x03\x07\x02\x02\x07"
+                                "\x02\x03\x07",
+                                12));
+  float values[4];
+  std::memcpy(values, list.data(), 16);
+  EXPECT_EQ(values[0], 0.5f);
+  EXPECT_EQ(values[1], 0.25f);
+  EXPECT_EQ(values[2], 0.0f);  // padded
+  EXPECT_EQ(flag, std::string(8, '\0'));
+  // Random crops and flips: a function of the key.
+  std::map<std::string, int> seen;
+  for (uint64_t key = 0; key < 64; ++key) {
+    Augmentation augmentation{key};
+    ASSERT_TRUE(decoder->Decode(record, outs, "r", &augmentation).ok());
+    const std::string first = pixels;
+    ASSERT_TRUE(decoder->Decode(record, outs, "r", &augmentation).ok());
+    EXPECT_EQ(pixels, first);
+    ++seen[pixels];
+  }
+  EXPECT_GT(seen.size(), 8u);  // 3 x 5 windows, flipped or not
+  // More values than max_len, and a required feature missing, are named.
+  const std::string long_list =
+      ExampleOf({{"image/encoded", Bytes({SmallPng()})},
+                 {"boxes", Floats({1, 2, 3, 4, 5})}});
+  EXPECT_THAT(
+      std::string(decoder->Decode(long_list, outs, "r").message()),
+      HasSubstr("holds 5 values in its float_list, more than max_len 4"));
+  EXPECT_THAT(
+      std::string(
+          decoder->Decode(ExampleOf({{"boxes", Floats({1})}}), outs, "r")
+              .message()),
+      HasSubstr("(read from 'image/encoded') is missing"));
+  const std::string broken =
+      ExampleOf({{"image/encoded", Bytes({SmallPng().substr(0, 30)})}});
+  EXPECT_THAT(
+      std::string(
+          decoder->Decode(broken, outs, "data.tfrecord record 3").message()),
+      AllOf(StartsWith("data.tfrecord record 3: feature 'image'"),
+            HasSubstr("corrupt PNG")));
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
   out.dtype = std::string(d.substr(1));
   const int element = ElementSize(out.dtype);
   if (element <= 0 ||
-      std::string("uif").find(out.dtype[0]) == std::string::npos) {
+      std::string("uifb").find(out.dtype[0]) == std::string::npos) {
     return Bad(origin, absl::StrCat("dtype ", descr, " is not supported"));
   }
   absl::string_view inside =

@@ -1,6 +1,9 @@
 // Memory-mapped .npy columns and token files (sources.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -80,8 +83,8 @@ absl::Status MapShard(const std::string& path, const std::string& column,
   if (!dtype.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, " holds dtype ", header.descr, "; lockstep reads ", DtypeNames(),
-        " (NumPy's u1, i1, i2, i4, i8, u2, u4, f2, f4; bfloat16 only from "
-        "TFRecord files)"));
+        " (NumPy's u1, i1, i2, i4, i8, u2, u4, u8, b1, f2, f4, f8; bfloat16 "
+        "only from TFRecord files)"));
   }
   if (header.shape.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,28 +132,56 @@ absl::Status MapShard(const std::string& path, const std::string& column,
 }
 
 // Token files of any size are read as windows; each window is a sample.
+// A window lies inside one file: shards are cut where a file ends.
 class TokenWindows : public SplitSource {
  public:
-  TokenWindows(std::unique_ptr<MappedFile> file, Dtype dtype, int64_t block,
-               int64_t stride, int64_t windows)
-      : file_(std::move(file)), stride_(stride) {
+  struct File {
+    std::unique_ptr<MappedFile> file;
+    int64_t first = 0;  // its first window's index in the split
+    int64_t windows = 0;
+  };
+
+  TokenWindows(std::vector<File> files, Dtype dtype, int64_t block,
+               int64_t stride, bool random_offset, int64_t windows,
+               std::string description)
+      : files_(std::move(files)),
+        stride_(stride),
+        random_offset_(random_offset) {
     ColumnInfo column;
     column.name = "tokens";
     column.dtype = dtype;
     column.shape = {block + 1};
     columns_.push_back(column);
     size_ = windows;
-    description_ = absl::StrCat("token file ", file_->path());
+    description_ = std::move(description);
   }
 
   absl::Status Read(absl::Span<const int> columns,
                     absl::Span<const int64_t> indices,
                     absl::Span<char* const> outs) const override {
+    return ReadInEpoch(0, columns, indices, outs);
+  }
+
+  bool VariesByEpoch() const override { return random_offset_; }
+
+  absl::Status ReadInEpoch(uint64_t epoch_key, absl::Span<const int> columns,
+                           absl::Span<const int64_t> indices,
+                           absl::Span<char* const> outs) const override {
     const int64_t token = DtypeSize(columns_[0].dtype);
     const int64_t bytes = columns_[0].sample_bytes();
+    // Every window of the epoch starts `offset` tokens later.
+    const int64_t offset =
+        random_offset_
+            ? static_cast<int64_t>(epoch_key % static_cast<uint64_t>(stride_))
+            : 0;
     for (char* out : outs) {
       for (int64_t index : indices) {
-        std::memcpy(out, file_->data() + index * stride_ * token,
+        auto it = std::upper_bound(
+            files_.begin(), files_.end(), index,
+            [](int64_t i, const File& file) { return i < file.first; });
+        const File& file = *std::prev(it);
+        const int64_t start = offset + (index - file.first) * stride_;
+        std::memcpy(out, file.file->data() + start * token,
                     static_cast<size_t>(bytes));
         out += bytes;
       }
@@ -159,9 +190,59 @@ class TokenWindows : public SplitSource {
     return absl::OkStatus();
   }
 
+  // Each token once, whatever the windows' overlap: the files are cut
+  // into chunks scanned by up to 8 threads.
+  absl::StatusOr<int64_t> ScanLargest(int column) const override {
+    (void)column;
+    const Dtype dtype = columns_[0].dtype;
+    const int64_t token = DtypeSize(dtype);
+    struct Chunk {
+      const char* data;
+      int64_t tokens;
+    };
+    constexpr int64_t kChunkTokens = int64_t{1} << 22;
+    std::vector<Chunk> chunks;
+    for (const File& file : files_) {
+      const int64_t tokens = file.file->size() / token;
+      for (int64_t begin = 0; begin < tokens; begin += kChunkTokens) {
+        chunks.push_back({file.file->data() + begin * token,
+                          std::min(kChunkTokens, tokens - begin)});
+      }
+    }
+    const int threads = static_cast<int>(
+        std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()),
+                           static_cast<int64_t>(chunks.size())}));
+    std::vector<int64_t> largest(static_cast<size_t>(threads), -1);
+    std::atomic<size_t> next{0};
+    auto scan = [&](int t) {
+      for (size_t c = next++; c < chunks.size(); c = next++) {
+        int64_t top = largest[t];
+        if (dtype == Dtype::kUInt16) {
+          const auto* p = reinterpret_cast<const uint16_t*>(chunks[c].data);
+          uint16_t m = 0;
+          for (int64_t i = 0; i < chunks[c].tokens; ++i) m = std::max(m, p[i]);
+          top = std::max<int64_t>(top, m);
+        } else {
+          for (int64_t i = 0; i < chunks[c].tokens; ++i) {
+            top = std::max(top, ElementAsInt(dtype, chunks[c].data, i));
+          }
+        }
+        largest[t] = top;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(scan, t);
+    if (threads > 0) scan(0);
+    for (std::thread& thread : pool) thread.join();
+    int64_t top = -1;
+    for (int64_t value : largest) top = std::max(top, value);
+    return top;
+  }
+
  private:
-  const std::unique_ptr<MappedFile> file_;
+  const std::vector<File> files_;
   const int64_t stride_;
+  const bool random_offset_;
 };
 
 }  // namespace
@@ -182,6 +263,13 @@ absl::StatusOr<int64_t> SplitSource::LargestValue(int column) const {
     auto known = largest_.find(column);
     if (known != largest_.end()) return known->second;
   }
+  ASSIGN_OR_RETURN(const int64_t largest, ScanLargest(column));
+  absl::MutexLock lock(&largest_mu_);
+  largest_[column] = largest;
+  return largest;
+}
+
+absl::StatusOr<int64_t> SplitSource::ScanLargest(int column) const {
   constexpr int64_t kChunk = 1024;
   const ColumnInfo& info = columns_[column];
   std::vector<int64_t> indices;
@@ -198,8 +286,6 @@ absl::StatusOr<int64_t> SplitSource::LargestValue(int column) const {
       largest = std::max(largest, ElementAsInt(info.dtype, buffer.data(), i));
     }
   }
-  absl::MutexLock lock(&largest_mu_);
-  largest_[column] = largest;
   return largest;
 }
 
@@ -248,30 +334,66 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
                                       size, description);
 }
 
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
+    const std::vector<std::string>& paths, Dtype dtype, int64_t block,
+    int64_t stride, bool random_offset, bool random) {
+  std::vector<TokenWindows::File> files;
+  int64_t windows = 0;
+  const int64_t token = DtypeSize(dtype);
+  // With random offsets a file's windows are those that fit at any offset
+  // in [0, stride): the count is the same every epoch.
+  const int64_t span = block + 1 + (random_offset ? stride - 1 : 0);
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+    file->Advise(random ? MappedFile::Access::kRandom
+                        : MappedFile::Access::kSequential);
+    if (file->size() % token != 0) {
+      return absl::DataLossError(absl::StrCat(
+          path, " has ", file->size(), " bytes, not a whole number of ",
+          DtypeName(dtype),
+          " tokens: it is truncated, or data.token_dtype is wrong"));
+    }
+    const int64_t tokens = file->size() / token;
+    if (tokens < span) {
+      if (paths.size() == 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " holds ", tokens, " tokens, fewer than one window of ",
+            random_offset ? "data.block_size + data.window_stride = "
+                          : "data.block_size + 1 = ",
+            span));
+      }
+      continue;  // a shard too short for a window holds none
+    }
+    TokenWindows::File entry;
+    entry.first = windows;
+    entry.windows = (tokens - span) / stride + 1;
+    if (windows > std::numeric_limits<int64_t>::max() - entry.windows) {
+      return absl::InvalidArgumentError("too many token windows");
+    }
+    windows += entry.windows;
+    entry.file = std::move(file);
+    files.push_back(std::move(entry));
+  }
+  if (windows == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("none of the ", paths.size(), " token files (first ",
+                     paths.front(), ") holds one window of ", span, " tokens"));
+  }
+  std::string description =
+      paths.size() == 1
+          ? absl::StrCat("token file ", paths.front())
+          : absl::StrCat(paths.size(), " token files (", paths.front(), " to ",
+                         paths.back(), ")");
+  return std::make_shared<TokenWindows>(std::move(files), dtype, block, stride,
+                                        random_offset, windows,
+                                        std::move(description));
+}
+
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
     const std::string& path, Dtype dtype, int64_t block, int64_t stride,
     bool random) {
-  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  file->Advise(random ? MappedFile::Access::kRandom
-                      : MappedFile::Access::kSequential);
-  const int64_t token = DtypeSize(dtype);
-  if (file->size() % token != 0) {
-    return absl::DataLossError(
-        absl::StrCat(path, " has ", file->size(),
-                     " bytes, not a whole number of ", DtypeName(dtype),
-                     " tokens: it is truncated, or data.token_dtype is wrong"));
-  }
-  const int64_t tokens = file->size() / token;
-  if (tokens < block + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " holds ", tokens,
-                     " tokens, fewer than one window of "
-                     "data.block_size + 1 = ",
-                     block + 1));
-  }
-  const int64_t windows = (tokens - (block + 1)) / stride + 1;
-  return std::make_shared<TokenWindows>(std::move(file), dtype, block, stride,
-                                        windows);
+  return OpenTokenFiles({path}, dtype, block, stride, /*random_offset=*/false,
+                        random);
 }
 
 }  // namespace lockstep::worker

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -120,6 +122,7 @@ absl::StatusOr<std::vector<std::string>> Expand(const std::string& dir,
     for (size_t i = 0; i < matches.gl_pathc; ++i) {
       const std::string path = matches.gl_pathv[i];
       if (absl::EndsWith(path, ".lockstep-index")) continue;
+      if (absl::StrContains(path, ".lockstep-csv-")) continue;
       files.push_back(path);
     }
   }
@@ -191,6 +194,18 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpy(
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
     const v1::DataSpec& spec, bool train) {
+  const Dtype dtype =
+      spec.token_dtype() == "uint32" ? Dtype::kUInt32 : Dtype::kUInt16;
+  const bool random = train && spec.shuffle() != "blocks";
+  const bool random_offset = train && spec.window_offset() == "random";
+  const std::string& glob = train ? spec.train() : spec.test();
+  if (!glob.empty()) {
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> files,
+        Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
+    return OpenTokenFiles(files, dtype, spec.block_size(), spec.window_stride(),
+                          random_offset, random);
+  }
   std::string path =
       absl::StrCat(spec.dir(), train ? "/train.bin" : "/val.bin");
   if (!train && access(path.c_str(), F_OK) != 0) {
@@ -200,17 +215,15 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
   if (access(path.c_str(), F_OK) == 0) {
     ASSIGN_OR_RETURN(path, InsideDataDir(path, spec.dir()));
   }
-  const Dtype dtype =
-      spec.token_dtype() == "uint32" ? Dtype::kUInt32 : Dtype::kUInt16;
-  const bool random = train && spec.shuffle() != "blocks";
-  auto source = OpenTokenFile(path, dtype, spec.block_size(),
-                              spec.window_stride(), random);
+  auto source = OpenTokenFiles({path}, dtype, spec.block_size(),
+                               spec.window_stride(), random_offset, random);
   if (absl::IsNotFound(source.status())) {
-    return absl::NotFoundError(
-        absl::StrCat(source.status().message(),
-                     "; data.format \"tokens\" reads train.bin "
-                     "and val.bin (or test.bin) from data.dir, flat arrays of ",
-                     spec.token_dtype(), " token ids"));
+    return absl::NotFoundError(absl::StrCat(
+        source.status().message(),
+        "; data.format \"tokens\" reads train.bin and val.bin (or test.bin) "
+        "from data.dir, flat arrays of ",
+        spec.token_dtype(),
+        " token ids, or the files data.train and data.test match"));
   }
   return source;
 }
@@ -223,7 +236,18 @@ std::string IndexCacheDir() {
   return index_cache != nullptr ? *index_cache : "";
 }
 
+std::atomic<int> data_threads{0};
+
 }  // namespace
+
+void SetDataThreads(int threads) { data_threads = std::max(1, threads); }
+
+int DataThreads() {
+  const int set = data_threads.load();
+  if (set > 0) return set;
+  return static_cast<int>(
+      std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+}
 
 void SetIndexCacheDir(std::string dir) {
   absl::MutexLock lock(&index_cache_mu);
@@ -241,12 +265,22 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenSplit(
   const std::string& format = spec.format();
   if (format == "npy") return OpenNpy(spec, train);
   if (format == "tokens") return OpenTokens(spec, train);
+  if (format == "csv") {
+    std::string glob = train ? spec.train() : spec.test();
+    if (glob.empty()) glob = train ? "train.csv" : "test.csv";
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> files,
+        Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
+    const bool random = train && spec.shuffle() != "blocks";
+    return OpenCsvFiles(files, spec, random, IndexCacheDir());
+  }
   if (format == "tfrecord") {
     const std::string& glob = train ? spec.train() : spec.test();
     ASSIGN_OR_RETURN(
         std::vector<std::string> files,
         Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
-    return OpenTfRecordFiles(files, spec, IndexCacheDir());
+    return OpenTfRecordFiles(files, spec, IndexCacheDir(), train,
+                             DataThreads());
   }
   ASSIGN_OR_RETURN(ImageDataset images, LoadFashionMnist(spec.dir(), train));
   return ImagesInMemory(std::move(images), spec.dir());

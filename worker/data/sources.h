@@ -33,14 +33,37 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
     const std::string& path, Dtype dtype, int64_t block, int64_t stride,
     bool random = false);
 
+// Token files (shards, in the order given) read the same way; a window
+// never crosses from one file into the next. `random_offset`: each epoch
+// every window starts a further o tokens in, o in [0, stride) from the
+// epoch key (ReadInEpoch), and a file holds the windows that fit at any o.
+// A shard too short for one window holds none. Errors: as OpenTokenFile's,
+// or no window in any file.
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
+    const std::vector<std::string>& paths, Dtype dtype, int64_t block,
+    int64_t stride, bool random_offset, bool random = false);
+
 // TFRecord files of tf.train.Example records, in order, with the columns
 // spec.features declares (sorted by name). Each plain file is indexed once
 // (LoadOrBuildTfRecordIndex: the index is kept beside the file, or in
 // `index_cache_dir`) and read record by record; a GZIP file cannot be
 // entered in the middle, so its samples are decoded once into memory.
+// Encoded images decode on up to `threads` threads per read; `train`: the
+// declared random augmentations apply (drawn from ReadInEpoch's key).
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
-    const std::string& index_cache_dir = "");
+    const std::string& index_cache_dir = "", bool train = false,
+    int threads = 1);
+
+// CSV files (a header row, then numbers) with the columns data.columns
+// groups: each file is converted once into a column store of .npy arrays
+// beside it (or in `index_cache_dir` when its folder is read-only; else a
+// private copy), found again while the file keeps its size and
+// modification time, and mapped like npy shards. Errors name the file,
+// line and column of a cell that is not a number.
+absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
+    const std::vector<std::string>& files, const v1::DataSpec& spec,
+    bool random, const std::string& index_cache_dir = "");
 
 // A decoded IDX image data set: columns "image" (uint8 [1, H, W]) and
 // "label" (uint8 []).

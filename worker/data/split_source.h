@@ -53,6 +53,17 @@ class SplitSource {
   virtual absl::Status Read(absl::Span<const int> columns,
                             absl::Span<const int64_t> indices,
                             absl::Span<char* const> out) const = 0;
+  // The same in the epoch whose key is `epoch_key` (GlobalSampler::EpochKey):
+  // a source whose samples move from epoch to epoch (token windows at a
+  // random offset) reads that epoch's; the others ignore the key.
+  virtual absl::Status ReadInEpoch(uint64_t epoch_key,
+                                   absl::Span<const int> columns,
+                                   absl::Span<const int64_t> indices,
+                                   absl::Span<char* const> out) const {
+    (void)epoch_key;
+    return Read(columns, indices, out);
+  }
+  virtual bool VariesByEpoch() const { return false; }
   // One column.
   absl::Status ReadColumn(int column, absl::Span<const int64_t> indices,
                           char* out) const {
@@ -65,6 +76,10 @@ class SplitSource {
   absl::StatusOr<int64_t> LargestValue(int column) const;
 
  protected:
+  // LargestValue's pass, not remembered: every sample read whole; a source
+  // that can read each element once (overlapping token windows) overrides.
+  virtual absl::StatusOr<int64_t> ScanLargest(int column) const;
+
   int64_t size_ = 0;
   std::vector<ColumnInfo> columns_;
   std::string description_;
@@ -86,6 +101,11 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenSplit(
 // folder is not writable (empty: nowhere; it is rebuilt by every reader).
 // Process-wide; the worker sets it once from --index-cache. Thread-safe.
 void SetIndexCacheDir(std::string dir);
+
+// How many threads decode one batch's encoded images (--data-threads);
+// process-wide, set once by the worker. Default: 4, or fewer cores.
+void SetDataThreads(int threads);
+int DataThreads();
 
 }  // namespace lockstep::worker
 

@@ -72,6 +72,48 @@ absl::Status VisitColumn(const SplitSource& source, int column,
   return absl::OkStatus();
 }
 
+// Each element's mean and std over the sampled training samples, in
+// double: (x - mean_e) / std_e in the column's own units.
+absl::Status SetPerFeatureNormalization(const SplitSource& source, Task* task) {
+  const ColumnInfo& input = task->input;
+  const int64_t elements = input.elements();
+  std::vector<double> sum(static_cast<size_t>(elements), 0.0);
+  std::vector<double> squares(static_cast<size_t>(elements), 0.0);
+  double n = 0;
+  RETURN_IF_ERROR(
+      VisitColumn(source, task->input_column, SampledIndices(source.size()),
+                  [&](const char* data, int64_t count, size_t) {
+                    for (int64_t s = 0; s < count; ++s) {
+                      for (int64_t e = 0; e < elements; ++e) {
+                        const double x =
+                            ElementAsFloat(input.dtype, data, s * elements + e);
+                        sum[e] += x;
+                        squares[e] += x * x;
+                      }
+                    }
+                    n += static_cast<double>(count);
+                  }));
+  Normalization& out = task->normalization;
+  out.scales.resize(static_cast<size_t>(elements));
+  out.shifts.resize(static_cast<size_t>(elements));
+  for (int64_t e = 0; e < elements; ++e) {
+    const double mean = sum[e] / n;
+    const double var = squares[e] / n - mean * mean;
+    if (!std::isfinite(mean) || !std::isfinite(var)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "element ", e, " of column ", input.name, " of ",
+          source.description(),
+          " holds values that are not finite (NaN or infinity); clean the "
+          "data"));
+    }
+    // A constant feature is only shifted: a std of 0 would divide by 0.
+    const double std = var > 1e-12 ? std::sqrt(var) : 1.0;
+    out.scales[e] = static_cast<float>(1.0 / std);
+    out.shifts[e] = static_cast<float>(mean / std);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SetNormalization(const v1::JobSpec& spec,
                               const SplitSource& source, Task* task) {
   const ColumnInfo& input = task->input;
@@ -82,6 +124,10 @@ absl::Status SetNormalization(const v1::JobSpec& spec,
     const float std = static_cast<float>(declared->second.std());
     task->normalization = {1.0f / std, mean / std};
     return absl::OkStatus();
+  }
+  if (declared != spec.data().features().end() &&
+      declared->second.normalize() == "per_feature") {
+    return SetPerFeatureNormalization(source, task);
   }
   const bool pixels = input.dtype == Dtype::kUInt8;
   float mean = kFashionMnistMean;

@@ -19,10 +19,14 @@ namespace lockstep::worker {
 // the evaluation's sums from every column of the batch.
 enum class TaskType { kClassification, kRegression, kLanguageModel, kCustom };
 
-// x -> x * scale - shift, in float: the input's normalization.
+// x -> x * scale - shift, in float: the input's normalization. With
+// per-element values (normalize "per_feature"), element e of each sample
+// uses scales[e] and shifts[e] instead.
 struct Normalization {
   float scale = 1;
   float shift = 0;
+  std::vector<float> scales;
+  std::vector<float> shifts;
 };
 
 struct Task {

@@ -45,6 +45,9 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kFloat16, "float16", 2, false, 0, 0},
     {DType::kBFloat16, "bfloat16", 2, false, 0, 0},
     {DType::kFloat32, "float32", 4, false, 0, 0},
+    {DType::kFloat64, "float64", 8, false, 0, 0},
+    {DType::kBool, "bool", 1, true, 0, 1},
+    {DType::kUInt64, "uint64", 8, true, 0, kInt64Max},
 };
 
 const DTypeInfo& Info(DType dtype) {
@@ -101,10 +104,24 @@ void StoreInteger(DType dtype, int64_t value, char* out) {
 // says where.
 class FeatureDecoder {
  public:
-  FeatureDecoder(const FeatureSpec& spec, int64_t elements, char* out)
-      : spec_(spec), info_(Info(spec.dtype)), elements_(elements), out_(out) {}
+  FeatureDecoder(const FeatureSpec& spec, int64_t elements, char* out,
+                 const Augmentation* augment)
+      : spec_(spec),
+        info_(Info(spec.dtype)),
+        elements_(elements),
+        out_(out),
+        augment_(augment) {}
 
   absl::Status Decode(const tfexample::Feature& feature) const {
+    if (spec_.image) {
+      if (feature.kind_case() != tfexample::Feature::kBytesList) {
+        return Error(
+            absl::StrCat("expected a bytes_list holding one encoded "
+                         "image; found ",
+                         KindName(feature.kind_case())));
+      }
+      return FromImage(feature.bytes_list());
+    }
     switch (feature.kind_case()) {
       case tfexample::Feature::kInt64List:
         return FromInt64s(feature.int64_list());
@@ -130,6 +147,16 @@ class FeatureDecoder {
   }
   absl::Status CheckCount(int found, absl::string_view kind) const {
     if (found == elements_) return absl::OkStatus();
+    if (spec_.variable_length && found <= elements_) {
+      // Zero-padded past the values it has.
+      std::memset(out_ + int64_t{found} * info_.size, 0,
+                  static_cast<size_t>((elements_ - found) * info_.size));
+      return absl::OkStatus();
+    }
+    if (spec_.variable_length) {
+      return Error(absl::StrCat("holds ", found, " values in its ", kind,
+                                ", more than max_len ", elements_));
+    }
     return Error(absl::StrCat("expected ", elements_, " values, found ", found,
                               " in its ", kind));
   }
@@ -159,6 +186,11 @@ class FeatureDecoder {
         std::memcpy(at, &value, 4);
         continue;
       }
+      if (spec_.dtype == DType::kFloat64) {
+        const double wide = value;
+        std::memcpy(at, &wide, 8);
+        continue;
+      }
       const uint16_t bits = spec_.dtype == DType::kFloat16
                                 ? FloatToHalf(value)
                                 : FloatToBFloat16(value);
@@ -184,10 +216,59 @@ class FeatureDecoder {
     return absl::OkStatus();
   }
 
+  absl::Status FromImage(const tfexample::BytesList& list) const {
+    if (list.value_size() != 1) {
+      return Error(
+          absl::StrCat("expected a bytes_list of one encoded image, "
+                       "found ",
+                       list.value_size(), " values"));
+    }
+    const int64_t height = spec_.shape[0], width = spec_.shape[1];
+    const int channels = static_cast<int>(spec_.shape[2]);
+    absl::StatusOr<Image> decoded =
+        DecodeImage(list.value(0), spec_.encoding, channels);
+    if (!decoded.ok()) return Error(decoded.status().message());
+    Image image = *std::move(decoded);
+    if (spec_.resize_height > 0 && (image.height != spec_.resize_height ||
+                                    image.width != spec_.resize_width)) {
+      image = ResizeImage(image, spec_.resize_height, spec_.resize_width);
+    }
+    if (image.height < height || image.width < width) {
+      return Error(absl::StrCat("the image is ", image.width, "x", image.height,
+                                " (width x height), smaller than the column's ",
+                                width, "x", height,
+                                "; declare .resize to scale it first"));
+    }
+    // The draws: a generator seeded by the sample's key.
+    uint64_t state = augment_ != nullptr ? augment_->key : 0;
+    auto draw = [&state](uint64_t bound) {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      return bound == 0 ? 0 : z % bound;
+    };
+    int64_t top = (image.height - height) / 2;
+    int64_t left = (image.width - width) / 2;
+    if (augment_ != nullptr && spec_.random_crop) {
+      top = static_cast<int64_t>(draw(image.height - height + 1));
+      left = static_cast<int64_t>(draw(image.width - width + 1));
+    }
+    if (image.height != height || image.width != width) {
+      image = CropImage(image, top, left, height, width);
+    }
+    if (augment_ != nullptr && spec_.random_flip && draw(2) == 1) {
+      FlipImage(&image);
+    }
+    std::memcpy(out_, image.pixels.data(), image.pixels.size());
+    return absl::OkStatus();
+  }
+
   const FeatureSpec& spec_;
   const DTypeInfo& info_;
   const int64_t elements_;
   char* const out_;
+  const Augmentation* const augment_;
 };
 
 // "it has: a, b, c": the names an Example does have, for a missing one.
@@ -256,6 +337,21 @@ absl::StatusOr<ExampleDecoder> ExampleDecoder::Create(
           absl::StrCat("feature ", Describe(spec), " is more than ",
                        kMaxFeatureBytes, " bytes per sample"));
     }
+    if (spec.image &&
+        (spec.dtype != DType::kUInt8 || spec.shape.size() != 3 ||
+         (spec.shape[2] != 1 && spec.shape[2] != 3 && spec.shape[2] != 4) ||
+         spec.shape[0] < 1 || spec.shape[1] < 1 ||
+         (spec.resize_height > 0 && (spec.resize_height < spec.shape[0] ||
+                                     spec.resize_width < spec.shape[1])))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature ", Describe(spec),
+          ": an encoded image decodes into uint8 [H, W, C], C 1, 3 or 4, "
+          "resized (if at all) to at least [H, W]"));
+    }
+    if (spec.variable_length && spec.shape.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature ", Describe(spec), ": a variable-length list is [max_len]"));
+    }
     elements.push_back(count);
     bytes.push_back(count * DTypeSize(spec.dtype));
   }
@@ -274,7 +370,8 @@ ExampleDecoder::ExampleDecoder(std::vector<FeatureSpec> specs,
 
 absl::Status ExampleDecoder::Decode(absl::string_view example,
                                     absl::Span<const absl::Span<char>> outputs,
-                                    absl::string_view origin) const {
+                                    absl::string_view origin,
+                                    const Augmentation* augment) const {
   const std::string where = origin.empty() ? "" : absl::StrCat(origin, ": ");
   if (outputs.size() != specs_.size()) {
     return absl::InvalidArgumentError(
@@ -305,13 +402,21 @@ absl::Status ExampleDecoder::Decode(absl::string_view example,
   }
   const auto& features = parsed.features().feature();
   for (size_t k = 0; k < specs_.size(); ++k) {
-    auto it = features.find(specs_[k].name);
+    const FeatureSpec& spec = specs_[k];
+    auto it = features.find(spec.key.empty() ? spec.name : spec.key);
     if (it == features.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "feature ", Describe(specs_[k]), " is missing; ",
-                       PresentNames(parsed.features())));
+      if (spec.optional) {
+        std::memset(outputs[k].data(), 0, outputs[k].size());
+        continue;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "feature ", Describe(spec),
+          spec.key.empty()
+              ? ""
+              : absl::StrCat(" (read from '", TerminalSafe(spec.key), "')"),
+          " is missing; ", PresentNames(parsed.features())));
     }
-    FeatureDecoder decoder(specs_[k], elements_[k], outputs[k].data());
+    FeatureDecoder decoder(spec, elements_[k], outputs[k].data(), augment);
     absl::Status status = decoder.Decode(it->second);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat(where, status.message()));

@@ -8,7 +8,12 @@
 //                  beyond their range, infinity)
 //   bytes_list  -> any dtype, when it holds one value: the column's raw
 //                  little-endian bytes (tf.io.serialize_tensor's payload,
-//                  numpy's tobytes()), exactly elements x dtype size of them
+//                  numpy's tobytes()), exactly elements x dtype size of them;
+//                  or an encoded JPEG/PNG image (FeatureSpec::image)
+//
+// A variable-length feature holds up to its column's elements, and an
+// optional one may be missing; features the spec does not list are
+// ignored.
 //
 // A record is untrusted bytes: it is refused above a size bound before it is
 // parsed, and every mismatch is an InvalidArgument error naming the record
@@ -31,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "worker/data/image_decode.h"
 #include "worker/data/tfrecord.h"
 
 namespace lockstep::worker {
@@ -46,12 +52,34 @@ absl::string_view DTypeName(DType dtype);
 // The inverse of DTypeName; InvalidArgument listing the names otherwise.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
-// One column of a sample: the feature `name`, decoded to `dtype` with
-// `shape` (row-major; empty for a scalar).
+// One column of a sample: the feature `name` (or `key` in the record),
+// decoded to `dtype` with `shape` (row-major; empty for a scalar).
 struct FeatureSpec {
   std::string name;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
+  std::string key;  // the record's name for it; empty: `name`
+  // A record without the feature: zeros, not an error.
+  bool optional = false;
+  // A list of up to shape[0] numbers, zero-padded.
+  bool variable_length = false;
+  // An encoded image in a bytes_list, decoded into uint8 [H, W, C]
+  // (image_decode.h): resized to resize_height x resize_width first when
+  // they are set, then cropped to [H, W] (centred; at random with
+  // random_crop under an Augmentation), flipped half of the time with
+  // random_flip under one.
+  bool image = false;
+  ImageEncoding encoding = ImageEncoding::kAuto;
+  int64_t resize_height = 0;
+  int64_t resize_width = 0;
+  bool random_crop = false;
+  bool random_flip = false;
+};
+
+// The draws of one sample's random augmentations: a function of (seed,
+// epoch, sample) so that they do not depend on the world size.
+struct Augmentation {
+  uint64_t key = 0;
 };
 
 // The largest column a spec may declare, per sample.
@@ -77,9 +105,12 @@ class ExampleDecoder {
   // bytes to outputs[k], which must be exactly column_bytes(k) long. On
   // error the outputs hold partial data. `origin` ("file record 17") starts
   // every error message.
+  // `augment`: the sample's random augmentations (null: none, images are
+  // centre-cropped).
   absl::Status Decode(absl::string_view example,
                       absl::Span<const absl::Span<char>> outputs,
-                      absl::string_view origin = "") const;
+                      absl::string_view origin = "",
+                      const Augmentation* augment = nullptr) const;
 
  private:
   ExampleDecoder(std::vector<FeatureSpec> specs, std::vector<int64_t> elements,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,9 +20,10 @@ constexpr int64_t kMaxInMemoryBytes = int64_t{4} << 30;
 
 class TfRecordSplit : public SplitSource {
  public:
+  // `augment`: the training split's declared random augmentations apply.
   TfRecordSplit(std::vector<ColumnInfo> columns, ExampleDecoder decoder,
-                std::string description)
-      : decoder_(std::move(decoder)) {
+                std::string description, bool augment, int threads)
+      : decoder_(std::move(decoder)), augment_(augment), threads_(threads) {
     columns_ = std::move(columns);
     description_ = std::move(description);
     for (const ColumnInfo& column : columns_) {
@@ -74,31 +76,35 @@ class TfRecordSplit : public SplitSource {
   absl::Status Read(absl::Span<const int> columns,
                     absl::Span<const int64_t> indices,
                     absl::Span<char* const> outs) const override {
-    std::string scratch(static_cast<size_t>(decoded_bytes_), '\0');
-    for (size_t i = 0; i < indices.size(); ++i) {
-      const int64_t index = indices[i];
-      auto it = std::upper_bound(
-          parts_.begin(), parts_.end(), index,
-          [](int64_t at, const Part& part) { return at < part.first; });
-      const Part& part = *std::prev(it);
-      const int64_t record = index - part.first;
-      const char* sample;
-      if (part.file != nullptr) {
-        ASSIGN_OR_RETURN(std::string bytes, part.file->Read(record));
-        RETURN_IF_ERROR(
-            DecodeInto(bytes, part.file->index().path, record, scratch.data()));
-        sample = scratch.data();
-      } else {
-        sample = part.decoded.data() + record * decoded_bytes_;
-      }
-      for (size_t c = 0; c < columns.size(); ++c) {
-        const int64_t bytes = columns_[columns[c]].sample_bytes();
-        std::memcpy(outs[c] + static_cast<int64_t>(i) * bytes,
-                    sample + offsets_[columns[c]], static_cast<size_t>(bytes));
-      }
+    return ReadInEpoch(0, columns, indices, outs);
+  }
+
+  bool VariesByEpoch() const override { return augment_; }
+
+  // Records decode on up to `threads_` threads (encoded images are worth
+  // it), each a contiguous share of the indices into its own rows.
+  absl::Status ReadInEpoch(uint64_t epoch_key, absl::Span<const int> columns,
+                           absl::Span<const int64_t> indices,
+                           absl::Span<char* const> outs) const override {
+    const int64_t n = static_cast<int64_t>(indices.size());
+    const int threads = static_cast<int>(
+        std::min<int64_t>(n, images_ ? std::max(threads_, 1) : 1));
+    if (threads <= 1) return ReadRange(epoch_key, columns, indices, outs, 0, n);
+    std::vector<absl::Status> results(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        results[t] = ReadRange(epoch_key, columns, indices, outs,
+                               n * t / threads, n * (t + 1) / threads);
+      });
     }
+    results[0] = ReadRange(epoch_key, columns, indices, outs, 0, n / threads);
+    for (std::thread& thread : pool) thread.join();
+    for (const absl::Status& result : results) RETURN_IF_ERROR(result);
     return absl::OkStatus();
   }
+
+  void SetHasImages(bool images) { images_ = images; }
 
   void ComputeOffsets() {
     int64_t offset = 0;
@@ -116,8 +122,46 @@ class TfRecordSplit : public SplitSource {
     std::string decoded;
   };
 
+  // Samples [begin, end) of `indices`, into their rows of `outs`.
+  absl::Status ReadRange(uint64_t epoch_key, absl::Span<const int> columns,
+                         absl::Span<const int64_t> indices,
+                         absl::Span<char* const> outs, int64_t begin,
+                         int64_t end) const {
+    std::string scratch(static_cast<size_t>(decoded_bytes_), '\0');
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t index = indices[i];
+      auto it = std::upper_bound(
+          parts_.begin(), parts_.end(), index,
+          [](int64_t at, const Part& part) { return at < part.first; });
+      const Part& part = *std::prev(it);
+      const int64_t record = index - part.first;
+      const char* sample;
+      if (part.file != nullptr) {
+        ASSIGN_OR_RETURN(std::string bytes, part.file->Read(record));
+        // A function of (seed, epoch, sample): the epoch's key and the
+        // sample's index mixed.
+        Augmentation augmentation;
+        augmentation.key = epoch_key ^ (0x9E3779B97F4A7C15ull *
+                                        static_cast<uint64_t>(index + 1));
+        RETURN_IF_ERROR(DecodeInto(bytes, part.file->index().path, record,
+                                   scratch.data(),
+                                   augment_ ? &augmentation : nullptr));
+        sample = scratch.data();
+      } else {
+        sample = part.decoded.data() + record * decoded_bytes_;
+      }
+      for (size_t c = 0; c < columns.size(); ++c) {
+        const int64_t bytes = columns_[columns[c]].sample_bytes();
+        std::memcpy(outs[c] + i * bytes, sample + offsets_[columns[c]],
+                    static_cast<size_t>(bytes));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status DecodeInto(absl::string_view record, const std::string& path,
-                          int64_t index, char* out) const {
+                          int64_t index, char* out,
+                          const Augmentation* augment = nullptr) const {
     std::vector<absl::Span<char>> spans;
     int64_t offset = 0;
     for (const ColumnInfo& column : columns_) {
@@ -125,11 +169,14 @@ class TfRecordSplit : public SplitSource {
                          static_cast<size_t>(column.sample_bytes()));
       offset += column.sample_bytes();
     }
-    return decoder_.Decode(record, spans,
-                           absl::StrCat(path, " record ", index));
+    return decoder_.Decode(record, spans, absl::StrCat(path, " record ", index),
+                           augment);
   }
 
   const ExampleDecoder decoder_;
+  const bool augment_;
+  const int threads_;
+  bool images_ = false;
   int64_t decoded_bytes_ = 0;
   int64_t in_memory_ = 0;  // decoded GZIP samples, all files
   std::vector<int64_t> offsets_;
@@ -140,30 +187,53 @@ class TfRecordSplit : public SplitSource {
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
-    const std::string& index_cache_dir) {
+    const std::string& index_cache_dir, bool train, int threads) {
   // Sorted by name: a protobuf map has no fixed order.
   std::map<std::string, v1::ColumnSpec> sorted(spec.features().begin(),
                                                spec.features().end());
   std::vector<ColumnInfo> columns;
   std::vector<FeatureSpec> features;
+  bool images = false, random = false;
   for (const auto& [name, declared] : sorted) {
     ColumnInfo column;
     column.name = name;
     column.dtype = DtypeFromName(declared.dtype()).value_or(Dtype::kFloat32);
     column.shape.assign(declared.shape().begin(), declared.shape().end());
+    if (declared.max_len() > 0) column.shape = {declared.max_len()};
     columns.push_back(column);
     FeatureSpec feature;
     feature.name = name;
     ASSIGN_OR_RETURN(feature.dtype, ParseDType(declared.dtype()));
     feature.shape = column.shape;
+    feature.key = declared.from();
+    feature.optional = declared.optional();
+    feature.variable_length = declared.max_len() > 0;
+    if (!declared.encoding().empty()) {
+      if (!ParseImageEncoding(declared.encoding(), &feature.encoding)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.features[\"", name, "\"].encoding is not jpeg, png or auto"));
+      }
+      feature.image = true;
+      images = true;
+      if (declared.resize_size() == 2) {
+        feature.resize_height = declared.resize(0);
+        feature.resize_width = declared.resize(1);
+      }
+      feature.random_crop = declared.random_crop();
+      feature.random_flip = declared.random_flip();
+      random = random || feature.random_crop || feature.random_flip;
+    }
     features.push_back(std::move(feature));
   }
   ASSIGN_OR_RETURN(ExampleDecoder decoder,
                    ExampleDecoder::Create(std::move(features)));
+  const bool augment = train && random;
   auto split = std::make_shared<TfRecordSplit>(
       std::move(columns), std::move(decoder),
       absl::StrCat(files.size(), " TFRecord file", files.size() == 1 ? "" : "s",
-                   " (first ", files.front(), ")"));
+                   " (first ", files.front(), ")"),
+      augment, threads);
+  split->SetHasImages(images);
   split->ComputeOffsets();
   TfRecordIndexOptions options;
   options.cache_dir = index_cache_dir;
@@ -172,6 +242,13 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     ASSIGN_OR_RETURN(TfRecordIndex index,
                      LoadOrBuildTfRecordIndex(path, options, &report));
     if (index.compression == TfRecordCompression::kGzip) {
+      if (augment) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path,
+            " is GZIP-compressed: its records are decoded once, so random_crop "
+            "and random_flip cannot draw anew each epoch; store the data set "
+            "as plain TFRecord files"));
+      }
       RETURN_IF_ERROR(split->AddDecoded(path));
       continue;
     }

@@ -59,17 +59,18 @@ std::vector<std::string> BatchAssembler::names() const {
 }
 
 absl::Status BatchAssembler::Fill(absl::Span<const int64_t> indices,
-                                  Batch& batch,
-                                  std::vector<char>& scratch) const {
+                                  Batch& batch, std::vector<char>& scratch,
+                                  uint64_t epoch_key) const {
   if (task_.type != TaskType::kCustom) {
-    return Fill(indices, batch[0], batch[1], scratch);
+    return Fill(indices, batch[0], batch[1], scratch, epoch_key);
   }
   const int64_t n = static_cast<int64_t>(indices.size());
   for (size_t c = 0; c < task_.all.size(); ++c) {
     const ColumnInfo& column = task_.all[c];
     scratch.resize(static_cast<size_t>(n * column.sample_bytes()));
+    char* out = scratch.data();
     RETURN_IF_ERROR(
-        source_->ReadColumn(task_.columns[c], indices, scratch.data()));
+        source_->ReadInEpoch(epoch_key, {task_.columns[c]}, indices, {out}));
     const int64_t total = n * column.elements();
     if (IsFloat(column.dtype)) {
       float* out = batch[c].data_ptr<float>();
@@ -99,14 +100,16 @@ absl::Status BatchAssembler::OutOfRange(const char* what, int64_t value,
 
 absl::Status BatchAssembler::Fill(absl::Span<const int64_t> indices,
                                   torch::Tensor& inputs, torch::Tensor& targets,
-                                  std::vector<char>& scratch) const {
+                                  std::vector<char>& scratch,
+                                  uint64_t epoch_key) const {
   const int64_t n = static_cast<int64_t>(indices.size());
   const ColumnInfo& in = task_.input;
   const int64_t in_elements = in.elements();
   if (task_.type == TaskType::kLanguageModel) {
     scratch.resize(static_cast<size_t>(n * in.sample_bytes()));
+    char* out = scratch.data();
     RETURN_IF_ERROR(
-        source_->ReadColumn(task_.input_column, indices, scratch.data()));
+        source_->ReadInEpoch(epoch_key, {task_.input_column}, indices, {out}));
     int64_t* x = inputs.data_ptr<int64_t>();
     int64_t* y = targets.data_ptr<int64_t>();
     const int64_t block = task_.block;
@@ -128,13 +131,21 @@ absl::Status BatchAssembler::Fill(absl::Span<const int64_t> indices,
   scratch.resize(static_cast<size_t>(in_bytes + n * out.sample_bytes()));
   char* raw_in = scratch.data();
   char* raw_out = scratch.data() + in_bytes;
-  RETURN_IF_ERROR(source_->Read({task_.input_column, task_.target_column},
-                                indices, {raw_in, raw_out}));
+  RETURN_IF_ERROR(
+      source_->ReadInEpoch(epoch_key, {task_.input_column, task_.target_column},
+                           indices, {raw_in, raw_out}));
   float* x = inputs.data_ptr<float>();
   const float scale = task_.normalization.scale;
   const float shift = task_.normalization.shift;
   const int64_t total = n * in_elements;
-  if (in.dtype == Dtype::kUInt8) {
+  const std::vector<float>& scales = task_.normalization.scales;
+  const std::vector<float>& shifts = task_.normalization.shifts;
+  if (!scales.empty()) {
+    for (int64_t j = 0; j < total; ++j) {
+      const int64_t e = j % in_elements;
+      x[j] = ElementAsFloat(in.dtype, raw_in, j) * scales[e] - shifts[e];
+    }
+  } else if (in.dtype == Dtype::kUInt8) {
     const auto* p = reinterpret_cast<const uint8_t*>(raw_in);
     for (int64_t j = 0; j < total; ++j) x[j] = p[j] * scale - shift;
   } else {

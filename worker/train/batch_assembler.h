@@ -36,17 +36,19 @@ class BatchAssembler {
 
   // Fills the first indices.size() rows of `inputs` and `targets` (CPU,
   // contiguous, from NewInputs/NewTargets). `scratch` is reused between
-  // calls. Errors: the source's, or a label or token id out of range,
-  // naming the sample.
+  // calls; `epoch_key` is the samples' epoch's (SplitSource::ReadInEpoch).
+  // Errors: the source's, or a label or token id out of range, naming the
+  // sample.
   absl::Status Fill(absl::Span<const int64_t> indices, torch::Tensor& inputs,
-                    torch::Tensor& targets, std::vector<char>& scratch) const;
+                    torch::Tensor& targets, std::vector<char>& scratch,
+                    uint64_t epoch_key = 0) const;
 
   // The same for any task: a Batch of `n` samples, and filling it.
   // kCustom: each column as float32 (float dtypes) or int64 (integers),
   // [n, per-sample shape...], not normalized.
   Batch NewBatch(int64_t n, const torch::TensorOptions& options) const;
   absl::Status Fill(absl::Span<const int64_t> indices, Batch& batch,
-                    std::vector<char>& scratch) const;
+                    std::vector<char>& scratch, uint64_t epoch_key = 0) const;
   // kCustom: the columns' names, in the Batch's order.
   std::vector<std::string> names() const;
 

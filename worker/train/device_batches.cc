@@ -11,7 +11,10 @@ namespace lockstep::worker {
 
 absl::StatusOr<std::optional<DeviceSplit>> AssembleOnDevice(
     const BatchAssembler& assembler, torch::Device device) {
-  if (!device.is_cuda()) return std::nullopt;
+  // A split whose samples move between epochs is read each epoch.
+  if (!device.is_cuda() || assembler.source().VariesByEpoch()) {
+    return std::nullopt;
+  }
   const int64_t n = assembler.size();
   int64_t per_sample = 0;
   for (const torch::Tensor& t : assembler.NewBatch(1, {})) {

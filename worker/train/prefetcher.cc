@@ -55,8 +55,9 @@ void Prefetcher::Loop() {
     }
     const int index = static_cast<int>(step % kDepth);
     Buffers& buffers = buffers_[index];
-    absl::Status filled = assembler_.Fill(sampler_.RankBatch(step),
-                                          buffers.batch, buffers.scratch);
+    absl::Status filled =
+        assembler_.Fill(sampler_.RankBatch(step), buffers.batch,
+                        buffers.scratch, sampler_.EpochKey(step));
     absl::MutexLock lock(&mu_);
     slots_[index].step = step;
     slots_[index].ready = true;

@@ -52,6 +52,7 @@ void ProgressReporter::StepDone(int64_t step, double loss, bool force,
   }
   if (evaluation.has_value()) {
     report.set_test_loss(evaluation->test_loss);
+    report.set_eval_samples(evaluation->samples);
     for (const auto& [name, value] : evaluation->metrics) {
       (*report.mutable_test_metrics())[name] = value;
     }

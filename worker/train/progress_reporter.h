@@ -24,6 +24,7 @@ namespace lockstep::worker {
 struct Evaluation {
   double test_loss = 0;
   std::map<std::string, double> metrics;
+  int64_t samples = 0;  // the test samples it read
 };
 
 class ProgressReporter {

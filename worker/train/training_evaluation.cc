@@ -1,12 +1,15 @@
-// A generation's evaluation (training_generation.h): every test sample once,
-// the task's sums (or a training-step module's) all-reduced into metrics.
+// A generation's evaluation (training_generation.h): every test sample once
+// (or a scheduled evaluation's fixed subset), the task's sums (or a
+// training-step module's) all-reduced into metrics.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/data/sampler.h"
 #include "worker/train/training_generation.h"
 
 namespace lockstep::worker {
@@ -18,14 +21,23 @@ constexpr int64_t kEvalOutputs = int64_t{1} << 24;
 
 }  // namespace
 
-absl::Status TrainingGeneration::Evaluate() {
+absl::StatusOr<int64_t> TrainingGeneration::Evaluate(bool subset) {
   RETURN_IF_ERROR(AverageRunningStatistics(*counted_, *statistics_));
   torch::NoGradGuard no_grad;
   Network& model = *replica_.model;
   model.eval();
   // Every test sample once, whatever the world size: rank r takes its
-  // contiguous share, no padding.
-  const int64_t n = test_->size();
+  // contiguous share, no padding. A scheduled evaluation reads the first
+  // eval_batches x global positions of a permutation of the split that
+  // depends on the seed only: the same samples every time, on any world
+  // size.
+  const int64_t split = test_->size();
+  int64_t n = split;
+  std::optional<FeistelPermutation> order;
+  if (subset && spec_.eval_batches() > 0) {
+    n = std::min<int64_t>(split, int64_t{spec_.eval_batches()} * plan_.global);
+    order.emplace(GlobalSampler::EpochOrder(~spec_.seed(), 0, split));
+  }
   const int64_t begin = n * rank_ / world_;
   const int64_t end = n * (rank_ + 1) / world_;
   // Chunks whose outputs stay near kEvalOutputs values (a language model's
@@ -44,7 +56,9 @@ absl::Status TrainingGeneration::Evaluate() {
   for (int64_t i = begin; i < end; i += chunk) {
     const int64_t count = std::min(end, i + chunk) - i;
     indices.resize(static_cast<size_t>(count));
-    for (int64_t k = 0; k < count; ++k) indices[k] = i + k;
+    for (int64_t k = 0; k < count; ++k) {
+      indices[k] = order.has_value() ? (*order)(i + k) : i + k;
+    }
     RETURN_IF_ERROR(test_assembler_->Fill(indices, batch, scratch));
     Batch part;
     for (const torch::Tensor& t : batch) {
@@ -83,7 +97,7 @@ absl::Status TrainingGeneration::Evaluate() {
   replica_.last_accuracy = metrics.accuracy;
   replica_.last_test_loss = metrics.loss;
   replica_.last_metrics = metrics.metrics;
-  return absl::OkStatus();
+  return n;
 }
 
 absl::Status TrainingGeneration::AddCustomSums(const Batch& batch,

@@ -5,11 +5,15 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <fstream>
 #include <future>
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "checkpoint/store.h"
 #include "common/log.h"
@@ -28,6 +32,23 @@
 
 namespace lockstep::worker {
 namespace {
+
+// This process's anonymous resident memory (RssAnon), in MiB; -1 where
+// /proc does not say.
+int64_t AnonymousMemoryMib() {
+  std::ifstream status("/proc/self/status");
+  std::string text;
+  while (std::getline(status, text)) {
+    absl::string_view line = text;
+    int64_t kib = 0;
+    if (absl::ConsumePrefix(&line, "RssAnon:") &&
+        absl::SimpleAtoi(
+            absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
+      return kib / 1024;
+    }
+  }
+  return -1;
+}
 
 // A preempting rank's stop vote: any sum this large means "save, then stop".
 constexpr float kPreemptVote = 1000.0f;
@@ -554,6 +575,10 @@ absl::Status TrainingGeneration::Finalize() {
 
 absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
   RETURN_IF_ERROR(Setup());
+  // What the worker holds itself (not the mapped data, which is the page
+  // cache's): it must not grow with the data set (docs/BENCHMARKS.md).
+  LogInfo("rank ", rank_, ": anonymous memory ", AnonymousMemoryMib(),
+          " MiB before the first step");
   train_start_ = absl::Now();
   const int64_t first_step = replica_.step;
   const int64_t steps_per_epoch = sampler_->steps_per_epoch();
@@ -566,10 +591,16 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
     const int64_t step = replica_.step;
     const bool epoch_end = step % steps_per_epoch == 0;
     const bool last = step == total_steps_ || stop;
-    const bool evaluated = epoch_end || last;
+    // A scheduled evaluation on a step where the whole split is read anyway
+    // is that one.
+    const bool whole = epoch_end || last;
+    const bool scheduled = !whole && spec_.eval_every_steps() > 0 &&
+                           step % spec_.eval_every_steps() == 0;
+    const bool evaluated = whole || scheduled;
+    int64_t eval_samples = 0;
     if (evaluated) {
       const absl::Time eval_start = absl::Now();
-      RETURN_IF_ERROR(Evaluate());
+      ASSIGN_OR_RETURN(eval_samples, Evaluate(/*subset=*/scheduled));
       eval_time_ += absl::Now() - eval_start;
       if (rank_ == 0) {
         std::string metrics;
@@ -578,13 +609,15 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
         }
         LogInfo("epoch ", (step - 1) / steps_per_epoch + 1, " step ", step, "/",
                 total_steps_, ": loss ", replica_.last_loss, ", test loss ",
-                replica_.last_test_loss, metrics);
+                replica_.last_test_loss, metrics, " (", eval_samples,
+                " test samples)");
       }
     }
     if (reporter_ != nullptr) {
       std::optional<Evaluation> evaluation;
       if (evaluated) {
-        evaluation = Evaluation{replica_.last_test_loss, replica_.last_metrics};
+        evaluation = Evaluation{replica_.last_test_loss, replica_.last_metrics,
+                                eval_samples};
       }
       reporter_->StepDone(step, replica_.last_loss, evaluated, evaluation,
                           absl::Now() - train_start_ - eval_time_);
@@ -592,6 +625,8 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
     RETURN_IF_ERROR(MaybeSave(step, epoch_end, stop));
   }
   if (!stop) RETURN_IF_ERROR(Finalize());
+  LogInfo("rank ", rank_, ": anonymous memory ", AnonymousMemoryMib(),
+          " MiB at the end (step ", replica_.step, ")");
   return Result(first_step, stop);
 }
 

@@ -93,9 +93,11 @@ class TrainingGeneration {
                              std::vector<double>* sums);
   // Applies the averaged gradients unless fp16 overflowed.
   absl::Status ApplyGradients(int64_t step);
-  // Evaluates every test sample once (this rank's share), all-reduces the
-  // sums, and keeps the metrics in the replica.
-  absl::Status Evaluate();
+  // Evaluates every test sample once (this rank's share), or with `subset`
+  // the fixed eval_batches x global batch samples of a scheduled
+  // evaluation, all-reduces the sums, and keeps the metrics in the replica.
+  // Returns the samples read.
+  absl::StatusOr<int64_t> Evaluate(bool subset = false);
   // Saves when the job's checkpoint rules say so (and on a stop).
   absl::Status MaybeSave(int64_t step, bool epoch_end, bool stop);
   // The chief's work after the last step: export, then drop the backups.

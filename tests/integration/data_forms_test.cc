@@ -1,0 +1,375 @@
+// Data in the forms people store it, trained by real coordinator and worker
+// processes: token shards train exactly like one file; a worker's own
+// memory does not grow with a token file (the global shuffle holds no
+// table); ImageNet-style TFRecords of JPEG and PNG images written by
+// Pillow decode to Pillow's pixels and train, and a corrupt JPEG is named;
+// a CSV of float64 trains the model float32 .npy arrays of the same values
+// train; a language model evaluates on a schedule and `lockstep compare`
+// draws the evaluations.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/integration/harness.h"
+#include "worker/data/npy.h"
+#include "worker/data/split_source.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string DataTool() { return kBin + "/lockstep-example-data"; }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void Spill(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// `lockstep local --json` over the MLP example with `sets`.
+Result Local(int workers, const std::vector<std::string>& sets,
+             const std::string& losses_csv = "") {
+  std::vector<std::string> argv = {
+      kBin + "/lockstep", "local", "--workers", absl::StrCat(workers),
+      "--threads",        "1",     "--json"};
+  for (const std::string& set : sets) {
+    argv.push_back("--set");
+    argv.push_back(set);
+  }
+  if (!losses_csv.empty()) {
+    argv.insert(argv.end(), {"--metrics-out", losses_csv});
+  }
+  argv.push_back(kMlp);
+  return RunCommand(argv);
+}
+
+std::vector<std::string> With(std::vector<std::string> sets,
+                              const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+// A one-block gpt on windows of 16 tokens.
+std::vector<std::string> TinyLm(const std::string& dir) {
+  return {"task.type=language_model", "model.name=gpt",
+          "model.n_layer=1",          "model.n_head=2",
+          "model.n_embd=32",          "data.format=tokens",
+          "data.dir=" + dir,          "data.block_size=16",
+          "optimizer.type=adamw",     "base_lr=0.003",
+          "global_batch_size=64"};
+}
+
+// The Markov chain's train.bin cut into 3 shards at window boundaries
+// (windows of 17 tokens that do not overlap, window_stride 17) trains the
+// model the one file trains, bit for bit.
+TEST(DataFormsTest, TokenShardsTrainExactlyLikeOneFile) {
+  const std::string dir = TempDir("token-shards");
+  Result made = RunCommand({DataTool(), "markov", dir});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const std::string train = Slurp(dir + "/train.bin");
+  const size_t window = 17 * 2;  // bytes of one uint16 window
+  const size_t windows = train.size() / window;
+  const std::string shards = dir + "/shards";
+  ASSERT_EQ(mkdir(shards.c_str(), 0755), 0);
+  size_t begin = 0;
+  for (int s = 0; s < 3; ++s) {
+    const size_t end = s == 2 ? train.size() : (windows * (s + 1) / 3) * window;
+    Spill(absl::StrCat(shards, "/train-", s, ".bin"),
+          train.substr(begin, end - begin));
+    begin = end;
+  }
+  Spill(shards + "/val-0.bin", Slurp(dir + "/val.bin"));
+  const std::vector<std::string> lm =
+      With(TinyLm(dir), {"data.window_stride=17", "max_steps=25"});
+  Result one = Local(1, lm);
+  ASSERT_EQ(one.code, 0) << one.err;
+  Result sharded =
+      Local(1, With(lm, {"data.dir=" + shards, "data.train=train-*.bin",
+                         "data.test=val-*.bin"}));
+  ASSERT_EQ(sharded.code, 0) << sharded.err;
+  EXPECT_EQ(
+      LastJsonLine(sharded.out).fields().at("model_digest").string_value(),
+      LastJsonLine(one.out).fields().at("model_digest").string_value());
+  // Random window offsets are a function of (seed, epoch) only: the same
+  // losses on 1 and 2 workers.
+  std::map<int, std::vector<double>> losses;
+  for (int workers : {1, 2}) {
+    const std::string csv = absl::StrCat(dir, "/offset-", workers, ".csv");
+    Result r = Local(
+        workers,
+        With(TinyLm(dir), {"data.window_offset=random", "max_steps=20"}), csv);
+    ASSERT_EQ(r.code, 0) << r.err;
+    losses[workers] = ReadLosses(csv);
+  }
+  ASSERT_EQ(losses[1].size(), 20u);
+  ASSERT_EQ(losses[2].size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i]) << i;
+  }
+}
+
+class TokenMemoryTest : public ClusterTest {};
+
+// Each worker's anonymous memory before its first step and at the end, as
+// it logs them (MiB), for a job on a token file of `windows` windows.
+std::vector<int64_t> AnonymousMemory(const std::string& logs) {
+  std::vector<int64_t> mib;
+  static const std::regex kLine("anonymous memory (\\d+) MiB");
+  for (std::sregex_iterator it(logs.begin(), logs.end(), kLine), end; it != end;
+       ++it) {
+    mib.push_back(std::stoll((*it)[1]));
+  }
+  return mib;
+}
+
+// The default shuffle costs no memory per sample: a worker training on a
+// token file of 16 M windows holds what it holds on one of 1 M (before
+// the first step and at the end, within 10%), where a table of the
+// permutation alone would be 128 MiB. docs/BENCHMARKS.md has the 100 M
+// windows run in a 1 GiB cgroup.
+TEST_F(TokenMemoryTest, AWorkersMemoryDoesNotGrowWithTheTokenFile) {
+  std::map<int64_t, std::vector<int64_t>> memory;
+  for (int64_t windows : {int64_t{1} << 20, int64_t{16} << 20}) {
+    const std::string dir = TempDir(absl::StrCat("token-memory-", windows));
+    std::string tokens(static_cast<size_t>(windows + 16) * 2, '\0');
+    for (size_t i = 0; i < tokens.size(); i += 2) {
+      tokens[i] = static_cast<char>((i / 2 * 7 + i / 14) % 61);
+    }
+    Spill(dir + "/train.bin", tokens);
+    Spill(dir + "/val.bin", tokens.substr(0, 4096));
+    StartCluster(2);
+    const std::string job =
+        Submit(With(TinyLm(dir), {"data.window_stride=1", "model.vocab_size=64",
+                                  "max_steps=10", "num_workers=2"}));
+    const v1::JobStatus done = WatchUntil(job, Ended);
+    ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << History(job);
+    std::string logs;
+    for (int n = 1; n <= spawned_; ++n) {
+      for (int w = 0; w < 2; ++w) {
+        logs += Slurp(absl::StrCat(dir_, "/worker-", w, "-", n, ".log"));
+      }
+    }
+    memory[windows] = AnonymousMemory(logs);
+    ASSERT_EQ(memory[windows].size(), 4u) << logs;
+    TearDown();
+  }
+  const std::vector<int64_t>& small = memory[int64_t{1} << 20];
+  const std::vector<int64_t>& large = memory[int64_t{16} << 20];
+  for (size_t i = 0; i < 4; ++i) {
+    std::printf("worker memory (MiB): %lld with 1 M windows, %lld with 16 M\n",
+                static_cast<long long>(small[i]),
+                static_cast<long long>(large[i]));
+    EXPECT_LE(large[i], small[i] * 11 / 10) << i;
+  }
+}
+
+// The JPEG (and PNG) TFRecords Pillow wrote: `lockstep data inspect` sees
+// the images, the first records decode to Pillow's pixels exactly, a
+// 10-class MLP learns them with random crops and flips, the same on 1 and
+// 2 workers, and a truncated JPEG fails the job naming its file and record.
+TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
+  const std::string dir = TempDir("jpeg-records");
+  Result made = RunCommand({"/usr/bin/python3",
+                            kSource + "/tests/scripts/write_image_records.py",
+                            dir, "--train", "1200", "--test", "300"});
+  ASSERT_EQ(made.code, 0) << made.err << " (needs python3-pil and numpy)";
+
+  Result inspect = RunCommand(
+      {kBin + "/lockstep", "data", "inspect", dir + "/train-00000-of-00002"});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out,
+              AllOf(HasSubstr("600 records"),
+                    HasSubstr("JPEG image 36x36 (width x height), 3 channels"),
+                    HasSubstr("image/object/bbox/xmin: float_list")));
+
+  // Pillow's decode of the first 16 records against lockstep's.
+  v1::DataSpec spec;
+  spec.set_format("tfrecord");
+  spec.set_dir(dir);
+  spec.set_train("train-*");
+  spec.set_test("validation-*");
+  v1::ColumnSpec& image = (*spec.mutable_features())["image"];
+  image.set_from("image/encoded");
+  image.set_encoding("auto");
+  image.set_dtype("uint8");
+  for (int d : {36, 36, 3}) image.add_shape(d);
+  v1::ColumnSpec& label = (*spec.mutable_features())["label"];
+  label.set_from("image/class/label");
+  label.set_dtype("int64");
+  v1::ColumnSpec& boxes = (*spec.mutable_features())["boxes"];
+  boxes.set_from("image/object/bbox/xmin");
+  boxes.set_dtype("float32");
+  boxes.set_max_len(8);
+  boxes.set_optional(true);
+  auto split = worker::OpenSplit(spec, /*train=*/true);
+  ASSERT_TRUE(split.ok()) << split.status();
+  auto expected = worker::ReadNpy(dir + "/pillow_decoded.npy");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(expected->shape, (std::vector<int64_t>{16, 36, 36, 3}));
+  std::vector<int64_t> first(16);
+  for (int i = 0; i < 16; ++i) first[i] = i;
+  std::string pixels(16 * 36 * 36 * 3, '\0');
+  ASSERT_TRUE(
+      (*split)->ReadColumn((*split)->Find("image"), first, pixels.data()).ok());
+  for (int i = 0; i < 16; ++i) {
+    const size_t size = 36 * 36 * 3;
+    int differ = 0, largest = 0;
+    for (size_t k = 0; k < size; ++k) {
+      const int d =
+          std::abs(int{static_cast<uint8_t>(pixels[i * size + k])} -
+                   int{static_cast<uint8_t>(expected->data[i * size + k])});
+      differ += d != 0;
+      largest = std::max(largest, d);
+    }
+    EXPECT_EQ(differ, 0) << "record " << i << ": " << differ
+                         << " values differ from Pillow's, by up to "
+                         << largest;
+  }
+
+  const std::vector<std::string> job = {
+      "data.format=tfrecord",
+      "data.dir=" + dir,
+      "data.train=train-*",
+      "data.test=validation-*",
+      R"(data.features={"image": {"from": "image/encoded", "encoding": "auto",)"
+      R"( "dtype": "uint8", "shape": [32, 32, 3], "random_crop": true,)"
+      R"( "random_flip": true}, "label": {"from": "image/class/label",)"
+      R"( "dtype": "int64", "shape": []}})",
+      "optimizer.type=adam",
+      "global_batch_size=64",
+      "epochs=3"};
+  std::map<int, std::vector<double>> losses;
+  for (int workers : {1, 2}) {
+    const std::string csv = absl::StrCat(dir, "/losses-", workers, ".csv");
+    Result r = Local(workers, job, csv);
+    ASSERT_EQ(r.code, 0) << r.err;
+    losses[workers] = ReadLosses(csv);
+    if (workers == 2) {
+      EXPECT_GT(LastJsonLine(r.out).fields().at("test_accuracy").number_value(),
+                0.5);
+    }
+  }
+  ASSERT_EQ(losses[1].size(), losses[2].size());
+  for (size_t i = 0; i < losses[1].size(); ++i) {
+    EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i] + 1e-6) << i;
+  }
+
+  Result corrupt = RunCommand(
+      {kBin + "/lockstep", "data", "check", kMlp, "--set",
+       "data.format=tfrecord", "--set", "data.dir=" + dir, "--set",
+       "data.train=corrupt-*", "--set", "data.test=corrupt-*", "--set",
+       R"(data.features={"image": {"from": "image/encoded", "encoding": "jpeg",)"
+       R"( "dtype": "uint8", "shape": [32, 32, 3]}, "label": {"from":)"
+       R"( "image/class/label", "dtype": "int64", "shape": []}})"});
+  EXPECT_EQ(corrupt.code, 1);
+  EXPECT_THAT(corrupt.err, AllOf(HasSubstr("corrupt-00000-of-00001 record 1"),
+                                 HasSubstr("corrupt JPEG")));
+}
+
+// The same samples as float64 CSV text and as float32 .npy arrays train the
+// same model, bit for bit.
+TEST(DataFormsTest, ACsvOfFloat64TrainsLikeFloat32Npy) {
+  const std::string dir = TempDir("csv-npy");
+  Result made = RunCommand({"/usr/bin/python3", "-c", R"(
+import sys
+import numpy as np
+out = sys.argv[1]
+rng = np.random.default_rng(3)
+for split, n in (("train", 1024), ("test", 256)):
+    y = rng.integers(0, 4, n)
+    x = (rng.normal(0, 1, (n, 6)) + y[:, None] * 0.8).astype(np.float32)
+    np.save(f"{out}/{split}_x.npy", x)
+    np.save(f"{out}/{split}_label.npy", y.astype(np.int64))
+    with open(f"{out}/{split}.csv", "w") as f:
+        f.write("id," + ",".join(f"f{i}" for i in range(6)) + ",label\n")
+        for i in range(n):
+            cells = [repr(float(v)) for v in x[i]]
+            f.write(f"{i}," + ",".join(cells) + f",{y[i]}\n")
+)",
+                            dir});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const std::vector<std::string> common = {"task.num_classes=4",
+                                           "data.dir=" + dir,
+                                           "global_batch_size=64", "epochs=2"};
+  Result npy = Local(1, With(common, {"data.format=npy"}));
+  ASSERT_EQ(npy.code, 0) << npy.err;
+  Result csv = Local(
+      1, With(common,
+              {"data.format=csv",
+               R"(data.columns={"x": ["f0", "f1", "f2", "f3", "f4", "f5"],)"
+               R"( "label": ["label"]})"}));
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  EXPECT_EQ(LastJsonLine(csv.out).fields().at("model_digest").string_value(),
+            LastJsonLine(npy.out).fields().at("model_digest").string_value());
+  EXPECT_GT(LastJsonLine(csv.out).fields().at("test_accuracy").number_value(),
+            0.5);
+  // A cell that is not a number is named.
+  Spill(dir + "/bad.csv", "f0,label\n1.5,0\n2.5,x1\n");
+  Result bad = Local(1, {"data.format=csv", "data.dir=" + dir,
+                         "data.train=bad.csv", "data.test=bad.csv",
+                         R"(data.columns={"x": ["f0"], "label": ["label"]})"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, AllOf(HasSubstr("bad.csv line 3, column 'label'"),
+                             HasSubstr("\"x1\" is not a number")));
+}
+
+class EvalScheduleTest : public ClusterTest {};
+
+// eval_every_steps 50 with eval_batches 2: evaluations at steps 50 and 100
+// over the same 128 test windows, and the whole split at the end (150);
+// `lockstep compare` draws the two jobs' evaluation curves.
+TEST_F(EvalScheduleTest, ALanguageModelEvaluatesOnItsSchedule) {
+  const std::string dir = TempDir("eval-schedule");
+  Result made = RunCommand({DataTool(), "markov", dir});
+  ASSERT_EQ(made.code, 0) << made.err;
+  StartCluster(2);
+  std::vector<std::string> jobs;
+  for (const char* lr : {"base_lr=0.003", "base_lr=0.001"}) {
+    jobs.push_back(
+        Submit(With(TinyLm(dir), {lr, "max_steps=150", "eval_every_steps=50",
+                                  "eval_batches=2", "num_workers=2"})));
+    const v1::JobStatus done = WatchUntil(jobs.back(), Ended);
+    ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << History(jobs.back());
+    std::vector<int64_t> steps, samples;
+    for (const v1::EvalPoint& eval : done.evals()) {
+      steps.push_back(eval.step());
+      samples.push_back(eval.samples());
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{50, 100, 150}));
+    ASSERT_EQ(samples.size(), 3u);
+    EXPECT_EQ(samples[0], 128);
+    EXPECT_EQ(samples[1], 128);
+    EXPECT_GT(samples[2], 128);  // the whole validation split
+  }
+  const std::string svg = dir + "/compare.svg";
+  Result compare = RunCommand(
+      {kBin + "/lockstep", "compare", jobs[0], jobs[1], "--svg", svg},
+      {"LOCKSTEP_COORDINATOR=" + address_});
+  ASSERT_EQ(compare.code, 0) << compare.err;
+  const std::string drawn = Slurp(svg);
+  EXPECT_THAT(drawn, AllOf(HasSubstr("training loss by step"),
+                           HasSubstr("test loss at each evaluation")));
+}
+
+}  // namespace
+}  // namespace lockstep::integration
