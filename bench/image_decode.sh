@@ -49,7 +49,7 @@ for _ in 1 2; do
   REC1+=("$(echo "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["records_1_thread"])')")
   REC2+=("$(echo "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["records_2_threads"])')")
 done
-median() { /usr/bin/python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+median() { /usr/bin/python3 -c 'import statistics,sys; print(round(statistics.median(float(x) for x in sys.argv[1:]), 1))' "$@"; }
 M_PIL=$(median "${PIL_RUNS[@]}"); M_OURS=$(median "${OURS[@]}")
 M_REC1=$(median "${REC1[@]}"); M_REC2=$(median "${REC2[@]}")
 RATIO=$(/usr/bin/python3 -c "print(f'{$M_OURS / $M_PIL:.2f}')")

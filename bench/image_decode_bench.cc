@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   double rates[2] = {0, 0};
   for (int threads : {1, 2}) {
     SetDataThreads(threads);
-    auto split = OpenSplit(spec, /*train=*/false);
+    auto split = OpenSplit(spec, /*train=*/true);
     if (!split.ok()) {
       std::cerr << split.status() << "\n";
       return 1;

@@ -44,8 +44,14 @@ absl::StatusOr<int64_t> TrainingGeneration::Evaluate(bool subset) {
   // logits are windows x positions x vocabulary).
   const int64_t per_sample = std::max<int64_t>(
       1, learning_.outputs * std::max<int64_t>(1, learning_.block));
-  const int64_t chunk =
-      std::clamp<int64_t>(kEvalOutputs / per_sample, 1, kEvalBatch);
+  int64_t chunk = std::clamp<int64_t>(kEvalOutputs / per_sample, 1, kEvalBatch);
+  if (learning_.block > 0) {
+    // A language model's activations (attention over every position) far
+    // outweigh its logits: chunks of a few training batches, so that an
+    // evaluation needs no more memory than training does.
+    chunk =
+        std::min(chunk, std::max<int64_t>(4 * int64_t{plan_.per_replica}, 1));
+  }
   Batch batch = test_assembler_->NewBatch(chunk, {});
   std::vector<char> scratch;
   std::vector<int64_t> indices;

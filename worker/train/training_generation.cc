@@ -2,6 +2,7 @@
 // (generation.h).
 #include "worker/train/training_generation.h"
 
+#include <malloc.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -35,7 +36,10 @@ namespace {
 
 // This process's anonymous resident memory (RssAnon), in MiB; -1 where
 // /proc does not say.
+// Freed heap is returned to the system first, so this is what the worker
+// holds, not what the allocator kept from an evaluation's activations.
 int64_t AnonymousMemoryMib() {
+  malloc_trim(0);
   std::ifstream status("/proc/self/status");
   std::string text;
   while (std::getline(status, text)) {
