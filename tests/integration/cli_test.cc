@@ -321,7 +321,8 @@ TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
        "print(root.tag == ns + 'svg', len(root.findall(ns + 'polyline')))",
        svg});
   EXPECT_EQ(xml.code, 0) << xml.err;
-  EXPECT_EQ(xml.out, "True 4\n");  // 2 runs x (by step, by samples)
+  // 2 runs x (by step, by samples, test loss at each evaluation)
+  EXPECT_EQ(xml.out, "True 6\n");
 
   Result json = RunCommand({kBin + "/lockstep", "compare", a, b, "--svg", svg,
                             "--json", "--coordinator", address_});

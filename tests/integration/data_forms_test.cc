@@ -99,6 +99,11 @@ TEST(DataFormsTest, TokenShardsTrainExactlyLikeOneFile) {
     begin = end;
   }
   Spill(shards + "/val-0.bin", Slurp(dir + "/val.bin"));
+  Result inspect = RunCommand({kBin + "/lockstep", "data", "inspect", shards});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, AllOf(HasSubstr("train-1.bin: "),
+                                 HasSubstr("uint16 tokens, vocabulary seen"),
+                                 HasSubstr("4 token shards")));
   const std::vector<std::string> lm =
       With(TinyLm(dir), {"data.window_stride=17", "max_steps=25"});
   Result one = Local(1, lm);
@@ -308,6 +313,12 @@ for split, n in (("train", 1024), ("test", 256)):
 )",
                             dir});
   ASSERT_EQ(made.code, 0) << made.err;
+  Result inspect =
+      RunCommand({kBin + "/lockstep", "data", "inspect", dir + "/train.csv"});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, AllOf(HasSubstr("1024 rows, 8 columns"),
+                                 HasSubstr("f5                       float64"),
+                                 HasSubstr("label                    int64")));
   const std::vector<std::string> common = {"task.num_classes=4",
                                            "data.dir=" + dir,
                                            "global_batch_size=64", "epochs=2"};

@@ -98,6 +98,9 @@ bool ReadStore(const std::vector<std::string>& paths,
                std::vector<Dtype>* stored) {
   stored->clear();
   for (const std::string& path : paths) {
+    // Only a file lockstep wrote: a link in its place is not followed.
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
     auto file = MappedFile::Open(path);
     if (!file.ok()) return false;
     auto header = ParseNpyHeader((*file)->bytes(), path);
