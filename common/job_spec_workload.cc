@@ -261,8 +261,11 @@ absl::Status ValidateData(const v1::DataSpec& data) {
           "data.block_size and data.window_stride must be >= 1, got ",
           data.block_size(), " and ", data.window_stride()));
     }
-    RETURN_IF_ERROR(CheckChoice("data.window_offset", data.window_offset(),
-                                {"fixed", "random"}));
+    // Empty in a spec stored before the field existed: "fixed".
+    if (!data.window_offset().empty()) {
+      RETURN_IF_ERROR(CheckChoice("data.window_offset", data.window_offset(),
+                                  {"fixed", "random"}));
+    }
     if (data.train().empty() != data.test().empty()) {
       return Invalid(
           "data.format \"tokens\" takes both data.train and data.test (globs "
