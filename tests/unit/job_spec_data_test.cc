@@ -1,0 +1,110 @@
+// The data forms' job spec fields: token globs and offsets, CSV columns,
+// image features and their augmentations, variable-length lists, the
+// evaluation schedule.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "common/job_spec.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobSpec Parse(const char* json) {
+  auto spec = ParseJobSpec(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec result = spec.ok() ? *spec : v1::JobSpec();
+  ApplyDefaults(&result);
+  return result;
+}
+
+// The new data forms' fields: token globs and offsets, CSV columns, image
+// features and their augmentations, variable-length lists, the evaluation
+// schedule; each bad one refused with a message that names the field.
+TEST(JobSpecTest, DataFormsAreChecked) {
+  for (const char* good : {
+           R"({"global_batch_size": 64, "task": {"type": "language_model"},
+               "model": "gpt", "data": {"format": "tokens", "train": "t-*.bin",
+               "test": "v-*.bin", "window_offset": "random"}})",
+           R"({"global_batch_size": 64, "data": {"format": "csv",
+               "columns": {"x": ["a", "b"], "label": ["y"]},
+               "features": {"x": {"normalize": "per_feature"}}}})",
+           R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+               "train": "a*", "test": "b*", "features": {
+               "image": {"from": "image/encoded", "encoding": "jpeg",
+                 "dtype": "uint8", "shape": [32, 32, 3], "resize": [40, 40],
+                 "random_crop": true, "random_flip": true},
+               "boxes": {"dtype": "float32", "max_len": 8, "optional": true},
+               "label": {"dtype": "int64", "shape": []}}}})",
+           R"({"global_batch_size": 64, "eval_every_steps": 50,
+               "eval_batches": 4})",
+       }) {
+    const v1::JobSpec spec = Parse(good);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok())
+        << good << ": " << ValidateJobSpec(spec);
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"global_batch_size": 64, "data": {"window_offset": "random"}})",
+       "data.window_offset is for data.format \"tokens\""},
+      {R"({"global_batch_size": 64, "model": "gpt", "task": {"type":
+          "language_model"}, "data": {"format": "tokens", "train": "a*"}})",
+       "both data.train and data.test"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv"}})",
+       "needs data.columns"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"x": []}}})",
+       "lists no CSV column"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"x": [1]}}})",
+       "must list CSV column names"},
+      {R"({"global_batch_size": 64, "data": {"columns": {"x": ["a"]}}})",
+       "data.columns groups the columns of data.format \"csv\""},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "features": {"i": {"dtype": "float32",
+          "shape": [4, 4, 3], "encoding": "jpeg"}}}})",
+       "decodes into dtype uint8"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "features": {"i": {"dtype": "uint8",
+          "shape": [4, 4, 3], "encoding": "gif"}}}})",
+       "encoding must be jpeg, png or auto"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "features": {"i": {"dtype": "uint8",
+          "shape": [8, 8, 3], "encoding": "png", "resize": [4, 4]}}}})",
+       "at least the shape's [H, W]"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "features": {"i": {"dtype": "uint8",
+          "shape": [8], "random_flip": true}}}})",
+       "for encoded images"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "features": {"i": {"dtype": "int64",
+          "shape": [8], "max_len": 8}}}})",
+       "declared without a shape"},
+      {R"({"global_batch_size": 64, "data": {"format": "npy",
+          "features": {"x": {"from": "y"}}}})",
+       "are for data.format \"tfrecord\""},
+      {R"({"global_batch_size": 64, "data": {"features": {"x":
+          {"normalize": "per_feature", "std": 2}}}})",
+       "drop .mean and .std"},
+      {R"({"global_batch_size": 64, "data": {"features": {"x":
+          {"normalize": "whiten"}}}})",
+       "normalize must be scalar or per_feature"},
+      {R"({"global_batch_size": 64, "eval_batches": 4})",
+       "set eval_every_steps too"},
+      {R"({"global_batch_size": 64, "eval_every_steps": -1})",
+       "eval_every_steps and eval_batches must be >= 0"},
+  };
+  for (const auto& [json, message] : bad) {
+    auto parsed = ParseJobSpec(json);
+    if (parsed.ok()) ApplyDefaults(&*parsed);
+    const absl::Status status =
+        parsed.ok() ? ValidateJobSpec(*parsed) : parsed.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_THAT(status.message(), HasSubstr(message)) << json;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
