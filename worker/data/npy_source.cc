@@ -389,11 +389,4 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
                                         std::move(description));
 }
 
-absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
-    const std::string& path, Dtype dtype, int64_t block, int64_t stride,
-    bool random) {
-  return OpenTokenFiles({path}, dtype, block, stride, /*random_offset=*/false,
-                        random);
-}
-
 }  // namespace lockstep::worker

@@ -25,20 +25,14 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
     const std::string& description, bool random = false);
 
-// A flat file of token ids (`dtype` uint16 or uint32) read as windows of
-// block + 1 tokens starting every `stride` tokens: one column "tokens"
-// [block + 1]. Errors: a file whose size is not a whole number of tokens,
-// or shorter than one window.
-absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFile(
-    const std::string& path, Dtype dtype, int64_t block, int64_t stride,
-    bool random = false);
-
-// Token files (shards, in the order given) read the same way; a window
-// never crosses from one file into the next. `random_offset`: each epoch
-// every window starts a further o tokens in, o in [0, stride) from the
-// epoch key (ReadInEpoch), and a file holds the windows that fit at any o.
-// A shard too short for one window holds none. Errors: as OpenTokenFile's,
-// or no window in any file.
+// Token files (`dtype` uint16 or uint32; shards, in the order given) read
+// as windows of block + 1 tokens starting every `stride` tokens: one column
+// "tokens" [block + 1]; a window never crosses from one file into the next.
+// `random_offset`: each epoch every window starts a further o tokens in, o
+// in [0, stride) from the epoch key (ReadInEpoch), and a file holds the
+// windows that fit at any o. A shard too short for one window holds none.
+// Errors: a file whose size is not a whole number of tokens, a single file
+// shorter than one window, or no window in any file.
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
     const std::vector<std::string>& paths, Dtype dtype, int64_t block,
     int64_t stride, bool random_offset, bool random = false);
