@@ -123,7 +123,10 @@ void Run(int world, Sizes sizes) {
           options.size = world;
           options.algorithm = v.algorithm;
           options.encrypted = v.encrypted;
-          options.membership = {"bench", 1, std::string(32, 's')};
+          options.membership.job_id = "bench";
+          options.membership.generation = 1;
+          options.membership.rank = rank;
+          options.membership.secret = std::string(32, 's');
           v.comms[rank] = *worker::MeshCommunicator::Connect(&v.kv, options);
         }
       }

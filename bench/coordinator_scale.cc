@@ -128,6 +128,8 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage,
     set_.set_generation(assignment_.generation());
     set_.set_key(absl::StrCat("bench/", assignment_.rank()));
     set_.set_value(id_);
+    set_.set_rank(assignment_.rank());
+    set_.set_rank_token(assignment_.rank_token());
     stub_->async()->KvSet(&set_context_, &set_, &set_response_,
                           [this](grpc::Status status) { OnSet(status); });
   }

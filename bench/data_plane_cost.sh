@@ -42,7 +42,7 @@ results=$tmp/results
 run() {  # workload mode -> appends "workload mode rate digest"
   local flags=()
   case $2 in
-    gloo) flags=(--data-plane-transport gloo --data-plane-encryption off) ;;
+    gloo) flags=(--insecure --data-plane-transport gloo --data-plane-encryption off) ;;
     clear) flags=(--data-plane-encryption off) ;;
     aes) flags=() ;;
   esac

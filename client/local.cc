@@ -207,6 +207,13 @@ absl::Status LocalRun::Prepare() {
     data_plane_flags_.insert(data_plane_flags_.end(),
                              {absl::StrCat("--", flag), value});
   }
+  if (args_.Get("data-plane-transport", "lockstep") == "gloo" &&
+      !args_.Has(kInsecureFlag)) {
+    return absl::InvalidArgumentError(
+        "--data-plane-transport gloo (Gloo's TCP pairs, which a stranger's "
+        "bytes can crash) is for comparison benchmarks only: it needs "
+        "--insecure");
+  }
   ASSIGN_OR_RETURN(metrics_port_, args_.GetInt("metrics-port", 0));
   if (args_.Has("metrics-port") &&
       (metrics_port_ < 1 || metrics_port_ > 65535 - workers_ - spares_)) {

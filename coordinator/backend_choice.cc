@@ -60,4 +60,26 @@ absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
   return Backend{"nccl", ""};
 }
 
+absl::Status CheckReproducible(const v1::JobSpec& spec,
+                               const std::vector<Worker*>& workers) {
+  if (!spec.reproducible()) return absl::OkStatus();
+  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+    const v1::Device& device = workers[rank]->device;
+    if (HasGpu(device)) continue;
+    if (device.blas_kernel() == "Haswell" &&
+        absl::EqualsIgnoreCase(device.aten_cpu_capability(), "AVX2")) {
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for reproducible results, but ",
+        RankName(rank, *workers[rank]), " computes with OpenBLAS kernel '",
+        device.blas_kernel(), "' and ATen capability '",
+        device.aten_cpu_capability(),
+        "'; start its worker with OPENBLAS_CORETYPE=Haswell "
+        "ATEN_CPU_CAPABILITY=avx2 (the portable kernels), or submit without "
+        "reproducible"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace lockstep::coordinator

@@ -24,6 +24,13 @@ struct Backend {
 absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
                                        const std::vector<Worker*>& workers);
 
+// A job that asks for reproducible results (JobSpec.reproducible) runs only
+// on workers whose CPU kernels are the portable ones (OpenBLAS "Haswell",
+// ATen "AVX2"; GPUs are not checked). Errors: FailedPrecondition naming the
+// first worker that runs others, and what to set.
+absl::Status CheckReproducible(const v1::JobSpec& spec,
+                               const std::vector<Worker*>& workers);
+
 }  // namespace lockstep::coordinator
 
 #endif  // LOCKSTEP_COORDINATOR_BACKEND_CHOICE_H_

@@ -117,8 +117,11 @@ absl::StatusOr<int> PriorityOf(const v1::JobSpec& spec,
   return it->second;
 }
 
-v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank,
-                                     const std::string& data_plane_secret) {
+// Rank `rank`'s assignment in `generation`. It carries the generation's
+// secret only for NCCL (whose proofs all ranks check); the CPU data plane
+// gets the rank's pair keys instead. Errors: Internal when OpenSSL fails.
+absl::StatusOr<v1::CoordinatorCommand> AssignmentFor(
+    const v1::JobStatus& status, int rank, const Generation& generation) {
   v1::CoordinatorCommand command;
   v1::Assignment* assignment = command.mutable_assignment();
   assignment->set_job_id(status.job_id());
@@ -128,7 +131,17 @@ v1::CoordinatorCommand AssignmentFor(const v1::JobStatus& status, int rank,
   assignment->set_world_size(status.world_size());
   *assignment->mutable_spec() = status.spec();
   assignment->set_backend(status.backend());
-  assignment->set_data_plane_secret(data_plane_secret);
+  if (status.backend() == "nccl") {
+    assignment->set_data_plane_secret(generation.data_plane_secret());
+  } else {
+    ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                     generation.PairKeysOf(rank));
+    for (std::string& key : keys) {
+      assignment->add_data_plane_pair_keys(std::move(key));
+    }
+  }
+  ASSIGN_OR_RETURN(*assignment->mutable_rank_token(),
+                   generation.RankToken(rank));
   return command;
 }
 
@@ -347,6 +360,11 @@ void Coordinator::StartGenerationLocked(Job& job,
                  std::string(backend.status().message()));
     return;
   }
+  if (absl::Status kernels = CheckReproducible(status.spec(), workers);
+      !kernels.ok()) {
+    EndJobLocked(job, v1::JOB_STATE_FAILED, std::string(kernels.message()));
+    return;
+  }
   absl::StatusOr<std::string> secret = NewDataPlaneSecret();
   if (!secret.ok()) {
     EndJobLocked(job, v1::JOB_STATE_FAILED,
@@ -372,6 +390,18 @@ void Coordinator::StartGenerationLocked(Job& job,
   job.generation = std::make_unique<Generation>(
       status.job_id(), status.generation(), std::move(rank_workers), kv_limits_,
       *std::move(secret));
+  std::vector<v1::CoordinatorCommand> assignments;
+  for (size_t rank = 0; rank < workers.size(); ++rank) {
+    absl::StatusOr<v1::CoordinatorCommand> assignment =
+        AssignmentFor(status, static_cast<int>(rank), *job.generation);
+    if (!assignment.ok()) {
+      job.generation->End();
+      EndJobLocked(job, v1::JOB_STATE_FAILED,
+                   std::string(assignment.status().message()));
+      return;
+    }
+    assignments.push_back(*std::move(assignment));
+  }
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     Worker& worker = *workers[rank];
     workers_.Assign(worker, status.job_id(), status.generation(),
@@ -382,8 +412,7 @@ void Coordinator::StartGenerationLocked(Job& job,
     result->set_worker_id(worker.id);
     result->set_host(worker.host);
     names.push_back(absl::StrCat(rank, "=", worker.id));
-    worker.sink->Send(AssignmentFor(status, worker.rank,
-                                    job.generation->data_plane_secret()));
+    worker.sink->Send(assignments[rank]);
   }
   std::string message =
       absl::StrCat("generation ", status.generation(), " on ", workers.size(),

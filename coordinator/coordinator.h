@@ -502,8 +502,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank of the generation reported success: the job succeeds, stops
   // or (preempted) waits for its group.
-  void AllRanksDoneLocked(Job& job, bool stopped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AllRanksDoneLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Only from the chief (rank 0) of the live generation it names.
   void HandleProgressLocked(const Worker& worker,
                             const v1::ProgressReport& report)

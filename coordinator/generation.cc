@@ -1,14 +1,20 @@
 // One generation of a job: its ranks, reports and rendezvous state.
 #include "coordinator/generation.h"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace lockstep::coordinator {
 
@@ -22,6 +28,68 @@ absl::StatusOr<std::string> NewDataPlaneSecret() {
         ERR_get_error(), "); the machine has no source of randomness"));
   }
   return secret;
+}
+
+namespace {
+
+void AppendField(std::string* message, absl::string_view field) {
+  const uint64_t size = field.size();
+  for (int i = 0; i < 8; ++i)
+    message->push_back(static_cast<char>(size >> (8 * i)));
+  message->append(field.data(), field.size());
+}
+
+// HMAC-SHA256 keyed with the secret over `label`, the job, the generation and
+// `fields`, each preceded by its length so no two lists encode alike.
+absl::StatusOr<std::string> Derive(
+    const std::string& secret, absl::string_view label,
+    const std::string& job_id, int64_t number,
+    std::initializer_list<absl::string_view> fields) {
+  std::string message;
+  AppendField(&message, label);
+  AppendField(&message, job_id);
+  AppendField(&message, absl::StrCat(number));
+  for (absl::string_view field : fields) AppendField(&message, field);
+  std::string out(32, '\0');
+  unsigned int size = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+           reinterpret_cast<const unsigned char*>(message.data()),
+           message.size(), reinterpret_cast<unsigned char*>(out.data()),
+           &size) == nullptr ||
+      size != out.size()) {
+    return absl::InternalError(absl::StrCat(
+        "OpenSSL's HMAC failed deriving the data-plane keys of job ", job_id,
+        " generation ", number, " (error ", ERR_get_error(),
+        "); the coordinator is out of memory"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> Generation::PairKeysOf(
+    int rank) const {
+  std::vector<std::string> keys(rank_workers_.size());
+  for (int peer = 0; peer < world_size(); ++peer) {
+    if (peer == rank) continue;
+    const int low = std::min(rank, peer);
+    const int high = std::max(rank, peer);
+    ASSIGN_OR_RETURN(keys[peer],
+                     Derive(data_plane_secret_, "lockstep pair key v1", job_id_,
+                            number_, {absl::StrCat(low), absl::StrCat(high)}));
+  }
+  return keys;
+}
+
+absl::StatusOr<std::string> Generation::RankToken(int rank) const {
+  return Derive(data_plane_secret_, "lockstep rank token v1", job_id_, number_,
+                {absl::StrCat(rank)});
+}
+
+bool Generation::TokenMatches(int rank, absl::string_view token) const {
+  absl::StatusOr<std::string> expected = RankToken(rank);
+  return expected.ok() && token.size() == expected->size() &&
+         CRYPTO_memcmp(token.data(), expected->data(), token.size()) == 0;
 }
 
 Generation::Generation(std::string job_id, int64_t number,
@@ -124,27 +192,43 @@ std::vector<std::string> Generation::Missing(const std::string& name) const {
   return missing;
 }
 
-bool Generation::AddOkResult(int rank, const std::string& digest,
-                             int64_t steps) {
-  results_ok_[rank] = {digest, steps};
+bool Generation::AddOkResult(int rank, const std::string& digest, int64_t steps,
+                             bool stopped, int64_t planned_end) {
+  results_ok_[rank] = {digest, steps, stopped, planned_end};
   return static_cast<int>(results_ok_.size()) == world_size();
 }
 
 std::string Generation::Disagreement() const {
-  // (step, digest) -> the ranks that ended there, in rank order.
-  std::map<std::pair<int64_t, std::string>, std::vector<int>> ends;
+  // (step, digest, plan's end) -> the ranks that ended there, in rank order.
+  std::map<std::tuple<int64_t, std::string, int64_t>, std::vector<int>> ends;
   for (const auto& [rank, result] : results_ok_) {
-    ends[{result.second, result.first}].push_back(rank);
+    ends[{result.steps, result.digest, result.planned_end}].push_back(rank);
   }
   if (ends.size() <= 1) return "";
+  std::set<int64_t> plans;
+  for (const auto& [end, ranks] : ends) plans.insert(std::get<2>(end));
   std::string text;
   for (const auto& [end, ranks] : ends) {
     absl::StrAppend(&text, text.empty() ? "" : "; ",
                     ranks.size() == 1 ? "rank " : "ranks ",
-                    absl::StrJoin(ranks, ", "), ": step ", end.first,
-                    ", digest ", end.second.substr(0, 24));
+                    absl::StrJoin(ranks, ", "), ": step ", std::get<0>(end),
+                    ", digest ", std::get<1>(end).substr(0, 24));
+    if (plans.size() > 1) {
+      absl::StrAppend(&text, ", plan ends at step ", std::get<2>(end));
+    }
   }
   return text;
+}
+
+bool Generation::AnyStopped() const {
+  for (const auto& [rank, result] : results_ok_) {
+    if (result.stopped) return true;
+  }
+  return false;
+}
+
+int64_t Generation::PlannedEnd() const {
+  return results_ok_.empty() ? 0 : results_ok_.begin()->second.planned_end;
 }
 
 void Generation::Suspect(const std::string& cause, absl::Time deadline) {

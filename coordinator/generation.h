@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/checkpoint_tally.h"
 
@@ -62,6 +63,16 @@ class Generation {
   // The secret the ranks prove they hold to each other on the data plane.
   // Held in memory only: never logged, persisted or put in a JobStatus.
   const std::string& data_plane_secret() const { return data_plane_secret_; }
+  // The CPU data plane's keys of `rank` (Assignment.data_plane_pair_keys):
+  // at index j the key of the pair {rank, j}, HMAC-SHA256 of the secret over
+  // the job, the generation and both ranks; empty at `rank`. Ranks i and j
+  // get the same key for their pair and nobody else gets it. Errors:
+  // Internal when OpenSSL fails (never a key of known bytes).
+  absl::StatusOr<std::vector<std::string>> PairKeysOf(int rank) const;
+  // The token only `rank`'s Assignment carries (rank_token), and whether
+  // `token` is it (compared in constant time).
+  absl::StatusOr<std::string> RankToken(int rank) const;
+  bool TokenMatches(int rank, absl::string_view token) const;
 
   // Records the identity (Caller::id) that registered rank `rank`'s worker,
   // once, at the start: the rendezvous serves only the ranks' identities.
@@ -95,13 +106,20 @@ class Generation {
 
   // ---- what the ranks reported ----
   // Records rank `rank`'s successful result (its final model digest and
-  // step); true once every rank sent one. A rank's second result replaces
-  // its first.
-  bool AddOkResult(int rank, const std::string& digest, int64_t steps);
+  // step, whether it stopped on request, and the step its plan ends at);
+  // true once every rank sent one. A rank's second result replaces its
+  // first.
+  bool AddOkResult(int rank, const std::string& digest, int64_t steps,
+                   bool stopped = false, int64_t planned_end = 0);
   // Once every rank reported: "" when all ended with one digest at one
-  // step, else who ended where ("ranks 0, 2: step 40, digest ab12...;
-  // rank 1: step 999999, digest forged...").
+  // step and one plan, else who ended where ("ranks 0, 2: step 40, digest
+  // ab12...; rank 1: step 999999, digest forged...").
   std::string Disagreement() const;
+  // Whether any rank said it stopped on request (no single rank, the last
+  // to report, decides it).
+  bool AnyStopped() const;
+  // The plan's end the ranks agreed on (0: none reported one).
+  int64_t PlannedEnd() const;
   // A rank's retryable error, which usually means a peer died: it waits for
   // a worker failure to explain it until `deadline`. Only the first counts.
   void Suspect(const std::string& cause, absl::Time deadline);
@@ -138,7 +156,13 @@ class Generation {
   std::map<std::string, std::set<int>> barriers_;
 
   // rank -> (digest, step) of its successful result.
-  std::map<int, std::pair<std::string, int64_t>> results_ok_;
+  struct OkResult {
+    std::string digest;
+    int64_t steps = 0;
+    bool stopped = false;
+    int64_t planned_end = 0;
+  };
+  std::map<int, OkResult> results_ok_;
   std::string suspect_;
   absl::Time suspect_deadline_ = absl::InfiniteFuture();
   bool preempting_ = false;

@@ -304,6 +304,13 @@ absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
                   kMaxGeneration);
       check.Range("collective_seq", message.heartbeat().collective_seq(), 0,
                   int64_t{1} << 62);
+      check.Range("link_mbps size", message.heartbeat().link_mbps_size(), 0,
+                  kMaxRank + 1);
+      for (double rate : message.heartbeat().link_mbps()) {
+        check.That(rate >= 0 && rate < 1e9, "link_mbps",
+                   "holds a rate that is negative, not a number or over "
+                   "1e9 MB/s");
+      }
       return check.status();
     }
     case v1::WorkerMessage::kProgress:

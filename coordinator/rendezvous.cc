@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
@@ -79,6 +81,31 @@ absl::Status Coordinator::KvSet(const Caller& caller,
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
+  // A key that is a rank's number, or ends in "/<rank>", is that rank's
+  // (its data-plane address), every other key rank 0's; only the owner's
+  // session holds its token.
+  int owner = 0;
+  const std::string& key = request.key();
+  const std::string last = key.substr(key.rfind('/') + 1);
+  if (int number = 0; absl::SimpleAtoi(last, &number) && number >= 0 &&
+                      number < generation->world_size() &&
+                      last == absl::StrCat(number)) {
+    owner = number;
+  }
+  if (request.rank() != owner ||
+      !generation->TokenMatches(owner, request.rank_token())) {
+    return Denied(
+        caller, Call::kKvSet,
+        absl::StrCat("key '", absl::CHexEscape(request.key().substr(0, 64)),
+                     "' of job ", request.job_id(), " generation ",
+                     request.generation(), " belongs to rank ", owner,
+                     ", and the call ",
+                     request.rank() != owner
+                         ? absl::StrCat("names rank ", request.rank())
+                         : std::string("does not carry that rank's token"),
+                     "; a rank sets only its own keys, with the token of its "
+                     "assignment"));
+  }
   if (absl::Status full = generation->Set(request.key(), request.value());
       !full.ok()) {
     return Refused(full);

@@ -149,6 +149,7 @@ void WorkerRegistry::Heartbeat(Worker& worker, const v1::Heartbeat& beat,
     worker.seq_changed = now;
   }
   worker.seq_reported = now;
+  worker.link_mbps.assign(beat.link_mbps().begin(), beat.link_mbps().end());
 }
 
 std::vector<Worker*> WorkerRegistry::Silent(absl::Time now) {
@@ -346,7 +347,38 @@ std::string WorkerRegistry::Stall(const std::string& job_id,
           absl::ToDoubleSeconds(behind));
     }
   }
-  return "";
+  return SlowLink(ranks);
+}
+
+std::string WorkerRegistry::SlowLink(const std::vector<const Worker*>& ranks) {
+  if (ranks.size() < 3) return "";  // two ranks: either end could be slow
+  // For each rank, the median rate its peers measured with it.
+  std::vector<std::pair<double, const Worker*>> medians;
+  for (const Worker* to : ranks) {
+    std::vector<double> seen;
+    for (const Worker* from : ranks) {
+      if (from == to || to->rank < 0 ||
+          to->rank >= static_cast<int>(from->link_mbps.size())) {
+        continue;
+      }
+      if (double rate = from->link_mbps[to->rank]; rate > 0) {
+        seen.push_back(rate);
+      }
+    }
+    if (seen.size() + 1 < ranks.size()) return "";  // not measured by all
+    std::sort(seen.begin(), seen.end());
+    medians.emplace_back(seen[seen.size() / 2], to);
+  }
+  std::sort(medians.begin(), medians.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const double slowest = medians.front().first;
+  const double typical = medians[medians.size() / 2].first;
+  if (slowest * 3 > typical) return "";
+  const Worker& worker = *medians.front().second;
+  return absl::StrFormat(
+      "rank %d (%s on %s) has the slowest data-plane link: its peers move "
+      "%.0f MB/s with it, %.0f MB/s with the others",
+      worker.rank, worker.id, worker.host, slowest, typical);
 }
 
 std::vector<std::string> WorkerRegistry::ForgetVanished(absl::Time now,

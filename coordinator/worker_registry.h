@@ -61,6 +61,9 @@ struct Worker {
   int64_t collective_seq = 0;
   absl::Time seq_changed;
   absl::Time seq_reported = absl::InfinitePast();
+  // The data-plane throughput it last reported with each peer of its
+  // generation (MB/s by peer rank; 0: not measured).
+  std::vector<double> link_mbps;
   // When it was given its rank; until a heartbeat names the generation
   // (seq_reported), it has not joined it.
   absl::Time assigned_at;
@@ -153,10 +156,15 @@ class WorkerRegistry {
   std::vector<Worker*> RanksOf(const std::string& job_id,
                                const std::vector<std::string>& rank_workers);
   // "rank 3 (worker:3 on host) stalled at collective #812 for 14 s", or ""
-  // when no rank of `rank_workers` lags the others.
+  // when no rank of `rank_workers` lags the others. Else, with 3 ranks or
+  // more, the rank whose links every other rank finds at least 3x slower
+  // than the rest: "rank 2 (worker:2 on host) has the slowest data-plane
+  // link: its peers move 11 MB/s with it, 112 MB/s with the others".
   std::string Stall(const std::string& job_id,
                     const std::vector<std::string>& rank_workers,
                     absl::Time now) const;
+  // Stall's second half, over the ranks' reported link rates.
+  static std::string SlowLink(const std::vector<const Worker*>& ranks);
 
   // Forgets the free workers (free:N, no task identity) that have had no
   // session, no rank and no message for longer than `after`: processes that

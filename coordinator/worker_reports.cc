@@ -152,12 +152,13 @@ void Coordinator::HandleResultLocked(Worker& worker,
   ChangedLocked(*job);
   if (result.preempted()) job->generation->MarkPreempted();
   if (job->generation->AddOkResult(result.rank(), result.model_digest(),
-                                   result.steps())) {
-    AllRanksDoneLocked(*job, result.stopped());
+                                   result.steps(), result.stopped(),
+                                   result.total_steps())) {
+    AllRanksDoneLocked(*job);
   }
 }
 
-void Coordinator::AllRanksDoneLocked(Job& job, bool stopped) {
+void Coordinator::AllRanksDoneLocked(Job& job) {
   // No rank decides the outcome alone: the replicas are bit-identical, so
   // every rank ends with the same digest at the same step.
   if (std::string differ = job.generation->Disagreement(); !differ.empty()) {
@@ -170,15 +171,21 @@ void Coordinator::AllRanksDoneLocked(Job& job, bool stopped) {
     EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
     return;
   }
+  // Every rank's word, not the last one's: a rank that stopped early makes
+  // the job stopped (never succeeded), and the plan's end is the one every
+  // rank computed, or else the one the chief's progress reported.
+  const bool stopped = job.generation->AnyStopped();
   const int64_t step = job.status.step();
+  const int64_t end = job.generation->PlannedEnd() > 0
+                          ? job.generation->PlannedEnd()
+                          : job.status.total_steps();
   const bool to_the_end =
       !stopped && !job.stop_requested && !job.generation->preempting();
-  if (to_the_end && job.status.total_steps() > 0 &&
-      step != job.status.total_steps()) {
+  if (to_the_end && end > 0 && step != end) {
     const std::string cause = absl::StrCat(
         "every rank of generation ", job.generation->number(),
-        " reported success at step ", step, ", but the plan ends at step ",
-        job.status.total_steps(), "; the job is not done");
+        " reported success at step ", step, ", but the plan ends at step ", end,
+        "; the job is not done");
     EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
     return;
   }

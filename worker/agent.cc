@@ -102,6 +102,7 @@ void Agent::Serve(std::shared_ptr<Session> session,
           beat->set_job_id(task_->assignment.job_id());
           beat->set_generation(task_->assignment.generation());
           beat->set_collective_seq(task_->collective_seq);
+          for (double rate : task_->links.Rates()) beat->add_link_mbps(rate);
         }
       }
       if (!session->Send(message)) break;
@@ -176,7 +177,8 @@ void Agent::StartTask(const v1::Assignment& assignment,
   if (task_thread_.joinable()) task_thread_.join();
   auto task = std::make_shared<TaskContext>();
   task->assignment = assignment;
-  task->kv = control_->KeyValue(assignment.job_id(), assignment.generation());
+  task->kv = control_->KeyValue(assignment.job_id(), assignment.generation(),
+                                assignment.rank(), assignment.rank_token());
   task->host = options_.registration.host();
   task->metrics = options_.metrics;
   task->data_plane_encryption = options_.data_plane_encryption;

@@ -52,8 +52,12 @@ class ControlPlane {
       const v1::RegisterWorkerRequest& request) = 0;
   virtual absl::StatusOr<std::unique_ptr<Session>> OpenSession(
       const std::string& worker_id, uint64_t incarnation) = 0;
-  virtual std::unique_ptr<KeyValueClient> KeyValue(const std::string& job_id,
-                                                   int64_t generation) = 0;
+  // The store of `job_id`'s generation `generation`, for its rank `rank`,
+  // whose Assignment carried `rank_token` (it proves, with each key set,
+  // that the call comes from that rank).
+  virtual std::unique_ptr<KeyValueClient> KeyValue(
+      const std::string& job_id, int64_t generation, int rank,
+      const std::string& rank_token) = 0;
 };
 
 }  // namespace lockstep::worker

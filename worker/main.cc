@@ -1,6 +1,10 @@
 // lockstep-worker: one replica, one device. See README.md.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -101,14 +105,15 @@ Flags:
                            --backup-root)
   --data-plane-encryption on|off  encrypt the CPU collectives' traffic
                            between workers (AES-256-GCM; default on). Either
-                           way each connection is authenticated with the
-                           generation's secret before anything it sends is
+                           way each connection is authenticated with the key
+                           its two ranks share before anything it sends is
                            read. off only where nobody can read the network:
                            gradients and model state then travel in clear
                            text. Every worker of a job must agree
   --data-plane-transport lockstep|gloo  gloo: Gloo's TCP pairs, which
                            authenticate nobody before parsing and encrypt
-                           nothing; for comparison benchmarks only
+                           nothing; for comparison benchmarks only (needs
+                           --insecure and --data-plane-encryption off)
   --index-cache DIR        where the record index of a TFRecord file, and the
                            column store of a CSV file, go when its own folder
                            is read-only (default: $TMPDIR or /tmp,
@@ -237,6 +242,51 @@ absl::StatusOr<v1::RegisterWorkerRequest> RegistrationOf(
   return registration;
 }
 
+// Whether `host` resolves to loopback addresses only (127.0.0.0/8, ::1);
+// false when it does not resolve.
+bool OnlyLoopback(const std::string& host) {
+  std::string name = host;
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool loopback = found != nullptr;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopback &= IN6_IS_ADDR_LOOPBACK(&in->sin6_addr) != 0;
+    } else {
+      loopback = false;
+    }
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
+// A worker whose data-plane host (--host, TF_CONFIG, else the host name)
+// only this machine reaches, while its coordinator is on another: its peers
+// could never connect, and the job would fail each generation a minute into
+// the rendezvous. Errors: InvalidArgument naming both (exit 2).
+absl::Status CheckPeersCanReach(const std::string& host,
+                                const std::string& coordinator_host) {
+  if (!OnlyLoopback(host) || OnlyLoopback(coordinator_host)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "this worker's data-plane host '", host,
+      "' (from --host, TF_CONFIG's task address or the host name) resolves "
+      "to a loopback address, but the coordinator is at '",
+      coordinator_host,
+      "' on another host: peers elsewhere could never reach this worker; pass "
+      "--host with an address they reach (or fix TF_CONFIG or /etc/hosts)"));
+}
+
 // Every flag, checked, with TLS material loaded and the device resolved.
 // Errors: InvalidArgument naming the flag (exit 2).
 absl::StatusOr<WorkerFlags> ParseFlags(const Args& args) {
@@ -260,6 +310,8 @@ absl::StatusOr<WorkerFlags> ParseFlags(const Args& args) {
   ASSIGN_OR_RETURN(v1::Device device,
                    ResolveDevice(args.Get("device", "auto")));
   ASSIGN_OR_RETURN(flags.registration, RegistrationOf(args, device));
+  RETURN_IF_ERROR(
+      CheckPeersCanReach(flags.registration.host(), HostOf(flags.coordinator)));
   const int cores =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ASSIGN_OR_RETURN(flags.threads, args.GetInt("threads", cores));
@@ -288,6 +340,12 @@ absl::StatusOr<WorkerFlags> ParseFlags(const Args& args) {
     return absl::InvalidArgumentError(
         "--data-plane-transport gloo encrypts nothing: it needs "
         "--data-plane-encryption off");
+  }
+  if (flags.data_plane_gloo && !flags.tls.insecure) {
+    return absl::InvalidArgumentError(
+        "--data-plane-transport gloo (Gloo's TCP pairs, which a stranger's "
+        "bytes can crash) is for comparison benchmarks only: it needs "
+        "--insecure too, so it never runs in a deployment");
   }
   if (flags.data_plane_gloo) {
     LogWarning(
@@ -495,6 +553,7 @@ int Run(int argc, char** argv) {
   device.set_blas_kernel(blas_kernel.kernel);
   device.set_blas_kernel_source(blas_kernel.source);
   const std::string aten_capability = AtenCpuCapability();
+  device.set_aten_cpu_capability(aten_capability);
   LogInfo("ATen CPU capability: ", aten_capability);
   LogInfo("device: ", device.name(),
           device.gpu_name().empty()

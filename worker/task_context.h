@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/link_meter.h"
 #include "worker/control_plane.h"
 #include "worker/worker_metrics.h"
 
@@ -46,6 +47,8 @@ class TaskContext {
   std::atomic<bool> preempt_requested{false};
   // Collectives entered in this generation; sent with each heartbeat.
   std::atomic<int64_t> collective_seq{0};
+  // The data plane's throughput with each peer; sent with each heartbeat.
+  LinkMeter links;
   // Sends a progress report up the session. Thread-safe.
   std::function<void(const v1::ProgressReport&)> report;
   // Sends any message up the session (checkpoint prepares and commits).

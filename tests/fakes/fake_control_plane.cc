@@ -263,7 +263,8 @@ absl::StatusOr<std::unique_ptr<worker::Session>> FakeControlPlane::OpenSession(
 }
 
 std::unique_ptr<worker::KeyValueClient> FakeControlPlane::KeyValue(
-    const std::string& job_id, int64_t generation) {
+    const std::string& job_id, int64_t generation, int /*rank*/,
+    const std::string& /*rank_token*/) {
   {
     absl::MutexLock lock(&mu_);
     kv_scopes_.emplace_back(job_id, generation);

@@ -130,8 +130,9 @@ class FakeControlPlane : public worker::ControlPlane {
       const v1::RegisterWorkerRequest& request) override;
   absl::StatusOr<std::unique_ptr<worker::Session>> OpenSession(
       const std::string& worker_id, uint64_t incarnation) override;
-  std::unique_ptr<worker::KeyValueClient> KeyValue(const std::string& job_id,
-                                                   int64_t generation) override;
+  std::unique_ptr<worker::KeyValueClient> KeyValue(
+      const std::string& job_id, int64_t generation, int rank,
+      const std::string& rank_token) override;
 
   // The store behind KeyValue clients; `client` is the one calling, and
   // fails with Aborted once it was cancelled.

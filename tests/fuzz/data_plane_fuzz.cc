@@ -23,8 +23,13 @@ using lockstep::fuzz::Check;
 namespace w = lockstep::worker;
 
 const w::Membership& Member() {
-  static const w::Membership* member =
-      new w::Membership{"job-fuzz", 5, std::string(32, 'f')};
+  static const w::Membership* member = new w::Membership([] {
+    w::Membership m;
+    m.job_id = "job-fuzz";
+    m.generation = 5;
+    m.secret = std::string(32, 'f');
+    return m;
+  }());
   return *member;
 }
 
@@ -52,7 +57,9 @@ std::string Seal(w::FrameSealer& sealer, absl::string_view message) {
   sealer.Start(message.data(), message.size());
   std::string wire;
   while (!sealer.done()) {
-    auto pending = sealer.Pending();
+    auto sealed = sealer.Pending();
+    Check(sealed.ok(), "a frame could not be sealed");
+    auto pending = *sealed;
     Check(!pending.empty(), "an unfinished sealer has nothing to send");
     wire.append(pending.data(), pending.size());
     sealer.Advance(pending.size());
@@ -75,7 +82,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)w::CheckConfirm(Member(), *hello, reply,
                             rest.substr(w::kHelloSize + w::kReplySize));
     }
-    w::Hello mine = w::MakeHello(Member(), 1, 0, true);
+    absl::StatusOr<w::Hello> made = w::MakeHello(Member(), 1, 0, true);
+    Check(made.ok(), "a Hello could not be made");
+    const w::Hello& mine = *made;
     (void)w::CheckReply(Member(), mine, rest.substr(0, w::kReplySize));
     return 0;
   }

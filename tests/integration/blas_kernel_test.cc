@@ -18,6 +18,7 @@
 namespace lockstep::integration {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST_F(ClusterTest, WorkersRunTheBestBlasKernelTheirCpuHasUnlessTold) {
@@ -82,6 +83,37 @@ TEST_F(ClusterTest, WorkersRunTheBestBlasKernelTheirCpuHasUnlessTold) {
   EXPECT_THAT(table.out, HasSubstr("BLAS KERNEL"));
   EXPECT_THAT(table.out, HasSubstr("Haswell (environment)"));
   EXPECT_THAT(table.out, HasSubstr(absl::StrCat(best, " (lockstep)")));
+}
+
+// Issue 35: a pool mixes CPUs. Workers on different OpenBLAS kernels and
+// ATen capabilities (the portable ones on worker 0, the CPU's best on
+// worker 1) keep identical replicas: the gradients are averaged and every
+// rank takes the same step, so the job ends with one digest on every rank.
+// A job that asks for reproducible results refuses worker 1's kernels,
+// naming it and what to set.
+TEST_F(ClusterTest, MixedKernelsKeepReplicasIdenticalAndReproducibleNamesThem) {
+  const std::string best = BestKernelFor(HostCpuFeatures());
+  if (best.empty()) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  const bool avx512 = HostCpuFeatures().avx512f;
+  StartCluster(2, {},
+               {{0, {"OPENBLAS_CORETYPE=Haswell", "ATEN_CPU_CAPABILITY=avx2"}},
+                {1,
+                 {"OPENBLAS_CORETYPE=" + best,
+                  avx512 ? "ATEN_CPU_CAPABILITY=avx512"
+                         : "ATEN_CPU_CAPABILITY=default"}}});
+  const std::string job = Submit({"max_steps=30", "global_batch_size=48"});
+  const v1::JobStatus mixed = WatchUntil(job, Ended);
+  ASSERT_EQ(mixed.state(), v1::JOB_STATE_SUCCEEDED) << History(job);
+  ExpectAllRanks(mixed, mixed.ranks(0).model_digest());
+
+  const std::string strict =
+      Submit({"max_steps=30", "global_batch_size=48", "reproducible=true"});
+  const v1::JobStatus refused = WatchUntil(strict, Ended);
+  EXPECT_EQ(refused.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(refused.error(),
+              AllOf(HasSubstr("reproducible results"), HasSubstr("worker:1"),
+                    HasSubstr("OPENBLAS_CORETYPE=Haswell "
+                              "ATEN_CPU_CAPABILITY=avx2")));
 }
 
 }  // namespace

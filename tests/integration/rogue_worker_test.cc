@@ -160,6 +160,40 @@ TEST_F(RogueWorkerTest, TwoRogueWorkersCannotForgeAJobsOutcome) {
   EXPECT_THAT(status.out, HasSubstr("failed")) << status.err;
 }
 
+// Issue 14, through real gRPC: a rank writing its generation's store without
+// bound (100 values of 4 MB under keys of its own, with its token) is
+// refused past --kv-max-bytes, naming the flag and the job.
+TEST_F(RogueWorkerTest, KeyValueWritesPastTheCapAreRefused) {
+  coordinator_flags_ = {"--kv-max-bytes", "67108864"};  // 64 MiB: 16 writes
+  StartCoordinatorAlone(1);
+  RogueWorker chief(address_, 0);
+  const std::string job = Submit({"max_steps=1000", "global_batch_size=64"});
+  ASSERT_FALSE(job.empty());
+  const v1::Assignment assigned = chief.NextAssignment();
+  ASSERT_EQ(assigned.job_id(), job);
+  auto credentials = LoadChannelCredentials(
+      IssueTestCertificate("spiffe://lockstep/worker/worker/0"));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  worker::GrpcControlPlane plane(address_, *credentials);
+  auto kv = plane.KeyValue(job, assigned.generation(), assigned.rank(),
+                           assigned.rank_token());
+  int accepted = 0;
+  absl::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    absl::Status stored =
+        kv->Set(absl::StrCat("bulk-", i), std::string(4000000, 'x'));
+    if (stored.ok()) {
+      ++accepted;
+    } else if (refused.ok()) {
+      refused = stored;
+    }
+  }
+  EXPECT_EQ(accepted, 16);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr(job), HasSubstr("--kv-max-bytes (67108864)")));
+}
+
 // Issue 27 #7: the documented 4 MiB key-value value could not be sent
 // (4194327 vs. 4194304 bytes). The worker's own key-value client, holding
 // the rank of a real generation, sets one and reads it back over TLS; a
@@ -175,7 +209,8 @@ TEST_F(RogueWorkerTest, AFourMiBKeyValueValueTravelsOverGrpc) {
       IssueTestCertificate("spiffe://lockstep/worker/worker/0"));
   ASSERT_TRUE(credentials.ok()) << credentials.status();
   worker::GrpcControlPlane plane(address_, *credentials);
-  auto kv = plane.KeyValue(job, assigned.generation());
+  auto kv = plane.KeyValue(job, assigned.generation(), assigned.rank(),
+                           assigned.rank_token());
 
   std::string value(size_t{4} << 20, '\0');
   for (size_t i = 0; i < value.size(); ++i) {

@@ -129,6 +129,7 @@ class CoordinatorAuthTest : public CoordinatorTest {
     auto registered =
         coordinator_->RegisterWorker(caller, Task(index, incarnation));
     ASSERT_TRUE(registered.ok()) << registered.status();
+    sinks_.push_back(sink);
     ASSERT_TRUE(
         coordinator_
             ->OpenSession(caller, registered->worker_id(), incarnation, sink)
@@ -335,7 +336,8 @@ TEST_F(CoordinatorAuthTest, ALiveSessionIsNotTakenOverByANewProcess) {
 
 TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
   StartJob();
-  EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), KvSet("rank0")).ok());
+  EXPECT_TRUE(
+      coordinator_->KvSet(Identity(kWorker0), Signed(KvSet("rank0"))).ok());
   auto got = KvGet(Identity(kWorker1), KvGet("rank0"));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "10.0.0.1:9000");
@@ -366,6 +368,45 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
       absl::IsUnauthenticated(KvGet(Nobody(), KvGet("rank0")).status()));
   // Nothing a stranger sent was stored.
   EXPECT_EQ(*KvGet(Identity(kWorker0), KvGet("rank0")), "10.0.0.1:9000");
+}
+
+// Issue 35: any rank could set any rank's rendezvous key, so rank 1 could
+// publish its own address as rank 0's and sit between rank 0 and the rest.
+// A rank's number as a key is that rank's, every other key rank 0's, and
+// the call must carry the owner's token, which only its assignment holds.
+TEST_F(CoordinatorAuthTest, ARankSetsOnlyItsOwnRendezvousKeys) {
+  StartJob();
+  v1::KvSetRequest own = KvSet("1");
+  own = Signed(own);
+  ASSERT_EQ(own.rank(), 1);
+  EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker1), own).ok());
+  own.set_key("bench/1");  // "name/<rank>" is the rank's too
+  EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker1), own).ok());
+
+  // Rank 1, with its own token, naming rank 0 or itself for rank 0's keys.
+  for (const std::string& key : {"0", "bench/0", "nccl_unique_id"}) {
+    v1::KvSetRequest forged = KvSet(key);
+    forged.set_rank(0);
+    forged.set_rank_token(own.rank_token());
+    absl::Status refused = coordinator_->KvSet(Identity(kWorker1), forged);
+    EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+    EXPECT_THAT(refused.message(),
+                AllOf(HasSubstr("belongs to rank 0"),
+                      HasSubstr("does not carry that rank's token")));
+    forged.set_rank(1);
+    refused = coordinator_->KvSet(Identity(kWorker1), forged);
+    EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("names rank 1"));
+  }
+  // The same without TLS identities: the token alone decides.
+  v1::KvSetRequest forged = KvSet("0");
+  forged.set_rank(0);
+  forged.set_rank_token(own.rank_token());
+  EXPECT_TRUE(absl::IsPermissionDenied(coordinator_->KvSet(Anyone(), forged)));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(KvGet(Identity(kWorker0), KvGet("0")).status()));
+  // Rank 0 sets its own.
+  EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), Signed(KvSet("0"))).ok());
 }
 
 TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {

@@ -114,7 +114,7 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
       absl::IsDeadlineExceeded(KvGet(Anyone(), Get(job, "k")).status()));
   EXPECT_EQ(Status(job).version(), version);
   EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job, "k", "v")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(Set(job, "k", "v"))).ok());
   EXPECT_EQ(*KvGet(Anyone(), Get(job, "k")), "v");
 }
 
@@ -173,7 +173,8 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   std::string job = *coordinator_->SubmitJob(Spec(2));
   for (int key = 0; key < 3; ++key) {
     ASSERT_TRUE(
-        coordinator_->KvSet(Anyone(), Set(job, absl::StrCat(key), "v")).ok());
+        coordinator_->KvSet(Anyone(), Signed(Set(job, absl::StrCat(key), "v")))
+            .ok());
   }
   v1::BarrierRequest barrier;
   barrier.set_job_id(job);
@@ -184,20 +185,22 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   // The fourth entry: a barrier name (it times out: rank 1 never comes).
   EXPECT_TRUE(absl::IsDeadlineExceeded(Barrier(Anyone(), barrier)));
 
-  absl::Status full = coordinator_->KvSet(Anyone(), Set(job, "3", "v"));
+  absl::Status full = coordinator_->KvSet(Anyone(), Signed(Set(job, "3", "v")));
   EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
   EXPECT_THAT(full.message(),
               AllOf(HasSubstr(job), HasSubstr("--kv-max-entries (4)")));
   barrier.set_name("other");
   EXPECT_TRUE(absl::IsResourceExhausted(Barrier(Anyone(), barrier)));
-  absl::Status big =
-      coordinator_->KvSet(Anyone(), Set(job, "1", std::string(2000, 'x')));
+  absl::Status big = coordinator_->KvSet(
+      Anyone(), Signed(Set(job, "1", std::string(2000, 'x'))));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
   EXPECT_THAT(big.message(), HasSubstr("--kv-max-bytes (1000)"));
   // What the store holds still works: read, replaced within the caps.
   EXPECT_EQ(*KvGet(Anyone(), Get(job, "1")), "v");
   ASSERT_TRUE(
-      coordinator_->KvSet(Anyone(), Set(job, "1", std::string(900, 'y'))).ok());
+      coordinator_
+          ->KvSet(Anyone(), Signed(Set(job, "1", std::string(900, 'y'))))
+          .ok());
   EXPECT_EQ(KvGet(Anyone(), Get(job, "1"))->size(), 900u);
   barrier.set_name("start");
   barrier.set_rank(1);
@@ -212,7 +215,7 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   for (int key = 0; key < 4; ++key) {
     v1::KvSetRequest request = Set(job, absl::StrCat(key), "v");
     request.set_generation(2);
-    EXPECT_TRUE(coordinator_->KvSet(Anyone(), request).ok()) << key;
+    EXPECT_TRUE(coordinator_->KvSet(Anyone(), Signed(request)).ok()) << key;
   }
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/caller.h"
 #include "common/clock.h"
@@ -230,6 +232,7 @@ class CoordinatorTest : public ::testing::Test {
   // opens its session; returns its id.
   std::string Connect(const v1::RegisterWorkerRequest& request,
                       FakeSink* sink) {
+    sinks_.push_back(sink);
     auto registered = coordinator_->RegisterWorker(Anyone(), request);
     EXPECT_TRUE(registered.ok()) << registered.status();
     if (!registered.ok()) return "";
@@ -255,6 +258,7 @@ class CoordinatorTest : public ::testing::Test {
     v1::RegisterWorkerRequest request = Free(incarnation);
     request.mutable_task()->set_type("worker");
     request.mutable_task()->set_index(index);
+    sinks_.push_back(sink);
     auto id = coordinator_->RegisterWorker(Anyone(), request);
     ASSERT_TRUE(id.ok()) << id.status();
     ASSERT_TRUE(
@@ -282,10 +286,41 @@ class CoordinatorTest : public ::testing::Test {
   }
   std::vector<v1::WorkerInfo> ListWorkers() { return WorkersOn(*coordinator_); }
 
+  // `request` as its key's owner sends it (a rank's number, or one after
+  // the last "/": that rank, any other key: rank 0), with the rank and token of
+  // the owner's assignment for that job and generation, found in the sinks
+  // Connect saw; unchanged when no such assignment was sent.
+  v1::KvSetRequest Signed(v1::KvSetRequest request) const {
+    for (const FakeSink* sink : sinks_) {
+      for (auto it = sink->commands.rbegin(); it != sink->commands.rend();
+           ++it) {
+        const v1::Assignment& a = it->assignment();
+        if (!it->has_assignment() || a.job_id() != request.job_id() ||
+            a.generation() != request.generation()) {
+          continue;
+        }
+        int owner = 0;
+        const std::string last =
+            request.key().substr(request.key().rfind('/') + 1);
+        if (!absl::SimpleAtoi(last, &owner) || owner < 0 ||
+            owner >= a.world_size() || absl::StrCat(owner) != last) {
+          owner = 0;
+        }
+        if (a.rank() != owner) break;
+        request.set_rank(owner);
+        request.set_rank_token(a.rank_token());
+        return request;
+      }
+    }
+    return request;
+  }
+
   FakeClock clock_;
   // Set before Make() to change more options (caps, retention).
   std::function<void(Coordinator::Options&)> configure_;
   std::unique_ptr<Coordinator> coordinator_;
+  // Every sink Connect and ConnectTask opened a session with.
+  std::vector<FakeSink*> sinks_;
 };
 
 // A rank's CheckpointPrepared for `step`, with one file named after the rank.

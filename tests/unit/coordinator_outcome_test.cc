@@ -83,6 +83,55 @@ TEST_F(CoordinatorTest, SuccessShortOfThePlansEndFails) {
   EXPECT_THAT(status.error(), HasSubstr("the plan ends at step 100"));
 }
 
+// Issue 35: the outcome came from the last rank to report (its `stopped`)
+// and the plan's end from the chief's progress alone, so a chief could turn
+// an early stop into success. Now one rank's stop makes the job stopped,
+// and a chief whose plan ends elsewhere than the others' fails the job.
+TEST_F(CoordinatorTest, AChiefCannotTurnAnEarlyStopIntoSuccess) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  // Rank 1 stopped at step 3 (and says so); the chief reports last, claims
+  // no stop and a plan that ends at 3.
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Progress(job, 1, 3, 3)).ok());
+  v1::WorkerMessage stopped = OkResult(job, 1, 1, 3, "d");
+  stopped.mutable_result()->set_stopped(true);
+  stopped.mutable_result()->set_total_steps(100);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_b, stopped).ok());
+  v1::WorkerMessage chief = OkResult(job, 1, 0, 3, "d");
+  chief.mutable_result()->set_total_steps(3);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, chief).ok());
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("different models"), HasSubstr("rank 0: step 3"),
+                    HasSubstr("plan ends at step 3"),
+                    HasSubstr("plan ends at step 100")));
+}
+
+// The same plan on both ranks, but only rank 1 says it stopped, and the
+// chief, reporting last, does not: the job is stopped, not succeeded.
+TEST_F(CoordinatorTest, OneRankThatStoppedMakesTheJobStopped) {
+  Make();
+  FakeSink a, b;
+  std::string id_a = Connect(1, &a);
+  std::string id_b = Connect(2, &b);
+  std::string job = *coordinator_->SubmitJob(Spec(2));
+  ASSERT_TRUE(
+      coordinator_->HandleWorkerMessage(id_a, Progress(job, 1, 3, 100)).ok());
+  v1::WorkerMessage stopped = OkResult(job, 1, 1, 3, "d");
+  stopped.mutable_result()->set_stopped(true);
+  stopped.mutable_result()->set_total_steps(100);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_b, stopped).ok());
+  v1::WorkerMessage chief = OkResult(job, 1, 0, 3, "d");
+  chief.mutable_result()->set_total_steps(100);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(id_a, chief).ok());
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_STOPPED);
+}
+
 // The chief reports a commit no rank prepared, or one for a job that saves
 // no checkpoints: neither becomes a checkpoint.
 TEST_F(CoordinatorTest, ACommitThatWasNeverAskedForIsRefused) {

@@ -158,10 +158,10 @@ TEST_F(CoordinatorTest, TwoJobsKeysAndBarriersNeverMeet) {
   set.set_generation(1);
   set.set_key("addr/0");
   set.set_value("first's");
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
   set.set_job_id(second);
   set.set_value("second's");
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
   for (const auto& [job, value] :
        {std::pair{first, "first's"}, std::pair{second, "second's"}}) {
     v1::KvGetRequest get;
@@ -175,9 +175,9 @@ TEST_F(CoordinatorTest, TwoJobsKeysAndBarriersNeverMeet) {
   Succeed(*coordinator_, Status(first), 0);
   v1::KvSetRequest late = set;
   late.set_job_id(first);
-  EXPECT_EQ(coordinator_->KvSet(Anyone(), late).code(),
+  EXPECT_EQ(coordinator_->KvSet(Anyone(), Signed(late)).code(),
             absl::StatusCode::kAborted);
-  EXPECT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  EXPECT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
 }
 
 // The rank results of a generation that stopped for a preemption.

@@ -1,6 +1,7 @@
-// Coordinator tests: the data-plane secret (docs/DESIGN.md, "Data-plane
-// membership"). Each generation's ranks get the same fresh 32 bytes in their
-// Assignment; the job's status, its events, the workers' list and the job
+// Coordinator tests: the data-plane keys (docs/DESIGN.md, "Data-plane
+// transport"). Each generation's ranks get fresh pair keys in their
+// Assignment, the key of a pair the same on its two ranks, and a token of
+// their own; the job's status, its events, the workers' list and the job
 // store never hold them.
 #include <dirent.h>
 #include <gmock/gmock.h>
@@ -18,11 +19,18 @@
 namespace lockstep::coordinator {
 namespace {
 
-std::string SecretOf(const FakeSink& sink) {
+// The last assignment `sink` got.
+v1::Assignment LastAssignment(const FakeSink& sink) {
   auto assignments = CommandsOf(sink, v1::CoordinatorCommand::kAssignment);
-  return assignments.empty()
-             ? ""
-             : assignments.back().assignment().data_plane_secret();
+  return assignments.empty() ? v1::Assignment()
+                             : assignments.back().assignment();
+}
+
+// The key `sink`'s rank shares with rank `peer`.
+std::string PairKeyOf(const FakeSink& sink, int peer) {
+  const v1::Assignment a = LastAssignment(sink);
+  return peer < a.data_plane_pair_keys_size() ? a.data_plane_pair_keys(peer)
+                                              : "";
 }
 
 // Every byte of every file in `dir` (the SQLite database and its journal).
@@ -48,7 +56,7 @@ void ExpectNowhere(const std::string& secret, const std::string& where,
       << what;
 }
 
-TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
+TEST_F(CoordinatorTest, EachGenerationHandsItsRanksFreshKeysShownNowhere) {
   std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
   std::string dir = mkdtemp(tmpl.data());
   Make(std::nullopt, *JobStore::Open(dir));
@@ -56,9 +64,16 @@ TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
   std::string id_a = Connect(1, &a);
   Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  const std::string first = SecretOf(a);
+  const int rank_a = LastAssignment(a).rank();
+  const std::string first = PairKeyOf(a, 1 - rank_a);
   EXPECT_EQ(first.size(), 32u);
-  EXPECT_EQ(SecretOf(b), first);  // every rank of the generation
+  EXPECT_EQ(PairKeyOf(b, rank_a), first);  // both ranks of the pair
+  EXPECT_TRUE(PairKeyOf(a, rank_a).empty());
+  // The CPU data plane's ranks never see the generation's secret.
+  EXPECT_TRUE(LastAssignment(a).data_plane_secret().empty());
+  const std::string token_a = LastAssignment(a).rank_token();
+  EXPECT_EQ(token_a.size(), 32u);
+  EXPECT_NE(LastAssignment(b).rank_token(), token_a);
 
   // A rank's retryable error ends generation 1; the job re-forms.
   v1::WorkerMessage failed;
@@ -72,10 +87,12 @@ TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
   clock_.Advance(absl::Seconds(1));
   coordinator_->Sweep();
   ASSERT_EQ(Status(job).generation(), 2);
-  const std::string second = SecretOf(a);
+  const int second_rank_a = LastAssignment(a).rank();
+  const std::string second = PairKeyOf(a, 1 - second_rank_a);
   EXPECT_EQ(second.size(), 32u);
-  EXPECT_EQ(SecretOf(b), second);
+  EXPECT_EQ(PairKeyOf(b, second_rank_a), second);
   EXPECT_NE(second, first);
+  EXPECT_NE(LastAssignment(a).rank_token(), token_a);
 
   v1::JobStatus status = Status(job);
   std::string workers;
@@ -83,7 +100,8 @@ TEST_F(CoordinatorTest, EachGenerationHandsItsRanksAFreshSecretShownNowhere) {
     workers += info.SerializeAsString() + ToJson(info, JsonStyle::kCompact);
   }
   coordinator_.reset();  // the store is written and closed
-  for (const std::string& secret : {first, second}) {
+  for (const std::string& secret :
+       {first, second, token_a, LastAssignment(a).rank_token()}) {
     ExpectNowhere(secret, status.SerializeAsString(), "the job's status");
     ExpectNowhere(secret, ToJson(status, JsonStyle::kCompact),
                   "the job's status as the CLI prints it");

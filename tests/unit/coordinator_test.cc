@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -176,11 +177,11 @@ TEST_F(CoordinatorTest, OlderGenerationIsFenced) {
   old.set_job_id(job);
   old.set_generation(1);
   old.set_key("rank_0");
-  absl::Status fenced = coordinator_->KvSet(Anyone(), old);
+  absl::Status fenced = coordinator_->KvSet(Anyone(), Signed(old));
   EXPECT_EQ(fenced.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(fenced.message(), HasSubstr("generation 1 is over"));
   old.set_generation(2);
-  EXPECT_TRUE(coordinator_->KvSet(Anyone(), old).ok());
+  EXPECT_TRUE(coordinator_->KvSet(Anyone(), Signed(old)).ok());
 }
 
 TEST_F(CoordinatorTest, ReportedCollectiveErrorWaitsForAnExplanation) {
@@ -296,6 +297,51 @@ TEST_F(CoordinatorTest, StatusNamesAStraggler) {
       "rank 1 (" + id_b + " on 127.0.0.1) stalled at collective #812 for 14 s");
 }
 
+// Issue 35: one host's link capped to a tenth of the others'. Every rank
+// reports its throughput with each peer; the rank every other rank finds
+// slow is named (its own view, slow with everyone, does not blame the
+// others). Two ranks cannot tell which end is slow, and rates within 3x of
+// each other name nobody.
+TEST_F(CoordinatorTest, StatusNamesTheRankWithTheSlowLink) {
+  Make();
+  FakeSink sinks[3];
+  std::string ids[3];
+  for (int i = 0; i < 3; ++i) ids[i] = Connect(1 + i, &sinks[i]);
+  v1::JobSpec spec = Spec(3);
+  spec.set_global_batch_size(96);
+  std::string job = *coordinator_->SubmitJob(spec);
+  std::map<std::string, int> rank_of;
+  const v1::JobStatus started = Status(job);
+  for (const v1::RankResult& rank : started.ranks()) {
+    rank_of[rank.worker_id()] = rank.rank();
+  }
+  // The slow one is whichever worker holds rank 2.
+  auto report = [&](const std::vector<std::vector<double>>& by_rank) {
+    for (const std::string& id : ids) {
+      v1::WorkerMessage message;
+      v1::Heartbeat* beat = message.mutable_heartbeat();
+      beat->set_job_id(job);
+      beat->set_generation(1);
+      beat->set_collective_seq(10);
+      for (double rate : by_rank[rank_of[id]]) beat->add_link_mbps(rate);
+      ASSERT_TRUE(coordinator_->HandleWorkerMessage(id, message).ok());
+    }
+  };
+  report({{0, 110, 11}, {112, 0, 12}, {10, 11, 0}});
+  std::string holder;
+  for (const auto& [id, rank] : rank_of) {
+    if (rank == 2) holder = id;
+  }
+  EXPECT_EQ(Status(job).stall(),
+            "rank 2 (" + holder +
+                " on 127.0.0.1) has the slowest data-plane link: its peers "
+                "move 12 MB/s with it, 110 MB/s with the others");
+  report({{0, 110, 60}, {112, 0, 50}, {55, 58, 0}});  // within 3x
+  EXPECT_EQ(Status(job).stall(), "");
+  report({{0, 110, 11}, {112, 0, 0}, {10, 11, 0}});  // not measured by all
+  EXPECT_EQ(Status(job).stall(), "");
+}
+
 // Collective counts arrive with heartbeats, every few seconds: a rank that
 // has not sent one since the others moved on is not a straggler yet.
 TEST_F(CoordinatorTest, ARankNotHeardFromYetIsNoStraggler) {
@@ -347,7 +393,7 @@ TEST_F(CoordinatorTest, KeyValueIsScopedAndFencedByGeneration) {
   set.set_generation(1);
   set.set_key("k");
   set.set_value("v");
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
   v1::KvGetRequest get;
   get.set_job_id(job);
   get.set_generation(1);
@@ -383,7 +429,7 @@ TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
   set.set_generation(1);
   set.set_key("late");
   set.set_value("here");
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(**got, "here");
 }
@@ -538,7 +584,7 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   set.set_generation(1);
   set.set_key("rank_0");
   set.set_value("10.0.0.1:4000");
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), set).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
   v1::BarrierRequest barrier;
   barrier.set_job_id(job);
   barrier.set_generation(1);
@@ -619,7 +665,7 @@ TEST_F(CoordinatorTest, ReportsOfAnEndedGenerationAreIgnored) {
   set.set_job_id(job);
   set.set_generation(1);
   set.set_key("k");
-  EXPECT_EQ(coordinator_->KvSet(Anyone(), set).code(),
+  EXPECT_EQ(coordinator_->KvSet(Anyone(), Signed(set)).code(),
             absl::StatusCode::kAborted);
   EXPECT_EQ(Status(job).step(), 0);
   EXPECT_EQ(Status(job).version(), version);

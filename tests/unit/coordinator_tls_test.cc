@@ -202,6 +202,9 @@ class CoordinatorTlsTest : public ::testing::Test {
       ASSERT_TRUE(session->Read(&command));
       ASSERT_TRUE(command.has_assignment());
       EXPECT_EQ(command.assignment().generation(), 1);
+      if (command.assignment().rank() == 0) {
+        rank0_token_ = command.assignment().rank_token();
+      }
     }
   }
 
@@ -269,6 +272,8 @@ class CoordinatorTlsTest : public ::testing::Test {
       sessions_;
   std::string pool_id_;
   std::string job_a_;
+  // Rank 0's Assignment.rank_token: its keys need it.
+  std::string rank0_token_;
 };
 
 KeyAndCertificate* CoordinatorTlsTest::ca_ = nullptr;
@@ -325,6 +330,8 @@ TEST_F(CoordinatorTlsTest, KvSetAndKvGet) {
            request.set_generation(1);
            request.set_key("rank0");
            request.set_value(absl::StrCat("address set by ", who));
+           request.set_rank(0);
+           request.set_rank_token(rank0_token_);
            v1::KvSetResponse response;
            return StubOf(who)->KvSet(&context, request, &response);
          },

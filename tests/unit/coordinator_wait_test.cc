@@ -97,7 +97,7 @@ TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
 
 TEST_F(CoordinatorWaitTest, KvGetAsyncAnswersAtOnceWhenTheKeyIsSet) {
   StartJob();
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "k", "v")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(Set(job_, "k", "v"))).ok());
   KvResults got;
   coordinator_->KvGetAsync(Anyone(), Get(job_, "k", 1000), got.Callback());
   ASSERT_EQ(got.results.size(), 1u);
@@ -111,12 +111,14 @@ TEST_F(CoordinatorWaitTest, KvGetAsyncCompletesOnTheKvSetThatSetsIt) {
   coordinator_->KvGetAsync(Anyone(), Get(job_, "other", 1000),
                            other.Callback());
   EXPECT_TRUE(got.results.empty());
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "late", "here")).ok());
+  ASSERT_TRUE(
+      coordinator_->KvSet(Anyone(), Signed(Set(job_, "late", "here"))).ok());
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(*got.results[0], "here");
   EXPECT_TRUE(other.results.empty());
   // Set again: the completed wait is not called twice.
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "late", "again")).ok());
+  ASSERT_TRUE(
+      coordinator_->KvSet(Anyone(), Signed(Set(job_, "late", "again"))).ok());
   EXPECT_EQ(got.results.size(), 1u);
 }
 
@@ -155,7 +157,7 @@ TEST_F(CoordinatorWaitTest, CancelWaitEndsAPendingWaitOnlyOnce) {
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(got.results[0].status().code(), absl::StatusCode::kCancelled);
   coordinator_->CancelWait(id);
-  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Set(job_, "k", "v")).ok());
+  ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(Set(job_, "k", "v"))).ok());
   EXPECT_EQ(got.results.size(), 1u);
 }
 

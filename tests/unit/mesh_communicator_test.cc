@@ -18,9 +18,11 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "tests/unit/status_value.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/half.h"
 #include "worker/collective/in_memory_kv.h"
@@ -31,8 +33,21 @@ namespace {
 using ::testing::HasSubstr;
 using Algorithm = AllReduceAlgorithm;
 
-Membership TestMembership() {
-  return Membership{"job-1", 3, std::string(kSecretSize, 's')};
+// Rank `rank`'s membership of a `world`-rank generation, with pair keys as
+// the coordinator hands them out (the pair {i, j}: 32 bytes of 'a' + i + 8j).
+Membership TestMembership(int rank, int world) {
+  Membership m;
+  m.job_id = "job-1";
+  m.generation = 3;
+  m.rank = rank;
+  m.pair_keys.resize(world);
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const int low = std::min(rank, peer), high = std::max(rank, peer);
+    m.pair_keys[peer] =
+        std::string(kSecretSize, static_cast<char>('a' + low + 8 * high));
+  }
+  return m;
 }
 
 MeshCommunicator::Options RankOptions(
@@ -43,16 +58,17 @@ MeshCommunicator::Options RankOptions(
   options.size = world;
   options.timeout = absl::Seconds(30);
   options.algorithm = algorithm;
-  options.membership = TestMembership();
+  options.membership = TestMembership(rank, world);
   options.encrypted = encrypted;
   return options;
 }
 
 // Runs `body` on `world` ranks of `options_of`'s communicators and joins.
-void OnMesh(
-    int world, KeyValueClient* kv,
-    const std::function<MeshCommunicator::Options(int)>& options_of,
-    const std::function<void(int, absl::StatusOr<Communicator*>)>& body) {
+// `meanwhile`, if set, runs on the calling thread while the ranks do.
+void OnMesh(int world, KeyValueClient* kv,
+            const std::function<MeshCommunicator::Options(int)>& options_of,
+            const std::function<void(int, absl::StatusOr<Communicator*>)>& body,
+            const std::function<void()>& meanwhile = nullptr) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
@@ -64,6 +80,7 @@ void OnMesh(
       body(rank, comm->get());
     });
   }
+  if (meanwhile) meanwhile();
   for (std::thread& t : threads) t.join();
 }
 
@@ -331,10 +348,11 @@ TEST(MeshCommunicatorTest, StrangersOnThePortAreRefusedAndTheMembersConnect) {
   stranger(std::string(kHelloSize, 'x'));
   stranger("");                               // silence
   for (int i = 0; i < 80; ++i) stranger("");  // a flood of bare connects
-  Membership other = TestMembership();
-  other.secret = std::string(kSecretSize, 'o');
-  stranger(MakeHello(other, 1, 0, true).bytes);
-  stranger(MakeHello(TestMembership(), 1, 0, true).bytes);  // never confirms
+  Membership other = TestMembership(1, 2);
+  other.pair_keys[0] = std::string(kSecretSize, 'o');
+  stranger(Ok(MakeHello(other, 1, 0, true)).bytes);
+  // A member's Hello, replayed: it never confirms.
+  stranger(Ok(MakeHello(TestMembership(1, 2), 1, 0, true)).bytes);
   auto one = MeshCommunicator::Connect(&kv, RankOptions(1, 2, true));
   ASSERT_TRUE(one.ok()) << one.status();
   std::vector<float> one_data(5000, 2.0f);
@@ -551,6 +569,202 @@ TEST(MeshCommunicatorTest, AnAlteredFrameFailsTheCallNamingThePeer) {
   EXPECT_TRUE(absl::IsUnavailable(results[0])) << results[0];
   EXPECT_THAT(std::string(results[0].message()),
               HasSubstr("malformed frame header"));
+}
+
+// A TCP connect to "host:port" that does not wait for the kernel's answer
+// (the listener's queue may be full): the test's silent stranger.
+int ConnectWithoutWaiting(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(address.substr(colon + 1), &port));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  return fd;
+}
+
+// Issue 35: 200 silent connections held on every rank's port (more than
+// the listen queue and the 64 pending handshakes) while 3 ranks meet. The
+// listener drains its queue from the start, evicts silent handshakes for
+// newcomers, and a member whose handshake was closed tries again: the
+// ranks connect and sum.
+TEST(MeshCommunicatorTest, SilentFloodsOnEveryPortDoNotKeepTheMembersOut) {
+  constexpr int kWorld = 3;
+  InMemoryKeyValue kv;
+  std::vector<std::unique_ptr<MeshCommunicator>> comms;
+  std::vector<int> strangers;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    auto options = RankOptions(rank, kWorld, true);
+    options.handshake_timeout = absl::Seconds(5);
+    auto comm = MeshCommunicator::Create(options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    for (int i = 0; i < 200; ++i) {
+      strangers.push_back(ConnectWithoutWaiting((*comm)->listen_address()));
+    }
+    comms.push_back(*std::move(comm));
+  }
+  std::vector<absl::Status> results(kWorld);
+  std::vector<std::vector<float>> data(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      results[rank] = comms[rank]->Connect(&kv);
+      data[rank].assign(1000, float(rank + 1));
+      if (results[rank].ok()) {
+        results[rank] =
+            comms[rank]->AllReduceSum(data[rank].data(), data[rank].size());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << rank << ": " << results[rank];
+    EXPECT_EQ(data[rank][999], 6.0f);
+  }
+  // Rank 2 accepts nobody: its strangers wait in its queue, unrefused.
+  EXPECT_GT(comms[0]->refused() + comms[1]->refused(), 0);
+  for (int fd : strangers) close(fd);
+}
+
+// Issue 35: at 64 pending handshakes the listener closed the oldest, even
+// one whose Hello had passed the MAC. Here a member (played by the test)
+// sends its Hello, reads the Reply, then 100 silent strangers arrive before
+// it confirms: its handshake survives them, and the rendezvous completes.
+TEST(MeshCommunicatorTest, AnAuthenticatedHandshakeIsNeverEvicted) {
+  InMemoryKeyValue kv;
+  auto options = RankOptions(0, 2, /*encrypted=*/false);
+  options.timeout = absl::Seconds(20);
+  auto zero = MeshCommunicator::Create(options);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  absl::Status zero_result;
+  std::thread zero_thread([&] { zero_result = (*zero)->Connect(&kv); });
+
+  const Membership member = TestMembership(1, 2);
+  const Hello hello = Ok(MakeHello(member, 1, 0, /*encrypted=*/false));
+  int fd = ConnectTo((*zero)->listen_address());
+  ASSERT_EQ(send(fd, hello.bytes.data(), kHelloSize, MSG_NOSIGNAL),
+            static_cast<ssize_t>(kHelloSize));
+  std::string reply(kReplySize, '\0');
+  ASSERT_EQ(recv(fd, reply.data(), kReplySize, MSG_WAITALL),
+            static_cast<ssize_t>(kReplySize));
+  ASSERT_TRUE(CheckReply(member, hello, reply).ok());
+  std::vector<int> strangers;
+  for (int i = 0; i < 100; ++i) {
+    strangers.push_back(ConnectTo((*zero)->listen_address()));
+  }
+  // Wait until the listener has taken them all: each was refused or is
+  // pending; 36 refusals mean the 64 slots filled and evictions began.
+  while ((*zero)->refused() < 100 - MeshCommunicator::kMaxPendingHandshakes) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const std::string confirm = Ok(MakeConfirm(member, hello, reply));
+  ASSERT_EQ(send(fd, confirm.data(), kConfirmSize, MSG_NOSIGNAL),
+            static_cast<ssize_t>(kConfirmSize));
+  // Rank 0's closing barrier: one framed byte each way, in clear.
+  FrameSealer sealer("");
+  const char token = 1;
+  sealer.Start(&token, 1);
+  while (!sealer.done()) {
+    const absl::Span<const char> pending = Ok(sealer.Pending());
+    ASSERT_EQ(send(fd, pending.data(), pending.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(pending.size()));
+    sealer.Advance(pending.size());
+  }
+  char got = 0;
+  FrameOpener opener("");
+  opener.Start(&got, 1);
+  while (!opener.done()) {
+    absl::Span<char> want = opener.Want();
+    const ssize_t n = recv(fd, want.data(), want.size(), 0);
+    ASSERT_GT(n, 0);
+    ASSERT_TRUE(opener.Received(n).ok());
+  }
+  zero_thread.join();
+  EXPECT_TRUE(zero_result.ok()) << zero_result;
+  EXPECT_EQ(got, 1);
+  close(fd);
+  for (int s : strangers) close(s);
+}
+
+// Issue 35: a seal that fails (OpenSSL without memory) sent a frame with a
+// zero tag and went on. Now the call fails on both sides, naming the peer,
+// and the connection is closed.
+TEST(MeshCommunicatorTest, AFrameThatCannotBeSealedFailsTheCall) {
+  InMemoryKeyValue kv;
+  std::vector<absl::Status> results(2);
+  absl::Notification connected[2];
+  absl::Notification failing;
+  OnMesh(
+      2, &kv, [](int rank) { return RankOptions(rank, 2, true); },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        connected[rank].Notify();
+        if (!comm.ok()) {
+          results[rank] = comm.status();
+          return;
+        }
+        failing.WaitForNotification();
+        std::vector<float> data(1000, 1.0f);
+        results[rank] = (*comm)->AllReduceSum(data.data(), data.size());
+      },
+      [&] {
+        connected[0].WaitForNotification();
+        connected[1].WaitForNotification();
+        SetCryptoFailsForTesting(true);
+        failing.Notify();
+      });
+  SetCryptoFailsForTesting(false);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(results[rank].ok()) << rank;
+    EXPECT_THAT(std::string(results[rank].message()),
+                HasSubstr(absl::StrCat("rank ", 1 - rank, " (127.0.0.1:")));
+  }
+  EXPECT_TRUE(absl::StrContains(results[0].message(), "could not seal") ||
+              absl::StrContains(results[1].message(), "could not seal"))
+      << results[0] << "\n"
+      << results[1];
+}
+
+// Each exchange of at least 64 KiB records the throughput with each peer
+// (what heartbeats carry to the coordinator); smaller ones, latency-bound,
+// do not.
+TEST(MeshCommunicatorTest, ExchangesMeasureTheThroughputWithEachPeer) {
+  InMemoryKeyValue kv;
+  LinkMeter meters[3];
+  std::vector<absl::Status> results(3);
+  OnMesh(
+      3, &kv,
+      [&](int rank) {
+        auto options = RankOptions(rank, 3, true);
+        options.links = &meters[rank];
+        return options;
+      },
+      [&](int rank, absl::StatusOr<Communicator*> comm) {
+        if (!comm.ok()) {
+          results[rank] = comm.status();
+          return;
+        }
+        std::vector<float> small(100, 1.0f);
+        results[rank] = (*comm)->AllReduceSum(small.data(), small.size());
+        if (!results[rank].ok()) return;
+        EXPECT_EQ(meters[rank].Rates(), std::vector<double>(3, 0.0));
+        std::vector<float> large(300000, 1.0f);
+        results[rank] = (*comm)->AllReduceSum(large.data(), large.size());
+      });
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << results[rank];
+    const std::vector<double> rates = meters[rank].Rates();
+    ASSERT_EQ(rates.size(), 3u);
+    for (int peer = 0; peer < 3; ++peer) {
+      if (peer == rank) {
+        EXPECT_EQ(rates[peer], 0.0);
+      } else {
+        EXPECT_GT(rates[peer], 0.0) << rank << " with " << peer;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,21 +5,30 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+
+#include "tests/unit/status_value.h"
 
 namespace lockstep::worker {
 namespace {
 
 using ::testing::HasSubstr;
 
-Membership Member() { return Membership{"job-7", 2, std::string(32, 'k')}; }
+Membership Member() {
+  Membership m;
+  m.job_id = "job-7";
+  m.generation = 2;
+  m.secret = std::string(32, 'k');
+  return m;
+}
 
 // Everything a sealer writes for `message`, as one string.
 std::string Seal(FrameSealer& sealer, const std::string& message) {
   sealer.Start(message.data(), message.size());
   std::string wire;
   while (!sealer.done()) {
-    auto pending = sealer.Pending();
+    const absl::Span<const char> pending = Ok(sealer.Pending());
     // Written in pieces of at most 1000 bytes, as a socket may take them.
     const size_t n = std::min<size_t>(pending.size(), 1000);
     wire.append(pending.data(), n);
@@ -47,19 +56,19 @@ absl::Status Open(FrameOpener& opener, const std::string& wire, size_t size,
 }
 
 TEST(SecureChannelTest, AMemberCompletesTheHandshakeBothWays) {
-  const Hello hello = MakeHello(Member(), 2, 0, true);
+  const Hello hello = Ok(MakeHello(Member(), 2, 0, true));
   auto checked = CheckHello(Member(), 0, 4, hello.bytes);
   ASSERT_TRUE(checked.ok()) << checked.status();
   EXPECT_EQ(checked->from, 2);
   EXPECT_TRUE(checked->encrypted);
-  const std::string reply = MakeReply(Member(), *checked);
+  const std::string reply = Ok(MakeReply(Member(), *checked));
   EXPECT_TRUE(CheckReply(Member(), hello, reply).ok());
-  const std::string confirm = MakeConfirm(Member(), hello, reply);
+  const std::string confirm = Ok(MakeConfirm(Member(), hello, reply));
   EXPECT_TRUE(CheckConfirm(Member(), *checked, reply, confirm).ok());
-  EXPECT_EQ(FrameKey(Member(), hello, reply, 2, 0),
-            FrameKey(Member(), *checked, reply, 2, 0));
-  EXPECT_NE(FrameKey(Member(), hello, reply, 2, 0),
-            FrameKey(Member(), hello, reply, 0, 2));
+  EXPECT_EQ(Ok(FrameKey(Member(), hello, reply, 2, 0)),
+            Ok(FrameKey(Member(), *checked, reply, 2, 0)));
+  EXPECT_NE(Ok(FrameKey(Member(), hello, reply, 2, 0)),
+            Ok(FrameKey(Member(), hello, reply, 0, 2)));
 }
 
 TEST(SecureChannelTest, StrangersAndReplaysAreRefused) {
@@ -70,27 +79,104 @@ TEST(SecureChannelTest, StrangersAndReplaysAreRefused) {
   Membership other = Member();
   other.generation = 3;  // the last generation's secret is not this one's
   EXPECT_TRUE(absl::IsPermissionDenied(
-      CheckHello(Member(), 0, 2, MakeHello(other, 1, 0, true).bytes).status()));
+      CheckHello(Member(), 0, 2, Ok(MakeHello(other, 1, 0, true)).bytes)
+          .status()));
   // Rank 1 of a 2-rank generation calling rank 1, or rank 5.
   EXPECT_FALSE(
-      CheckHello(Member(), 1, 2, MakeHello(Member(), 1, 1, true).bytes).ok());
+      CheckHello(Member(), 1, 2, Ok(MakeHello(Member(), 1, 1, true)).bytes)
+          .ok());
   EXPECT_FALSE(
-      CheckHello(Member(), 0, 2, MakeHello(Member(), 5, 0, true).bytes).ok());
+      CheckHello(Member(), 0, 2, Ok(MakeHello(Member(), 5, 0, true)).bytes)
+          .ok());
   // Any bit changed breaks the MAC.
-  std::string bent = MakeHello(Member(), 1, 0, true).bytes;
+  std::string bent = Ok(MakeHello(Member(), 1, 0, true)).bytes;
   bent[30] ^= 4;
   EXPECT_TRUE(
       absl::IsPermissionDenied(CheckHello(Member(), 0, 2, bent).status()));
   // A replayed Hello gets a fresh reply; without the secret no Confirm
   // matches it, and an old Confirm is for another reply.
-  const Hello hello = MakeHello(Member(), 1, 0, true);
-  const std::string old_reply = MakeReply(Member(), hello);
-  const std::string old_confirm = MakeConfirm(Member(), hello, old_reply);
-  const std::string new_reply = MakeReply(Member(), hello);
+  const Hello hello = Ok(MakeHello(Member(), 1, 0, true));
+  const std::string old_reply = Ok(MakeReply(Member(), hello));
+  const std::string old_confirm = Ok(MakeConfirm(Member(), hello, old_reply));
+  const std::string new_reply = Ok(MakeReply(Member(), hello));
   EXPECT_FALSE(CheckConfirm(Member(), hello, new_reply, old_confirm).ok());
   // A reply from whoever lacks the secret.
   EXPECT_TRUE(absl::IsPermissionDenied(
-      CheckReply(Member(), hello, MakeReply(other, hello))));
+      CheckReply(Member(), hello, Ok(MakeReply(other, hello)))));
+}
+
+// Rank `rank`'s membership in a `world`-rank generation with pair keys:
+// the pair {i, j}'s key is 32 bytes of 'a' + i + j * 8 (i < j).
+Membership Keyed(int rank, int world) {
+  Membership m = Member();
+  m.secret.clear();
+  m.rank = rank;
+  m.pair_keys.resize(world);
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const int low = std::min(rank, peer), high = std::max(rank, peer);
+    m.pair_keys[peer] =
+        std::string(32, static_cast<char>('a' + low + high * 8));
+  }
+  return m;
+}
+
+// Issue 35: with one secret for the whole generation, rank 2 could call rank
+// 0 as rank 1 (or answer as rank 1 at an address it published for it). With
+// pair keys the Hello, the Reply and the frame keys of {0, 1} need the key
+// only ranks 0 and 1 hold.
+TEST(SecureChannelTest, AThirdRankCannotPoseAsAnotherWithPairKeys) {
+  // The real rank 1 gets through.
+  const Hello real = Ok(MakeHello(Keyed(1, 3), 1, 0, true));
+  auto checked = CheckHello(Keyed(0, 3), 0, 3, real.bytes);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  const std::string reply = Ok(MakeReply(Keyed(0, 3), *checked));
+  EXPECT_TRUE(CheckReply(Keyed(1, 3), real, reply).ok());
+  EXPECT_EQ(Ok(FrameKey(Keyed(0, 3), *checked, reply, 1, 0)),
+            Ok(FrameKey(Keyed(1, 3), real, reply, 1, 0)));
+
+  // Rank 2 with its own keys, claiming to be rank 1.
+  const Hello forged = Ok(MakeHello(Keyed(2, 3), 1, 0, true));
+  absl::StatusOr<Hello> refused = CheckHello(Keyed(0, 3), 0, 3, forged.bytes);
+  EXPECT_TRUE(absl::IsPermissionDenied(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("did not prove it is rank 1"));
+  // Rank 2 answering rank 1's call to rank 0 (it published rank 0's address).
+  const Hello to_zero = Ok(MakeHello(Keyed(1, 3), 1, 0, true));
+  Hello as_seen = to_zero;
+  const std::string fake_reply = Ok(MakeReply(Keyed(2, 3), as_seen));
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(CheckReply(Keyed(1, 3), to_zero, fake_reply)));
+  // Rank 2 holds no key for a pair it is not in, and a rank out of range
+  // has none: an error, never an empty key.
+  EXPECT_TRUE(absl::IsInternal(PairKey(Keyed(2, 3), 2).status()));
+  EXPECT_TRUE(absl::IsInternal(PairKey(Keyed(2, 3), 3).status()));
+  EXPECT_EQ(Ok(PairKey(Keyed(2, 3), 0)), Ok(PairKey(Keyed(0, 3), 2)));
+}
+
+// Issue 35: a failed HMAC gave 32 zero bytes (and then an all-zero AES
+// key), a failed RAND_bytes a fixed nonce, a failed seal a frame with a
+// zero tag that was sent anyway. Each is now an error.
+TEST(SecureChannelTest, CryptoFailuresAreErrorsNeverKnownBytes) {
+  FrameSealer sealer(std::string(32, 'q'));
+  const std::string message(100, 'm');
+  SetCryptoFailsForTesting(true);
+  EXPECT_TRUE(absl::IsInternal(MakeHello(Member(), 1, 0, true).status()));
+  EXPECT_TRUE(absl::IsInternal(Hmac("key", {"a", "b"}).status()));
+  EXPECT_TRUE(absl::IsInternal(MembershipProof(Member(), 1, 0).status()));
+  EXPECT_FALSE(ProofMatches(Member(), 1, 0, std::string(kProofSize, '\0')));
+  sealer.Start(message.data(), message.size());
+  absl::StatusOr<absl::Span<const char>> sealed = sealer.Pending();
+  EXPECT_TRUE(absl::IsInternal(sealed.status())) << sealed.status();
+  SetCryptoFailsForTesting(false);
+  const Hello hello = Ok(MakeHello(Member(), 1, 0, true));
+  SetCryptoFailsForTesting(true);
+  EXPECT_TRUE(
+      absl::IsInternal(CheckHello(Member(), 0, 2, hello.bytes).status()));
+  EXPECT_TRUE(absl::IsInternal(MakeReply(Member(), hello).status()));
+  EXPECT_TRUE(absl::IsInternal(
+      FrameKey(Member(), hello, std::string(kReplySize, 'r'), 1, 0).status()));
+  SetCryptoFailsForTesting(false);
 }
 
 class FramesTest : public ::testing::TestWithParam<bool> {

@@ -21,7 +21,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
 #include "common/status_macros.h"
-#include "worker/collective/reduce.h"
 
 namespace lockstep::worker {
 namespace {
@@ -311,182 +310,62 @@ std::string GlooCommunicator::UnfinishedPeers() const {
   return peers;
 }
 
-// Reduce-scatter by direct exchange, then all-gather: rank c owns chunk c;
-// every rank sends chunk c to its owner, which sums the W contributions in
-// rank order (in fp32) and sends the result back to everyone. The traffic
-// per rank is 2(W-1)/W of the buffer, as for a ring, and each element's sum
-// is x0 + x1 + ... + x(W-1) whatever chunk it falls in.
+absl::Status GlooCommunicator::Exchange(
+    absl::string_view what, const std::vector<Transfer>& transfers) {
+  const int world = size();
+  std::vector<std::unique_ptr<UnboundBuffer>> sends(world), recvs(world);
+  std::vector<UnboundBuffer*> buffers;
+  for (int peer = 0; peer < world; ++peer) {
+    const Transfer& t = transfers[peer];
+    if (peer == rank()) continue;
+    if (t.send_bytes > 0) {
+      // Gloo's buffers are not const; a send only reads it.
+      sends[peer] = context_->createUnboundBuffer(const_cast<void*>(t.send),
+                                                  t.send_bytes);
+      buffers.push_back(sends[peer].get());
+    }
+    if (t.recv_bytes > 0) {
+      recvs[peer] = context_->createUnboundBuffer(t.recv, t.recv_bytes);
+      buffers.push_back(recvs[peer].get());
+    }
+  }
+  const uint64_t slot = NextSlot();
+  return Guarded(what, buffers, [&] {
+    for (int peer = 0; peer < world; ++peer) {
+      if (recvs[peer] != nullptr) {
+        ++expected_[peer];  // before posting: a post can throw
+        recvs[peer]->recv(peer, slot, 0, transfers[peer].recv_bytes);
+      }
+      if (sends[peer] != nullptr) {
+        ++expected_[peer];
+        sends[peer]->send(peer, slot, 0, transfers[peer].send_bytes);
+      }
+    }
+    for (int peer = 0; peer < world; ++peer) {
+      if (recvs[peer] != nullptr) Wait(*recvs[peer], 1, /*sends=*/false);
+    }
+    for (int peer = 0; peer < world; ++peer) {
+      if (sends[peer] != nullptr) Wait(*sends[peer], 1, /*sends=*/true);
+    }
+  });
+}
+
 absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
                                             DataType type) {
   if (count == 0 || size() == 1) return Guarded("all-reduce", {}, [] {});
-  switch (options_.algorithm) {
-    case Algorithm::kRing:
-      return RingAllReduceSum(data, count, type);
-    case Algorithm::kDirect:
-      break;
+  if (options_.algorithm == Algorithm::kRing) {
+    return RingAllReduce(*this, scratch_, data, count, type);
   }
-  return DirectAllReduceSum(data, count, type);
-}
-
-absl::Status GlooCommunicator::DirectAllReduceSum(void* data, size_t count,
-                                                  DataType type) {
-  const int world = size();
-  const int me = rank();
-  const size_t esize = ElementSize(type);
-  const size_t largest = Chunk(count, world, 0).second;
-  // Plain variables, not a structured binding: lambdas capture them below.
-  const std::pair<size_t, size_t> owned = Chunk(count, world, me);
-  const size_t mine_begin = owned.first;
-  const size_t mine_end = owned.second;
-  const size_t mine = mine_end - mine_begin;
-  // Reused across calls: fresh pages for every call cost more than the sum.
-  std::vector<char>& scratch = scratch_;
-  if (scratch.size() < (world - 1) * largest * esize) {
-    scratch.resize((world - 1) * largest * esize);
-  }
-  auto out = context_->createUnboundBuffer(data, count * esize);
-  std::unique_ptr<UnboundBuffer> in;
-  if (!scratch.empty()) {
-    in = context_->createUnboundBuffer(scratch.data(), scratch.size());
-  }
-  auto slot_of = [me](int peer) { return peer < me ? peer : peer - 1; };
-  const uint64_t slot = NextSlot();
-  return Guarded("all-reduce", {out.get(), in.get()}, [&] {
-    int sends = 0, recvs = 0;
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == me) continue;
-      auto [begin, end] = Chunk(count, world, peer);
-      if (end > begin) {
-        ++expected_[peer];  // before posting: a post can throw
-        out->send(peer, slot, begin * esize, (end - begin) * esize);
-        ++sends;
-      }
-      if (mine > 0) {
-        ++expected_[peer];  // before posting: a post can throw
-        in->recv(peer, slot, slot_of(peer) * largest * esize, mine * esize);
-        ++recvs;
-      }
-    }
-    Wait(*in, recvs, /*sends=*/false);
-    Wait(*out, sends, /*sends=*/true);
-    SumInRankOrder(data, scratch.data(), mine_begin, mine, largest, type, me,
-                   world, &accumulator_);
-
-    sends = recvs = 0;
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == me) continue;
-      auto [begin, end] = Chunk(count, world, peer);
-      if (mine > 0) {
-        ++expected_[peer];  // before posting: a post can throw
-        out->send(peer, slot + 1, mine_begin * esize, mine * esize);
-        ++sends;
-      }
-      if (end > begin) {
-        ++expected_[peer];  // before posting: a post can throw
-        out->recv(peer, slot + 1, begin * esize, (end - begin) * esize);
-        ++recvs;
-      }
-    }
-    Wait(*out, recvs, /*sends=*/false);
-    Wait(*out, sends, /*sends=*/true);
-  });
-}
-
-// Round s of the reduce-scatter: send chunk (me - s) to the right, receive
-// chunk (me - s - 1) from the left and add it in; after W-1 rounds rank r
-// holds the sum of chunk r + 1. Round s of the all-gather: pass on chunk
-// (me + 1 - s), receive chunk (me - s) in place.
-absl::Status GlooCommunicator::RingAllReduceSum(void* data, size_t count,
-                                                DataType type) {
-  const int world = size();
-  const int me = rank();
-  const size_t esize = ElementSize(type);
-  const size_t largest = Chunk(count, world, 0).second;
-  if (scratch_.size() < largest * esize) scratch_.resize(largest * esize);
-  const int right = (me + 1) % world;
-  const int left = (me + world - 1) % world;
-  auto chunk = [&](int c) { return Chunk(count, world, (c + world) % world); };
-  char* bytes = static_cast<char*>(data);
-  auto out = context_->createUnboundBuffer(data, count * esize);
-  auto in = context_->createUnboundBuffer(scratch_.data(), scratch_.size());
-  const uint64_t slot = NextSlot();
-  return Guarded("all-reduce", {out.get(), in.get()}, [&] {
-    // One round: send [send) right, receive [recv) from the left into `to`
-    // at `to_offset` elements.
-    auto round = [&](uint64_t tag, std::pair<size_t, size_t> send,
-                     std::pair<size_t, size_t> recv, UnboundBuffer& to,
-                     size_t to_offset) {
-      int sends = 0, recvs = 0;
-      if (send.second > send.first) {
-        ++expected_[right];  // before posting: a post can throw
-        out->send(right, tag, send.first * esize,
-                  (send.second - send.first) * esize);
-        ++sends;
-      }
-      if (recv.second > recv.first) {
-        ++expected_[left];  // before posting: a post can throw
-        to.recv(left, tag, to_offset * esize,
-                (recv.second - recv.first) * esize);
-        ++recvs;
-      }
-      Wait(to, recvs, /*sends=*/false);
-      Wait(*out, sends, /*sends=*/true);
-    };
-    for (int s = 0; s < world - 1; ++s) {
-      const auto recv = chunk(me - s - 1);
-      round(slot + s, chunk(me - s), recv, *in, 0);
-      AddInto(bytes + recv.first * esize, scratch_.data(),
-              recv.second - recv.first, type);
-    }
-    for (int s = 0; s < world - 1; ++s) {
-      const auto recv = chunk(me - s);
-      round(slot + world + s, chunk(me + 1 - s), recv, *out, recv.first);
-    }
-  });
+  return DirectAllReduce(*this, scratch_, data, count, type);
 }
 
 absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  const int world = size();
-  if (bytes == 0 || world == 1) return Guarded("broadcast", {}, [] {});
-  auto buffer = context_->createUnboundBuffer(data, bytes);
-  const uint64_t slot = NextSlot();
-  return Guarded("broadcast", {buffer.get()}, [&] {
-    if (rank() == root) {
-      for (int peer = 0; peer < world; ++peer) {
-        if (peer == root) continue;
-        ++expected_[peer];  // before posting: a post can throw
-        buffer->send(peer, slot, 0, bytes);
-      }
-      Wait(*buffer, world - 1, /*sends=*/true);
-    } else {
-      ++expected_[root];  // before posting: a post can throw
-      buffer->recv(root, slot, 0, bytes);
-
-      Wait(*buffer, 1, /*sends=*/false);
-    }
-  });
+  return BroadcastBytes(*this, scratch_, data, bytes, root);
 }
 
 absl::Status GlooCommunicator::AllGather(const void* in, size_t bytes,
                                          void* out) {
-  const int world = size();
-  const int me = rank();
-  if (bytes > 0) {
-    std::memmove(static_cast<char*>(out) + me * bytes, in, bytes);
-  }
-  if (bytes == 0 || world == 1) return Guarded("all-gather", {}, [] {});
-  auto buffer = context_->createUnboundBuffer(out, world * bytes);
-  const uint64_t slot = NextSlot();
-  return Guarded("all-gather", {buffer.get()}, [&] {
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == me) continue;
-      expected_[peer] += 2;  // before posting: a post can throw
-      buffer->send(peer, slot, me * bytes, bytes);
-      buffer->recv(peer, slot, peer * bytes, bytes);
-    }
-    Wait(*buffer, world - 1, /*sends=*/false);
-    Wait(*buffer, world - 1, /*sends=*/true);
-  });
+  return AllGatherBytes(*this, scratch_, in, bytes, out);
 }
 
 absl::Status GlooCommunicator::Barrier() {

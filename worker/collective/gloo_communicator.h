@@ -5,11 +5,11 @@
 // Abort() reaches a rank waiting for a peer that died (closing the pairs
 // ends Gloo's connect wait). Gloo's TCP transport authenticates no one, so
 // before any collective the ranks prove to each other, pair by pair and over
-// the pair's own connection, that they hold the generation's secret
+// the pair's own connection, that they hold the key of their pair
 // (membership.h): a process that is not a member and connected to a rank's
 // port first is found and named instead of being trusted with the data. The
-// collectives are
-// lockstep's own algorithms over Gloo's unbound buffers, because their waits
+// collectives are lockstep's own algorithms (algorithms.h, the same code
+// MeshCommunicator runs) over Gloo's unbound buffers, because their waits
 // can be aborted from another thread (Gloo's built-in algorithms can only
 // time out, and a hung peer keeps its sockets open), and because the direct
 // all-reduce sums each element in rank order whatever the buffer split.
@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/collective/algorithms.h"
 #include "worker/collective/communicator.h"
 #include "worker/collective/membership.h"
 #include "worker/control_plane.h"
@@ -42,7 +43,7 @@ class UnboundBuffer;
 
 namespace lockstep::worker {
 
-class GlooCommunicator : public Communicator {
+class GlooCommunicator : public Communicator, private PeerExchange {
  public:
   // How AllReduceSum moves the data (communicator.h).
   using Algorithm = AllReduceAlgorithm;
@@ -126,11 +127,13 @@ class GlooCommunicator : public Communicator {
   // Waits for `n` pending sends (or receives) of `buffer`, counting each
   // peer's completions; throws on abort so `body` unwinds.
   void Wait(gloo::transport::UnboundBuffer& buffer, int n, bool sends);
-  absl::Status DirectAllReduceSum(void* data, size_t count, DataType type);
-  absl::Status RingAllReduceSum(void* data, size_t count, DataType type);
+  // The collectives' primitive (algorithms.h) over Gloo's unbound buffers,
+  // one per message, on a fresh slot per call.
+  absl::Status Exchange(absl::string_view what,
+                        const std::vector<Transfer>& transfers) override;
   // The peers whose sends/receives of the current call did not complete.
   std::string UnfinishedPeers() const;
-  // Each call's tags: room for the ring's 2(W-1) rounds.
+  // Each exchange's tag.
   uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 20); }
 
   const Options options_;
@@ -143,9 +146,8 @@ class GlooCommunicator : public Communicator {
   // Per peer: sends and receives posted and completed in the current call.
   std::vector<int> expected_;
   std::vector<int> completed_;
-  // Receive space and the fp32 sums, reused by every all-reduce.
-  std::vector<char> scratch_;
-  std::vector<float> accumulator_;
+  // Receive space and the fp32 sums, reused by every collective.
+  CollectiveScratch scratch_;
   // Per peer, while Connect runs: this rank's proof, the peer's, and their
   // buffers (declared after the bytes they point into, so destroyed first).
   struct Proof {

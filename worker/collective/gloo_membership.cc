@@ -29,6 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
+#include "common/status_macros.h"
 #include "worker/collective/gloo_communicator.h"
 
 namespace lockstep::worker {
@@ -180,7 +181,8 @@ absl::Status GlooCommunicator::StartProof(int peer, bool listening) {
   // The listener's connection may have come from anyone: note who, while
   // its socket is open (a failed wait closes it).
   if (listening) proof.remote = RemoteAddress(peer);
-  proof.mine = MembershipProof(options_.membership, rank(), peer);
+  ASSIGN_OR_RETURN(proof.mine,
+                   MembershipProof(options_.membership, rank(), peer));
   proof.theirs.assign(kProofSize, '\0');
   proof.send = transport_->createUnboundBuffer(proof.mine.data(), kProofSize);
   proof.recv = transport_->createUnboundBuffer(proof.theirs.data(), kProofSize);

@@ -7,8 +7,10 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace lockstep::worker {
 namespace {
@@ -16,45 +18,79 @@ namespace {
 // Separates these proofs from any other use of the secret.
 constexpr absl::string_view kLabel = "lockstep data-plane membership v1";
 
-// `field` preceded by its length as 8 little-endian bytes, so that no two
-// different field lists encode to the same message.
-void AppendField(std::string* message, absl::string_view field) {
-  uint64_t size = field.size();
-  for (int i = 0; i < 8; ++i) {
-    message->push_back(static_cast<char>((size >> (8 * i)) & 0xff));
-  }
-  message->append(field.data(), field.size());
-}
+std::atomic<bool> crypto_fails{false};
 
 }  // namespace
 
-std::string MembershipProof(const Membership& membership, int from, int to) {
+void SetCryptoFailsForTesting(bool fails) { crypto_fails = fails; }
+bool CryptoFailsForTesting() { return crypto_fails; }
+
+absl::StatusOr<std::string> Hmac(absl::string_view key,
+                                 absl::Span<const absl::string_view> fields) {
   std::string message;
-  AppendField(&message, kLabel);
-  AppendField(&message, membership.job_id);
-  AppendField(&message, absl::StrCat(membership.generation));
-  AppendField(&message, absl::StrCat(from));
-  AppendField(&message, absl::StrCat(to));
-  std::string proof(kProofSize, '\0');
+  for (absl::string_view field : fields) {
+    const uint64_t size = field.size();
+    for (int i = 0; i < 8; ++i) {
+      message.push_back(static_cast<char>((size >> (8 * i)) & 0xff));
+    }
+    message.append(field.data(), field.size());
+  }
+  std::string mac(kProofSize, '\0');
   unsigned int size = 0;
-  // std::string::data() is never null, so an empty secret (tests that run
-  // the check without a coordinator) is a valid zero-length key.
-  const unsigned char* mac = HMAC(
-      EVP_sha256(), membership.secret.data(),
-      static_cast<int>(membership.secret.size()),
-      reinterpret_cast<const unsigned char*>(message.data()), message.size(),
-      reinterpret_cast<unsigned char*>(proof.data()), &size);
-  // Fails only without memory; an all-zero proof then matches nothing a
-  // peer computes, so the check fails closed.
-  if (mac == nullptr || size != kProofSize) return std::string(kProofSize, 0);
-  return proof;
+  // A zero-length key (tests without a coordinator) needs a non-null
+  // pointer; absl::string_view's data() may be null.
+  static const unsigned char kNoKey = 0;
+  const unsigned char* done =
+      CryptoFailsForTesting()
+          ? nullptr
+          : HMAC(EVP_sha256(),
+                 key.empty()
+                     ? &kNoKey
+                     : reinterpret_cast<const unsigned char*>(key.data()),
+                 static_cast<int>(key.size()),
+                 reinterpret_cast<const unsigned char*>(message.data()),
+                 message.size(), reinterpret_cast<unsigned char*>(mac.data()),
+                 &size);
+  if (done == nullptr || size != kProofSize) {
+    return absl::InternalError(
+        "OpenSSL's HMAC-SHA256 failed (out of memory); the data-plane "
+        "connection is refused");
+  }
+  return mac;
+}
+
+absl::StatusOr<absl::string_view> PairKey(const Membership& membership,
+                                          int peer) {
+  if (membership.pair_keys.empty()) return absl::string_view(membership.secret);
+  if (peer < 0 || peer >= static_cast<int>(membership.pair_keys.size()) ||
+      peer == membership.rank ||
+      membership.pair_keys[peer].size() != kSecretSize) {
+    return absl::InternalError(absl::StrCat(
+        "rank ", membership.rank, " of job ", membership.job_id, " generation ",
+        membership.generation, " holds no data-plane key for rank ", peer));
+  }
+  return absl::string_view(membership.pair_keys[peer]);
+}
+
+absl::StatusOr<std::string> MembershipProof(const Membership& membership,
+                                            int from, int to) {
+  absl::string_view key = membership.secret;
+  if (to != kEveryRank) {
+    ASSIGN_OR_RETURN(key,
+                     PairKey(membership, from == membership.rank ? to : from));
+  }
+  return Hmac(key,
+              {kLabel, membership.job_id, absl::StrCat(membership.generation),
+               absl::StrCat(from), absl::StrCat(to)});
 }
 
 bool ProofMatches(const Membership& membership, int from, int to,
                   absl::string_view received) {
   if (received.size() != kProofSize) return false;
-  const std::string expected = MembershipProof(membership, from, to);
-  return CRYPTO_memcmp(expected.data(), received.data(), kProofSize) == 0;
+  const absl::StatusOr<std::string> expected =
+      MembershipProof(membership, from, to);
+  return expected.ok() &&
+         CRYPTO_memcmp(expected->data(), received.data(), kProofSize) == 0;
 }
 
 absl::Status CheckGatheredProofs(const Membership& membership, int world,
@@ -80,6 +116,46 @@ absl::Status CheckGatheredProofs(const Membership& membership, int world,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Membership> MembershipOf(const v1::Assignment& assignment,
+                                        bool nccl) {
+  Membership membership;
+  membership.job_id = assignment.job_id();
+  membership.generation = assignment.generation();
+  membership.rank = assignment.rank();
+  auto older = [&](absl::string_view what) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", assignment.rank(), " of job ", assignment.job_id(), " got ",
+        what,
+        " from the coordinator: the coordinator is older than this "
+        "worker; upgrade it"));
+  };
+  if (nccl) {
+    if (assignment.data_plane_secret().size() != kSecretSize) {
+      return older(absl::StrCat("a data-plane secret of ",
+                                assignment.data_plane_secret().size(),
+                                " bytes, not ", kSecretSize));
+    }
+    membership.secret = assignment.data_plane_secret();
+    return membership;
+  }
+  const int world = assignment.world_size();
+  if (world > 1) {
+    const auto& keys = assignment.data_plane_pair_keys();
+    bool whole = keys.size() == world;
+    for (int peer = 0; whole && peer < world; ++peer) {
+      whole =
+          keys[peer].size() == (peer == assignment.rank() ? 0 : kSecretSize);
+    }
+    if (!whole) {
+      return older(absl::StrCat(keys.size(), " data-plane pair keys for a ",
+                                world, "-rank generation (one of ", kSecretSize,
+                                " bytes per peer expected)"));
+    }
+    membership.pair_keys.assign(keys.begin(), keys.end());
+  }
+  return membership;
 }
 
 }  // namespace lockstep::worker

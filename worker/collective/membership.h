@@ -4,7 +4,13 @@
 // proves to its peers that it holds the generation's secret, which the
 // coordinator hands every rank in its Assignment over the TLS session.
 //
-// A proof is HMAC-SHA256 (OpenSSL), keyed with the secret, over the job id,
+// On the CPU data plane the coordinator hands each rank, instead of the
+// secret, a key per peer: the pair {i, j}'s key, which only ranks i and j
+// hold, so a proof (or a handshake, secure_channel.h) between them can come
+// from no third rank.
+//
+// A proof is HMAC-SHA256 (OpenSSL), keyed with the secret or the pair's key,
+// over the job id,
 // the generation, the sending rank and the receiving rank (kEveryRank when
 // it is gathered by every rank, as over NCCL), each field length-prefixed:
 // a proof is good for one direction of one pair of one generation, so one
@@ -17,9 +23,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "lockstep/v1/coordinator.pb.h"
 
 namespace lockstep::worker {
 
@@ -34,14 +44,48 @@ inline constexpr int kEveryRank = -1;
 struct Membership {
   std::string job_id;
   int64_t generation = 0;
+  // This rank, whose pair keys these are.
+  int rank = 0;
+  // The generation's secret (NCCL, whose proofs every rank checks).
   std::string secret;
+  // The CPU data plane: pair_keys[j] is the key this rank shares with rank j
+  // alone (empty at `rank`). Without them (tests) every pair uses `secret`.
+  std::vector<std::string> pair_keys;
 };
 
-// The proof rank `from` sends rank `to` (kProofSize bytes).
-std::string MembershipProof(const Membership& membership, int from, int to);
+// HMAC-SHA256 keyed with `key` over `fields`, each preceded by its length
+// (8 bytes, little endian), so no two field lists encode alike. Errors:
+// Internal when OpenSSL fails: never a MAC of known bytes.
+absl::StatusOr<std::string> Hmac(absl::string_view key,
+                                 absl::Span<const absl::string_view> fields);
+
+// The key of the pair {membership.rank, peer}: its pair key, or the secret
+// without pair keys. Errors: Internal for a peer out of range or a key of
+// the wrong size (never an empty or known key).
+absl::StatusOr<absl::string_view> PairKey(const Membership& membership,
+                                          int peer);
+
+// What rank `assignment.rank()` proves to its peers with: NCCL's ranks
+// (`nccl`) the generation's secret, the CPU data plane's a key per pair.
+// Errors: FailedPrecondition when the coordinator sent no secret or keys of
+// the right size (an older coordinator).
+absl::StatusOr<Membership> MembershipOf(const v1::Assignment& assignment,
+                                        bool nccl);
+
+// The proof rank `from` sends rank `to` (kProofSize bytes): keyed with the
+// secret when `to` is kEveryRank, else with the key of the pair, one of
+// which is membership.rank. Errors: Internal (Hmac, PairKey).
+absl::StatusOr<std::string> MembershipProof(const Membership& membership,
+                                            int from, int to);
+
+// Tests only: while set, every HMAC, nonce and AES-GCM operation of the data
+// plane fails as OpenSSL's do without memory.
+void SetCryptoFailsForTesting(bool fails);
+bool CryptoFailsForTesting();
 
 // Whether `received` is the proof `from` owes `to`; compared in constant
 // time, so the time taken says nothing of how much of a forgery was right.
+// False also when the proof cannot be computed.
 bool ProofMatches(const Membership& membership, int from, int to,
                   absl::string_view received);
 

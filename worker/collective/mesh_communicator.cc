@@ -1,6 +1,5 @@
 // MeshCommunicator's collectives: Exchange over non-blocking sockets, and
-// the direct and ring all-reduce, broadcast, all-gather and barrier on it
-// (mesh_communicator.h).
+// the algorithms of algorithms.h on it (mesh_communicator.h).
 #include "worker/collective/mesh_communicator.h"
 
 #include <poll.h>
@@ -15,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/collective/reduce.h"
 
 namespace lockstep::worker {
 namespace {
@@ -71,7 +69,10 @@ absl::Status MeshCommunicator::Exchange(
   }
   std::vector<pollfd> fds;
   std::vector<int> owners;
-  absl::Time progress = absl::Now();
+  const absl::Time start = absl::Now();
+  absl::Time progress = start;
+  // When each peer's part finished (for the link meter).
+  std::vector<absl::Time> finished(size(), absl::InfinitePast());
   while (true) {
     fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
     owners.assign(1, -1);
@@ -86,7 +87,19 @@ absl::Status MeshCommunicator::Exchange(
         owners.push_back(peer);
       }
     }
-    if (fds.size() == 1) return absl::OkStatus();
+    if (fds.size() == 1) {
+      if (options_.links != nullptr) {
+        for (int peer = 0; peer < size(); ++peer) {
+          const Transfer& t = transfers[peer];
+          if (peer == rank() || finished[peer] == absl::InfinitePast()) {
+            continue;
+          }
+          options_.links->Record(peer, t.send_bytes + t.recv_bytes,
+                                 absl::ToDoubleSeconds(finished[peer] - start));
+        }
+      }
+      return absl::OkStatus();
+    }
     const int64_t left =
         absl::ToInt64Milliseconds(progress + options_.timeout - absl::Now());
     const int ready =
@@ -135,7 +148,10 @@ absl::Status MeshCommunicator::Exchange(
       if ((revents & (POLLOUT | POLLERR | POLLHUP)) != 0 && !p.out->done() &&
           p.fd >= 0) {
         for (int burst = 0; burst < kBurst && !p.out->done(); ++burst) {
-          absl::Span<const char> pending = p.out->Pending();
+          absl::StatusOr<absl::Span<const char>> sealed = p.out->Pending();
+          if (!sealed.ok())
+            return PeerFailed(what, peer, sealed.status().message());
+          const absl::Span<const char> pending = *sealed;
           if (pending.empty()) break;
           const ssize_t n =
               send(p.fd, pending.data(), pending.size(), MSG_NOSIGNAL);
@@ -150,6 +166,9 @@ absl::Status MeshCommunicator::Exchange(
           p.out->Advance(n);
         }
       }
+      if (p.fd >= 0 && p.in->done() && p.out->done()) {
+        finished[peer] = absl::Now();
+      }
     }
   }
 }
@@ -161,108 +180,18 @@ absl::Status MeshCommunicator::AllReduceSum(void* data, size_t count,
     return aborted_ ? Aborted("all-reduce") : absl::OkStatus();
   }
   if (options_.algorithm == Algorithm::kRing) {
-    return RingAllReduceSum(data, count, type);
+    return RingAllReduce(*this, scratch_, data, count, type);
   }
-  return DirectAllReduceSum(data, count, type);
-}
-
-// Reduce-scatter by direct exchange, then all-gather: rank c owns chunk c;
-// every rank sends chunk c to its owner, which sums the W contributions in
-// rank order and sends the result back to everyone (as GlooCommunicator).
-absl::Status MeshCommunicator::DirectAllReduceSum(void* data, size_t count,
-                                                  DataType type) {
-  const int world = size();
-  const int me = rank();
-  const size_t esize = ElementSize(type);
-  const size_t largest = Chunk(count, world, 0).second;
-  const auto [mine_begin, mine_end] = Chunk(count, world, me);
-  const size_t mine = mine_end - mine_begin;
-  if (scratch_.size() < (world - 1) * largest * esize) {
-    scratch_.resize((world - 1) * largest * esize);
-  }
-  char* bytes = static_cast<char*>(data);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == me) continue;
-    const auto [begin, end] = Chunk(count, world, peer);
-    const int slot = peer < me ? peer : peer - 1;
-    transfers_[peer] = {bytes + begin * esize, (end - begin) * esize,
-                        scratch_.data() + slot * largest * esize, mine * esize};
-  }
-  RETURN_IF_ERROR(Exchange("all-reduce", transfers_));
-  SumInRankOrder(data, scratch_.data(), mine_begin, mine, largest, type, me,
-                 world, &accumulator_);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == me) continue;
-    const auto [begin, end] = Chunk(count, world, peer);
-    transfers_[peer] = {bytes + mine_begin * esize, mine * esize,
-                        bytes + begin * esize, (end - begin) * esize};
-  }
-  return Exchange("all-reduce", transfers_);
-}
-
-// Round s of the reduce-scatter: send chunk (me - s) to the right, receive
-// chunk (me - s - 1) from the left and add it in; after W-1 rounds rank r
-// holds the sum of chunk r + 1. Round s of the all-gather: pass on chunk
-// (me + 1 - s), receive chunk (me - s) in place.
-absl::Status MeshCommunicator::RingAllReduceSum(void* data, size_t count,
-                                                DataType type) {
-  const int world = size();
-  const int me = rank();
-  const size_t esize = ElementSize(type);
-  const size_t largest = Chunk(count, world, 0).second;
-  if (scratch_.size() < largest * esize) scratch_.resize(largest * esize);
-  const int right = (me + 1) % world;
-  const int left = (me + world - 1) % world;
-  auto chunk = [&](int c) { return Chunk(count, world, (c + world) % world); };
-  char* bytes = static_cast<char*>(data);
-  auto round = [&](std::pair<size_t, size_t> send,
-                   std::pair<size_t, size_t> recv, char* into) {
-    for (Transfer& t : transfers_) t = Transfer{};
-    transfers_[right].send = bytes + send.first * esize;
-    transfers_[right].send_bytes = (send.second - send.first) * esize;
-    transfers_[left].recv = into;
-    transfers_[left].recv_bytes = (recv.second - recv.first) * esize;
-    return Exchange("all-reduce", transfers_);
-  };
-  for (int s = 0; s < world - 1; ++s) {
-    const auto recv = chunk(me - s - 1);
-    RETURN_IF_ERROR(round(chunk(me - s), recv, scratch_.data()));
-    AddInto(bytes + recv.first * esize, scratch_.data(),
-            recv.second - recv.first, type);
-  }
-  for (int s = 0; s < world - 1; ++s) {
-    const auto recv = chunk(me - s);
-    RETURN_IF_ERROR(round(chunk(me + 1 - s), recv, bytes + recv.first * esize));
-  }
-  return absl::OkStatus();
+  return DirectAllReduce(*this, scratch_, data, count, type);
 }
 
 absl::Status MeshCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  for (Transfer& t : transfers_) t = Transfer{};
-  if (size() > 1 && bytes > 0) {
-    for (int peer = 0; peer < size(); ++peer) {
-      if (rank() == root) {
-        transfers_[peer].send = data;
-        transfers_[peer].send_bytes = bytes;
-      } else if (peer == root) {
-        transfers_[peer].recv = data;
-        transfers_[peer].recv_bytes = bytes;
-      }
-    }
-  }
-  return Exchange("broadcast", transfers_);
+  return BroadcastBytes(*this, scratch_, data, bytes, root);
 }
 
 absl::Status MeshCommunicator::AllGather(const void* in, size_t bytes,
                                          void* out) {
-  char* all = static_cast<char*>(out);
-  if (bytes > 0) std::memmove(all + rank() * bytes, in, bytes);
-  for (int peer = 0; peer < size(); ++peer) {
-    transfers_[peer] = bytes == 0 ? Transfer{}
-                                  : Transfer{all + rank() * bytes, bytes,
-                                             all + peer * bytes, bytes};
-  }
-  return Exchange("all-gather", transfers_);
+  return AllGatherBytes(*this, scratch_, in, bytes, out);
 }
 
 absl::Status MeshCommunicator::Barrier() {

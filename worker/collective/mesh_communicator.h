@@ -14,19 +14,23 @@
 // gets through: a stranger can neither crash a rank nor fail its
 // generation. The port is closed once the mesh is complete.
 //
-// Collectives: the algorithms of communicator.h (direct and ring
-// all-reduce, fp32 or 16-bit, summed by reduce.h) over one primitive,
-// Exchange, which moves at most one message each way with each peer,
-// concurrently, through non-blocking sockets and poll(2). Every wait also
-// polls an eventfd, so Abort() from another thread ends it at once. A peer
+// Collectives: the algorithms of algorithms.h (direct and ring all-reduce,
+// fp32 or 16-bit, summed by reduce.h; shared with GlooCommunicator) over
+// their one primitive, Exchange, which moves at most one message each way with
+// each peer, concurrently, through non-blocking sockets and poll(2). Every wait
+// also polls an eventfd, so Abort() from another thread ends it at once. A peer
 // that closes, resets, sends a malformed frame or one that fails its tag
 // gets its connection closed, and the call fails naming its rank and real
 // address; the process never dies of it.
 //
 // Thread-compatible: one thread issues Connect and the collectives;
-// Abort() may be called from any thread.
+// Abort() may be called from any thread. Connect accepts the higher ranks
+// on a thread of its own while it connects to the lower ones (their
+// Peers are disjoint).
 #ifndef LOCKSTEP_WORKER_COLLECTIVE_MESH_COMMUNICATOR_H_
 #define LOCKSTEP_WORKER_COLLECTIVE_MESH_COMMUNICATOR_H_
+
+#include <netdb.h>
 
 #include <atomic>
 #include <memory>
@@ -36,18 +40,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/collective/algorithms.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/link_meter.h"
 #include "worker/collective/membership.h"
 #include "worker/collective/secure_channel.h"
 #include "worker/control_plane.h"
 
 namespace lockstep::worker {
 
-class MeshCommunicator : public Communicator {
+class MeshCommunicator : public Communicator, private PeerExchange {
  public:
   using Algorithm = AllReduceAlgorithm;
   // Unfinished handshakes the accepting side keeps; a new connection
-  // beyond them closes the oldest.
+  // beyond them closes the oldest that has not passed the Hello's MAC (or
+  // is itself closed when every one has).
   static constexpr int kMaxPendingHandshakes = 64;
 
   struct Options {
@@ -68,6 +75,8 @@ class MeshCommunicator : public Communicator {
     // How long an accepted connection may take to finish its handshake: a
     // member does it at once.
     absl::Duration handshake_timeout = absl::Seconds(5);
+    // Where each exchange's per-peer throughput goes (null: nowhere).
+    LinkMeter* links = nullptr;
   };
 
   // Binds this rank's listening socket; nothing is connected yet. Errors:
@@ -102,7 +111,7 @@ class MeshCommunicator : public Communicator {
   // "host:port" this rank listens on until Connect ends.
   const std::string& listen_address() const { return listen_address_; }
   // Connections the rendezvous refused: strangers, replays, floods.
-  int refused() const { return refused_; }
+  int refused() const { return refused_.load(); }
 
  private:
   // One peer's connection, once its handshake finished.
@@ -112,33 +121,33 @@ class MeshCommunicator : public Communicator {
     std::unique_ptr<FrameSealer> out;
     std::unique_ptr<FrameOpener> in;
   };
-  // What one Exchange moves with one peer: a message each way, either of
-  // which may be empty.
-  struct Transfer {
-    const void* send = nullptr;
-    size_t send_bytes = 0;
-    void* recv = nullptr;
-    size_t recv_bytes = 0;
-  };
   // An accepted connection whose handshake is under way.
   struct Pending;
 
   explicit MeshCommunicator(Options options);
 
   // The rendezvous' halves (mesh_rendezvous.cc).
+  // ConnectTo retries HandshakeWith (one connection, one handshake) until
+  // the deadline; AcceptPeers runs on a thread of its own meanwhile.
   absl::Status ConnectTo(KeyValueClient* kv, int peer, absl::Time deadline);
+  absl::Status HandshakeWith(int peer, const std::string& address,
+                             const addrinfo* found, absl::Time deadline);
   absl::Status AcceptPeers(absl::Time deadline);
+  // Stops the rendezvous' other half (its waits end with Halted()).
+  void Halt();
+  absl::Status Halted() const;
   // Reads the next part of `pending`'s handshake; true when it is done
   // with (refused, or promoted to a peer). An error fails the rendezvous.
   absl::StatusOr<bool> Advance(Pending& pending);
   // Logs a refused connection (rate-limited) and counts it.
   void Refuse(const std::string& address, absl::string_view why);
   // Makes `fd` the connection with `peer` after a handshake of `hello` and
-  // `reply`.
-  void AddPeer(int peer, int fd, std::string address, const Hello& hello,
-               const std::string& reply);
-  // Waits until `fd` is ready for `events` or `deadline`, polling the abort
-  // eventfd too. Errors: Aborted, DeadlineExceeded.
+  // `reply`. Errors: Internal when its keys cannot be derived.
+  absl::Status AddPeer(int peer, int fd, std::string address,
+                       const Hello& hello, const std::string& reply);
+  // Waits until `fd` is ready for `events` or `deadline` (fd -1: only
+  // sleeps), polling the abort and halt eventfds too. Errors: Aborted,
+  // Cancelled (halted), DeadlineExceeded.
   absl::Status WaitFor(int fd, short events, absl::Time deadline);
   // Reads (writes) exactly `bytes` before `deadline`; Unavailable when the
   // connection ends first.
@@ -146,28 +155,28 @@ class MeshCommunicator : public Communicator {
   absl::Status WriteAll(int fd, const char* data, size_t bytes,
                         absl::Time deadline);
 
-  // Moves `transfers` (indexed by peer; this rank's entry unused) at once.
+  // The collectives' primitive (algorithms.h): moves `transfers` (indexed
+  // by peer; this rank's entry unused) at once.
   absl::Status Exchange(absl::string_view what,
-                        const std::vector<Transfer>& transfers);
+                        const std::vector<Transfer>& transfers) override;
   // Fails `what` with `peer`: closes its connection and names it.
   absl::Status PeerFailed(absl::string_view what, int peer,
                           absl::string_view why);
   absl::Status Aborted(absl::string_view what);
-  absl::Status DirectAllReduceSum(void* data, size_t count, DataType type);
-  absl::Status RingAllReduceSum(void* data, size_t count, DataType type);
 
   // Constant after construction.
   const Options options_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd Abort() writes
+  int halt_fd_ = -1;  // eventfd Halt() writes
   std::string listen_address_;
 
   // Touched by the calling thread only.
   std::vector<Peer> peers_;
-  std::vector<char> scratch_;
-  std::vector<float> accumulator_;
-  std::vector<Transfer> transfers_;
-  int refused_ = 0;
+  CollectiveScratch scratch_;
+
+  // Counted by both halves of the rendezvous.
+  std::atomic<int> refused_{0};
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -115,15 +116,17 @@ MeshCommunicator::~MeshCommunicator() {
   }
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (halt_fd_ >= 0) close(halt_fd_);
 }
 
 absl::StatusOr<std::unique_ptr<MeshCommunicator>> MeshCommunicator::Create(
     const Options& options) {
   std::unique_ptr<MeshCommunicator> comm(new MeshCommunicator(options));
   comm->peers_.resize(std::max(options.size, 1));
-  comm->transfers_.resize(std::max(options.size, 1));
+  if (options.links != nullptr) options.links->Reset(options.size);
   comm->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (comm->wake_fd_ < 0) {
+  comm->halt_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (comm->wake_fd_ < 0 || comm->halt_fd_ < 0) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", options.rank, ": eventfd failed: ", Errno(errno)));
   }
@@ -203,18 +206,34 @@ absl::Status MeshCommunicator::Connect(KeyValueClient* kv) {
                      listen_address_, ") and holds before connecting"),
         options_.timeout);
   }
-  for (int peer = 0; status.ok() && peer < rank(); ++peer) {
-    status = ConnectTo(kv, peer, deadline);
+  // The higher ranks are accepted while this rank connects to the lower
+  // ones, so its listen queue is drained from the start: a stranger's
+  // connects cannot fill it while this rank waits for a peer of its own.
+  absl::Status accepted;
+  if (status.ok()) {
+    std::thread acceptor([&] {
+      accepted = AcceptPeers(deadline);
+      if (!accepted.ok()) Halt();
+    });
+    for (int peer = 0; status.ok() && peer < rank(); ++peer) {
+      status = ConnectTo(kv, peer, deadline);
+    }
+    if (!status.ok()) Halt();
+    acceptor.join();
+    // The first failure is the one to report; a side that only stopped
+    // because the other failed says Cancelled.
+    if (status.ok() || (absl::IsCancelled(status) && !accepted.ok())) {
+      status = accepted;
+    }
   }
-  if (status.ok()) status = AcceptPeers(deadline);
   {
     absl::MutexLock lock(&mu_);
     connecting_ = nullptr;
   }
   close(listen_fd_);
   listen_fd_ = -1;
-  if (refused_ > kRefusalsLogged) {
-    LogWarning("rank ", rank(), " refused ", refused_ - kRefusalsLogged,
+  if (const int refused = refused_.load(); refused > kRefusalsLogged) {
+    LogWarning("rank ", rank(), " refused ", refused - kRefusalsLogged,
                " more data-plane connection(s) in this rendezvous");
   }
   {
@@ -261,6 +280,30 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
         "'s data-plane address ", address, ": ", gai_strerror(error)));
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> cleanup(found, freeaddrinfo);
+  // A handshake that fails is retried whole, on a new connection, until the
+  // deadline: the peer's listener may have closed it unfinished (a flood of
+  // strangers), or something else answered first.
+  for (int attempt = 1;; ++attempt) {
+    absl::Status status = HandshakeWith(peer, address, found, deadline);
+    if (status.ok() || absl::IsAborted(status) || absl::IsCancelled(status) ||
+        absl::IsInternal(status) || absl::IsDeadlineExceeded(status) ||
+        absl::Now() >= deadline) {
+      return status;
+    }
+    if (attempt == 1) {
+      LogWarning(status.message(),
+                 "; retrying the handshake until the rendezvous deadline");
+    }
+    absl::Status waited = WaitFor(
+        -1, 0, std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+    if (absl::IsAborted(waited) || absl::IsCancelled(waited)) return waited;
+  }
+}
+
+absl::Status MeshCommunicator::HandshakeWith(int peer,
+                                             const std::string& address,
+                                             const addrinfo* found,
+                                             absl::Time deadline) {
   // The peer listens before it publishes, so a refusal means it is gone,
   // or the network is not there yet (a pod's first seconds): retry until
   // the deadline.
@@ -278,7 +321,9 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
         if (absl::Status waited = WaitFor(fd, POLLOUT, deadline);
             !waited.ok()) {
           close(fd);
-          if (absl::IsAborted(waited)) return waited;
+          if (absl::IsAborted(waited) || absl::IsCancelled(waited)) {
+            return waited;
+          }
           return absl::DeadlineExceededError(absl::StrCat(
               "rank ", rank(), " of ", size(), " waited ",
               absl::FormatDuration(options_.timeout), " to connect to rank ",
@@ -301,14 +346,16 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
           "; the peer died, or a firewall or NetworkPolicy blocks the "
           "workers' data-plane ports"));
     }
-    absl::Status waited =
-        WaitFor(wake_fd_, POLLIN,
-                std::min(deadline, absl::Now() + absl::Milliseconds(100)));
-    if (absl::IsAborted(waited)) return waited;
+    absl::Status waited = WaitFor(
+        -1, 0, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    if (absl::IsAborted(waited) || absl::IsCancelled(waited)) return waited;
   }
   auto fail = [&](absl::Status status) {
     close(fd);
-    if (absl::IsAborted(status)) return status;
+    if (absl::IsAborted(status) || absl::IsCancelled(status) ||
+        absl::IsInternal(status)) {
+      return status;
+    }
     return absl::UnavailableError(absl::StrCat(
         "rank ", rank(), " of ", size(), ": the handshake with rank ", peer,
         " at ", address, " failed: ", status.message(),
@@ -317,8 +364,10 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
                   " of this generation"
             : ""));
   };
-  const Hello hello =
+  absl::StatusOr<Hello> made =
       MakeHello(options_.membership, rank(), peer, options_.encrypted);
+  if (!made.ok()) return fail(made.status());
+  const Hello& hello = *made;
   if (absl::Status s = WriteAll(fd, hello.bytes.data(), kHelloSize, deadline);
       !s.ok()) {
     return fail(s);
@@ -331,12 +380,17 @@ absl::Status MeshCommunicator::ConnectTo(KeyValueClient* kv, int peer,
   if (absl::Status s = CheckReply(options_.membership, hello, reply); !s.ok()) {
     return fail(s);
   }
-  const std::string confirm = MakeConfirm(options_.membership, hello, reply);
-  if (absl::Status s = WriteAll(fd, confirm.data(), kConfirmSize, deadline);
+  absl::StatusOr<std::string> confirm =
+      MakeConfirm(options_.membership, hello, reply);
+  if (!confirm.ok()) return fail(confirm.status());
+  if (absl::Status s = WriteAll(fd, confirm->data(), kConfirmSize, deadline);
       !s.ok()) {
     return fail(s);
   }
-  AddPeer(peer, fd, PeerAddress(fd), hello, reply);
+  if (absl::Status s = AddPeer(peer, fd, PeerAddress(fd), hello, reply);
+      !s.ok()) {
+    return fail(s);
+  }
   return absl::OkStatus();
 }
 
@@ -350,7 +404,8 @@ absl::Status MeshCommunicator::AcceptPeers(absl::Time deadline) {
   };
   absl::Status status;
   while (missing > 0 && status.ok()) {
-    std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    std::vector<pollfd> fds = {
+        {wake_fd_, POLLIN, 0}, {halt_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     absl::Time wake = deadline;
     for (const Pending& p : pending) {
       fds.push_back({p.fd, POLLIN, 0});
@@ -367,8 +422,12 @@ absl::Status MeshCommunicator::AcceptPeers(absl::Time deadline) {
       status = Aborted("the data-plane rendezvous");
       break;
     }
-    // Handshakes first: fds[2 + i] is pending[i] as it was at the poll.
-    size_t index = 2;
+    if (fds[1].revents != 0) {
+      status = Halted();
+      break;
+    }
+    // Handshakes first: fds[3 + i] is pending[i] as it was at the poll.
+    size_t index = 3;
     for (auto it = pending.begin(); it != pending.end(); ++index) {
       if (fds[index].revents == 0) {
         if (absl::Now() >= it->deadline) {
@@ -397,21 +456,33 @@ absl::Status MeshCommunicator::AcceptPeers(absl::Time deadline) {
       }
     }
     if (!status.ok()) break;
-    if (fds[1].revents != 0) {
+    // Every connection the kernel queued: a queue left to fill would drop
+    // the real peer's connect.
+    while (fds[2].revents != 0) {
       sockaddr_storage from{};
       socklen_t size = sizeof(from);
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from),
                              &size, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        if (pending.size() >= kMaxPendingHandshakes) {
-          drop(pending.begin(), "too many unfinished handshakes at once");
+      if (fd < 0) break;  // EAGAIN: drained (or a connection already gone)
+      if (pending.size() >= kMaxPendingHandshakes) {
+        // The oldest that has not proved anything yet goes; a handshake
+        // that passed the Hello's MAC is never closed for a newcomer (the
+        // newcomer is, when all of them have).
+        auto oldest = std::find_if(pending.begin(), pending.end(),
+                                   [](const Pending& p) { return !p.replied; });
+        if (oldest == pending.end()) {
+          Refuse(FormatAddress(from),
+                 "too many authenticated handshakes under way");
+          close(fd);
+          continue;
         }
-        Pending p;
-        p.fd = fd;
-        p.address = FormatAddress(from);
-        p.deadline = absl::Now() + options_.handshake_timeout;
-        pending.push_back(std::move(p));
+        drop(oldest, "too many unfinished handshakes at once");
       }
+      Pending p;
+      p.fd = fd;
+      p.address = FormatAddress(from);
+      p.deadline = absl::Now() + options_.handshake_timeout;
+      pending.push_back(std::move(p));
     }
     if (missing > 0 && absl::Now() >= deadline) {
       std::vector<int> absent;
@@ -451,6 +522,7 @@ absl::StatusOr<bool> MeshCommunicator::Advance(Pending& p) {
   if (p.buffer.size() < want) return false;
   if (!p.replied) {
     auto hello = CheckHello(options_.membership, rank(), size(), p.buffer);
+    if (absl::IsInternal(hello.status())) return hello.status();
     if (!hello.ok()) {
       Refuse(p.address, hello.status().message());
       return true;
@@ -475,7 +547,9 @@ absl::StatusOr<bool> MeshCommunicator::Advance(Pending& p) {
                        ": every worker of a job must use the same setting"));
     }
     p.hello = *std::move(hello);
-    p.reply = MakeReply(options_.membership, p.hello);
+    absl::StatusOr<std::string> reply = MakeReply(options_.membership, p.hello);
+    if (!reply.ok()) return reply.status();
+    p.reply = *std::move(reply);
     // 64 bytes into a fresh connection's empty send buffer: all or error.
     if (send(p.fd, p.reply.data(), kReplySize, MSG_NOSIGNAL | MSG_DONTWAIT) !=
         static_cast<ssize_t>(kReplySize)) {
@@ -489,53 +563,80 @@ absl::StatusOr<bool> MeshCommunicator::Advance(Pending& p) {
   if (absl::Status s =
           CheckConfirm(options_.membership, p.hello, p.reply, p.buffer);
       !s.ok()) {
+    if (absl::IsInternal(s)) return s;
     Refuse(p.address, s.message());
     return true;
   }
-  AddPeer(p.hello.from, p.fd, p.address, p.hello, p.reply);
+  // Two connections may both pass the Hello (a member's and a replay of
+  // it); the first to confirm is the peer.
+  if (peers_[p.hello.from].fd >= 0) {
+    Refuse(p.address,
+           absl::StrCat("rank ", p.hello.from, " is already connected"));
+    return true;
+  }
+  RETURN_IF_ERROR(AddPeer(p.hello.from, p.fd, p.address, p.hello, p.reply));
   p.fd = -1;
   return true;
 }
 
 void MeshCommunicator::Refuse(const std::string& address,
                               absl::string_view why) {
-  if (++refused_ <= kRefusalsLogged) {
+  const int count = ++refused_;
+  if (count <= kRefusalsLogged) {
     LogWarning(
         "rank ", rank(), " of job ", options_.membership.job_id, " generation ",
         options_.membership.generation,
         " refused a data-plane connection from ", address, ": ", why,
-        refused_ == kRefusalsLogged ? " (further refusals are counted)" : "");
+        count == kRefusalsLogged ? " (further refusals are counted)" : "");
   }
 }
 
-void MeshCommunicator::AddPeer(int peer, int fd, std::string address,
-                               const Hello& hello, const std::string& reply) {
+absl::Status MeshCommunicator::AddPeer(int peer, int fd, std::string address,
+                                       const Hello& hello,
+                                       const std::string& reply) {
+  std::string out_key, in_key;
+  if (options_.encrypted) {
+    ASSIGN_OR_RETURN(out_key,
+                     FrameKey(options_.membership, hello, reply, rank(), peer));
+    ASSIGN_OR_RETURN(in_key,
+                     FrameKey(options_.membership, hello, reply, peer, rank()));
+  }
   SetNonBlocking(fd);
   SetNoDelay(fd);
   Peer& p = peers_[peer];
   p.fd = fd;
   p.address = std::move(address);
-  std::string out_key, in_key;
-  if (options_.encrypted) {
-    out_key = FrameKey(options_.membership, hello, reply, rank(), peer);
-    in_key = FrameKey(options_.membership, hello, reply, peer, rank());
-  }
   p.out = std::make_unique<FrameSealer>(out_key);
   p.in = std::make_unique<FrameOpener>(in_key);
+  return absl::OkStatus();
+}
+
+void MeshCommunicator::Halt() {
+  const uint64_t one = 1;
+  (void)!write(halt_fd_, &one, sizeof(one));
+}
+
+absl::Status MeshCommunicator::Halted() const {
+  return absl::CancelledError(
+      absl::StrCat("rank ", rank(),
+                   " stopped its data-plane rendezvous: its other half "
+                   "failed"));
 }
 
 absl::Status MeshCommunicator::WaitFor(int fd, short events,
                                        absl::Time deadline) {
   while (true) {
-    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {fd, events, 0}};
-    const int n = fd == wake_fd_ ? 1 : 2;
+    pollfd fds[3] = {
+        {wake_fd_, POLLIN, 0}, {halt_fd_, POLLIN, 0}, {fd, events, 0}};
+    const int n = fd < 0 ? 2 : 3;
     const int ready = poll(fds, n,
                            static_cast<int>(std::min<int64_t>(
                                MillisecondsUntil(deadline), 1 << 30)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return absl::UnavailableError(Errno(errno));
     if (fds[0].revents != 0) return Aborted("the data-plane rendezvous");
-    if (n == 2 && fds[1].revents != 0) return absl::OkStatus();
+    if (fds[1].revents != 0) return Halted();
+    if (n == 3 && fds[2].revents != 0) return absl::OkStatus();
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError("no answer in time");
     }

@@ -196,8 +196,9 @@ absl::Status NcclCommunicator::Connect(KeyValueClient* kv) {
 
 absl::Status NcclCommunicator::CheckMembership() {
   if (options_.size == 1) return absl::OkStatus();
-  const std::string mine =
-      MembershipProof(options_.membership, options_.rank, kEveryRank);
+  ASSIGN_OR_RETURN(
+      const std::string mine,
+      MembershipProof(options_.membership, options_.rank, kEveryRank));
   std::string gathered(kProofSize * options_.size, '\0');
   RETURN_IF_ERROR(AllGather(mine.data(), kProofSize, gathered.data()));
   absl::Status checked = CheckGatheredProofs(options_.membership, options_.size,

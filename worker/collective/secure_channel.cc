@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace lockstep::worker {
 namespace {
@@ -43,35 +45,19 @@ uint64_t GetU64(const char* in) {
   return value;
 }
 
-// `field` preceded by its length (8 bytes), so no two field lists encode
-// alike.
-void AppendField(std::string* message, absl::string_view field) {
-  char size[8];
-  PutU64(size, field.size());
-  message->append(size, sizeof(size));
-  message->append(field.data(), field.size());
-}
-
-// HMAC-SHA256 keyed with the generation's secret over `label`, the job,
-// the generation and `parts`.
-std::string Mac(const Membership& membership, absl::string_view label,
-                std::initializer_list<absl::string_view> parts) {
-  std::string message;
-  AppendField(&message, label);
-  AppendField(&message, membership.job_id);
-  AppendField(&message, absl::StrCat(membership.generation));
-  for (absl::string_view part : parts) AppendField(&message, part);
-  std::string mac(kProofSize, '\0');
-  unsigned int size = 0;
-  const unsigned char* done =
-      HMAC(EVP_sha256(), membership.secret.data(),
-           static_cast<int>(membership.secret.size()),
-           reinterpret_cast<const unsigned char*>(message.data()),
-           message.size(), reinterpret_cast<unsigned char*>(mac.data()), &size);
-  // Fails only without memory: a MAC of zeros matches nothing a peer
-  // computes, so the check fails closed.
-  if (done == nullptr || size != kProofSize) return std::string(kProofSize, 0);
-  return mac;
+// HMAC-SHA256 keyed with the key of the pair {hello.from, hello.to} (the
+// generation's secret without pair keys) over `label`, the job, the
+// generation and `parts`. Errors: Internal (never a MAC of known bytes).
+absl::StatusOr<std::string> Mac(
+    const Membership& membership, int from, int to, absl::string_view label,
+    std::initializer_list<absl::string_view> parts) {
+  ASSIGN_OR_RETURN(absl::string_view key,
+                   PairKey(membership, from == membership.rank ? to : from));
+  std::vector<absl::string_view> fields = {label, membership.job_id};
+  const std::string generation = absl::StrCat(membership.generation);
+  fields.push_back(generation);
+  fields.insert(fields.end(), parts.begin(), parts.end());
+  return Hmac(key, fields);
 }
 
 bool SameMac(absl::string_view a, absl::string_view b) {
@@ -79,14 +65,16 @@ bool SameMac(absl::string_view a, absl::string_view b) {
          CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string RandomNonce() {
+// A fresh nonce. Errors: Internal when OpenSSL has no randomness to give
+// (never a fixed nonce).
+absl::StatusOr<std::string> RandomNonce() {
   std::string nonce(kHandshakeNonceSize, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()),
+  if (CryptoFailsForTesting() ||
+      RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()),
                  static_cast<int>(nonce.size())) != 1) {
-    // No entropy: the handshake's other nonce is the peer's, and the MACs
-    // still need the secret; a fixed nonce only allows replaying this
-    // side's messages into a connection whose other side is also stuck.
-    std::fill(nonce.begin(), nonce.end(), '\x5a');
+    return absl::InternalError(
+        "OpenSSL's RAND_bytes has no randomness for a handshake nonce; the "
+        "data-plane connection is refused");
   }
   return nonce;
 }
@@ -116,7 +104,7 @@ class GcmCipher {
   // checked). False on any failure, a wrong tag included.
   bool Run(uint64_t seq, const char* header, const char* in, char* out,
            size_t n, char* tag) {
-    if (!ok_) return false;
+    if (!ok_ || CryptoFailsForTesting()) return false;
     unsigned char iv[12] = {};
     PutU64(reinterpret_cast<char*>(iv) + 4, seq);
     auto u = [](const char* p) {
@@ -154,13 +142,13 @@ class GcmCipher {
   bool ok_ = false;
 };
 
-Hello MakeHello(const Membership& membership, int from, int to,
-                bool encrypted) {
+absl::StatusOr<Hello> MakeHello(const Membership& membership, int from, int to,
+                                bool encrypted) {
   Hello hello;
   hello.from = from;
   hello.to = to;
   hello.encrypted = encrypted;
-  hello.nonce = RandomNonce();
+  ASSIGN_OR_RETURN(hello.nonce, RandomNonce());
   hello.bytes.assign(kHelloSize, '\0');
   char* out = hello.bytes.data();
   PutU32(out, kMagic);
@@ -169,9 +157,10 @@ Hello MakeHello(const Membership& membership, int from, int to,
   PutU32(out + 12, static_cast<uint32_t>(to));
   PutU32(out + 16, encrypted ? kEncryptedFlag : 0);
   std::memcpy(out + kHelloNonceAt, hello.nonce.data(), kHandshakeNonceSize);
-  const std::string mac =
-      Mac(membership, "lockstep data-plane hello v1",
-          {absl::string_view(hello.bytes).substr(0, kHelloMacAt)});
+  ASSIGN_OR_RETURN(
+      const std::string mac,
+      Mac(membership, from, to, "lockstep data-plane hello v1",
+          {absl::string_view(hello.bytes).substr(0, kHelloMacAt)}));
   std::memcpy(out + kHelloMacAt, mac.data(), kProofSize);
   return hello;
 }
@@ -195,14 +184,8 @@ absl::StatusOr<Hello> CheckHello(const Membership& membership, int self,
                      " of lockstep's data-plane protocol, this worker ",
                      kVersion, ": run one lockstep release in a job"));
   }
-  const std::string mac = Mac(membership, "lockstep data-plane hello v1",
-                              {bytes.substr(0, kHelloMacAt)});
-  if (!SameMac(mac, bytes.substr(kHelloMacAt, kProofSize))) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("it did not prove it holds the secret of generation ",
-                     membership.generation, " of job ", membership.job_id,
-                     ": it is not a member"));
-  }
+  // The ranks pick the pair's key, so they are checked (as numbers only)
+  // before the MAC; nothing else is believed until the MAC is.
   const uint32_t from = GetU32(bytes.data() + 8);
   const uint32_t to = GetU32(bytes.data() + 12);
   const uint32_t flags = GetU32(bytes.data() + 16);
@@ -213,6 +196,16 @@ absl::StatusOr<Hello> CheckHello(const Membership& membership, int self,
         absl::StrCat("it claims to be rank ", from, " calling rank ", to,
                      " of a ", world, "-rank generation"));
   }
+  ASSIGN_OR_RETURN(
+      const std::string mac,
+      Mac(membership, static_cast<int>(from), self,
+          "lockstep data-plane hello v1", {bytes.substr(0, kHelloMacAt)}));
+  if (!SameMac(mac, bytes.substr(kHelloMacAt, kProofSize))) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "it did not prove it is rank ", from, " of generation ",
+        membership.generation, " of job ", membership.job_id,
+        ": it does not hold the key rank ", from, " shares with rank ", self));
+  }
   Hello hello;
   hello.from = static_cast<int>(from);
   hello.to = static_cast<int>(to);
@@ -222,45 +215,54 @@ absl::StatusOr<Hello> CheckHello(const Membership& membership, int self,
   return hello;
 }
 
-std::string MakeReply(const Membership& membership, const Hello& hello) {
-  std::string reply = RandomNonce();
-  reply +=
-      Mac(membership, "lockstep data-plane reply v1", {hello.bytes, reply});
-  return reply;
+absl::StatusOr<std::string> MakeReply(const Membership& membership,
+                                      const Hello& hello) {
+  ASSIGN_OR_RETURN(std::string reply, RandomNonce());
+  ASSIGN_OR_RETURN(const std::string mac,
+                   Mac(membership, hello.from, hello.to,
+                       "lockstep data-plane reply v1", {hello.bytes, reply}));
+  return reply + mac;
 }
 
 absl::Status CheckReply(const Membership& membership, const Hello& hello,
                         absl::string_view reply) {
-  if (reply.size() == kReplySize &&
-      SameMac(Mac(membership, "lockstep data-plane reply v1",
-                  {hello.bytes, reply.substr(0, kHandshakeNonceSize)}),
-              reply.substr(kHandshakeNonceSize))) {
-    return absl::OkStatus();
+  if (reply.size() == kReplySize) {
+    ASSIGN_OR_RETURN(
+        const std::string mac,
+        Mac(membership, hello.from, hello.to, "lockstep data-plane reply v1",
+            {hello.bytes, reply.substr(0, kHandshakeNonceSize)}));
+    if (SameMac(mac, reply.substr(kHandshakeNonceSize))) {
+      return absl::OkStatus();
+    }
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      "it answered without proof that it holds the secret of generation ",
+      "it answered without proof that it is rank ", hello.to, " of generation ",
       membership.generation, " of job ", membership.job_id));
 }
 
-std::string MakeConfirm(const Membership& membership, const Hello& hello,
-                        absl::string_view reply) {
-  return Mac(membership, "lockstep data-plane confirm v1",
+absl::StatusOr<std::string> MakeConfirm(const Membership& membership,
+                                        const Hello& hello,
+                                        absl::string_view reply) {
+  return Mac(membership, hello.from, hello.to, "lockstep data-plane confirm v1",
              {hello.bytes, reply});
 }
 
 absl::Status CheckConfirm(const Membership& membership, const Hello& hello,
                           absl::string_view reply, absl::string_view confirm) {
-  if (SameMac(MakeConfirm(membership, hello, reply), confirm)) {
-    return absl::OkStatus();
-  }
+  ASSIGN_OR_RETURN(const std::string expected,
+                   MakeConfirm(membership, hello, reply));
+  if (SameMac(expected, confirm)) return absl::OkStatus();
   return absl::PermissionDeniedError(
       "its Hello was valid but it could not finish the handshake: a replay "
       "of a member's Hello");
 }
 
-std::string FrameKey(const Membership& membership, const Hello& hello,
-                     absl::string_view reply, int from, int to) {
-  return Mac(membership, "lockstep data-plane frame key v1",
+absl::StatusOr<std::string> FrameKey(const Membership& membership,
+                                     const Hello& hello,
+                                     absl::string_view reply, int from,
+                                     int to) {
+  return Mac(membership, hello.from, hello.to,
+             "lockstep data-plane frame key v1",
              {hello.bytes, reply, absl::StrCat(from), absl::StrCat(to)});
 }
 
@@ -279,7 +281,7 @@ void FrameSealer::Start(const char* data, size_t bytes) {
   plain_left_ = 0;
 }
 
-void FrameSealer::NextFrame() {
+absl::Status FrameSealer::NextFrame() {
   const size_t n = std::min(size_ - sent_, kMaxFramePayload);
   const size_t framed =
       kFrameHeaderSize + (cipher_ != nullptr ? n + kFrameTagSize : 0);
@@ -293,9 +295,12 @@ void FrameSealer::NextFrame() {
     if (!cipher_->Run(seq_, header, data_ + sent_,
                       staged_.data() + kFrameHeaderSize, n,
                       staged_.data() + kFrameHeaderSize + n)) {
-      // Fails only without memory; a frame with a zero tag fails the
-      // receiver's check, which names this connection.
-      std::memset(staged_.data() + kFrameHeaderSize + n, 0, kFrameTagSize);
+      // Nothing of this frame may leave: the connection must be closed.
+      staged_.clear();
+      offset_ = 0;
+      return absl::InternalError(
+          absl::StrCat("OpenSSL's AES-256-GCM could not seal frame ", seq_,
+                       " (out of memory); the connection is closed"));
     }
   } else {
     plain_ = data_ + sent_;
@@ -303,19 +308,21 @@ void FrameSealer::NextFrame() {
   }
   ++seq_;
   sent_ += n;
+  return absl::OkStatus();
 }
 
-absl::Span<const char> FrameSealer::Pending() {
+absl::StatusOr<absl::Span<const char>> FrameSealer::Pending() {
   if (offset_ == staged_.size()) {
-    if (plain_left_ > 0) return {plain_, plain_left_};
+    if (plain_left_ > 0) return absl::Span<const char>(plain_, plain_left_);
     if (sent_ == size_) {
       staged_.clear();
       offset_ = 0;
-      return {};
+      return absl::Span<const char>();
     }
-    NextFrame();
+    RETURN_IF_ERROR(NextFrame());
   }
-  return {staged_.data() + offset_, staged_.size() - offset_};
+  return absl::Span<const char>(staged_.data() + offset_,
+                                staged_.size() - offset_);
 }
 
 void FrameSealer::Advance(size_t n) {

@@ -2,10 +2,11 @@
 // apart from the sockets so that it can be tested and fuzzed on byte
 // buffers (docs/DESIGN.md, "Data-plane transport").
 //
-// A connection between two ranks of one generation starts with a
-// handshake keyed by the generation's secret, which the coordinator hands
-// every rank over its TLS session; nothing else a peer sends is parsed
-// before the handshake proved it holds the secret:
+// A connection between ranks i and j of one generation starts with a
+// handshake keyed by their pair's key, which the coordinator derives from
+// the generation's secret and hands only ranks i and j, over their TLS
+// sessions (membership.h); nothing else a peer sends is parsed before the
+// handshake proved it holds that key, so no third rank can pose as i or j:
 //
 //   connecting rank                         listening rank
 //   Hello  {magic, version, from, to,  -->  checks magic, version, ranks and
@@ -16,8 +17,8 @@
 //
 // The Hello's MAC alone could be replayed by someone who overheard it;
 // the Reply and Confirm MACs cover both fresh nonces, so only a holder of
-// the secret finishes a handshake. Each direction then has its own key,
-// derived from the secret, both nonces and the two ranks.
+// the pair's key finishes a handshake. Each direction then has its own key,
+// derived from the pair's key, both nonces and the two ranks.
 //
 // After the handshake a message is a run of frames, each
 //   header {seq: u64, length: u32, reserved: u32 = 0} (16 bytes, little
@@ -67,8 +68,12 @@ struct Hello {
   std::string bytes;  // the whole message, kHelloSize bytes
 };
 
-// The Hello rank `from` sends rank `to`, with a fresh nonce.
-Hello MakeHello(const Membership& membership, int from, int to, bool encrypted);
+// The Hello rank `from` sends rank `to`, with a fresh nonce. Every function
+// below that makes a nonce, MAC or key fails with Internal when OpenSSL
+// does (no randomness, no memory): never a value of known bytes, and the
+// connection must then be closed.
+absl::StatusOr<Hello> MakeHello(const Membership& membership, int from, int to,
+                                bool encrypted);
 
 // Whether `prefix`, the first bytes of a connection, can still be a Hello:
 // the rest of a stranger's connection need not be awaited.
@@ -78,27 +83,32 @@ bool CouldBeHello(absl::string_view prefix);
 // a `world`-rank generation. Errors, to be logged and the connection
 // closed (the sender is not trusted with anything):
 //   - InvalidArgument: not lockstep's data plane, or another version;
-//   - PermissionDenied: the MAC is wrong (the sender does not hold this
-//     generation's secret), or it names ranks this rank does not expect.
+//   - PermissionDenied: it names ranks this rank does not expect, or the MAC
+//     is wrong (the sender does not hold the key of the pair it names).
+// The MAC is keyed with the key of the pair {from, self}, so only rank
+// `from` (or rank `self`) can make it.
 absl::StatusOr<Hello> CheckHello(const Membership& membership, int self,
                                  int world, absl::string_view bytes);
 
 // The listening side's Reply to `hello` (kReplySize bytes, fresh nonce),
 // and the check of it on the connecting side: PermissionDenied when the
-// MAC is wrong (whoever answered does not hold the secret).
-std::string MakeReply(const Membership& membership, const Hello& hello);
+// MAC is wrong (whoever answered does not hold the pair's key).
+absl::StatusOr<std::string> MakeReply(const Membership& membership,
+                                      const Hello& hello);
 absl::Status CheckReply(const Membership& membership, const Hello& hello,
                         absl::string_view reply);
 // The connecting side's Confirm, and the listening side's check of it.
-std::string MakeConfirm(const Membership& membership, const Hello& hello,
-                        absl::string_view reply);
+absl::StatusOr<std::string> MakeConfirm(const Membership& membership,
+                                        const Hello& hello,
+                                        absl::string_view reply);
 absl::Status CheckConfirm(const Membership& membership, const Hello& hello,
                           absl::string_view reply, absl::string_view confirm);
 
 // The AES-256 key for frames rank `from` sends rank `to` on the connection
 // whose handshake was `hello` and `reply`.
-std::string FrameKey(const Membership& membership, const Hello& hello,
-                     absl::string_view reply, int from, int to);
+absl::StatusOr<std::string> FrameKey(const Membership& membership,
+                                     const Hello& hello,
+                                     absl::string_view reply, int from, int to);
 
 class GcmCipher;
 
@@ -116,8 +126,10 @@ class FrameSealer {
   // Sends `bytes` at `data`, which must stay valid and unchanged until
   // done(). A message of 0 bytes sends nothing.
   void Start(const char* data, size_t bytes);
-  // The bytes to write next; empty when done().
-  absl::Span<const char> Pending();
+  // The bytes to write next; empty when done(). Errors: Internal when a
+  // frame cannot be sealed (the connection must be closed; nothing of the
+  // frame was given out).
+  absl::StatusOr<absl::Span<const char>> Pending();
   // `n` bytes of Pending() were written.
   void Advance(size_t n);
   bool done() const { return sent_ == size_ && staged_.empty(); }
@@ -125,7 +137,7 @@ class FrameSealer {
  private:
   // Seals the next frame into staged_ (its header into header_ when
   // unencrypted, the payload then read from the message itself).
-  void NextFrame();
+  absl::Status NextFrame();
 
   std::unique_ptr<GcmCipher> cipher_;  // null: unencrypted
   uint64_t seq_ = 0;

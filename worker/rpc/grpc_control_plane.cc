@@ -77,11 +77,14 @@ class GrpcSession : public Session {
 class GrpcKeyValue : public KeyValueClient {
  public:
   GrpcKeyValue(v1::Coordinator::Stub* stub, std::string address,
-               std::string job_id, int64_t generation)
+               std::string job_id, int64_t generation, int rank,
+               std::string rank_token)
       : stub_(stub),
         address_(std::move(address)),
         job_id_(std::move(job_id)),
-        generation_(generation) {}
+        generation_(generation),
+        rank_(rank),
+        rank_token_(std::move(rank_token)) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override {
     grpc::ClientContext context;
@@ -93,6 +96,8 @@ class GrpcKeyValue : public KeyValueClient {
     request.set_generation(generation_);
     request.set_key(key);
     request.set_value(value);
+    request.set_rank(rank_);
+    request.set_rank_token(rank_token_);
     v1::KvSetResponse response;
     grpc::Status status = stub_->KvSet(&context, request, &response);
     if (!Untrack(&context)) return Cancelled(key);
@@ -151,6 +156,8 @@ class GrpcKeyValue : public KeyValueClient {
   const std::string address_;
   const std::string job_id_;
   const int64_t generation_;
+  const int rank_;
+  const std::string rank_token_;
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> pending_ ABSL_GUARDED_BY(mu_);
@@ -202,9 +209,10 @@ absl::StatusOr<std::unique_ptr<Session>> GrpcControlPlane::OpenSession(
 }
 
 std::unique_ptr<KeyValueClient> GrpcControlPlane::KeyValue(
-    const std::string& job_id, int64_t generation) {
+    const std::string& job_id, int64_t generation, int rank,
+    const std::string& rank_token) {
   return std::make_unique<GrpcKeyValue>(stub_.get(), address_, job_id,
-                                        generation);
+                                        generation, rank, rank_token);
 }
 
 }  // namespace lockstep::worker

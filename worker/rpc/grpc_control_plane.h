@@ -23,8 +23,9 @@ class GrpcControlPlane : public ControlPlane {
       const v1::RegisterWorkerRequest& request) override;
   absl::StatusOr<std::unique_ptr<Session>> OpenSession(
       const std::string& worker_id, uint64_t incarnation) override;
-  std::unique_ptr<KeyValueClient> KeyValue(const std::string& job_id,
-                                           int64_t generation) override;
+  std::unique_ptr<KeyValueClient> KeyValue(
+      const std::string& job_id, int64_t generation, int rank,
+      const std::string& rank_token) override;
 
  private:
   const std::string address_;

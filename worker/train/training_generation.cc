@@ -58,8 +58,7 @@ int64_t AnonymousMemoryMib() {
 constexpr float kPreemptVote = 1000.0f;
 // Below this per-replica batch, batch norm's statistics are noisy.
 constexpr int kSmallBatchNormBatch = 32;
-// fp16: this many overflowing steps in a row at the smallest loss scale
-// means training diverged.
+// fp16: this many overflows in a row at the smallest loss scale: diverged.
 constexpr int kMaxConsecutiveSkips = 100;
 
 // Zeroes the gradients in place, as LibTorch 1.13 does; 2.x would drop
@@ -70,23 +69,6 @@ void ZeroGradients(torch::optim::Optimizer& optimizer) {
 #else
   optimizer.zero_grad();
 #endif
-}
-
-// What the ranks prove to each other on the data plane. Errors:
-// FailedPrecondition when the coordinator sent no secret of the right size.
-absl::StatusOr<Membership> MembershipOf(const v1::Assignment& assignment) {
-  if (assignment.data_plane_secret().size() != kSecretSize) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", assignment.rank(), " of job ", assignment.job_id(),
-        " got a data-plane secret of ", assignment.data_plane_secret().size(),
-        " bytes from the coordinator, not ", kSecretSize,
-        ": the coordinator is older than this worker; upgrade it"));
-  }
-  Membership membership;
-  membership.job_id = assignment.job_id();
-  membership.generation = assignment.generation();
-  membership.secret = assignment.data_plane_secret();
-  return membership;
 }
 
 absl::Duration Millis(absl::Duration d) {
@@ -168,9 +150,9 @@ absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> TrainingGeneration::Connect() {
   if (world_ == 1) return std::make_unique<SingleRankCommunicator>();
-  ASSIGN_OR_RETURN(Membership membership, MembershipOf(task_.assignment));
-  // Each backend's communicator is registered with the task before it
-  // connects, so an abort reaches a rank still waiting for its peers.
+  ASSIGN_OR_RETURN(Membership membership,
+                   MembershipOf(task_.assignment, Backend() == "nccl"));
+  // Registered with the task before it connects: an abort reaches it there.
   auto connect =
       [this](auto created) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     if (!created.ok()) return created.status();
@@ -216,6 +198,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> TrainingGeneration::Connect() {
   options.algorithm = algorithm;
   options.membership = std::move(membership);
   options.encrypted = task_.data_plane_encryption;
+  options.links = &task_.links;
   return connect(MeshCommunicator::Create(options));
 }
 
@@ -640,6 +623,7 @@ v1::TaskResult TrainingGeneration::Result(int64_t first_step, bool stop) const {
   v1::TaskResult result;
   result.set_ok(true);
   result.set_stopped(stop);
+  result.set_total_steps(total_steps_);
   result.set_preempted(preempted_);
   if (stop_save_.has_value() && !stop_save_->ok()) {
     result.set_stop_save_error(std::string(stop_save_->message()));
