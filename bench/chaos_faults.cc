@@ -25,21 +25,35 @@ const char* KindName(FaultKind kind) {
       return "kill-coord";
     case FaultKind::kKillAll:
       return "kill-all";
+    case FaultKind::kCutShort:
+      return "cut-short";
+    case FaultKind::kCutLong:
+      return "cut-long";
+    case FaultKind::kCutCoordinator:
+      return "cut-coord";
+    case FaultKind::kSlowLink:
+      return "slow-link";
   }
   return "?";
+}
+
+bool IsNetworkKind(FaultKind kind) {
+  return std::find(std::begin(kNetworkKinds), std::end(kNetworkKinds), kind) !=
+         std::end(kNetworkKinds);
 }
 
 const char kUsage[] =
     "usage: chaos_soak BIN_DIR [--seed N] [--faults N] [--steps N] "
     "[--data DIR] [--budget SECS] [--resume-budget SECS] "
-    "[--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..] [--keep]\n";
+    "[--heartbeat-timeout SECS] [--overlap P] [--kinds K,K..] [--netbed] "
+    "[--keep]\n";
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   absl::StatusOr<Args> args =
       Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                   {"seed", "faults", "steps", "data", "budget", "resume-budget",
                    "heartbeat-timeout", "overlap", "kinds"},
-                  {"keep"});
+                  {"keep", "netbed"});
   if (!args.ok()) return args.status();
   if (args->positional().size() != 1) {
     return absl::InvalidArgumentError("expected one BIN_DIR");
@@ -49,6 +63,11 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   const char* bench_data = getenv("BENCH_DATA_DIR");
   options.data = args->Get("data", bench_data != nullptr ? bench_data : "");
   options.keep = args->Has("keep");
+  options.netbed = args->Has("netbed");
+  if (options.netbed) {
+    options.kinds.insert(options.kinds.end(), std::begin(kNetworkKinds),
+                         std::end(kNetworkKinds));
+  }
   const int random_seed = static_cast<int>(std::random_device()() >> 1);
   absl::StatusOr<int> seed = args->GetInt("seed", random_seed);
   absl::StatusOr<int> faults = args->GetInt("faults", options.faults);
@@ -79,15 +98,23 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   options.overlap = *overlap;
   if (args->Has("kinds")) {
     options.kinds.clear();
+    std::vector<FaultKind> every(std::begin(kAllKinds), std::end(kAllKinds));
+    every.insert(every.end(), std::begin(kNetworkKinds),
+                 std::end(kNetworkKinds));
     for (absl::string_view name : absl::StrSplit(args->Get("kinds"), ',')) {
-      auto kind =
-          std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
-                       [&](FaultKind k) { return name == KindName(k); });
-      if (kind == std::end(kAllKinds)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--kinds: unknown fault '", name,
-                         "'; the kinds are kill-worker, stop-short, stop-long, "
-                         "term-worker, kill-coord and kill-all"));
+      auto kind = std::find_if(every.begin(), every.end(), [&](FaultKind k) {
+        return name == KindName(k);
+      });
+      if (kind == every.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--kinds: unknown fault '", name,
+            "'; the kinds are kill-worker, stop-short, stop-long, "
+            "term-worker, kill-coord, kill-all and, with --netbed, "
+            "cut-short, cut-long, cut-coord and slow-link"));
+      }
+      if (IsNetworkKind(*kind) && !options.netbed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--kinds: '", name, "' cuts or slows a link: it needs --netbed"));
       }
       options.kinds.push_back(*kind);
     }

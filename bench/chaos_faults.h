@@ -18,11 +18,24 @@ enum class FaultKind {
   kStopLong,
   kTermWorker,
   kKillCoordinator,
-  kKillAll
+  kKillAll,
+  // On the network test bed (--netbed) only:
+  kCutShort,
+  kCutLong,
+  kCutCoordinator,
+  kSlowLink
 };
+// The process faults, the default deck.
 inline constexpr FaultKind kAllKinds[] = {
     FaultKind::kKillWorker, FaultKind::kStopShort,       FaultKind::kStopLong,
     FaultKind::kTermWorker, FaultKind::kKillCoordinator, FaultKind::kKillAll};
+// The network faults, added to the deck with --netbed.
+inline constexpr FaultKind kNetworkKinds[] = {
+    FaultKind::kCutShort, FaultKind::kCutLong, FaultKind::kCutCoordinator,
+    FaultKind::kSlowLink};
+
+// Whether `kind` needs the network test bed.
+bool IsNetworkKind(FaultKind kind);
 
 // "kill-worker", "stop-short", ... as --kinds and the report spell them.
 const char* KindName(FaultKind kind);
@@ -40,6 +53,9 @@ struct Options {
   double overlap = 0.25;  // the chance that a fault's recovery is hit too
   std::vector<FaultKind> kinds = {std::begin(kAllKinds), std::end(kAllKinds)};
   bool keep = false;
+  // Every daemon in a network namespace of its own (tests/netbed/), so that
+  // links can be cut, healed and slowed.
+  bool netbed = false;
 };
 
 // The flags after argv[0]: BIN_DIR and the --flags of kUsage. An

@@ -190,16 +190,23 @@ void FaultInjector::Plan() {
     const double timeout = options_.heartbeat_timeout_s;
     switch (fault.kind) {
       case FaultKind::kStopShort:
+      case FaultKind::kCutShort:
         fault.delay_s = Uniform(0.1, 0.4) * timeout;
         break;
       case FaultKind::kStopLong:
+      case FaultKind::kCutLong:
+      case FaultKind::kCutCoordinator:
         fault.delay_s = Uniform(1.5, 2.5) * timeout;
+        break;
+      case FaultKind::kSlowLink:
+        fault.delay_s = Uniform(1, 4);
         break;
       default:
         fault.delay_s = Uniform(0, 1.5);
     }
     if (fault.kind != FaultKind::kKillCoordinator &&
-        fault.kind != FaultKind::kKillAll) {
+        fault.kind != FaultKind::kKillAll &&
+        fault.kind != FaultKind::kCutCoordinator) {
       fault.worker = std::uniform_int_distribution<>(0, kWorkers - 1)(random_);
     }
     plan_.push_back(fault);
@@ -265,6 +272,22 @@ void FaultInjector::Inject(const v1::JobStatus& status) {
         for (int i = 0; i < kWorkers; ++i) cluster_.RestartWorker(i);
       });
       break;
+    case FaultKind::kCutShort:
+    case FaultKind::kCutLong:
+    case FaultKind::kCutCoordinator:
+      if (!cluster_.Cut(index)) Note("the cable could not be cut");
+      Later(fault.delay_s, [this, index] {
+        if (!cluster_.Heal(index)) Note("the cable could not be healed");
+        current_->step_at_cont = last_step_;
+      });
+      break;
+    case FaultKind::kSlowLink:
+      if (!cluster_.Slow(index)) Note("the link could not be slowed");
+      Later(fault.delay_s, [this, index] {
+        if (!cluster_.Unslow(index)) Note("the link could not be restored");
+        current_->step_at_cont = last_step_;
+      });
+      break;
   }
 }
 
@@ -303,6 +326,16 @@ bool FaultInjector::Settle(const v1::JobStatus& status) {
 // a later generation, or (a stop the coordinator did not notice) steps
 // trained in the same generation after the worker continued.
 bool FaultInjector::Resumed(const v1::JobStatus& status) {
+  const double start_s = absl::ToDoubleSeconds(start_ - absl::UnixEpoch());
+  for (const v1::JobEvent& event : status.events()) {
+    if (current_->detected_s < 0 &&
+        event.generation() == current_->generation &&
+        (event.kind() == "worker_failed" ||
+         event.kind() == "generation_failed") &&
+        event.time() - start_s >= current_->at_s) {
+      current_->detected_s = event.time() - start_s - current_->at_s;
+    }
+  }
   for (const v1::JobEvent& event : status.events()) {
     if (event.kind() != "resumed" ||
         event.generation() <= current_->generation) {
@@ -314,20 +347,26 @@ bool FaultInjector::Resumed(const v1::JobStatus& status) {
     ParseResumed(event.message(), *current_);
     return true;
   }
-  // Reports of steps trained before the SIGSTOP may still arrive after
-  // it: only a step past the one known at the SIGCONT counts.
-  bool stop = current_->kind == FaultKind::kStopShort ||
-              current_->kind == FaultKind::kStopLong;
+  // Reports of steps trained before the SIGSTOP (or the cut) may still
+  // arrive after it: only a step past the one known at the SIGCONT (the
+  // heal) counts.
+  const FaultKind kind = current_->kind;
+  bool stop = kind == FaultKind::kStopShort || kind == FaultKind::kStopLong ||
+              kind == FaultKind::kCutShort || kind == FaultKind::kCutLong ||
+              kind == FaultKind::kCutCoordinator ||
+              kind == FaultKind::kSlowLink;
   if (stop && actions_.empty() && status.state() == v1::JOB_STATE_RUNNING &&
       status.generation() == current_->generation &&
       status.step() > current_->step_at_cont) {
     current_->resumed_s = Elapsed() - current_->at_s;
     current_->repeated = 0;
     current_->resumed_from = "no new generation";
-    if (current_->kind == FaultKind::kStopLong) {
+    if (kind == FaultKind::kStopLong || kind == FaultKind::kCutLong ||
+        kind == FaultKind::kCutCoordinator) {
       Note(absl::StrFormat(
-          "the coordinator did not notice a worker silent for %.1f s, "
-          "above its heartbeat timeout of %.1f s",
+          "the coordinator did not notice a %s silent for %.1f s, above its "
+          "heartbeat timeout of %.1f s",
+          kind == FaultKind::kCutCoordinator ? "cluster" : "worker",
           current_->delay_s, options_.heartbeat_timeout_s));
     }
     return true;

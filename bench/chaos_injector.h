@@ -42,6 +42,13 @@ class Cluster {
   // Starts the coordinator again on its address and state dir; false if it
   // did not come up.
   virtual bool RestartCoordinator() = 0;
+  // On the network test bed: the link of worker `index` (-1: the
+  // coordinator's host) cut at the switch and healed, or capped to a slow
+  // rate and restored. False (the fault is noted) if that failed.
+  virtual bool Cut(int index) = 0;
+  virtual bool Heal(int index) = 0;
+  virtual bool Slow(int index) = 0;
+  virtual bool Unslow(int index) = 0;
 };
 
 // Carries out the soak's faults. Start() draws the schedule (from the seed

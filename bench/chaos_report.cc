@@ -11,8 +11,9 @@ namespace lockstep::chaos {
 namespace {
 
 void PrintHeader() {
-  std::printf("%3s %8s %-12s %-10s %7s %9s %8s  %s\n", "#", "at s", "fault",
-              "target", "held s", "resumed s", "repeated", "resumed from");
+  std::printf("%3s %8s %-12s %-10s %7s %10s %9s %8s  %s\n", "#", "at s",
+              "fault", "target", "held s", "detected s", "resumed s",
+              "repeated", "resumed from");
 }
 
 }  // namespace
@@ -27,10 +28,12 @@ void PrintFault(const Fault& fault, size_t number) {
       fault.resumed_s < 0 ? "-" : absl::StrFormat("%.2f", fault.resumed_s);
   const std::string repeated =
       fault.repeated < 0 ? "-" : absl::StrCat(fault.repeated);
+  const std::string detected =
+      fault.detected_s < 0 ? "-" : absl::StrFormat("%.2f", fault.detected_s);
   std::printf(
-      "%3zu %8.2f %-12s %-10s %7.2f %9s %8s  %s%s%s\n", number, fault.at_s,
-      KindName(fault.kind), target.c_str(), fault.held_s, resumed.c_str(),
-      repeated.c_str(), fault.resumed_from.c_str(),
+      "%3zu %8.2f %-12s %-10s %7.2f %10s %9s %8s  %s%s%s\n", number, fault.at_s,
+      KindName(fault.kind), target.c_str(), fault.held_s, detected.c_str(),
+      resumed.c_str(), repeated.c_str(), fault.resumed_from.c_str(),
       fault.problem.empty() ? "" : "  PROBLEM: ", fault.problem.c_str());
   std::fflush(stdout);
 }
@@ -43,6 +46,36 @@ void PrintEvents(const v1::JobStatus& status, absl::Time start) {
     std::printf("  %8.2f gen %-3lld %-20s %s\n", event.time() - start_s,
                 static_cast<long long>(event.generation()),
                 event.kind().c_str(), event.message().c_str());
+  }
+}
+
+void PrintKinds(const std::deque<Fault>& faults) {
+  std::printf("%-12s %6s %9s %13s %13s %13s\n", "fault", "count", "detected",
+              "detect mean s", "resume mean s", "resume max s");
+  for (int k = 0; k <= static_cast<int>(FaultKind::kSlowLink); ++k) {
+    const FaultKind kind = static_cast<FaultKind>(k);
+    int count = 0, detected = 0, resumed = 0;
+    double detect_total = 0, resume_total = 0, resume_max = 0;
+    for (const Fault& fault : faults) {
+      if (fault.kind != kind) continue;
+      ++count;
+      if (fault.detected_s >= 0) {
+        ++detected;
+        detect_total += fault.detected_s;
+      }
+      if (fault.resumed_s >= 0) {
+        ++resumed;
+        resume_total += fault.resumed_s;
+        resume_max = std::max(resume_max, fault.resumed_s);
+      }
+    }
+    if (count == 0) continue;
+    std::printf(
+        "%-12s %6d %9d %13s %13s %13s\n", KindName(kind), count, detected,
+        detected ? absl::StrFormat("%.2f", detect_total / detected).c_str()
+                 : "-",
+        resumed ? absl::StrFormat("%.2f", resume_total / resumed).c_str() : "-",
+        resumed ? absl::StrFormat("%.2f", resume_max).c_str() : "-");
   }
 }
 

@@ -22,6 +22,7 @@ struct Fault {
   double held_s = 0;         // from the fault to the restart or SIGCONT
   int64_t step = 0;          // the job's step when it was injected
   int64_t generation = 0;    // the job's generation then
+  double detected_s = -1;    // fault to the coordinator naming a failure
   double resumed_s = -1;     // fault to training again; -1: never
   int64_t repeated = -1;     // from the `resumed` event; 0 without one
   int64_t resumed_at = -1;   // the step the job trained again after
@@ -39,6 +40,10 @@ void PrintFault(const Fault& fault, size_t number);
 // The job's events (checkpoint commits left out), in seconds since `start`,
 // to read beside the processes' logs.
 void PrintEvents(const v1::JobStatus& status, absl::Time start);
+
+// Per fault kind: how many, how often and how fast the coordinator named a
+// failure, and how long until training resumed (mean and longest).
+void PrintKinds(const std::deque<Fault>& faults);
 
 // One line: the seed, how the faults were resumed from, and how the job
 // ended after `elapsed_s` against the uninterrupted `reference_s`.

@@ -45,8 +45,26 @@
 //
 // --data defaults to $BENCH_DATA_DIR, else the job's default data set;
 // --kinds limits the deck (e.g. --kinds kill-coord,kill-all).
+//
+// --netbed runs every daemon in a host of its own on the network test bed
+// (tests/netbed/: network namespaces joined by a bridge, as root; exit 77
+// when the process cannot build one): the coordinator, and this process,
+// in host 0, worker I in host I + 1. Four network faults join the deck:
+//
+//   cut-short  a worker's cable pulled at the switch, plugged back before
+//              the heartbeat timeout (0.1-0.4 of it): training goes on
+//   cut-long   pulled for 1.5-2.5 heartbeat timeouts, the worker's process
+//              living on: a partition that heals after the job re-formed
+//              without it
+//   cut-coord  the coordinator's host cut off for 1.5-2.5 timeouts
+//   slow-link  a worker's link capped to 20 Mbit/s both ways for 1-4 s
+//
+// The table then also says when the coordinator named a failure (detected
+// s), and a summary per fault kind follows it.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -71,20 +89,15 @@
 #include "common/files.h"
 #include "common/job_state.h"
 #include "lockstep/v1/coordinator.grpc.pb.h"
+#include "tests/netbed/netbed.h"
 
 namespace lockstep::chaos {
 namespace {
 
-constexpr char kCluster[] =
-    R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"]}})";
 // How often the supervisor looks at the job and its processes.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
-
-std::string TfConfig(int index) {
-  return absl::StrCat(
-      R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": )",
-      index, "}}");
-}
+// A slow link's rate (slow-link).
+constexpr char kSlowRate[] = "20mbit";
 
 // The supervisor. Start() runs the cluster, RunReference() the job without
 // faults, RunFaulted() the job under the planned faults (FaultInjector) and
@@ -100,6 +113,13 @@ class Soak : public Cluster {
   ~Soak() override {
     injector_.ContinueStopped();  // so that it can exit
     processes_.TerminateAll(absl::Seconds(3));
+    // Back to where it came from: the bed's teardown kills every process in
+    // its hosts, this one too if it stayed in host 0.
+    if (home_ns_ >= 0) {
+      setns(home_ns_, CLONE_NEWNET);
+      close(home_ns_);
+    }
+    bed_.reset();  // kills what is left in its hosts, deletes them
   }
 
   // The run's folder: state dir, backups and every process's log.
@@ -109,7 +129,8 @@ class Soak : public Cluster {
     char tmpl[] = "/tmp/lockstep-soak-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return false;
     dir_ = tmpl;
-    if (!StartCoordinator("127.0.0.1:0")) return false;
+    if (options_.netbed && !StartBed()) return false;
+    if (!StartCoordinator(Host(-1) + ":0")) return false;
     for (int i = 0; i < kWorkers; ++i) StartWorker(i);
     // Only now: the reaper ends when it finds no child at all. The
     // coordinator and the workers are never all down at once (each fault
@@ -176,8 +197,71 @@ class Soak : public Cluster {
   }
   void RestartWorker(int index) override { StartWorker(index); }
   bool RestartCoordinator() override { return StartCoordinator(address_); }
+  bool Cut(int index) override { return Done(bed_->Cut(BedHost(index))); }
+  bool Heal(int index) override { return Done(bed_->Heal(BedHost(index))); }
+  bool Slow(int index) override {
+    return Done(bed_->Cap(BedHost(index), kSlowRate));
+  }
+  bool Unslow(int index) override { return Done(bed_->Uncap(BedHost(index))); }
 
  private:
+  // --- the network test bed ------------------------------------------------
+
+  // Builds the bed (a host for the coordinator and one per worker) and moves
+  // this process into the coordinator's host, before any thread or channel
+  // exists, so that it reaches the coordinator there.
+  bool StartBed() {
+    if (const std::string left = netbed::Leftovers(); !left.empty()) {
+      std::cerr << "removing what an earlier run left:\n" << left;
+      netbed::RemoveLeftovers();
+    }
+    auto bed = netbed::Bed::Up("soak", 1 + kWorkers);
+    if (!bed.ok()) {
+      std::cerr << bed.status() << "\n";
+      return false;
+    }
+    bed_ = *std::move(bed);
+    home_ns_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    const std::string path = "/run/netns/" + bed_->Namespace(0);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      std::cerr << "cannot enter " << path << ": " << strerror(errno) << "\n";
+      if (fd >= 0) close(fd);
+      return false;
+    }
+    close(fd);
+    return true;
+  }
+
+  // The bed's host of worker `index` (-1: the coordinator's).
+  static int BedHost(int index) { return index < 0 ? 0 : index + 1; }
+
+  // Where worker `index` (-1: the coordinator) runs.
+  std::string Host(int index) const {
+    return bed_ != nullptr ? bed_->Address(BedHost(index)) : "127.0.0.1";
+  }
+
+  bool Done(const absl::Status& status) {
+    if (!status.ok()) std::cerr << status << "\n";
+    return status.ok();
+  }
+
+  std::string WorkerList() const {
+    std::string list;
+    for (int i = 0; i < kWorkers; ++i) {
+      absl::StrAppend(&list, i ? ", " : "", "\"", Host(i), ":1\"");
+    }
+    return list;
+  }
+  std::string ClusterJson() const {
+    return absl::StrCat(R"({"cluster": {"worker": [)", WorkerList(), "]}}");
+  }
+  std::string TfConfig(int index) const {
+    return absl::StrCat(R"({"cluster": {"worker": [)", WorkerList(),
+                        R"(]}, "task": {"type": "worker", "index": )", index,
+                        "}}");
+  }
+
   // --- processes -----------------------------------------------------------
 
   // Starts the coordinator on `listen` and waits for its address.
@@ -186,7 +270,7 @@ class Soak : public Cluster {
     auto pid = processes_.Spawn(
         absl::StrCat("coordinator #", ++coordinators_),
         {options_.bin + "/lockstep-coordinator", "--listen", listen,
-         "--state-dir", dir_ + "/state", "--cluster", kCluster,
+         "--state-dir", dir_ + "/state", "--cluster", ClusterJson(),
          "--heartbeat-timeout", absl::StrCat(options_.heartbeat_timeout_s),
          // Faults, not certificates, are what the soak is about.
          "--insecure"},
@@ -232,6 +316,7 @@ class Soak : public Cluster {
     if (!options_.data.empty()) {
       command.insert(command.end(), {"--data-root", options_.data});
     }
+    if (bed_ != nullptr) command = bed_->Exec(BedHost(index), command);
     auto pid = processes_.Spawn(worker_names_[index], command,
                                 {"TF_CONFIG=" + TfConfig(index),
                                  "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"},
@@ -330,6 +415,7 @@ class Soak : public Cluster {
       failures.push_back(absl::StrCat(
           "digest ", Digest(*last), " differs from the reference ", reference));
     }
+    PrintKinds(injector_.faults());
     PrintSummary(options_.seed, injector_.faults(), job_, last,
                  injector_.Elapsed(), reference_s_);
     if (!failures.empty() && last) PrintEvents(*last, injector_.start());
@@ -340,6 +426,8 @@ class Soak : public Cluster {
   }
 
   const Options options_;
+  std::unique_ptr<netbed::Bed> bed_;  // with --netbed
+  int home_ns_ = -1;                  // the network namespace it started in
   std::string dir_;
   std::string address_;
   client::ProcessGroup processes_;
@@ -371,11 +459,20 @@ int main(int argc, char** argv) {
               << lockstep::chaos::kUsage;
     return 2;
   }
+  if (options->netbed) {
+    if (const std::string why = lockstep::netbed::WhyUnavailable();
+        !why.empty()) {
+      std::printf("chaos_soak --netbed: %s\n", why.c_str());
+      return 77;  // ctest's SKIP_RETURN_CODE
+    }
+  }
   std::printf(
-      "chaos soak: seed %u, %d faults (overlap %.2f), %d steps, 3 workers, "
-      "heartbeat timeout %.1f s (rerun with --seed %u)\n",
+      "chaos soak: seed %u, %d faults (overlap %.2f), %d steps, 3 workers%s, "
+      "heartbeat timeout %.1f s (rerun with --seed %u%s)\n",
       options->seed, options->faults, options->overlap, options->steps,
-      options->heartbeat_timeout_s, options->seed);
+      options->netbed ? " on their own hosts (network test bed)" : "",
+      options->heartbeat_timeout_s, options->seed,
+      options->netbed ? " --netbed" : "");
   std::fflush(stdout);
 
   auto soak = std::make_unique<lockstep::chaos::Soak>(*options);
