@@ -63,21 +63,6 @@ class FolderKeyValue : public worker::KeyValueClient {
   const std::string dir_;
 };
 
-worker::Membership BenchMembership(int rank, int world) {
-  worker::Membership m;
-  m.job_id = "netbed-allreduce";
-  m.generation = 1;
-  m.rank = rank;
-  m.pair_keys.resize(world);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    const int low = std::min(rank, peer), high = std::max(rank, peer);
-    m.pair_keys[peer] =
-        std::string(32, static_cast<char>('a' + low + 8 * high));
-  }
-  return m;
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<Args> args = Args::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
@@ -118,7 +103,8 @@ int Main(int argc, char** argv) {
     options.size = world;
     options.host = host;
     options.algorithm = v.algorithm;
-    options.membership = BenchMembership(rank, world);
+    options.membership =
+        worker::FixedKeysForTesting("netbed-allreduce", 1, rank, world);
     FolderKeyValue kv(
         absl::StrCat(store, "/", std::string(1, v.name[0]), v.bf16 ? "h" : ""));
     auto comm = worker::MeshCommunicator::Connect(&kv, options);

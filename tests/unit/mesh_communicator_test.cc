@@ -34,20 +34,9 @@ using ::testing::HasSubstr;
 using Algorithm = AllReduceAlgorithm;
 
 // Rank `rank`'s membership of a `world`-rank generation, with pair keys as
-// the coordinator hands them out (the pair {i, j}: 32 bytes of 'a' + i + 8j).
+// the coordinator hands them out.
 Membership TestMembership(int rank, int world) {
-  Membership m;
-  m.job_id = "job-1";
-  m.generation = 3;
-  m.rank = rank;
-  m.pair_keys.resize(world);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    const int low = std::min(rank, peer), high = std::max(rank, peer);
-    m.pair_keys[peer] =
-        std::string(kSecretSize, static_cast<char>('a' + low + 8 * high));
-  }
-  return m;
+  return FixedKeysForTesting("job-1", 3, rank, world);
 }
 
 MeshCommunicator::Options RankOptions(

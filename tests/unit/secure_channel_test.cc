@@ -105,20 +105,9 @@ TEST(SecureChannelTest, StrangersAndReplaysAreRefused) {
       CheckReply(Member(), hello, Ok(MakeReply(other, hello)))));
 }
 
-// Rank `rank`'s membership in a `world`-rank generation with pair keys:
-// the pair {i, j}'s key is 32 bytes of 'a' + i + j * 8 (i < j).
+// Rank `rank`'s membership in a `world`-rank generation with pair keys.
 Membership Keyed(int rank, int world) {
-  Membership m = Member();
-  m.secret.clear();
-  m.rank = rank;
-  m.pair_keys.resize(world);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    const int low = std::min(rank, peer), high = std::max(rank, peer);
-    m.pair_keys[peer] =
-        std::string(32, static_cast<char>('a' + low + high * 8));
-  }
-  return m;
+  return FixedKeysForTesting("job-7", 2, rank, world);
 }
 
 // Issue 35: with one secret for the whole generation, rank 2 could call rank

@@ -59,6 +59,22 @@ absl::StatusOr<std::string> Hmac(absl::string_view key,
   return mac;
 }
 
+Membership FixedKeysForTesting(const std::string& job_id, int64_t generation,
+                               int rank, int world) {
+  Membership m;
+  m.job_id = job_id;
+  m.generation = generation;
+  m.rank = rank;
+  m.pair_keys.resize(world);
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const int low = std::min(rank, peer), high = std::max(rank, peer);
+    m.pair_keys[peer] =
+        std::string(kSecretSize, static_cast<char>('a' + low + 8 * high));
+  }
+  return m;
+}
+
 absl::StatusOr<absl::string_view> PairKey(const Membership& membership,
                                           int peer) {
   if (membership.pair_keys.empty()) return absl::string_view(membership.secret);

@@ -78,6 +78,13 @@ absl::StatusOr<Membership> MembershipOf(const v1::Assignment& assignment,
 absl::StatusOr<std::string> MembershipProof(const Membership& membership,
                                             int from, int to);
 
+// Tests and benchmarks only: rank `rank` of a `world`-rank generation
+// `generation` of `job_id` with fixed, well-known pair keys (the pair
+// {i, j}: 32 bytes of 'a' + i + 8j, i < j), as the coordinator would hand
+// them out. Never a real generation's keys.
+Membership FixedKeysForTesting(const std::string& job_id, int64_t generation,
+                               int rank, int world);
+
 // Tests only: while set, every HMAC, nonce and AES-GCM operation of the data
 // plane fails as OpenSSL's do without memory.
 void SetCryptoFailsForTesting(bool fails);
