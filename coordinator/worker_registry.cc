@@ -133,6 +133,7 @@ void WorkerRegistry::Assign(Worker& worker, const std::string& job_id,
   worker.collective_seq = 0;
   worker.seq_changed = now;
   worker.seq_reported = absl::InfinitePast();
+  worker.link_mbps.clear();  // the last generation's peers were others
   worker.assigned_at = now;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -243,8 +244,8 @@ absl::StatusOr<v1::RegisterWorkerRequest> RegistrationOf(
 }
 
 // Whether `host` resolves to loopback addresses only (127.0.0.0/8, ::1);
-// false when it does not resolve.
-bool OnlyLoopback(const std::string& host) {
+// nothing when it does not resolve.
+std::optional<bool> OnlyLoopback(const std::string& host) {
   std::string name = host;
   if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
     name = name.substr(1, name.size() - 2);
@@ -252,7 +253,9 @@ bool OnlyLoopback(const std::string& host) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return false;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) {
+    return std::nullopt;
+  }
   bool loopback = found != nullptr;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     if (a->ai_family == AF_INET) {
@@ -275,7 +278,11 @@ bool OnlyLoopback(const std::string& host) {
 // the rendezvous. Errors: InvalidArgument naming both (exit 2).
 absl::Status CheckPeersCanReach(const std::string& host,
                                 const std::string& coordinator_host) {
-  if (!OnlyLoopback(host) || OnlyLoopback(coordinator_host)) {
+  // Only when both resolve: a coordinator name that does not resolve yet
+  // (a pod's first seconds) decides nothing.
+  const std::optional<bool> local = OnlyLoopback(host);
+  const std::optional<bool> coordinator_local = OnlyLoopback(coordinator_host);
+  if (!local.value_or(false) || coordinator_local.value_or(true)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
