@@ -183,9 +183,13 @@ if [ -f "$build/CMakeCache.txt" ] &&
    ! grep -q "^CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}$" "$build/CMakeCache.txt"; then
   rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
 fi
-link_flags="-Wl,--disable-new-dtags -Wl,-rpath-link,$prefix/usr/lib/$arch -Wl,-rpath-link,$prefix/usr/lib"
+# -L: gRPC's CMake package links re2 by name alone (-lre2).
+link_flags="-L$prefix/usr/lib/$arch -Wl,--disable-new-dtags -Wl,-rpath-link,$prefix/usr/lib/$arch -Wl,-rpath-link,$prefix/usr/lib"
 say "configuring (LibTorch from $TORCH_PREFIX)"
+# pkg-config, where the node has one, must not find the node's own packages:
+# libmicrohttpd and GnuTLS are then found by header and library in the prefix.
 PATH="$CUDAToolkit_ROOT/bin:$PATH" TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= \
 cmake -S . -B "$build" "${generator[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
     -DLOCKSTEP_CUDA=ON -DCUDAToolkit_ROOT="$CUDAToolkit_ROOT" \
@@ -201,6 +205,9 @@ cmake -S . -B "$build" "${generator[@]}" \
     -DProtobuf_PROTOC_EXECUTABLE="$build/tools/protoc" \
     -DGRPC_CPP_PLUGIN="$build/tools/grpc_cpp_plugin" \
     -DOPENSSL_ROOT_DIR="$prefix/usr" -DZLIB_ROOT="$prefix/usr" \
+    -DOPENSSL_INCLUDE_DIR="$prefix/usr/include" \
+    -DOPENSSL_CRYPTO_LIBRARY="$prefix/usr/lib/$arch/libcrypto.so" \
+    -DOPENSSL_SSL_LIBRARY="$prefix/usr/lib/$arch/libssl.so" \
     -DSQLite3_INCLUDE_DIR="$prefix/usr/include" \
     -DSQLite3_LIBRARY="$prefix/usr/lib/$arch/libsqlite3.so" \
     -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include/$arch" \
@@ -214,7 +221,7 @@ grep -E "NCCL backend|Found (Protobuf|OpenSSL|ZLIB|SQLite3|GTest|CUDAToolkit)" "
 # Everything but the compiler's own files and CUDA must come from the prefix
 # or LibTorch, never from the system's /usr (the node has none of it; here,
 # on a development machine, it would hide a missing package).
-strays=$(grep -E '^(absl|gRPC|Gloo|GTest|Protobuf|OPENSSL|ZLIB|SQLite3)[A-Za-z_]*(DIR|LIBRARY|LIBRARIES|INCLUDE_DIR|EXECUTABLE)[^=]*=/usr/' \
+strays=$(grep -E '^(absl|gRPC|Gloo|GTest|Protobuf|OPENSSL|ZLIB|SQLite3|JPEG|PNG|MICROHTTPD|GNUTLS)[A-Za-z_]*(DIR|LIBRARY|LIBRARIES|INCLUDE_DIR|EXECUTABLE|FILE|RELEASE)[^=]*=/usr/' \
   "$build/CMakeCache.txt" | grep -v "=$prefix" || true)
 [ -z "$strays" ] || fatal "configured against the system's /usr instead of $prefix:
 $strays"
@@ -226,7 +233,10 @@ fi
 # ---- build --------------------------------------------------------------------
 targets=(lockstep-coordinator lockstep-worker lockstep nccl_communicator_test allreduce_bench)
 say "building ${targets[*]} with $(nproc) jobs"
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1 &
+# Keep going past a failed file: one build names every error at once.
+keep_going=(-k)
+[ ${#generator[@]} -eq 0 ] || keep_going=(-k 0)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" -- "${keep_going[@]}" >"$work/build.log" 2>&1 &
 build_pid=$!
 ticks=0
 while kill -0 "$build_pid" 2>/dev/null; do

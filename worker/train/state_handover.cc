@@ -155,7 +155,7 @@ Targets PrepareTargets(const std::vector<TensorLayout>& sent,
   std::map<std::string, torch::Tensor> by_name;
   for (size_t i = 0; i < accepted.params; ++i) {
     const StateTensor& param = accepted.own[i];
-    const std::string key = StateKey(param.tensor);
+    const OptimizerStateKey key = StateKey(param.tensor);
     auto held = accepted.slots.find(i);
     if (held == accepted.slots.end()) {
       state.erase(key);

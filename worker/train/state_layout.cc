@@ -4,6 +4,7 @@
 #include "worker/train/state_layout.h"
 
 #include <cstring>
+#include <sstream>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -168,8 +169,21 @@ const std::vector<Slot>& SlotsOf(OptimizerType type) {
   return type == OptimizerType::kSgd ? sgd : adam;
 }
 
-std::string StateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+namespace {
+template <typename Key>
+Key KeyOfImpl(void* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << impl;
+    return out.str();
+  } else {
+    return impl;
+  }
+}
+}  // namespace
+
+OptimizerStateKey StateKey(const torch::Tensor& param) {
+  return KeyOfImpl<OptimizerStateKey>(param.unsafeGetTensorImpl());
 }
 
 namespace {

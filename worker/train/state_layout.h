@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -108,8 +110,11 @@ struct Slot {
 };
 const std::vector<Slot>& SlotsOf(OptimizerType type);
 
-// The key of a parameter's state in Optimizer::state().
-std::string StateKey(const torch::Tensor& param);
+// The key of a parameter's state in Optimizer::state(): its TensorImpl's
+// address, printed as a string in LibTorch 1.x and the pointer itself in 2.x.
+using OptimizerStateKey = std::decay_t<
+    decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+OptimizerStateKey StateKey(const torch::Tensor& param);
 // The slot's tensor; Adam's (and AdamW's) step as a 0-dim int64 host tensor.
 // Undefined when the parameter's state does not hold the slot.
 torch::Tensor GetSlot(OptimizerType type, torch::optim::OptimizerParamState& s,
