@@ -240,6 +240,9 @@ void KeepLargeBlocksInTheHeap() {
   if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) {
+    mallopt(M_ARENA_MAX, 1);
+  }
 }
 
 }  // namespace lockstep::worker

@@ -66,8 +66,18 @@ void ConfigureThreads(int threads);
 // page faults for all its activations: on this project's VMs the CNN's
 // forward and backward ran 4x slower for it (docs/BENCHMARKS.md). Keep such
 // blocks in the heap, as jemalloc or tcmalloc would; the worker's memory
-// stays at its peak, which every step reaches anyway. Variables the user set
-// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) win.
+// stays at its peak, which every step reaches anyway.
+//
+// And in one heap: the training step runs on a thread of its own, and
+// glibc gives such a thread an arena of 64 MiB heaps that it unmaps whenever
+// one falls empty, whatever the thresholds say. A step's activations
+// outgrow one heap, so every step mapped and faulted in fresh pages again
+// (about 100,000 page faults a second for the 1-worker CNN, half its speed,
+// depending on which arena the thread happened to get). One arena, the
+// main heap, keeps them.
+//
+// Variables the user set (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
+// MALLOC_ARENA_MAX) win. Called first thing in main, before any thread.
 void KeepLargeBlocksInTheHeap();
 
 }  // namespace lockstep::worker
