@@ -317,6 +317,9 @@ int LocalRun::Finish(const std::vector<absl::StatusOr<v1::JobStatus>>& finals) {
     statuses.push_back(full.ok() ? *std::move(full) : *final_status);
   }
   finishing_ = true;
+  // Our connection goes first: a coordinator told to stop waits (up to its
+  // 2 s grace) for its clients' connections to close, ours included.
+  stub_.reset();
   processes_.TerminateAll(absl::Seconds(5));
 
   std::string child_failure;
