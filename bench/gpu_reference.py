@@ -196,12 +196,14 @@ class Job:
                 1 + math.cos(math.pi * progress))
         return scaled
 
-    def make_optimizer(self, params):
+    def make_optimizer(self, params, foreach=True):
+        # foreach=None: PyTorch's default (multi-tensor kernels on a GPU).
+        foreach = None if foreach else False
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.base_lr,
-                                    weight_decay=self.weight_decay)
+                                    weight_decay=self.weight_decay, foreach=foreach)
         return torch.optim.SGD(params, lr=self.base_lr, momentum=self.momentum,
-                               weight_decay=self.weight_decay)
+                               weight_decay=self.weight_decay, foreach=foreach)
 
 
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -214,13 +216,19 @@ def autocast(device, dtype):
 
 
 def train_one(job, precision, mode, data, device, steps, warmup):
+    # A mode is "eager" or "ddp", optionally with "+item" (read the loss on
+    # the host every step, as lockstep does) and "+loop" (the optimizer one
+    # parameter at a time, as LibTorch's C++ optimizers are): variants that
+    # tell apart where lockstep's host side spends its time.
+    base, *variants = mode.split("+")
     torch.manual_seed(job.seed)
     model = Network(job.model, job.dropout).to(device)
     net = model
-    if mode == "ddp":
+    if base == "ddp":
         net = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = job.make_optimizer(net.parameters())
+    optimizer = job.make_optimizer(net.parameters(), foreach="loop" not in variants)
+    read_loss = "item" in variants
     dtype = AUTOCAST[precision]
     scaler = None
     if precision == "fp16":
@@ -256,6 +264,8 @@ def train_one(job, precision, mode, data, device, steps, warmup):
         else:
             loss.backward()
             optimizer.step()
+        if read_loss:
+            float(loss)
     sync()
     elapsed = time.perf_counter() - started if started is not None else float("nan")
     timed = steps - warmup
@@ -280,7 +290,9 @@ def main():
                         help="a job file (examples/*.json); repeatable")
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
-    parser.add_argument("--modes", default="eager,ddp")
+    parser.add_argument("--modes", default="eager,ddp",
+                        help="eager, ddp, each optionally +item and/or +loop "
+                             "(see train_one)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--device", default="cuda:0")
@@ -312,14 +324,14 @@ def main():
         f"(mean {data.mean:.4f}, std {data.std:.4f})")
 
     modes = [m for m in args.modes.split(",") if m]
-    if "ddp" in modes:
+    if any(m.split("+")[0] == "ddp" for m in modes):
         try:
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                     store=dist.HashStore(), rank=0, world_size=1)
         except Exception as e:  # recorded; eager still runs
             out["ddp_error"] = f"{type(e).__name__}: {e}"
             log("DDP unavailable:", out["ddp_error"])
-            modes = [m for m in modes if m != "ddp"]
+            modes = [m for m in modes if m.split("+")[0] != "ddp"]
 
     for path in args.job:
         job = Job(path)
