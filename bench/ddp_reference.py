@@ -101,11 +101,20 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--port", type=int, default=29531)
+    parser.add_argument("--rank", type=int, default=None,
+                        help="run only this rank, in this process (one per "
+                             "host, as torchrun does); rank 0 listens at "
+                             "--master")
+    parser.add_argument("--master", default="127.0.0.1",
+                        help="rank 0's address (MASTER_ADDR)")
     args = parser.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_ADDR", args.master)
     os.environ["MASTER_PORT"] = str(args.port)
     start = time.time()
-    mp.spawn(run, args=(args, start), nprocs=args.workers, join=True)
+    if args.rank is not None:
+        run(args.rank, args, start)
+    else:
+        mp.spawn(run, args=(args, start), nprocs=args.workers, join=True)
 
 
 if __name__ == "__main__":
