@@ -5,6 +5,7 @@
 #include "client/local.h"
 
 #include <google/protobuf/struct.pb.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@ namespace {
 
 constexpr char kLocalUsage[] =
     R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--metrics-port PORT] [--set field=value ...] JOB.json [JOB.json ...]
+       lockstep local --serve --workers N [--spares N] [--gpus] [--json] [--insecure] [--data-root DIR]... [--backup-root DIR]... [--export-root DIR]...
 
 Runs JOB.json on a coordinator process and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -40,6 +42,9 @@ Given several JOB.json, it submits them all at once to the same N workers:
 the coordinator's scheduler runs those that fit side by side and queues the
 rest (each job's num_workers, at most N; priority and placement apply as on
 a cluster); it follows them in order and exits 0 when every one succeeds.
+With --serve (and no JOB.json) it runs the pool until Ctrl-C or SIGTERM
+instead: jobs come from `lockstep submit` or Python's lockstep.Client, each
+on the workers the scheduler gives it (a pool for a notebook).
 A worker process that dies (kill -9, a crash) is restarted, as Kubernetes
 would restart its pod, up to 5 times; the job recovers its state from the
 surviving workers or, with checkpoint.backup_dir, from the last checkpoint.
@@ -79,6 +84,17 @@ Flags:
                        passed to each worker (lockstep-worker --help); for
                        comparing the data plane's cost
   --keep-logs          keep the run directory (logs, state) after success
+  --serve              run the pool without a job until SIGINT or SIGTERM.
+                       Once every worker has registered it prints how to
+                       reach it (with --json: one line of JSON on stdout
+                       with coordinator, tls_cert, tls_key, tls_ca, an
+                       operator's certificate, viewer_tls_cert and
+                       viewer_tls_key, a viewer's, and run_dir)
+  --data-root DIR, --backup-root DIR, --export-root DIR
+                       with --serve: the folders jobs may read data and
+                       TorchScript from, keep checkpoints in and export to
+                       (repeatable; lockstep-worker --help). Data may come
+                       from /usr/share/datasets/fashion-mnist without one
   --insecure           run the daemons without TLS (--insecure): anyone who
                        can reach 127.0.0.1 may call them
 
@@ -86,7 +102,8 @@ The run uses mutual TLS like a cluster: a CA made for the run (its key
 never leaves this process) signs a certificate for the coordinator
 (spiffe://lockstep/coordinator, for localhost and 127.0.0.1), one per worker
 process (spiffe://lockstep/worker/local-worker-I, .../spare/local-spare-I) and one
-for this command (spiffe://lockstep/operator/local), in the run directory's
+for this command (spiffe://lockstep/operator/local), with --serve also one
+for a viewer (spiffe://lockstep/viewer/local), in the run directory's
 tls/ folder (keys 0600). The command prints the LOCKSTEP_TLS_* exports that
 point another lockstep command at the run while it lasts.
 
@@ -102,6 +119,7 @@ Examples:
   lockstep local --workers 2 --spares 1 examples/fashion_mnist_mlp.json
   lockstep local --workers 4 --set num_workers=2 \
       examples/fashion_mnist_mlp.json examples/fashion_mnist_cnn.json
+  lockstep local --serve --workers 2 --json
 )";
 
 // The GPUs `lockstep local --gpus` hands out, as CUDA_VISIBLE_DEVICES
@@ -157,10 +175,31 @@ absl::Status LocalRun::Prepare() {
     return absl::InvalidArgumentError(
         absl::StrCat("--spares must be between 0 and 64, got ", spares_));
   }
-  if (args_.positional().empty() || args_.positional().size() > 16) {
+  serve_ = args_.Has("serve");
+  for (const char* flag : {"data-root", "backup-root", "export-root"}) {
+    if (!serve_ && args_.Has(flag)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag,
+          " is for --serve; without it the workers may use exactly the "
+          "paths JOB.json names"));
+    }
+  }
+  if (serve_) {
+    if (!args_.positional().empty()) {
+      return absl::InvalidArgumentError(
+          "--serve takes no JOB.json: submit jobs to the pool it runs "
+          "(lockstep submit, or Python's lockstep.Client)");
+    }
+    if (args_.Has("metrics-out")) {
+      return absl::InvalidArgumentError(
+          "--metrics-out writes one job's losses, and --serve runs none: "
+          "use `lockstep metrics JOB --csv`");
+    }
+    RETURN_IF_ERROR(ServeRootFlags());
+  } else if (args_.positional().empty() || args_.positional().size() > 16) {
     return absl::InvalidArgumentError(
         "lockstep local needs one JOB.json (or up to 16 to share the "
-        "workers); see --help");
+        "workers), or --serve; see --help");
   }
   if (args_.positional().size() > 1 && args_.Has("metrics-out")) {
     return absl::InvalidArgumentError(
@@ -447,6 +486,7 @@ int LocalRun::Run() {
     return kExitJobFailed;
   }
   startup_seconds_ = absl::ToDoubleSeconds(absl::Now() - start_);
+  if (serve_) return Serve();
 
   absl::StatusOr<std::vector<std::string>> ids = SubmitAll();
   if (!ids.ok()) {
@@ -490,16 +530,86 @@ int LocalRun::Run() {
   return Finish(finals);
 }
 
+void LocalRun::PrintServeJson() {
+  google::protobuf::Struct out;
+  auto& f = *out.mutable_fields();
+  f["coordinator"].set_string_value(address_);
+  f["insecure"].set_bool_value(insecure_);
+  if (!insecure_) {
+    f["tls_cert"].set_string_value(operator_tls_.cert_file);
+    f["tls_key"].set_string_value(operator_tls_.key_file);
+    f["tls_ca"].set_string_value(operator_tls_.ca_file);
+    const std::string viewer = run_dir_ + "/tls/viewer";
+    f["viewer_tls_cert"].set_string_value(viewer + ".crt");
+    f["viewer_tls_key"].set_string_value(viewer + ".key");
+  }
+  f["run_dir"].set_string_value(run_dir_);
+  f["workers"].set_number_value(workers_);
+  f["spares"].set_number_value(spares_);
+  f["pid"].set_number_value(getpid());
+  std::cout << ToJson(out) << std::endl;
+}
+
+int LocalRun::Serve() {
+  if (json_) {
+    PrintServeJson();
+  } else {
+    std::cout << "lockstep local: " << workers_ << " workers ready; serving "
+              << "until Ctrl-C or SIGTERM" << std::endl;
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  std::string failure;
+  while (failure.empty()) {
+    // Woken by the signal; a worker that fails for good is seen within
+    // the tick.
+    const timespec tick = {0, 200'000'000};
+    const int signal = sigtimedwait(&signals, nullptr, &tick);
+    if (signal == SIGINT || signal == SIGTERM) break;
+    absl::MutexLock lock(&mu_);
+    failure = child_failure_;
+  }
+  finishing_ = true;
+  stub_.reset();
+  processes_.TerminateAll(absl::Seconds(5));
+  if (!failure.empty()) {
+    std::cerr << "lockstep: " << failure << "\nlogs are in " << run_dir_
+              << std::endl;
+    return kExitJobFailed;
+  }
+  progress() << "lockstep local: stopped the pool" << std::endl;
+  if (!args_.Has("keep-logs")) {
+    absl::Status removed = RemoveRecursively(run_dir_);
+    if (!removed.ok()) {
+      std::cerr << "lockstep: " << removed.message()
+                << " (leaving the run's logs behind)" << std::endl;
+    }
+  }
+  return kExitOk;
+}
+
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
   auto args = Args::Parse(
       argv,
       {"workers", "spares", "set", "metrics-out", "threads", "metrics-port",
-       "data-plane-encryption", "data-plane-transport"},
-      {"json", "keep-logs", "gpus", "help", kInsecureFlag});
+       "data-plane-encryption", "data-plane-transport", "data-root",
+       "backup-root", "export-root"},
+      {"json", "keep-logs", "gpus", "help", "serve", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;
     return kExitOk;
+  }
+  if (args->Has("serve")) {
+    // Serve() waits for them with sigtimedwait: blocked before any thread
+    // starts, so that none of them takes the signal (children unblock).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   }
   LocalRun run(*args, bin_dir);
   return run.Run();

@@ -56,6 +56,14 @@ class LocalRun {
   void PrintJson(const v1::JobStatus& status, double wall_seconds);
   // How to point another lockstep command at this run.
   void PrintCliHint();
+  // --serve: the pool runs until SIGINT or SIGTERM (blocked by RunLocal),
+  // or until a process fails for good; the exit code.
+  int Serve();
+  // --serve --json: the line that tells a program (Python's
+  // lockstep.LocalCluster) where the pool is and which certificates reach it.
+  void PrintServeJson();
+  // The workers' --data-root/--backup-root/--export-root under --serve.
+  absl::Status ServeRootFlags();
   std::ostream& progress() { return json_ ? std::cerr : std::cout; }
 
   // ---- the processes (local_processes.cc) ----
@@ -77,6 +85,9 @@ class LocalRun {
   const Args& args_;
   const std::string bin_dir_;
   bool json_ = false;
+  bool serve_ = false;
+  // --serve: the root flags every worker gets (absolute paths).
+  std::vector<std::string> serve_root_flags_;
   int workers_ = 2;
   int spares_ = 0;  // worker indexes workers_.. are spares
   int threads_ = 1;

@@ -91,6 +91,28 @@ std::vector<std::string> RootFlags(const v1::JobSpec& spec) {
 
 }  // namespace
 
+absl::Status LocalRun::ServeRootFlags() {
+  const std::string cwd = CurrentDirectory();
+  bool data_root = false;
+  for (const char* flag : {"data-root", "backup-root", "export-root"}) {
+    for (const std::string& path : args_.GetAll(flag)) {
+      if (path.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, " wants a folder, got an empty path"));
+      }
+      serve_root_flags_.insert(
+          serve_root_flags_.end(),
+          {absl::StrCat("--", flag), path[0] == '/' ? path : cwd + "/" + path});
+      data_root |= std::string(flag) == "data-root";
+    }
+  }
+  if (!data_root) {
+    serve_root_flags_.insert(serve_root_flags_.end(),
+                             {"--data-root", kDefaultDataDir});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LocalRun::MakeCertificates() {
   RETURN_IF_ERROR(MakeDirectories(run_dir_ + "/tls"));
   ASSIGN_OR_RETURN(ca_, MakeCertificateAuthority(
@@ -100,6 +122,11 @@ absl::Status LocalRun::MakeCertificates() {
       TlsFlags("coordinator", "spiffe://lockstep/coordinator").status());
   RETURN_IF_ERROR(
       TlsFlags("operator", "spiffe://lockstep/operator/local").status());
+  if (serve_) {
+    // A read-only identity for whatever watches the pool (a dashboard).
+    RETURN_IF_ERROR(
+        TlsFlags("viewer", "spiffe://lockstep/viewer/local").status());
+  }
   const std::string base = run_dir_ + "/tls/operator";
   operator_tls_ = {base + ".crt", base + ".key", base + "-ca.crt"};
   return absl::OkStatus();
@@ -195,6 +222,8 @@ absl::Status LocalRun::SpawnWorker(int index) {
   for (const v1::JobSpec& spec : specs_) {
     for (const std::string& flag : RootFlags(spec)) command.push_back(flag);
   }
+  command.insert(command.end(), serve_root_flags_.begin(),
+                 serve_root_flags_.end());
   // Each process has an identity of its own; a restart keeps it.
   const std::string name =
       absl::StrCat(index >= workers_ ? "local-spare-" : "local-worker-", index);

@@ -69,6 +69,11 @@ absl::StatusOr<pid_t> ProcessGroup::Spawn(const std::string& name,
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    // A parent that waits for signals with sigwait blocks them; the child
+    // starts with none blocked, as a daemon expects.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(stdout_pipe != nullptr ? pipe_fds[1] : log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);
