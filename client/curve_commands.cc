@@ -2,10 +2,14 @@
 // CSV or JSON) and compare (several jobs', as a table and an SVG plot).
 #include <google/protobuf/struct.pb.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,15 +42,20 @@ constexpr char kCompareUsage[] =
 
 Compares runs of a job across configurations: a table of replicas,
 per-replica batch, global batch, learning rate after scaling, steps per
-epoch, steps trained, final loss, test accuracy and samples/s, and an SVG
-plot of the loss curves by step and by samples seen, and of the test loss
-at each evaluation (open it in a browser).
+epoch, steps trained, final loss, test accuracy and samples/s; for each
+pair of runs whether they computed the same function (the same seed,
+global batch and settings for the same steps: bit-identical on one world
+size; across world sizes the digests differ by the floating-point order of
+the gradient sum, and the largest gap between the loss curves is given) or
+what differs; and an SVG plot of the loss curves by step and by samples
+seen, and of the test loss at each evaluation (open it in a browser).
 It warns when the runs differ in global batch or learning-rate scaling:
 that, not the number of workers, is what makes curves diverge.
 
 Flags:
   --svg FILE   where to write the plot (default lockstep-compare.svg)
-  --json       the table and the warnings as JSON; the plot is still written
+  --json       the table, the verdicts and the warnings as JSON; the plot is
+               still written
 
 Example:
   lockstep compare mlp-1w-1 mlp-2w-2 --svg scaling.svg
@@ -171,6 +180,128 @@ std::vector<std::string> CompareWarnings(
   return warnings;
 }
 
+// The settings that decide the function a run computes (name, value), in
+// the order a verdict reports them; the world size is not one of them.
+std::vector<std::pair<std::string, std::string>> FunctionSettings(
+    const v1::JobStatus& job) {
+  const v1::JobSpec& spec = job.spec();
+  auto or_default = [](const std::string& value, const char* fallback) {
+    return value.empty() ? std::string(fallback) : value;
+  };
+  return {
+      {"global batch", absl::StrCat(GlobalBatch(job))},
+      {"seed", absl::StrCat(spec.seed())},
+      {"precision", or_default(spec.precision(), "fp32")},
+      {"accumulation_steps",
+       absl::StrCat(std::max(1, spec.accumulation_steps()))},
+      {"lr_scaling", or_default(spec.lr_scaling(), "none")},
+      {"scaled LR", absl::StrFormat("%.6g", job.plan().scaled_lr())},
+      {"model", spec.model().name().empty() ? spec.model().torchscript()
+                                            : spec.model().name()},
+      {"optimizer", spec.optimizer().type()},
+      {"data",
+       spec.data().dir().empty() ? spec.data().format() : spec.data().dir()},
+      {"reproducible", spec.reproducible() ? "true" : "false"},
+  };
+}
+
+// The largest difference of two loss histories over their common steps,
+// and how many steps they share.
+std::pair<double, int> LossGap(const v1::JobStatus& a, const v1::JobStatus& b) {
+  std::map<int64_t, float> losses;
+  for (int i = 0; i < a.step_losses_size(); ++i) {
+    losses[HistoryStep(a, i)] = a.step_losses(i);
+  }
+  double gap = 0;
+  int common = 0;
+  for (int i = 0; i < b.step_losses_size(); ++i) {
+    auto it = losses.find(HistoryStep(b, i));
+    if (it == losses.end()) continue;
+    gap = std::max(gap, std::abs(static_cast<double>(it->second) -
+                                 static_cast<double>(b.step_losses(i))));
+    ++common;
+  }
+  return {gap, common};
+}
+
+// Whether two finished runs computed the same function, and a sentence that
+// says so or what differs (as Python's lockstep.compare). The same function:
+// the same settings (FunctionSettings) and steps. On one world size the
+// models are then bit-identical; across world sizes the gradient is summed
+// in another floating-point order, so the digests differ and the sentence
+// gives the largest gap between the loss curves.
+struct Verdict {
+  bool same_function = false;
+  std::string text;
+};
+Verdict CompareVerdict(const v1::JobStatus& a, const v1::JobStatus& b) {
+  const std::string names = absl::StrCat(a.job_id(), " and ", b.job_id());
+  const int wa = a.plan().replicas(), wb = b.plan().replicas();
+  const std::string workers = wa != wb
+                                  ? absl::StrCat(wa, " and ", wb, " workers")
+                                  : absl::StrCat(wa, " workers each");
+  const std::string da =
+      a.ranks_size() > 0 ? a.ranks(0).model_digest() : std::string();
+  const std::string db =
+      b.ranks_size() > 0 ? b.ranks(0).model_digest() : std::string();
+  if (da.empty() || db.empty()) {
+    return {false, absl::StrCat(names, ": cannot tell yet: ",
+                                da.empty() ? a.job_id() : b.job_id(),
+                                " has no final model digest (it has not "
+                                "succeeded)")};
+  }
+  std::vector<std::string> differs;
+  if (a.step() != b.step()) {
+    differs.push_back(
+        absl::StrCat("steps trained (", a.step(), " vs ", b.step(), ")"));
+  }
+  const auto sa = FunctionSettings(a), sb = FunctionSettings(b);
+  for (size_t i = 0; i < sa.size(); ++i) {
+    if (sa[i].second != sb[i].second) {
+      differs.push_back(absl::StrCat(sa[i].first, " (", sa[i].second, " vs ",
+                                     sb[i].second, ")"));
+    }
+  }
+  if (!differs.empty()) {
+    return {false,
+            absl::StrCat(names, ": different functions: ",
+                         absl::StrJoin(differs, "; "), " (on ", workers, ")")};
+  }
+  if (da == db) {
+    return {true, absl::StrCat(names,
+                               ": same function, bit-identical: the same "
+                               "model (digest ",
+                               da.substr(0, 16), ") after ", a.step(),
+                               " steps on ", workers)};
+  }
+  const auto [gap, common] = LossGap(a, b);
+  if (wa != wb) {
+    return {
+        true,
+        absl::StrFormat(
+            "%s: same function on %s: the same seed, global batch and "
+            "settings; the models differ only by the floating-point "
+            "order of the gradient sum across world sizes (digests %s vs "
+            "%s), the losses by at most %.3g over %d common steps",
+            names, workers, da.substr(0, 16), db.substr(0, 16), gap, common)};
+  }
+  return {false, absl::StrFormat(
+                     "%s: the same settings on %s, yet different models "
+                     "(digests %s vs %s; losses up to %.3g apart): replicas "
+                     "on different CPU kernels? Set reproducible: true",
+                     names, workers, da.substr(0, 16), db.substr(0, 16), gap)};
+}
+
+std::vector<Verdict> CompareVerdicts(const std::vector<v1::JobStatus>& jobs) {
+  std::vector<Verdict> verdicts;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    for (size_t j = i + 1; j < jobs.size(); ++j) {
+      verdicts.push_back(CompareVerdict(jobs[i], jobs[j]));
+    }
+  }
+  return verdicts;
+}
+
 // Writes the loss curves of `jobs`, by step and by samples seen, to
 // `svg_path`. Errors: FailedPrecondition when the file cannot be written.
 absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
@@ -213,6 +344,7 @@ absl::Status WriteComparePlot(const std::vector<v1::JobStatus>& jobs,
 // `lockstep compare --json`: the table, the warnings and the plot's path.
 std::string CompareJson(const std::vector<v1::JobStatus>& jobs,
                         const std::vector<std::string>& warnings,
+                        const std::vector<Verdict>& verdicts,
                         const std::string& svg_path) {
   google::protobuf::Struct out;
   auto& f = *out.mutable_fields();
@@ -245,6 +377,12 @@ std::string CompareJson(const std::vector<v1::JobStatus>& jobs,
   auto* warned = f["warnings"].mutable_list_value();
   for (const std::string& w : warnings) {
     warned->add_values()->set_string_value(w);
+  }
+  auto* judged = f["verdicts"].mutable_list_value();
+  for (const Verdict& v : verdicts) {
+    auto& r = *judged->add_values()->mutable_struct_value()->mutable_fields();
+    r["same_function"].set_bool_value(v.same_function);
+    r["text"].set_string_value(v.text);
   }
   f["svg"].set_string_value(svg_path);
   return ToJson(out);
@@ -281,12 +419,13 @@ int RunCompare(const std::vector<std::string>& argv) {
     jobs.push_back(*std::move(status));
   }
   const std::vector<std::string> warnings = CompareWarnings(jobs);
+  const std::vector<Verdict> verdicts = CompareVerdicts(jobs);
   const std::string svg_path = call->args.Get("svg", "lockstep-compare.svg");
   absl::Status plotted = WriteComparePlot(jobs, svg_path);
   if (!plotted.ok()) return Fail(plotted);
 
   if (call->args.Has("json")) {
-    std::cout << CompareJson(jobs, warnings, svg_path) << std::endl;
+    std::cout << CompareJson(jobs, warnings, verdicts, svg_path) << std::endl;
     return kExitOk;
   }
   std::cout << absl::StrFormat(
@@ -301,6 +440,9 @@ int RunCompare(const std::vector<std::string>& argv) {
         job.plan().per_replica_batch_size(), GlobalBatch(job),
         job.plan().scaled_lr(), job.plan().steps_per_epoch(), job.step(),
         job.loss(), metrics.empty() ? "-" : metrics, job.samples_per_second()));
+  }
+  for (const Verdict& v : verdicts) {
+    std::cout << TerminalSafe(v.text) << "\n";
   }
   for (const std::string& w : warnings) {
     std::cerr << "lockstep: warning: " << TerminalSafe(w) << "\n";

@@ -176,6 +176,23 @@ TEST(LocalTest, SeveralJobsShareTheWorkers) {
   EXPECT_THAT(refused.err, HasSubstr("it could never start"));
 }
 
+// Issue 36: `lockstep local --serve` runs a pool without a job (Python's
+// LocalCluster drives it: tests/python); it takes no JOB.json, and the root
+// flags only with it.
+TEST(LocalTest, ServeTakesNoJobAndRootsOnlyWithServe) {
+  Result job = RunCommand({kBin + "/lockstep", "local", "--serve", kMlp});
+  EXPECT_EQ(job.code, 2);
+  EXPECT_THAT(job.err, HasSubstr("--serve takes no JOB.json"));
+  Result roots =
+      RunCommand({kBin + "/lockstep", "local", "--backup-root", "/tmp", kMlp});
+  EXPECT_EQ(roots.code, 2);
+  EXPECT_THAT(roots.err, HasSubstr("--backup-root is for --serve"));
+  Result empty =
+      RunCommand({kBin + "/lockstep", "local", "--serve", "--data-root", ""});
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("wants a folder"));
+}
+
 // The operator's commands against a real coordinator: output, --json shape
 // and exit codes.
 TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
@@ -288,7 +305,7 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
 
 // `compare` on two real runs: the table, the warning that explains the
 // curves, and a well-formed SVG.
-TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
+TEST_F(ClusterTest, CompareTwoRunsGivesATableAVerdictAWarningAndAPlot) {
   StartCluster(2);
   std::string a = Submit({"max_steps=30", "global_batch_size=64"});
   ASSERT_EQ(WatchUntil(a, Ended).state(), v1::JOB_STATE_SUCCEEDED);
@@ -313,6 +330,16 @@ TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
   EXPECT_THAT(compare.out, AllOf(HasSubstr("GLOBAL"), HasSubstr("SAMPLES/S"),
                                  HasSubstr(a), HasSubstr(b), HasSubstr(svg)));
   EXPECT_THAT(compare.err, HasSubstr("differ in global batch"));
+  EXPECT_THAT(compare.out,
+              HasSubstr("different functions: global batch (64 vs 128)"));
+  // The same job again on the same world size: the same model, bit for bit.
+  std::string c = Submit({"max_steps=30", "global_batch_size=64"});
+  ASSERT_EQ(WatchUntil(c, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+  Result same = RunCommand({kBin + "/lockstep", "compare", a, c, "--svg", svg,
+                            "--coordinator", address_});
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_THAT(same.out, HasSubstr("same function, bit-identical"));
+
   Result xml = RunCommand(
       {"/usr/bin/python3", "-c",
        "import sys, xml.etree.ElementTree as ET\n"
@@ -337,6 +364,13 @@ TEST_F(ClusterTest, CompareTwoRunsGivesATableAWarningAndAPlot) {
                 .number_value(),
             128);
   EXPECT_EQ(parsed.fields().at("warnings").list_value().values_size(), 1);
+  const auto& verdicts = parsed.fields().at("verdicts").list_value();
+  ASSERT_EQ(verdicts.values_size(), 1);
+  EXPECT_FALSE(verdicts.values(0)
+                   .struct_value()
+                   .fields()
+                   .at("same_function")
+                   .bool_value());
 }
 
 }  // namespace
