@@ -13,7 +13,7 @@ FUZZ_RUNS ?= 1000000
 export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build test demo bench clean format thread-safety \
-	san-configure sanitize fuzz images e2e
+	san-configure sanitize fuzz images e2e install
 
 all: build
 
@@ -25,6 +25,14 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The binaries into PREFIX/bin and the Python package into Debian's Python
+# path under PREFIX (lib/python3/dist-packages for /usr,
+# lib/python3.X/dist-packages otherwise). PREFIX=/usr/local by default.
+PREFIX ?= /usr/local
+install: build
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --install $(BUILD_DIR)
 
 test: build thread-safety sanitize
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

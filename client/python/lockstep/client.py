@@ -1,0 +1,292 @@
+"""Client and Job: the coordinator's calls from Python (the CLI's submit,
+status, watch, stop, jobs and workers)."""
+import collections
+import sys
+import time
+
+import grpc
+
+from lockstep import errors
+from lockstep import metrics as metrics_lib
+from lockstep._connection import Settings
+from lockstep.spec import job_spec, keyword_overrides
+from lockstep.v1 import coordinator_pb2
+from lockstep.v1 import coordinator_pb2_grpc
+
+_TERMINAL = (coordinator_pb2.JOB_STATE_SUCCEEDED,
+             coordinator_pb2.JOB_STATE_FAILED,
+             coordinator_pb2.JOB_STATE_STOPPED)
+
+# What Job.watch() yields: kind "event" with the JobEvent that happened, or
+# "progress" with the job's new status (event None). `status` is always the
+# job's latest JobStatus.
+Update = collections.namedtuple("Update", ["kind", "status", "event"])
+
+
+class Client:
+    """A connection to a lockstep coordinator.
+
+    Client(address, cert, key, ca) uses those; any left out comes from the
+    CLI's environment (LOCKSTEP_COORDINATOR, LOCKSTEP_TLS_CERT,
+    LOCKSTEP_TLS_KEY, LOCKSTEP_TLS_CA; LOCKSTEP_INSECURE=1 or insecure=True
+    for a coordinator run with --insecure). The server must present the
+    coordinator's SPIFFE ID from that CA, for the host dialed; that is
+    checked here, so an unreachable or wrong server raises Unavailable or
+    Unauthenticated at once. `timeout` bounds each call (not Job.wait()).
+    """
+
+    def __init__(self, address=None, cert=None, key=None, ca=None, *,
+                 insecure=None, timeout=30.0):
+        self._settings = Settings(address, cert, key, ca, insecure)
+        self.address = self._settings.address
+        self.timeout = timeout
+        self._settings.check_server(timeout)
+        self._channel = self._settings.channel()
+        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+
+    @classmethod
+    def from_env(cls, **kwargs):
+        """A Client configured only by the environment, as the CLI is."""
+        return cls(**kwargs)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "lockstep.Client(%r)" % self.address
+
+    def _call(self, method, request, timeout=None):
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise errors.from_rpc(error, self.address) from None
+
+    def submit(self, spec, overrides=None, **kwargs):
+        """Submits a job and returns its Job. `spec` is a dict, a path to a
+        JSON spec or a JobSpec; `overrides` ({"epochs": 1,
+        "communication.algorithm": "ring"}) and keyword arguments
+        (epochs=1, communication__algorithm="ring") replace fields, as the
+        CLI's --set does. Raises InvalidArgument for a bad spec (the
+        coordinator's message says which field and why)."""
+        merged = dict(overrides or {})
+        merged.update(keyword_overrides(kwargs))
+        request = coordinator_pb2.SubmitJobRequest(spec=job_spec(spec, merged))
+        response = self._call("SubmitJob", request)
+        return Job(self, response.job_id)
+
+    def job(self, job_id):
+        """The Job of an existing job id (NotFound at its first call when
+        there is none)."""
+        return Job(self, job_id)
+
+    def jobs(self, limit=None):
+        """Summaries (JobStatus without history, events or evaluations) of
+        the coordinator's jobs, newest first; at most `limit`."""
+        out = []
+        token = ""
+        while limit is None or len(out) < limit:
+            page = self._call("GetJobStatus", coordinator_pb2.GetJobStatusRequest(
+                page_token=token, page_size=1000 if limit is None else
+                min(1000, limit - len(out))))
+            out.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                break
+        return out if limit is None else out[:limit]
+
+    def workers(self):
+        """Every registered worker (WorkerInfo: id, host, state, job, rank,
+        device, labels), in worker id order."""
+        out = []
+        token = ""
+        while True:
+            page = self._call("ListWorkers", coordinator_pb2.ListWorkersRequest(
+                page_token=token))
+            out.extend(page.workers)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def queue(self):
+        """The queued jobs, head first, each with why it waits
+        (JobStatus.queue)."""
+        return list(self._call("ListQueue",
+                               coordinator_pb2.ListQueueRequest()).jobs)
+
+
+class Job:
+    """One job of a coordinator: its id, and the calls on it."""
+
+    def __init__(self, client, job_id):
+        self.client = client
+        self.id = job_id
+
+    def __repr__(self):
+        return "lockstep.Job(%r)" % self.id
+
+    def status(self, history=False):
+        """The job's JobStatus; with history=True its whole per-step loss
+        history in step_losses (paged from the coordinator)."""
+        if history:
+            return metrics_lib.fetch_history(
+                lambda request: self.client._call("GetJobStatus", request),
+                self.id)
+        request = coordinator_pb2.GetJobStatusRequest(job_id=self.id)
+        return self.client._call("GetJobStatus", request).jobs[0]
+
+    def state(self):
+        """"queued", "running", "recovering", "succeeded", "failed" or
+        "stopped"."""
+        return metrics_lib.state_name(self.status().state)
+
+    def digest(self):
+        """The trained model's digest (rank 0's), or "" before the end."""
+        ranks = self.status().ranks
+        return ranks[0].model_digest if ranks else ""
+
+    def stop(self):
+        """Asks the coordinator to stop the job (an operator's call; the
+        job's owner or an admin)."""
+        self.client._call("StopJob", coordinator_pb2.StopJobRequest(
+            job_id=self.id))
+
+    def watch(self, display=True, timeout=None):
+        """Follows the job until it ends, yielding Update("event", status,
+        event) for each JobEvent (those before the watch began first) and
+        Update("progress", status, None) for each new status. With
+        display=True it also draws progress on stderr: a tqdm bar when tqdm
+        is installed, a plain line otherwise. A broken stream is resumed
+        (the coordinator restarted); `timeout` (seconds) bounds the whole
+        watch with DeadlineExceeded."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        view = _Display(self.id) if display else None
+        seen_events = 0
+        reconnects = 0
+        stream = None
+        try:
+            while True:
+                remaining = None if deadline is None else max(
+                    0.0, deadline - time.monotonic())
+                stream = self.client._stub.WatchJob(
+                    coordinator_pb2.WatchJobRequest(job_id=self.id),
+                    timeout=remaining)
+                try:
+                    for status in stream:
+                        reconnects = 0
+                        first = status.dropped_events
+                        for index, event in enumerate(status.events):
+                            if first + index >= seen_events:
+                                if view:
+                                    view.event(event)
+                                yield Update("event", status, event)
+                        seen_events = max(seen_events,
+                                          first + len(status.events))
+                        if view:
+                            view.progress(status)
+                        yield Update("progress", status, None)
+                        if status.state in _TERMINAL:
+                            return
+                    return  # the server ended the stream: the job ended
+                except grpc.RpcError as error:
+                    stream.cancel()
+                    resumable = (error.code() == grpc.StatusCode.UNAVAILABLE
+                                 and reconnects < 30)
+                    if not resumable:
+                        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                            raise errors.DeadlineExceeded(
+                                "job %s did not end within %s s"
+                                % (self.id, timeout)) from None
+                        raise errors.from_rpc(error, self.client.address) from None
+                    reconnects += 1
+                    time.sleep(min(2.0, 0.1 * 2 ** reconnects))
+        finally:
+            if view:
+                view.close()
+            if stream is not None:
+                stream.cancel()  # a caller that stopped iterating early
+
+    def wait(self, timeout=None, display=False):
+        """Waits for the job to end and returns its final JobStatus when it
+        succeeded; raises JobFailed or JobStopped (with .status) when it did
+        not, DeadlineExceeded after `timeout` seconds."""
+        final = None
+        for update in self.watch(display=display, timeout=timeout):
+            final = update.status
+        if final is None or final.state not in _TERMINAL:
+            final = self.status()
+        if final.state == coordinator_pb2.JOB_STATE_FAILED:
+            raise errors.JobFailed("job %s failed: %s" % (self.id, final.error),
+                                   final)
+        if final.state == coordinator_pb2.JOB_STATE_STOPPED:
+            raise errors.JobStopped(
+                "job %s was stopped%s" % (
+                    self.id, ": " + final.error if final.error else ""), final)
+        return final
+
+    def metrics(self):
+        """The training curve as a pandas DataFrame: columns step,
+        samples_seen, loss, lr, then the test metrics at the steps where the
+        test set was evaluated (test_accuracy, test_loss, ...; NaN
+        elsewhere) and the epoch of each evaluation."""
+        return metrics_lib.frame(self.status(history=True))
+
+
+class _Display:
+    """Progress on stderr: a tqdm bar, or a plain line at most once a second
+    (and at every change of state)."""
+
+    def __init__(self, job_id):
+        self.job_id = job_id
+        self.bar = None
+        self.last_line = 0.0
+        self.last_state = None
+        try:
+            from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+            self.tqdm = tqdm
+        except ImportError:
+            self.tqdm = None
+
+    def _write(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def event(self, event):
+        where = " %s rank %d" % (event.worker_id, event.rank) if event.worker_id else ""
+        self._write("%s: %s%s%s" % (self.job_id, event.kind, where,
+                                    ": " + event.message if event.message else ""))
+
+    def progress(self, status):
+        state = metrics_lib.state_name(status.state)
+        speed = ("%.0f tokens/s" % status.tokens_per_second
+                 if status.tokens_per_second > 0 else
+                 "%.0f samples/s" % status.samples_per_second)
+        if self.tqdm is not None and status.total_steps > 0:
+            if self.bar is None:
+                self.bar = self.tqdm(total=status.total_steps, desc=self.job_id,
+                                     unit="step", file=sys.stderr)
+            self.bar.n = min(status.step, status.total_steps)
+            self.bar.set_postfix_str("%s, loss %.4f, %s" % (
+                state, status.loss, speed), refresh=False)
+            self.bar.refresh()
+            return
+        now = time.monotonic()
+        if state == self.last_state and now - self.last_line < 1.0:
+            return
+        self.last_state, self.last_line = state, now
+        total = "/%d" % status.total_steps if status.total_steps else ""
+        self._write("%s: %s, step %d%s, loss %.4f, %s" % (
+            self.job_id, state, status.step, total, status.loss, speed))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,121 @@
+"""A job's training curve as a pandas DataFrame: the loss history (paged
+from the coordinator), the learning rate of each step, and the test-set
+evaluations."""
+import math
+
+from lockstep.v1 import coordinator_pb2
+
+# A history whose stride changes while it is read (it passed 2^20 steps and
+# was thinned) is read again from the start, at most this often.
+_HISTORY_RETRIES = 3
+
+
+def state_name(state):
+    """"running", "succeeded", ... as the CLI prints a JobState."""
+    return coordinator_pb2.JobState.Name(state)[len("JOB_STATE_"):].lower()
+
+
+def global_batch(status):
+    """The job's global batch (as client/views.cc's GlobalBatch)."""
+    if status.plan.global_batch_size > 0:
+        return status.plan.global_batch_size
+    spec = status.spec
+    if spec.HasField("global_batch_size"):
+        return spec.global_batch_size
+    return spec.per_replica_batch_size * max(1, status.world_size)
+
+
+def history_step(status, index):
+    """The optimizer step (1-based) of loss `index` of the whole history."""
+    return index * max(1, status.loss_stride) + 1
+
+
+def lr_at(status, step):
+    """The learning rate of optimizer step `step` (1-based), by the rule of
+    worker/train/lr_schedule.cc: a linear warmup from base_lr to the scaled
+    LR over warmup_steps, then constant, cosine to min_lr, or step decay.
+    NaN before the job has a plan."""
+    plan, spec = status.plan, status.spec
+    if plan.global_batch_size <= 0:
+        return math.nan
+    index = step - 1  # the schedule counts from 0
+    base, scaled = plan.base_lr, plan.scaled_lr
+    warmup = plan.warmup_steps
+    if index < warmup:
+        return base + (scaled - base) * index / warmup
+    after = index - warmup
+    if spec.lr_decay == "cosine":
+        span = max(1, plan.total_steps - warmup)
+        progress = min(1.0, after / span)
+        return spec.min_lr + (scaled - spec.min_lr) * 0.5 * (
+            1 + math.cos(math.pi * progress))
+    if spec.lr_decay == "step" and spec.lr_decay_steps > 0:
+        rate = spec.lr_decay_rate if spec.HasField("lr_decay_rate") else 0.1
+        return scaled * rate ** (after // spec.lr_decay_steps)
+    return scaled
+
+
+def fetch_history(get_status, job_id):
+    """(the job's status with its whole loss history in step_losses, the
+    history's stride). `get_status(request)` makes one GetJobStatus call."""
+    for _ in range(_HISTORY_RETRIES):
+        losses = []
+        stride = None
+        status = None
+        offset = 0
+        while True:
+            request = coordinator_pb2.GetJobStatusRequest(
+                job_id=job_id, include_history=True, history_offset=offset)
+            page = get_status(request).jobs[0]
+            if stride is None:
+                stride = page.loss_stride
+                status = page
+            elif page.loss_stride != stride:
+                break  # thinned while read: start over
+            losses.extend(page.step_losses)
+            offset = page.history_offset + len(page.step_losses)
+            if not page.step_losses or offset >= page.history_size:
+                del status.step_losses[:]
+                status.step_losses.extend(losses)
+                return status
+    raise RuntimeError("the loss history of %s kept changing stride while "
+                       "it was read" % job_id)
+
+
+def frame(status):
+    """The DataFrame of `status` (with its whole history): one row per step
+    of the history (every step's until 2^20 steps, then every
+    loss_stride-th), columns step, samples_seen, loss, lr and the test
+    metrics at the steps where the test set was evaluated (test_accuracy,
+    test_loss, test_perplexity, ...; NaN elsewhere). An evaluation at a step
+    the history thinned out gets its own row with a NaN loss."""
+    import pandas  # pylint: disable=import-outside-toplevel
+
+    batch = global_batch(status)
+    rows = {}
+    for index, loss in enumerate(status.step_losses):
+        step = history_step(status, index)
+        rows[step] = {"step": step, "loss": float(loss)}
+    metric_names = []
+    for point in status.evals:
+        row = rows.setdefault(point.step, {"step": point.step,
+                                           "loss": math.nan})
+        metrics = dict(point.metrics)
+        if not metrics or "test_accuracy" in metrics:
+            metrics.setdefault("test_accuracy", point.test_accuracy)
+        metrics.setdefault("test_loss", point.test_loss)
+        for name, value in metrics.items():
+            row[name] = value
+            if name not in metric_names:
+                metric_names.append(name)
+        row["epoch"] = point.epoch + 1
+    columns = ["step", "samples_seen", "loss", "lr"] + sorted(metric_names)
+    if status.evals:
+        columns.append("epoch")
+    ordered = [rows[step] for step in sorted(rows)]
+    for row in ordered:
+        row["samples_seen"] = row["step"] * batch
+        row["lr"] = lr_at(status, row["step"])
+    table = pandas.DataFrame(ordered, columns=columns)
+    table.attrs["job_id"] = status.job_id
+    return table

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The lockstep Python package without a cluster (CTest: python_client_unit):
+job specs and overrides, the learning-rate rule, the connection settings and
+the typed errors. Runs on Debian's python3 with PYTHONPATH=build/python."""
+import json
+import math
+import os
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import unittest
+
+import lockstep
+from lockstep import metrics
+from lockstep.v1 import coordinator_pb2, job_pb2
+
+
+def closed_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class SpecTest(unittest.TestCase):
+
+    def test_dict_with_shorthand_and_overrides(self):
+        spec = lockstep.job_spec(
+            {"name": "m", "model": "cnn", "epochs": 2,
+             "communication": {"backend": "gloo"}},
+            {"epochs": 1, "communication.algorithm": "ring",
+             "checkpoint.save_every_steps": 10})
+        self.assertEqual(spec.model.name, "cnn")
+        self.assertEqual(spec.epochs, 1)
+        self.assertEqual(spec.communication.backend, "gloo")
+        self.assertEqual(spec.communication.algorithm, "ring")
+        self.assertEqual(spec.checkpoint.save_every_steps, 10)
+
+    def test_file_and_message(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "job.json")
+            with open(path, "w") as f:
+                json.dump({"name": "f", "model": "mlp", "seed": 7,
+                           "export": "/tmp/x.pt"}, f)
+            spec = lockstep.job_spec(path)
+        self.assertEqual((spec.name, spec.model.name, spec.seed),
+                         ("f", "mlp", 7))
+        self.assertEqual(spec.export_path, "/tmp/x.pt")
+        again = lockstep.job_spec(spec, {"seed": 8})
+        self.assertEqual((again.seed, again.export_path), (8, "/tmp/x.pt"))
+        self.assertEqual(spec.seed, 7)  # the message given is not changed
+
+    def test_bad_specs_name_the_problem(self):
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "no_such_field"):
+            lockstep.job_spec({"no_such_field": 1})
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "epochs"):
+            lockstep.job_spec({"epochs": "many"})
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "not an object"):
+            lockstep.job_spec({"epochs": 1}, {"epochs.x": 2})
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "cannot read"):
+            lockstep.job_spec("/nonexistent/job.json")
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            f.write("{not json")
+            f.flush()
+            with self.assertRaisesRegex(lockstep.InvalidArgument, "not JSON"):
+                lockstep.job_spec(f.name)
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "not int"):
+            lockstep.job_spec(3)
+
+
+def status_with(plan, **spec):
+    status = coordinator_pb2.JobStatus(spec=job_pb2.JobSpec(**spec))
+    status.plan.CopyFrom(coordinator_pb2.TrainingPlan(**plan))
+    return status
+
+
+class LearningRateTest(unittest.TestCase):
+    """lr_at follows worker/train/lr_schedule.cc."""
+
+    PLAN = dict(global_batch_size=256, base_lr=0.1, scaled_lr=0.2,
+                warmup_steps=10, total_steps=110)
+
+    def test_warmup_then_constant(self):
+        status = status_with(self.PLAN)
+        self.assertAlmostEqual(metrics.lr_at(status, 1), 0.1)
+        self.assertAlmostEqual(metrics.lr_at(status, 6), 0.15)
+        self.assertAlmostEqual(metrics.lr_at(status, 11), 0.2)
+        self.assertAlmostEqual(metrics.lr_at(status, 100), 0.2)
+
+    def test_cosine_and_step(self):
+        cosine = status_with(self.PLAN, lr_decay="cosine", min_lr=0.0)
+        self.assertAlmostEqual(metrics.lr_at(cosine, 11), 0.2)
+        self.assertAlmostEqual(metrics.lr_at(cosine, 61), 0.1)
+        self.assertAlmostEqual(metrics.lr_at(cosine, 111), 0.0)
+        step = status_with(self.PLAN, lr_decay="step", lr_decay_steps=20)
+        self.assertAlmostEqual(metrics.lr_at(step, 31), 0.2 * 0.1)
+        step.spec.lr_decay_rate = 0.5
+        self.assertAlmostEqual(metrics.lr_at(step, 51), 0.2 * 0.25)
+
+    def test_no_plan_yet(self):
+        self.assertTrue(math.isnan(metrics.lr_at(coordinator_pb2.JobStatus(), 1)))
+
+    def test_frame_of_a_thinned_history(self):
+        status = status_with(self.PLAN)
+        status.job_id = "j"
+        status.loss_stride = 2
+        status.step_losses.extend([3.0, 2.0, 1.0])  # steps 1, 3, 5
+        status.evals.add(step=4, epoch=0, test_accuracy=0.5, test_loss=1.5)
+        table = metrics.frame(status)
+        self.assertEqual(list(table["step"]), [1, 3, 4, 5])
+        self.assertEqual(list(table["samples_seen"]), [256, 768, 1024, 1280])
+        self.assertTrue(math.isnan(table["loss"][2]))
+        self.assertEqual(table["test_accuracy"][2], 0.5)
+        self.assertTrue(math.isnan(table["test_loss"][0]))
+
+
+class ConnectionTest(unittest.TestCase):
+
+    def setUp(self):
+        self.saved = {k: os.environ.pop(k) for k in list(os.environ)
+                      if k.startswith("LOCKSTEP_")}
+
+    def tearDown(self):
+        os.environ.update(self.saved)
+
+    def test_settings_errors(self):
+        with self.assertRaisesRegex(lockstep.InvalidArgument,
+                                    "LOCKSTEP_COORDINATOR"):
+            lockstep.Client()
+        with self.assertRaisesRegex(lockstep.InvalidArgument, "HOST:PORT"):
+            lockstep.Client("no-port", insecure=True)
+        with self.assertRaisesRegex(lockstep.InvalidArgument,
+                                    "LOCKSTEP_TLS_CERT"):
+            lockstep.Client("127.0.0.1:1")
+
+    def test_unreachable_coordinator(self):
+        address = "127.0.0.1:%d" % closed_port()
+        os.environ["LOCKSTEP_COORDINATOR"] = address
+        os.environ["LOCKSTEP_INSECURE"] = "1"
+        client = lockstep.Client(timeout=5)
+        with self.assertRaises(lockstep.Unavailable) as caught:
+            client.jobs()
+        self.assertIn(address, str(caught.exception))
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+
+    def test_a_server_that_is_not_the_coordinator_is_refused(self):
+        """A server with a certificate of the cluster's CA for the right
+        host, but a worker's SPIFFE ID: the client refuses it before any
+        call, as the CLI does."""
+        source = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
+        certs_script = os.path.join(source, "scripts", "lockstep-certs")
+        with tempfile.TemporaryDirectory() as folder:
+            run = lambda *a: subprocess.run(
+                [certs_script, "--dir", folder] + list(a), check=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            run("operator", "alice")
+            run("free-worker", "mallory", "127.0.0.1")
+            path = lambda name: os.path.join(folder, name)
+            server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            server.load_cert_chain(path("free-mallory.crt"),
+                                   path("free-mallory.key"))
+            server.load_verify_locations(path("ca.crt"))
+            server.verify_mode = ssl.CERT_REQUIRED
+            listener = socket.create_server(("127.0.0.1", 0))
+            port = listener.getsockname()[1]
+
+            def serve_one():
+                conn, _ = listener.accept()
+                try:
+                    with server.wrap_socket(conn, server_side=True) as tls:
+                        tls.recv(1)
+                except (OSError, ssl.SSLError):
+                    pass
+
+            thread = threading.Thread(target=serve_one, daemon=True)
+            thread.start()
+            try:
+                with self.assertRaises(lockstep.Unauthenticated) as caught:
+                    lockstep.Client("127.0.0.1:%d" % port,
+                                    path("operator-alice.crt"),
+                                    path("operator-alice.key"), path("ca.crt"),
+                                    timeout=10)
+            finally:
+                thread.join(timeout=10)
+                listener.close()
+        self.assertIn("spiffe://lockstep/worker/mallory", str(caught.exception))
+
+    def test_state_names(self):
+        self.assertEqual(lockstep.state_name(coordinator_pb2.JOB_STATE_RUNNING),
+                         "running")
+
+
+if __name__ == "__main__":
+    unittest.main()
