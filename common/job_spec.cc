@@ -90,6 +90,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"checkpoint.save_every_steps", kMaxSteps},
     {"checkpoint.keep", 1000},
     {"export", kMaxPathBytes},
+    {"export_format", kMaxChoiceBytes},
     {"accumulation_steps", kMaxAccumulationSteps},
     {"lr_decay", kMaxChoiceBytes},
     {"lr_decay_steps", kMaxSteps},
@@ -518,6 +519,14 @@ absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
   }
   RETURN_IF_ERROR(
       CheckChoice("precision", spec.precision(), {"fp32", "bf16", "fp16"}));
+  if (!spec.export_format().empty()) {
+    RETURN_IF_ERROR(CheckChoice("export_format", spec.export_format(),
+                                {"archive", "torchscript", "state_dict"}));
+    if (spec.export_path().empty()) {
+      return Invalid(absl::StrCat("export_format \"", spec.export_format(),
+                                  "\" needs export: the file to write"));
+    }
+  }
   if (!(spec.loss_scale() >= 1) || spec.loss_scale_growth_interval() < 1) {
     return Invalid(absl::StrCat(
         "loss_scale must be >= 1 and loss_scale_growth_interval >= 1, got ",

@@ -525,6 +525,25 @@ TEST(JobSpecTest, SchedulingFieldsAreChecked) {
   EXPECT_THAT(ValidateJobSpec(many).message(), HasSubstr("at most 16"));
 }
 
+// Issue 36: what the export holds, and only with an export.
+TEST(JobSpecTest, ExportFormatIsAChoiceThatNeedsAnExport) {
+  for (const char* format : {"archive", "torchscript", "state_dict"}) {
+    const std::string json = absl::StrCat(
+        R"({"global_batch_size": 64, "export": "/x/m.pt", "export_format": ")",
+        format, R"("})");
+    v1::JobSpec spec = Parse(json.c_str());
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << format;
+  }
+  EXPECT_THAT(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "export": "/x/m.pt", "export_format": "onnx"})"))
+                  .message(),
+              HasSubstr("export_format"));
+  EXPECT_THAT(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "export_format": "state_dict"})"))
+                  .message(),
+              HasSubstr("needs export"));
+}
+
 TEST(JobSpecBoundsTest, EveryFieldHasABound) {
   ExpectEveryFieldBounded(v1::JobSpec::descriptor(), "");
   EXPECT_EQ(JobSpecFieldBound("accumulation_steps"), 65536);

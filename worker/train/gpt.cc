@@ -3,7 +3,11 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/train/model_export.h"
 
 namespace lockstep::worker {
 namespace {
@@ -92,7 +96,8 @@ TORCH_MODULE(Block);
 class Gpt : public Network {
  public:
   explicit Gpt(const GptOptions& o)
-      : wte_(register_module("wte", nn::Embedding(o.vocab, o.n_embd))),
+      : n_head_(o.n_head),
+        wte_(register_module("wte", nn::Embedding(o.vocab, o.n_embd))),
         wpe_(register_module("wpe", nn::Embedding(o.block, o.n_embd))),
         drop_(register_module("drop", nn::Dropout(o.dropout))),
         h_(register_module("h", nn::ModuleList())),
@@ -119,6 +124,63 @@ class Gpt : public Network {
     return torch::matmul(features.to(torch::kFloat32), wte_->weight.t());
   }
 
+  // Features and Logits in evaluation mode (no dropout), op for op.
+  absl::StatusOr<std::string> TorchScriptSource() const override {
+    const int64_t c = wte_->options.embedding_dim();
+    const int64_t hs = c / n_head_;
+    const std::string heads =
+        absl::StrCat(".view(b, t, ", n_head_, ", ", hs, ").transpose(1, 2)");
+    std::string code = absl::StrCat(
+        "def forward(self, idx):\n"
+        "    b = idx.size(0)\n"
+        "    t = idx.size(1)\n"
+        "    pos = torch.arange(t, device=idx.device)\n"
+        "    x = torch.embedding(self.wte_weight, idx) + "
+        "torch.embedding(self.wpe_weight, pos)\n"
+        "    hidden = torch.ones([t, t], device=idx.device).tril() == 0\n");
+    for (size_t i = 0; i < h_->size(); ++i) {
+      const std::string p = absl::StrCat("h_", i, "_");
+      std::map<std::string, std::shared_ptr<nn::Module>> layers;
+      for (const auto& child : h_->ptr(i)->named_children()) {
+        layers[child.key()] = child.value();
+      }
+      std::map<std::string, std::shared_ptr<nn::Module>> attn;
+      for (const auto& child : layers["attn"]->named_children()) {
+        attn[child.key()] = child.value();
+      }
+      absl::StrAppend(
+          &code, "    qkv = ",
+          torchscript::Linear(
+              torchscript::LayerNorm("x", p + "ln_1_",
+                                     *layers["ln_1"]->as<nn::LayerNorm>()),
+              p + "attn_c_attn_", *attn["c_attn"]->as<nn::Linear>()),
+          ".split(", c, ", 2)\n", "    q = qkv[0]", heads, "\n",
+          "    k = qkv[1]", heads, "\n", "    v = qkv[2]", heads, "\n",
+          "    att = torch.matmul(q, k.transpose(-2, -1)) * ",
+          torchscript::Number(1.0 / std::sqrt(double(hs))), "\n",
+          "    att = torch.softmax(att.masked_fill(hidden, float(\"-inf\")), "
+          "-1)\n",
+          "    y = torch.matmul(att, v).transpose(1, 2).contiguous().view(b, "
+          "t, ",
+          c, ")\n", "    x = x + ",
+          torchscript::Linear("y", p + "attn_c_proj_",
+                              *attn["c_proj"]->as<nn::Linear>()),
+          "\n", "    h = torch.gelu(",
+          torchscript::Linear(
+              torchscript::LayerNorm("x", p + "ln_2_",
+                                     *layers["ln_2"]->as<nn::LayerNorm>()),
+              p + "c_fc_", *layers["c_fc"]->as<nn::Linear>()),
+          ")\n", "    x = x + ",
+          torchscript::Linear("h", p + "c_proj_",
+                              *layers["c_proj"]->as<nn::Linear>()),
+          "\n");
+    }
+    absl::StrAppend(&code,
+                    "    x = ", torchscript::LayerNorm("x", "ln_f_", *ln_f_),
+                    "\n    return torch.matmul(x, self.wte_weight.t())\n");
+    return code;
+  }
+
   // Decay only the matrices of the blocks: not biases, LayerNorms or the
   // embeddings (the output layer is the token embedding).
   std::vector<bool> WeightDecayMask() const override {
@@ -132,6 +194,7 @@ class Gpt : public Network {
   }
 
  private:
+  const int64_t n_head_;
   nn::Embedding wte_;
   nn::Embedding wpe_;
   nn::Dropout drop_;

@@ -16,6 +16,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "worker/train/gpt.h"
+#include "worker/train/model_export.h"
 #include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
@@ -35,6 +36,41 @@ class SequentialNetwork : public Network {
   }
   torch::Tensor Logits(const torch::Tensor& features) override {
     return head_->forward(features.to(torch::kFloat32));
+  }
+
+  // The body's layers one by one (dropout is off in evaluation).
+  absl::StatusOr<std::string> TorchScriptSource() const override {
+    std::string code = "def forward(self, x):\n";
+    for (const auto& child : body_->named_children()) {
+      const std::string prefix = absl::StrCat("body_", child.key(), "_");
+      nn::Module& layer = *child.value();
+      std::string call;
+      if (const auto* linear = layer.as<nn::Linear>()) {
+        call = torchscript::Linear("x", prefix, *linear);
+      } else if (const auto* conv = layer.as<nn::Conv2d>()) {
+        ASSIGN_OR_RETURN(call, torchscript::Conv2d("x", prefix, *conv));
+      } else if (layer.as<nn::ReLU>() != nullptr) {
+        call = "torch.relu(x)";
+      } else if (const auto* pool = layer.as<nn::MaxPool2d>()) {
+        const auto& o = pool->options;
+        call = absl::StrCat("torch.max_pool2d(x, [", (*o.kernel_size())[0],
+                            ", ", (*o.kernel_size())[1], "], [",
+                            (*o.stride())[0], ", ", (*o.stride())[1], "])");
+      } else if (const auto* flatten = layer.as<nn::Flatten>()) {
+        call = absl::StrCat("torch.flatten(x, ", flatten->options.start_dim(),
+                            ", ", flatten->options.end_dim(), ")");
+      } else if (layer.as<nn::Dropout>() != nullptr) {
+        continue;
+      } else {
+        return absl::UnimplementedError(
+            absl::StrCat("layer ", child.key(), " (", layer.name(),
+                         ") has no TorchScript export"));
+      }
+      absl::StrAppend(&code, "    x = ", call, "\n");
+    }
+    absl::StrAppend(&code, "    return ",
+                    torchscript::Linear("x", "head_", *head_), "\n");
+    return code;
   }
 
  private:
@@ -105,6 +141,50 @@ class ResNet : public Network {
     return head_->forward(features.to(torch::kFloat32));
   }
   bool has_batch_norm() const override { return true; }
+
+  absl::StatusOr<std::string> TorchScriptSource() const override {
+    // A convolution then its batch norm: stem.0 and stem.1, conv1 and bn1,
+    // shortcut.0 and shortcut.1.
+    using Layer = std::shared_ptr<nn::Module>;
+    auto conv_bn = [](const std::string& x, const std::string& conv_prefix,
+                      const Layer& conv, const std::string& bn_prefix,
+                      const Layer& bn) -> absl::StatusOr<std::string> {
+      ASSIGN_OR_RETURN(
+          std::string call,
+          torchscript::Conv2d(x, conv_prefix, *conv->as<nn::Conv2d>()));
+      return torchscript::BatchNorm2d(call, bn_prefix,
+                                      *bn->as<nn::BatchNorm2d>());
+    };
+    ASSIGN_OR_RETURN(std::string stem, conv_bn("x", "stem_0_", stem_->ptr(0),
+                                               "stem_1_", stem_->ptr(1)));
+    std::string code =
+        absl::StrCat("def forward(self, x):\n    x = torch.relu(", stem, ")\n");
+    for (size_t i = 0; i < blocks_->size(); ++i) {
+      const std::string p = absl::StrCat("blocks_", i, "_");
+      std::map<std::string, Layer> layers;
+      for (const auto& child : blocks_->ptr(i)->named_children()) {
+        layers[child.key()] = child.value();
+      }
+      ASSIGN_OR_RETURN(std::string first,
+                       conv_bn("x", p + "conv1_", layers["conv1"], p + "bn1_",
+                               layers["bn1"]));
+      ASSIGN_OR_RETURN(std::string second,
+                       conv_bn("y", p + "conv2_", layers["conv2"], p + "bn2_",
+                               layers["bn2"]));
+      std::string shortcut = "x";
+      if (layers.count("shortcut") > 0) {
+        const auto& path = *layers["shortcut"]->as<nn::Sequential>();
+        ASSIGN_OR_RETURN(shortcut, conv_bn("x", p + "shortcut_0_", path.ptr(0),
+                                           p + "shortcut_1_", path.ptr(1)));
+      }
+      absl::StrAppend(&code, "    y = torch.relu(", first, ")\n",
+                      "    y = ", second, "\n", "    x = torch.relu(y + ",
+                      shortcut, ")\n");
+    }
+    absl::StrAppend(&code, "    x = torch.mean(x, [2, 3])\n    return ",
+                    torchscript::Linear("x", "head_", *head_), "\n");
+    return code;
+  }
 
  private:
   nn::Sequential stem_;
@@ -241,6 +321,17 @@ class ScriptedNetwork : public Network {
   void to(torch::Device device, bool non_blocking = false) override {
     Network::to(device, non_blocking);
     module_.to(device, non_blocking);
+  }
+  // The scripted module's own (dotted) names, as its state_dict has them.
+  std::vector<StateEntry> StateDict() const override {
+    std::vector<StateEntry> entries;
+    for (const auto& param : module_.named_parameters(true)) {
+      entries.push_back({param.name, param.value, false});
+    }
+    for (const auto& buffer : module_.named_buffers(true)) {
+      entries.push_back({buffer.name, buffer.value, true});
+    }
+    return entries;
   }
   absl::StatusOr<std::string> Export() const override {
     std::ostringstream out;
@@ -386,6 +477,21 @@ absl::StatusOr<std::vector<int64_t>> ImageInput(const ModelOptions& options) {
 
 absl::StatusOr<std::string> Network::Export() const {
   return SerializeModel(*this);
+}
+
+std::vector<StateEntry> Network::StateDict() const {
+  std::vector<StateEntry> entries;
+  for (const auto& param : named_parameters()) {
+    entries.push_back({param.key(), param.value(), false});
+  }
+  for (const auto& buffer : named_buffers()) {
+    entries.push_back({buffer.key(), buffer.value(), true});
+  }
+  return entries;
+}
+
+absl::StatusOr<std::string> Network::TorchScriptSource() const {
+  return absl::UnimplementedError("this model has no TorchScript export");
 }
 
 torch::Tensor Network::StepLoss(const NamedBatch&) {

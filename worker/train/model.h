@@ -23,6 +23,14 @@ namespace lockstep::worker {
 // A training-step module's batch: every column by name, [N, ...] each.
 using NamedBatch = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// One tensor of a model's state_dict: its dotted name as PyTorch gives it
+// ("body.1.weight"), and whether it is a buffer (batch norm's statistics).
+struct StateEntry {
+  std::string name;
+  torch::Tensor tensor;
+  bool buffer = false;
+};
+
 class Network : public torch::nn::Module {
  public:
   // Everything up to the output layer, for a batch of inputs [N, ...]
@@ -59,6 +67,14 @@ class Network : public torch::nn::Module {
   // (torch::load into the same architecture) for the built-in models, a
   // TorchScript module (torch.jit.load) for user models.
   virtual absl::StatusOr<std::string> Export() const;
+  // What a PyTorch state_dict of the same architecture holds: the
+  // parameters, then the buffers, in registration order (a TorchScript
+  // model's own names; model_export.h).
+  virtual std::vector<StateEntry> StateDict() const;
+  // The forward pass in evaluation mode as TorchScript source (`def
+  // forward(self, x)`) over the tensors of StateDict(), named with '.'
+  // replaced by '_' (model_export.h). Unimplemented where a model has none.
+  virtual absl::StatusOr<std::string> TorchScriptSource() const;
 };
 
 struct ModelOptions {

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/data/sampler.h"
+#include "worker/train/model_export.h"
 #include "worker/train/torch_error.h"
 
 namespace lockstep::worker {
@@ -216,9 +217,13 @@ absl::Status ExportModel(const ExportOwner& owner, const v1::JobSpec& spec,
   if (slash != std::string::npos && slash > 0) {
     RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash)));
   }
-  auto bytes = replica.device.is_cpu() || replica.model->is_torchscript()
-                   ? replica.model->Export()
-                   : absl::StatusOr<std::string>(SerializeModelOnHost(replica));
+  const std::string& format = spec.export_format();
+  absl::StatusOr<std::string> bytes =
+      format == "torchscript"  ? ExportTorchScript(*replica.model)
+      : format == "state_dict" ? ExportStateDict(*replica.model)
+      : replica.device.is_cpu() || replica.model->is_torchscript()
+          ? replica.model->Export()
+          : absl::StatusOr<std::string>(SerializeModelOnHost(replica));
   absl::Status exported =
       bytes.ok() ? WriteExport(path, *bytes, owner) : bytes.status();
   if (!exported.ok()) {
@@ -230,7 +235,8 @@ absl::Status ExportModel(const ExportOwner& owner, const v1::JobSpec& spec,
             ? ""
             : "; the checkpoints in checkpoint.backup_dir are kept"));
   }
-  LogInfo("exported the final model to ", path);
+  LogInfo("exported the final model to ", path, " (",
+          format.empty() ? "archive" : format, ")");
   return absl::OkStatus();
 }
 
