@@ -93,8 +93,8 @@ Flags:
   --data-root DIR, --backup-root DIR, --export-root DIR
                        with --serve: the folders jobs may read data and
                        TorchScript from, keep checkpoints in and export to
-                       (repeatable; lockstep-worker --help). Data may come
-                       from /usr/share/datasets/fashion-mnist without one
+                       (repeatable; lockstep-worker --help). Data may also
+                       come from /usr/share/datasets/fashion-mnist
   --insecure           run the daemons without TLS (--insecure): anyone who
                        can reach 127.0.0.1 may call them
 

@@ -93,7 +93,8 @@ std::vector<std::string> RootFlags(const v1::JobSpec& spec) {
 
 absl::Status LocalRun::ServeRootFlags() {
   const std::string cwd = CurrentDirectory();
-  bool data_root = false;
+  // Fashion-MNIST's Debian folder always: the examples read it.
+  serve_root_flags_ = {"--data-root", kDefaultDataDir};
   for (const char* flag : {"data-root", "backup-root", "export-root"}) {
     for (const std::string& path : args_.GetAll(flag)) {
       if (path.empty()) {
@@ -103,12 +104,7 @@ absl::Status LocalRun::ServeRootFlags() {
       serve_root_flags_.insert(
           serve_root_flags_.end(),
           {absl::StrCat("--", flag), path[0] == '/' ? path : cwd + "/" + path});
-      data_root |= std::string(flag) == "data-root";
     }
-  }
-  if (!data_root) {
-    serve_root_flags_.insert(serve_root_flags_.end(),
-                             {"--data-root", kDefaultDataDir});
   }
   return absl::OkStatus();
 }
