@@ -180,29 +180,56 @@ std::vector<std::string> CompareWarnings(
   return warnings;
 }
 
-// The settings that decide the function a run computes (name, value), in
-// the order a verdict reports them; the world size is not one of them.
-std::vector<std::pair<std::string, std::string>> FunctionSettings(
-    const v1::JobStatus& job) {
-  const v1::JobSpec& spec = job.spec();
-  auto or_default = [](const std::string& value, const char* fallback) {
-    return value.empty() ? std::string(fallback) : value;
-  };
-  return {
-      {"global batch", absl::StrCat(GlobalBatch(job))},
-      {"seed", absl::StrCat(spec.seed())},
-      {"precision", or_default(spec.precision(), "fp32")},
-      {"accumulation_steps",
-       absl::StrCat(std::max(1, spec.accumulation_steps()))},
-      {"lr_scaling", or_default(spec.lr_scaling(), "none")},
-      {"scaled LR", absl::StrFormat("%.6g", job.plan().scaled_lr())},
-      {"model", spec.model().name().empty() ? spec.model().torchscript()
-                                            : spec.model().name()},
-      {"optimizer", spec.optimizer().type()},
-      {"data",
-       spec.data().dir().empty() ? spec.data().format() : spec.data().dir()},
-      {"reproducible", spec.reproducible() ? "true" : "false"},
-  };
+// Fields of a job spec that do not change the function a run computes:
+// where and how it runs, saves and reports (the steps it trains are
+// compared on their own, the schedule's length through the plan's total
+// steps). The same list as Python's lockstep/compare.py.
+constexpr const char* kNotTheFunction[] = {"name",
+                                           "num_workers",
+                                           "per_replica_batch_size",
+                                           "global_batch_size",
+                                           "min_workers",
+                                           "max_workers",
+                                           "max_restarts",
+                                           "communication",
+                                           "checkpoint",
+                                           "export_path",
+                                           "export_format",
+                                           "priority",
+                                           "priority_class",
+                                           "placement",
+                                           "log_every_steps",
+                                           "eval_every_steps",
+                                           "eval_batches",
+                                           "reproducible",
+                                           "epochs",
+                                           "max_steps"};
+
+void Flatten(const google::protobuf::Struct& tree, const std::string& prefix,
+             std::map<std::string, std::string>* out) {
+  for (const auto& [key, value] : tree.fields()) {
+    if (value.has_struct_value() && !value.struct_value().fields().empty()) {
+      Flatten(value.struct_value(), prefix + key + ".", out);
+    } else {
+      (*out)[prefix + key] = ToJson(value);
+    }
+  }
+}
+
+// {dotted field: JSON value} of every setting that decides the function a
+// run computes: the job spec without kNotTheFunction, and the global batch,
+// scaled LR and total steps of its plan.
+std::map<std::string, std::string> FunctionSettings(const v1::JobStatus& job) {
+  google::protobuf::Struct tree;
+  (void)FromJson(ToJson(job.spec(), JsonStyle::kCompact), &tree,
+                 "the job spec");
+  for (const char* name : kNotTheFunction) tree.mutable_fields()->erase(name);
+  std::map<std::string, std::string> flat;
+  Flatten(tree, "", &flat);
+  flat["global batch"] = absl::StrCat(GlobalBatch(job));
+  flat["scaled LR"] = absl::StrFormat("%.6g", job.plan().scaled_lr());
+  flat["total steps"] = absl::StrCat(job.plan().total_steps());
+  return flat;
 }
 
 // The largest difference of two loss histories over their common steps,
@@ -255,11 +282,19 @@ Verdict CompareVerdict(const v1::JobStatus& a, const v1::JobStatus& b) {
     differs.push_back(
         absl::StrCat("steps trained (", a.step(), " vs ", b.step(), ")"));
   }
-  const auto sa = FunctionSettings(a), sb = FunctionSettings(b);
-  for (size_t i = 0; i < sa.size(); ++i) {
-    if (sa[i].second != sb[i].second) {
-      differs.push_back(absl::StrCat(sa[i].first, " (", sa[i].second, " vs ",
-                                     sb[i].second, ")"));
+  std::map<std::string, std::string> sa = FunctionSettings(a),
+                                     sb = FunctionSettings(b);
+  std::set<std::string> fields;
+  for (const auto& [name, value] : sa) fields.insert(name);
+  for (const auto& [name, value] : sb) fields.insert(name);
+  for (const std::string& name : fields) {
+    auto value = [&name](const std::map<std::string, std::string>& s) {
+      auto it = s.find(name);
+      return it == s.end() ? std::string("unset") : it->second;
+    };
+    if (value(sa) != value(sb)) {
+      differs.push_back(
+          absl::StrCat(name, " (", value(sa), " vs ", value(sb), ")"));
     }
   }
   if (!differs.empty()) {
@@ -285,11 +320,15 @@ Verdict CompareVerdict(const v1::JobStatus& a, const v1::JobStatus& b) {
             "%s), the losses by at most %.3g over %d common steps",
             names, workers, da.substr(0, 16), db.substr(0, 16), gap, common)};
   }
-  return {false, absl::StrFormat(
-                     "%s: the same settings on %s, yet different models "
-                     "(digests %s vs %s; losses up to %.3g apart): replicas "
-                     "on different CPU kernels? Set reproducible: true",
-                     names, workers, da.substr(0, 16), db.substr(0, 16), gap)};
+  const char* cause =
+      a.spec().reproducible() && b.spec().reproducible()
+          ? "although both ran with reproducible: true; report it"
+          : "replicas on different CPU kernels? Set reproducible: true";
+  return {false,
+          absl::StrFormat("%s: the same settings on %s, yet different models "
+                          "(digests %s vs %s; losses up to %.3g apart): %s",
+                          names, workers, da.substr(0, 16), db.substr(0, 16),
+                          gap, cause)};
 }
 
 std::vector<Verdict> CompareVerdicts(const std::vector<v1::JobStatus>& jobs) {

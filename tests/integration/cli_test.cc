@@ -187,6 +187,10 @@ TEST(LocalTest, ServeTakesNoJobAndRootsOnlyWithServe) {
       RunCommand({kBin + "/lockstep", "local", "--backup-root", "/tmp", kMlp});
   EXPECT_EQ(roots.code, 2);
   EXPECT_THAT(roots.err, HasSubstr("--backup-root is for --serve"));
+  Result set =
+      RunCommand({kBin + "/lockstep", "local", "--serve", "--set", "epochs=1"});
+  EXPECT_EQ(set.code, 2);
+  EXPECT_THAT(set.err, HasSubstr("--set are for JOB.json"));
   Result empty =
       RunCommand({kBin + "/lockstep", "local", "--serve", "--data-root", ""});
   EXPECT_EQ(empty.code, 2);
