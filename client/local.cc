@@ -190,10 +190,11 @@ absl::Status LocalRun::Prepare() {
           "--serve takes no JOB.json: submit jobs to the pool it runs "
           "(lockstep submit, or Python's lockstep.Client)");
     }
-    if (args_.Has("metrics-out")) {
+    if (args_.Has("metrics-out") || args_.Has("set")) {
       return absl::InvalidArgumentError(
-          "--metrics-out writes one job's losses, and --serve runs none: "
-          "use `lockstep metrics JOB --csv`");
+          "--metrics-out and --set are for JOB.json, and --serve runs none: "
+          "give overrides to each submit, and use `lockstep metrics JOB "
+          "--csv`");
     }
     RETURN_IF_ERROR(ServeRootFlags());
   } else if (args_.positional().empty() || args_.positional().size() > 16) {

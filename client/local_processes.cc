@@ -2,6 +2,7 @@
 // coordinator and the workers, restarting a worker that dies, waiting for
 // them to register (local.h).
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,6 +283,19 @@ absl::Status LocalRun::WaitForWorkers(absl::Duration timeout) {
       absl::MutexLock lock(&mu_);
       if (!child_failure_.empty()) {
         return absl::UnavailableError(child_failure_);
+      }
+    }
+    if (serve_) {
+      // --serve blocks SIGINT and SIGTERM (RunLocal): one that arrives
+      // before the pool is up ends it here.
+      sigset_t signals;
+      sigemptyset(&signals);
+      sigaddset(&signals, SIGINT);
+      sigaddset(&signals, SIGTERM);
+      const timespec now = {0, 0};
+      if (sigtimedwait(&signals, nullptr, &now) > 0) {
+        return absl::CancelledError(
+            "stopped by a signal before every worker registered");
       }
     }
     auto workers = FetchWorkers(stub_.get(), address_, 5);
