@@ -333,10 +333,21 @@ class ScriptedNetwork : public Network {
     }
     return entries;
   }
+  // On the CPU, so that a machine without the GPU it trained on loads it.
   absl::StatusOr<std::string> Export() const override {
     std::ostringstream out;
     try {
-      module_.save(out);
+      bool on_host = true;
+      for (const auto& param : module_.parameters(true)) {
+        on_host &= param.is_cpu();
+      }
+      if (on_host) {
+        module_.save(out);
+      } else {
+        torch::jit::Module host = module_.deepcopy();
+        host.to(torch::kCPU);
+        host.save(out);
+      }
     } catch (const std::exception& e) {
       return absl::InternalError(
           absl::StrCat("cannot serialize TorchScript module: ",
