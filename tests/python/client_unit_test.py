@@ -25,6 +25,12 @@ def closed_port():
 
 class SpecTest(unittest.TestCase):
 
+    def test_overrides_reach_into_the_model_shorthand(self):
+        spec = lockstep.job_spec({"model": "cnn"}, {"model.dropout": 0.1})
+        self.assertEqual((spec.model.name, spec.model.dropout), ("cnn", 0.1))
+        spec = lockstep.job_spec({"model": {"name": "mlp"}}, {"model": "resnet"})
+        self.assertEqual(spec.model.name, "resnet")
+
     def test_dict_with_shorthand_and_overrides(self):
         spec = lockstep.job_spec(
             {"name": "m", "model": "cnn", "epochs": 2,
@@ -113,6 +119,92 @@ class LearningRateTest(unittest.TestCase):
         self.assertTrue(math.isnan(table["loss"][2]))
         self.assertEqual(table["test_accuracy"][2], 0.5)
         self.assertTrue(math.isnan(table["test_loss"][0]))
+
+
+class HistoryTest(unittest.TestCase):
+    """fetch_history pages through the history and starts over when it
+    changes under it."""
+
+    def pages(self, histories):
+        """A GetJobStatus that serves `histories` (stride, losses) in turn,
+        one per call, in pages of 2."""
+        calls = []
+
+        def get_status(request):
+            stride, losses = histories[min(len(calls), len(histories) - 1)]
+            calls.append(request.history_offset)
+            start = request.history_offset
+            page = coordinator_pb2.JobStatus(
+                job_id="j", loss_stride=stride, history_offset=start,
+                history_size=len(losses), step_losses=losses[start:start + 2])
+            return coordinator_pb2.GetJobStatusResponse(jobs=[page])
+        return get_status, calls
+
+    def test_every_page(self):
+        get_status, calls = self.pages([(1, [5.0, 4.0, 3.0, 2.0, 1.0])])
+        status = metrics.fetch_history(get_status, "j")
+        self.assertEqual(list(status.step_losses), [5.0, 4.0, 3.0, 2.0, 1.0])
+        self.assertEqual(calls, [0, 2, 4])
+
+    def test_a_history_thinned_or_shortened_while_read_is_read_again(self):
+        long = (1, [5.0, 4.0, 3.0, 2.0, 1.0])
+        thinned = (2, [5.0, 3.0, 1.0])
+        get_status, calls = self.pages([long, thinned, thinned, thinned])
+        status = metrics.fetch_history(get_status, "j")
+        self.assertEqual(list(status.step_losses), [5.0, 3.0, 1.0])
+        self.assertEqual(status.loss_stride, 2)
+        self.assertEqual(calls, [0, 2, 0, 2])
+        shortened = (1, [9.0, 8.0])
+        get_status, calls = self.pages([long, shortened, shortened, shortened])
+        self.assertEqual(list(metrics.fetch_history(get_status, "j").step_losses),
+                         [9.0, 8.0])
+        get_status, _ = self.pages([long, thinned, long, thinned, long, thinned])
+        with self.assertRaises(lockstep.Aborted):
+            metrics.fetch_history(get_status, "j")
+
+
+def finished(job_id, replicas, digest, losses, **spec):
+    status = coordinator_pb2.JobStatus(
+        job_id=job_id, step=len(losses), spec=job_pb2.JobSpec(**spec),
+        step_losses=losses)
+    status.plan.CopyFrom(coordinator_pb2.TrainingPlan(
+        replicas=replicas, global_batch_size=64, scaled_lr=0.1,
+        total_steps=len(losses)))
+    status.ranks.add(rank=0, model_digest=digest)
+    return status
+
+
+class VerdictTest(unittest.TestCase):
+    """lockstep.compare's sentence for a pair of finished runs (the same
+    rule as `lockstep compare`'s, client/curve_commands.cc)."""
+
+    def test_verdicts(self):
+        from lockstep.compare import verdict
+        base = dict(seed=1, base_lr=0.1)
+        a = finished("a", 1, "d1" * 32, [2.0, 1.0], **base)
+        same, text = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **base))
+        self.assertTrue(same)
+        self.assertIn("bit-identical", text)
+        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.5], **base))
+        self.assertTrue(same)
+        self.assertIn("same function on 1 and 2 workers", text)
+        self.assertIn("at most 0.5 over 2 common steps", text)
+        # Anything of the spec that shapes training, however deep.
+        other = dict(base, optimizer=job_pb2.OptimizerSpec(weight_decay=0.1))
+        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.0], **other))
+        self.assertFalse(same)
+        self.assertIn("optimizer.weight_decay (unset vs 0.1)", text)
+        # Not where it ran, saved or reported.
+        elsewhere = dict(base, name="x", checkpoint=job_pb2.CheckpointSpec(
+            backup_dir="/b"), log_every_steps=7)
+        same, _ = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **elsewhere))
+        self.assertTrue(same)
+        same, text = verdict(a, finished("b", 1, "d3" * 32, [2.0, 1.0], **base))
+        self.assertFalse(same)
+        self.assertIn("CPU kernels", text)
+        same, text = verdict(a, finished("b", 1, "", [2.0], **base))
+        self.assertFalse(same)
+        self.assertIn("cannot tell yet", text)
 
 
 class ConnectionTest(unittest.TestCase):

@@ -17,6 +17,9 @@ _TERMINAL = (coordinator_pb2.JOB_STATE_SUCCEEDED,
              coordinator_pb2.JOB_STATE_FAILED,
              coordinator_pb2.JOB_STATE_STOPPED)
 
+# A watch resumed this often in a row without a status gives up.
+_MAX_WATCH_RESUMES = 30
+
 # What Job.watch() yields: kind "event" with the JobEvent that happened, or
 # "progress" with the job's new status (event None). `status` is always the
 # job's latest JobStatus.
@@ -162,50 +165,56 @@ class Job:
         event) for each JobEvent (those before the watch began first) and
         Update("progress", status, None) for each new status. With
         display=True it also draws progress on stderr: a tqdm bar when tqdm
-        is installed, a plain line otherwise. A broken stream is resumed
-        (the coordinator restarted); `timeout` (seconds) bounds the whole
-        watch with DeadlineExceeded."""
+        is installed, a plain line otherwise. A stream that breaks, or ends
+        before the job did (the coordinator restarted), is resumed after the
+        server's identity is checked again; `timeout` (seconds) bounds the
+        whole watch with DeadlineExceeded."""
         deadline = None if timeout is None else time.monotonic() + timeout
         view = _Display(self.id) if display else None
-        seen_events = 0
-        reconnects = 0
+        seen = _SeenEvents()
+        failures = 0
         stream = None
         try:
             while True:
                 remaining = None if deadline is None else max(
                     0.0, deadline - time.monotonic())
+                if failures > 0:
+                    self.client._settings.check_server(self.client.timeout)
                 stream = self.client._stub.WatchJob(
                     coordinator_pb2.WatchJobRequest(job_id=self.id),
                     timeout=remaining)
+                error = None
                 try:
                     for status in stream:
-                        reconnects = 0
-                        first = status.dropped_events
-                        for index, event in enumerate(status.events):
-                            if first + index >= seen_events:
+                        failures = 0
+                        for event in status.events:
+                            if seen.first_time(event):
                                 if view:
                                     view.event(event)
                                 yield Update("event", status, event)
-                        seen_events = max(seen_events,
-                                          first + len(status.events))
                         if view:
                             view.progress(status)
                         yield Update("progress", status, None)
                         if status.state in _TERMINAL:
                             return
-                    return  # the server ended the stream: the job ended
-                except grpc.RpcError as error:
+                except grpc.RpcError as rpc_error:
+                    error = rpc_error
+                finally:
                     stream.cancel()
-                    resumable = (error.code() == grpc.StatusCode.UNAVAILABLE
-                                 and reconnects < 30)
-                    if not resumable:
-                        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                            raise errors.DeadlineExceeded(
-                                "job %s did not end within %s s"
-                                % (self.id, timeout)) from None
-                        raise errors.from_rpc(error, self.client.address) from None
-                    reconnects += 1
-                    time.sleep(min(2.0, 0.1 * 2 ** reconnects))
+                # The stream broke, or ended before the job did.
+                if error is not None and error.code() != grpc.StatusCode.UNAVAILABLE:
+                    if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        raise errors.DeadlineExceeded(
+                            "job %s did not end within %s s"
+                            % (self.id, timeout)) from None
+                    raise errors.from_rpc(error, self.client.address) from None
+                failures += 1
+                if failures > _MAX_WATCH_RESUMES:
+                    raise errors.Unavailable(
+                        "the watch of job %s broke %d times in a row; the "
+                        "coordinator at %s is not serving it"
+                        % (self.id, failures - 1, self.client.address))
+                time.sleep(min(2.0, 0.1 * 2 ** failures))
         finally:
             if view:
                 view.close()
@@ -220,7 +229,8 @@ class Job:
         for update in self.watch(display=display, timeout=timeout):
             final = update.status
         if final is None or final.state not in _TERMINAL:
-            final = self.status()
+            raise errors.Unavailable("the watch of job %s ended before the job "
+                                     "did" % self.id)
         if final.state == coordinator_pb2.JOB_STATE_FAILED:
             raise errors.JobFailed("job %s failed: %s" % (self.id, final.error),
                                    final)
@@ -236,6 +246,35 @@ class Job:
         test set was evaluated (test_accuracy, test_loss, ...; NaN
         elsewhere) and the epoch of each evaluation."""
         return metrics_lib.frame(self.status(history=True))
+
+
+class _SeenEvents:
+    """The events a watch has yielded, by their content: a coordinator that
+    restarted may hold fewer than it had sent (it saves them now and then),
+    so a position in the list does not identify an event."""
+
+    _KEEP = 4096
+
+    def __init__(self):
+        self.keys = set()
+        self.order = collections.deque()
+
+    def first_time(self, event):
+        key = event.SerializeToString(deterministic=True)
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        self.order.append(key)
+        if len(self.order) > self._KEEP:
+            self.keys.discard(self.order.popleft())
+        return True
+
+
+def _terminal_safe(text):
+    """Server text for a terminal: control characters (escape sequences)
+    shown as '?', as the CLI's TerminalSafe does."""
+    return "".join("?" if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c
+                   for c in text)
 
 
 class _Display:
@@ -254,6 +293,7 @@ class _Display:
             self.tqdm = None
 
     def _write(self, text):
+        text = _terminal_safe(text)
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)
         else:
@@ -271,11 +311,13 @@ class _Display:
                  "%.0f samples/s" % status.samples_per_second)
         if self.tqdm is not None and status.total_steps > 0:
             if self.bar is None:
-                self.bar = self.tqdm(total=status.total_steps, desc=self.job_id,
-                                     unit="step", file=sys.stderr)
+                self.bar = self.tqdm(total=status.total_steps,
+                                     desc=_terminal_safe(self.job_id),
+                                     unit="step", file=sys.stderr,
+                                     initial=min(status.step, status.total_steps))
             self.bar.n = min(status.step, status.total_steps)
-            self.bar.set_postfix_str("%s, loss %.4f, %s" % (
-                state, status.loss, speed), refresh=False)
+            self.bar.set_postfix_str(_terminal_safe("%s, loss %.4f, %s" % (
+                state, status.loss, speed)), refresh=False)
             self.bar.refresh()
             return
         now = time.monotonic()

@@ -2,8 +2,22 @@
 and step, a matplotlib figure, and for each pair whether the runs computed
 the same function or what differs (the CLI's `lockstep compare`)."""
 import itertools
+import json
+
+from google.protobuf import json_format
 
 from lockstep import metrics as metrics_lib
+
+# Fields of a job spec that do not change the function a run computes: where
+# and how it runs, saves and reports (the steps it trains are compared on
+# their own, and the schedule's length through the plan's total steps). The
+# same list as client/curve_commands.cc's.
+_NOT_THE_FUNCTION = (
+    "name", "num_workers", "per_replica_batch_size", "global_batch_size",
+    "min_workers", "max_workers", "max_restarts", "communication",
+    "checkpoint", "export_path", "export_format", "priority", "priority_class",
+    "placement", "log_every_steps", "eval_every_steps", "eval_batches",
+    "reproducible", "epochs", "max_steps")
 
 
 class Comparison:
@@ -44,8 +58,7 @@ def _digest(status):
 
 
 def _settings(status):
-    """The settings that decide the function a run computes, as
-    (name, value) in the order they are reported."""
+    """The settings the summary shows, as (name, value)."""
     spec = status.spec
     return [
         ("global batch", metrics_lib.global_batch(status)),
@@ -59,6 +72,30 @@ def _settings(status):
         ("data", spec.data.dir or spec.data.format),
         ("reproducible", spec.reproducible),
     ]
+
+
+def _flatten(tree, prefix, out):
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            _flatten(value, prefix + key + ".", out)
+        else:
+            out[prefix + key] = json.dumps(value, sort_keys=True)
+
+
+def _function_settings(status):
+    """{dotted field: JSON value} of every setting that decides the
+    function a run computes: the job spec without _NOT_THE_FUNCTION, and
+    the global batch, scaled LR and total steps of its plan."""
+    tree = json_format.MessageToDict(status.spec,
+                                     preserving_proto_field_name=True)
+    for name in _NOT_THE_FUNCTION:
+        tree.pop(name, None)
+    flat = {}
+    _flatten(tree, "", flat)
+    flat["global batch"] = str(metrics_lib.global_batch(status))
+    flat["scaled LR"] = "%.6g" % status.plan.scaled_lr
+    flat["total steps"] = str(status.plan.total_steps)
+    return flat
 
 
 def _loss_gap(a, b):
@@ -75,9 +112,10 @@ def _loss_gap(a, b):
 def verdict(a, b):
     """(whether two finished runs computed the same function, one sentence
     saying so or what differs). `a` and `b` are final JobStatus with their
-    loss histories. The same function: the same seed, global batch, model,
-    data, optimizer, precision, accumulation and learning rate, trained for
-    the same steps. Then on one world size the models are bit-identical
+    loss histories. The same function: every setting of the job spec but
+    where and how it runs, saves and reports (_NOT_THE_FUNCTION), the same
+    global batch, scaled LR and schedule length, trained for the same
+    steps. Then on one world size the models are bit-identical
     (the same digest); across world sizes the gradient is summed in another
     floating-point order (docs/DESIGN.md, "Determinism"), so the digests
     differ and the sentence gives the largest gap between the loss curves.
@@ -92,9 +130,11 @@ def verdict(a, b):
         return False, ("%s: cannot tell yet: %s has no final model digest "
                        "(it has not succeeded)"
                        % (names, a.job_id if not da else b.job_id))
-    differs = ["%s (%s vs %s)" % (name, va, vb)
-               for (name, va), (_, vb) in zip(_settings(a), _settings(b))
-               if va != vb]
+    sa, sb = _function_settings(a), _function_settings(b)
+    differs = ["%s (%s vs %s)" % (name, sa.get(name, "unset"),
+                                  sb.get(name, "unset"))
+               for name in sorted(set(sa) | set(sb))
+               if sa.get(name) != sb.get(name)]
     if a.step != b.step:
         differs.insert(0, "steps trained (%d vs %d)" % (a.step, b.step))
     if differs:
@@ -112,10 +152,13 @@ def verdict(a, b):
             "the gradient sum across world sizes (digests %s vs %s), the "
             "losses by at most %.3g over %d common steps"
             % (names, workers, da[:16], db[:16], gap, common))
+    cause = ("although both ran with reproducible: true; report it"
+             if a.spec.reproducible and b.spec.reproducible else
+             "replicas on different CPU kernels? Set reproducible: true")
     return False, (
         "%s: the same settings on %s, yet different models (digests %s vs "
-        "%s; losses up to %.3g apart): replicas on different CPU kernels? "
-        "Set reproducible: true" % (names, workers, da[:16], db[:16], gap))
+        "%s; losses up to %.3g apart): %s"
+        % (names, workers, da[:16], db[:16], gap, cause))
 
 
 def compare(jobs, plot=True):

@@ -3,6 +3,7 @@ from the coordinator), the learning rate of each step, and the test-set
 evaluations."""
 import math
 
+from lockstep.errors import Aborted
 from lockstep.v1 import coordinator_pb2
 
 # A history whose stride changes while it is read (it passed 2^20 steps and
@@ -56,30 +57,34 @@ def lr_at(status, step):
 
 
 def fetch_history(get_status, job_id):
-    """(the job's status with its whole loss history in step_losses, the
-    history's stride). `get_status(request)` makes one GetJobStatus call."""
+    """The job's status with its whole loss history in step_losses.
+    `get_status(request)` makes one GetJobStatus call. A history that
+    changes under the reader (thinned to a new stride, or rewritten by a
+    resume) is read again from the start, a few times at most."""
     for _ in range(_HISTORY_RETRIES):
         losses = []
-        stride = None
         status = None
         offset = 0
+        size = 0  # a history only grows while steps are trained
         while True:
             request = coordinator_pb2.GetJobStatusRequest(
                 job_id=job_id, include_history=True, history_offset=offset)
             page = get_status(request).jobs[0]
-            if stride is None:
-                stride = page.loss_stride
+            if status is None:
                 status = page
-            elif page.loss_stride != stride:
-                break  # thinned while read: start over
+            elif (page.loss_stride != status.loss_stride or
+                  page.history_offset != offset or
+                  page.history_size < size):
+                break  # thinned, or shortened by a resume: start over
+            size = page.history_size
             losses.extend(page.step_losses)
             offset = page.history_offset + len(page.step_losses)
             if not page.step_losses or offset >= page.history_size:
                 del status.step_losses[:]
                 status.step_losses.extend(losses)
                 return status
-    raise RuntimeError("the loss history of %s kept changing stride while "
-                       "it was read" % job_id)
+    raise Aborted("the loss history of %s kept changing while it was read; "
+                  "try again" % job_id)
 
 
 def frame(status):

@@ -67,8 +67,13 @@ def job_spec(spec, overrides=None):
     into the spec as the CLI's --set takes them. "model": "cnn" is short for
     "model": {"name": "cnn"}. Raises InvalidArgument naming the field."""
     tree, origin = _as_dict(spec)
-    for path, value in (overrides or {}).items():
-        _set_path(tree, path, value, origin)
+    # The shorthand before the overrides (model.dropout on "model": "cnn")
+    # and after them (an override "model": "cnn").
+    for path, value in [(None, None)] + list((overrides or {}).items()):
+        if isinstance(tree.get("model"), str):
+            tree["model"] = {"name": tree["model"]}
+        if path is not None:
+            _set_path(tree, path, value, origin)
     if isinstance(tree.get("model"), str):
         tree["model"] = {"name": tree["model"]}
     message = job_pb2.JobSpec()

@@ -2,6 +2,7 @@
 nn.Module and its loss into the training-step contract the workers run
 (docs/MODELS.md, "Training-step modules") and checks it with a dry run.
 Needs Debian's python3-torch."""
+import re
 from typing import Dict
 
 import torch
@@ -9,8 +10,9 @@ from torch import nn
 
 from lockstep.errors import InvalidArgument
 
-# What the worker accepts as the name of an evaluation sum (model.cc).
-_MAX_SUM_NAME = 27
+# What the worker accepts as an evaluation's sums (worker/train/model.cc).
+_SUM_NAME = re.compile("[a-z0-9_]{1,27}")
+_MAX_SUMS = 15
 
 
 def _as_module(loss_fn):
@@ -93,23 +95,32 @@ def script_training_step(module, loss_fn, example_batch, path=None, *,
     except Exception as error:  # pylint: disable=broad-except
         raise InvalidArgument("the module or the loss cannot be scripted "
                               "(torch.jit.script): %s" % error) from None
+    # The dry run leaves the module as it was (batch norm's statistics).
+    saved = {name: value.clone() for name, value in scripted.state_dict().items()}
+    was_training = scripted.training
     try:
-        was_training = scripted.training
-        loss = scripted(example_batch)["loss"]
-        scripted.eval()
         with torch.no_grad():
+            loss = scripted(example_batch)["loss"]
+            scripted.eval()
             sums = scripted.eval_step(example_batch)
-        scripted.train(was_training)
     except Exception as error:  # pylint: disable=broad-except
         raise InvalidArgument("the dry run on the example batch failed: %s"
                               % error) from None
+    finally:
+        scripted.train(was_training)
+        scripted.load_state_dict(saved)
     if loss.numel() != 1:
         raise InvalidArgument("the loss has shape %s; it must be a scalar (the "
                               "batch's mean)" % list(loss.shape))
     for name, value in sums.items():
-        if value.numel() != 1 or not name or len(name) > _MAX_SUM_NAME:
-            raise InvalidArgument("eval_step returns %r of shape %s; every "
-                                  "output must be a scalar" % (name, list(value.shape)))
+        if value.numel() != 1 or not _SUM_NAME.fullmatch(name):
+            raise InvalidArgument(
+                "eval_step returns %r of shape %s; every output must be a "
+                "scalar named by 1 to 27 lower-case letters, digits or '_'"
+                % (name[:64], list(value.shape)))
+    if len(sums) > _MAX_SUMS + 1:
+        raise InvalidArgument("eval_step returns %d sums besides the loss; at "
+                              "most %d" % (len(sums) - 1, _MAX_SUMS))
     if path is not None:
         torch.jit.save(scripted, path)
     return scripted
