@@ -87,8 +87,11 @@ stage_packages() {  # DOCKERFILE STAGE
 #   libopenblas0 libopenblas0-openmp  that LibTorch brings its own BLAS
 #   python3-torch python3-numpy  the DDP reference of bench/ddp_compare.sh
 #   python3            only Debian's libtorch-dev needs it
+#   python3-grpcio python3-protobuf python3-pandas python3-matplotlib
+#   python3-tqdm       the Python client (client/python) and its tests; the
+#                      images ship the daemons and the CLI, not the package
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes python3-pil"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes python3-pil python3-grpcio python3-protobuf python3-pandas python3-matplotlib python3-tqdm"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-openmp python3"
 install_deps_packages >"$work/install-deps.txt"
