@@ -353,7 +353,7 @@ std::string WorkerRegistry::Stall(const std::string& job_id,
 
 std::string WorkerRegistry::SlowLink(const std::vector<const Worker*>& ranks) {
   if (ranks.size() < 3) return "";  // two ranks: either end could be slow
-  // For each rank, the median rate its peers measured with it.
+  // For each rank, the median rate at which its data reaches its peers.
   std::vector<std::pair<double, const Worker*>> medians;
   for (const Worker* to : ranks) {
     std::vector<double> seen;
@@ -377,8 +377,8 @@ std::string WorkerRegistry::SlowLink(const std::vector<const Worker*>& ranks) {
   if (slowest * 3 > typical) return "";
   const Worker& worker = *medians.front().second;
   return absl::StrFormat(
-      "rank %d (%s on %s) has the slowest data-plane link: its peers move "
-      "%.0f MB/s with it, %.0f MB/s with the others",
+      "rank %d (%s on %s) has the slowest data-plane link: its data reaches "
+      "its peers at %.0f MB/s, the others' at %.0f MB/s",
       worker.rank, worker.id, worker.host, slowest, typical);
 }
 

@@ -159,7 +159,7 @@ class WorkerRegistry {
   // when no rank of `rank_workers` lags the others. Else, with 3 ranks or
   // more, the rank whose links every other rank finds at least 3x slower
   // than the rest: "rank 2 (worker:2 on host) has the slowest data-plane
-  // link: its peers move 11 MB/s with it, 112 MB/s with the others".
+  // link: its data reaches its peers at 11 MB/s, the others' at 112 MB/s".
   std::string Stall(const std::string& job_id,
                     const std::vector<std::string>& rank_workers,
                     absl::Time now) const;

@@ -334,8 +334,8 @@ TEST_F(CoordinatorTest, StatusNamesTheRankWithTheSlowLink) {
   }
   EXPECT_EQ(Status(job).stall(),
             "rank 2 (" + holder +
-                " on 127.0.0.1) has the slowest data-plane link: its peers "
-                "move 12 MB/s with it, 110 MB/s with the others");
+                " on 127.0.0.1) has the slowest data-plane link: its data "
+                "reaches its peers at 12 MB/s, the others' at 110 MB/s");
   report({{0, 110, 60}, {112, 0, 50}, {55, 58, 0}});  // within 3x
   EXPECT_EQ(Status(job).stall(), "");
   report({{0, 110, 11}, {112, 0, 0}, {10, 11, 0}});  // not measured by all

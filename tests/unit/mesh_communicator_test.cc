@@ -716,9 +716,12 @@ TEST(MeshCommunicatorTest, AFrameThatCannotBeSealedFailsTheCall) {
       << results[1];
 }
 
-// Each exchange of at least 64 KiB records the throughput with each peer
-// (what heartbeats carry to the coordinator); smaller ones, latency-bound,
-// do not.
+// Each exchange of at least 64 KiB records the rate at which each peer's
+// data arrives (what heartbeats carry to the coordinator); smaller ones,
+// latency-bound, do not. An exchange whose data was all queued before the
+// first read (this rank came late) tells nothing, so the large one, 4 MB
+// from each peer (more than a socket buffer holds at first), runs until
+// every rank has measured every peer.
 TEST(MeshCommunicatorTest, ExchangesMeasureTheThroughputWithEachPeer) {
   InMemoryKeyValue kv;
   LinkMeter meters[3];
@@ -739,8 +742,20 @@ TEST(MeshCommunicatorTest, ExchangesMeasureTheThroughputWithEachPeer) {
         results[rank] = (*comm)->AllReduceSum(small.data(), small.size());
         if (!results[rank].ok()) return;
         EXPECT_EQ(meters[rank].Rates(), std::vector<double>(3, 0.0));
-        std::vector<float> large(300000, 1.0f);
-        results[rank] = (*comm)->AllReduceSum(large.data(), large.size());
+        std::vector<float> large(3000000, 1.0f);
+        // The same count on every rank: each stops when all are measured.
+        for (int round = 0; round < 10 && results[rank].ok(); ++round) {
+          results[rank] = (*comm)->AllReduceSum(large.data(), large.size());
+          // Every rank's verdict, summed, so that all run the same rounds.
+          std::vector<float> unmeasured(1, 0.0f);
+          const std::vector<double> rates = meters[rank].Rates();
+          for (int peer = 0; peer < 3; ++peer) {
+            if (peer != rank && rates[peer] == 0) unmeasured[0] = 1;
+          }
+          if (!results[rank].ok()) return;
+          results[rank] = (*comm)->AllReduceSum(unmeasured.data(), 1);
+          if (unmeasured[0] == 0) break;
+        }
       });
   for (int rank = 0; rank < 3; ++rank) {
     ASSERT_TRUE(results[rank].ok()) << results[rank];

@@ -1,9 +1,10 @@
-// The data plane's throughput with each peer, as a rank's collectives
-// measure it: the bytes moved with a peer (both ways) over the time the
-// collective waited for that peer to finish, a moving average over recent
-// collectives. The heartbeats carry it to the coordinator, which names the
-// rank whose links every other rank finds slow (a capped or congested
-// host).
+// The data plane's throughput from each peer, as a rank's collectives
+// measure it: the bytes a peer's data took to arrive, from this rank's first
+// read of them to its last, leaving out what was already queued at the first
+// read (mesh_communicator.cc), a moving average over recent collectives.
+// Neither the peer's lateness (its compute) nor this rank's counts as link
+// time. The heartbeats carry it to the coordinator, which names the rank
+// whose links every other rank finds slow (a capped or congested host).
 //
 // Thread-safe: the communication thread records, the heartbeat thread reads.
 #ifndef LOCKSTEP_WORKER_COLLECTIVE_LINK_METER_H_
@@ -23,9 +24,9 @@ class LinkMeter {
 
   // Forgets everything; `world` peers from now on (a new generation).
   void Reset(int world);
-  // `peer` moved `bytes` in `seconds` of a collective's wait.
+  // `bytes` of `peer`'s arrived over `seconds`.
   void Record(int peer, size_t bytes, double seconds);
-  // MB/s with each peer (0: not measured yet).
+  // MB/s from each peer (0: not measured yet).
   std::vector<double> Rates() const;
 
  private:

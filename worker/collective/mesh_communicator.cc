@@ -3,6 +3,7 @@
 #include "worker/collective/mesh_communicator.h"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,18 @@ namespace {
 
 // Reads or writes per peer before the others get a turn.
 constexpr int kBurst = 16;
+
+// What one exchange tells of the link from a peer: the bytes that crossed
+// it while this rank read, from the first read on. Bytes that were already
+// queued in the socket then (the peer was early, or this rank late) arrived
+// at an unknown time and do not count; neither does the time before the
+// peer's first byte (its compute, not the link).
+struct Arrival {
+  absl::Time first = absl::InfinitePast();
+  absl::Time last = absl::InfinitePast();
+  int64_t bytes = 0;   // read from the first read on, queued ones included
+  int64_t queued = 0;  // queued at the first read
+};
 
 }  // namespace
 
@@ -69,10 +82,8 @@ absl::Status MeshCommunicator::Exchange(
   }
   std::vector<pollfd> fds;
   std::vector<int> owners;
-  const absl::Time start = absl::Now();
-  absl::Time progress = start;
-  // When each peer's part finished (for the link meter).
-  std::vector<absl::Time> finished(size(), absl::InfinitePast());
+  absl::Time progress = absl::Now();
+  std::vector<Arrival> arrivals(size());  // for the link meter
   while (true) {
     fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
     owners.assign(1, -1);
@@ -90,12 +101,10 @@ absl::Status MeshCommunicator::Exchange(
     if (fds.size() == 1) {
       if (options_.links != nullptr) {
         for (int peer = 0; peer < size(); ++peer) {
-          const Transfer& t = transfers[peer];
-          if (peer == rank() || finished[peer] == absl::InfinitePast()) {
-            continue;
-          }
-          options_.links->Record(peer, t.send_bytes + t.recv_bytes,
-                                 absl::ToDoubleSeconds(finished[peer] - start));
+          const Arrival& a = arrivals[peer];
+          if (a.bytes <= a.queued) continue;
+          options_.links->Record(peer, static_cast<size_t>(a.bytes - a.queued),
+                                 absl::ToDoubleSeconds(a.last - a.first));
         }
       }
       return absl::OkStatus();
@@ -140,6 +149,14 @@ absl::Status MeshCommunicator::Exchange(
                 absl::StrCat("broke its connection: ", strerror(errno)));
           }
           progress = absl::Now();
+          Arrival& a = arrivals[peer];
+          if (a.first == absl::InfinitePast()) {
+            int queued = 0;
+            a.first = progress;
+            a.queued = ioctl(p.fd, FIONREAD, &queued) == 0 ? n + queued : n;
+          }
+          a.last = progress;
+          a.bytes += n;
           if (absl::Status s = p.in->Received(n); !s.ok()) {
             return PeerFailed(what, peer, s.message());
           }
@@ -165,9 +182,6 @@ absl::Status MeshCommunicator::Exchange(
           progress = absl::Now();
           p.out->Advance(n);
         }
-      }
-      if (p.fd >= 0 && p.in->done() && p.out->done()) {
-        finished[peer] = absl::Now();
       }
     }
   }
