@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training across the network test bed's hosts, every link capped: lockstep
-# (its encrypted data plane, the direct and the ring all-reduce) against
+# (its encrypted data plane; the direct, the ring and the timed choice,
+# "auto", of all-reduce) against
 # PyTorch DDP (gloo, clear text; bench/ddp_reference.py, one rank per host
 # as torchrun starts them), the same model, optimizer, global batch and
 # steps. Host 0 runs lockstep's coordinator; hosts 1..HOSTS one worker, or
@@ -61,7 +62,7 @@ export LOCKSTEP_COORDINATOR=$coordinator LOCKSTEP_INSECURE=1
 # (a $(...) of this script), which would end the caller.
 cli() { (netbed_exec "$bed" 0 "$build/bin/lockstep" "$@"); }
 
-lockstep_run() {  # ALGORITHM RUN -> samples/s
+lockstep_run() {  # ALGORITHM RUN -> "samples/s algorithm-run"
   local dir=$work/lockstep-$1-$2 i
   mkdir -p "$dir"
   pids=()
@@ -90,7 +91,7 @@ lockstep_run() {  # ALGORITHM RUN -> samples/s
     return 1
   }
   cli status "$job" --json |
-    "$python" -c 'import json, sys; d = json.load(sys.stdin); d = d[0] if isinstance(d, list) else d; print(d.get("samples_per_second", d.get("samplesPerSecond")))'
+    "$python" -c 'import json, sys; d = json.load(sys.stdin); d = d[0] if isinstance(d, list) else d; p = d.get("plan", {}); print(d.get("samples_per_second", d.get("samplesPerSecond")), p.get("all_reduce_algorithm", p.get("allReduceAlgorithm", "-")))'
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
@@ -123,19 +124,24 @@ ddp_run() {  # RUN -> samples/s (rank 0's)
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-direct=() ring=() ddp=()
+direct=() ring=() auto=() chosen=() ddp=()
 for ((r = 1; r <= repeats; r++)); do
-  direct+=("$(lockstep_run direct "$r")")
-  ring+=("$(lockstep_run ring "$r")")
+  direct+=("$(lockstep_run direct "$r" | cut -d' ' -f1)")
+  ring+=("$(lockstep_run ring "$r" | cut -d' ' -f1)")
+  read -r sps algorithm < <(lockstep_run auto "$r")
+  auto+=("$sps") chosen+=("$algorithm")
   ddp+=("$(ddp_run "$r")")
 done
 d=$(printf '%s\n' "${direct[@]}" | median)
 g=$(printf '%s\n' "${ring[@]}" | median)
+a=$(printf '%s\n' "${auto[@]}" | median)
 p=$(printf '%s\n' "${ddp[@]}" | median)
 echo "$model, $hosts hosts, links capped at $rate, global batch 128, Adam, $steps steps," \
      "$threads thread(s) per process; samples/s, median of $repeats"
-printf '%-16s %10s %10s %10s %12s %12s\n' "" "lockstep" "lockstep" "DDP" "direct/DDP" "ring/DDP"
-printf '%-16s %10s %10s %10s\n' "" "direct" "ring" "(gloo)"
-printf '%-16s %10.0f %10.0f %10.0f %12.2f %12.2f\n' "$model x$hosts $rate" "$d" "$g" "$p" \
-    "$("$python" -c "print($d / $p)")" "$("$python" -c "print($g / $p)")"
-echo "runs: direct ${direct[*]}; ring ${ring[*]}; DDP ${ddp[*]}"
+printf '%-16s %10s %10s %10s %10s %12s %12s %12s\n' "" "lockstep" "lockstep" "lockstep" "DDP" \
+    "direct/DDP" "ring/DDP" "auto/DDP"
+printf '%-16s %10s %10s %10s %10s\n' "" "direct" "ring" "auto" "(gloo)"
+printf '%-16s %10.0f %10.0f %10.0f %10.0f %12.2f %12.2f %12.2f\n' "$model x$hosts $rate" \
+    "$d" "$g" "$a" "$p" "$("$python" -c "print($d / $p)")" \
+    "$("$python" -c "print($g / $p)")" "$("$python" -c "print($a / $p)")"
+echo "runs: direct ${direct[*]}; ring ${ring[*]}; auto ${auto[*]} (chose ${chosen[*]}); DDP ${ddp[*]}"

@@ -541,7 +541,13 @@ absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
                               {"auto", "gloo", "nccl"}));
   RETURN_IF_ERROR(CheckChoice("communication.algorithm",
                               spec.communication().algorithm(),
-                              {"direct", "ring"}));
+                              {"direct", "ring", "auto"}));
+  if (spec.reproducible() && spec.communication().algorithm() == "auto") {
+    return Invalid(
+        "communication.algorithm \"auto\" chooses by timing the network, "
+        "and the algorithm decides the order of each gradient's sum: a "
+        "reproducible job names \"direct\" or \"ring\"");
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -148,9 +149,28 @@ int64_t LossStride(const v1::JobStatus& status) {
   return std::max<int64_t>(1, status.loss_stride());
 }
 
+// The all-reduce algorithm communication.algorithm "auto" chose for this
+// generation, and the times it chose by.
+void AddAlgorithmEvent(v1::JobStatus& status, const v1::TrainingPlan& plan,
+                       double now) {
+  if (!plan.has_algorithm_probe()) return;
+  const v1::AllReduceProbe& probe = plan.algorithm_probe();
+  AddEvent(
+      status, now, "all_reduce_algorithm", nullptr,
+      absl::StrFormat(
+          "generation %d all-reduces %s: %.1f MiB took %.3f s direct, "
+          "%.3f s by the ring (the fastest of 2 tries, summed over %d "
+          "ranks)",
+          status.generation(),
+          plan.all_reduce_algorithm() == "ring" ? "by the ring" : "directly",
+          static_cast<double>(probe.bytes()) / (1 << 20),
+          probe.direct_seconds(), probe.ring_seconds(), plan.replicas()));
+}
+
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
                    double now) {
   AddResumedEvent(status, report, now);
+  AddAlgorithmEvent(status, report.plan(), now);
   for (const std::string& warning : report.warnings()) {
     AddEvent(status, now, "warning", nullptr, warning);
   }

@@ -146,6 +146,16 @@ absl::Status CheckProgress(const v1::ProgressReport& report) {
   check.Range("plan.total_steps", plan.total_steps(), 0, kMaxStep);
   check.Range("plan.warmup_steps", plan.warmup_steps(), 0, kMaxStep);
   check.Text("plan.lr_scaling", plan.lr_scaling());
+  const std::string& algorithm = plan.all_reduce_algorithm();
+  check.That(algorithm.empty() || algorithm == "direct" || algorithm == "ring",
+             "plan.all_reduce_algorithm",
+             "is not \"direct\", \"ring\" or empty");
+  const v1::AllReduceProbe& probe = plan.algorithm_probe();
+  check.Range("plan.algorithm_probe.bytes", probe.bytes(), 0, int64_t{1} << 30);
+  for (double seconds : {probe.direct_seconds(), probe.ring_seconds()}) {
+    check.That(seconds >= 0 && seconds < 1e6, "plan.algorithm_probe",
+               "has a time that is negative, not a number or over 1e6 s");
+  }
   Metrics(check, report.test_metrics());
   return check.status();
 }

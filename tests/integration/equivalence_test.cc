@@ -1,7 +1,7 @@
 // Training gives the same result however it is laid out (docs/DESIGN.md §4): 1,
-// 2 and 4 workers, accumulation and the ring all-reduce follow one loss curve;
-// numpy data, a TorchScript model and each precision train as the built-in path
-// does.
+// 2 and 4 workers, accumulation and the ring or timed ("auto") all-reduce
+// follow one loss curve; numpy data, a TorchScript model and each precision
+// train as the built-in path does.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,8 +21,8 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // docs/DESIGN.md §4: the global batch is the unit. The same job as 1x64, 2x32,
-// 4x16 and 2x16 with 2 accumulation steps follows the same loss curve and ends
-// at the same accuracy.
+// 4x16 (with each all-reduce algorithm) and 2x16 with 2 accumulation steps
+// follows the same loss curve and ends at the same accuracy.
 TEST(LocalTest, OneTwoAndFourWorkersAccumulationAndRingGiveTheSameLosses) {
   std::string dir = TempDir("local");
   struct Config {
@@ -36,6 +36,7 @@ TEST(LocalTest, OneTwoAndFourWorkersAccumulationAndRingGiveTheSameLosses) {
                                        {"2x32", 2, 32, 1},
                                        {"4x16", 4, 16, 1},
                                        {"4x16-ring", 4, 16, 1, "ring"},
+                                       {"4x16-auto", 4, 16, 1, "auto"},
                                        {"2x16x2", 2, 16, 2}};
   std::map<std::string, std::vector<double>> losses;
   std::map<std::string, double> accuracy;

@@ -484,8 +484,9 @@ TEST_F(NetbedTest, APartitionThatHealsIsFencedOut) {
 
 // Issue 35: one host's link capped to a tenth of the others' (tbf, both
 // ways). Training goes on, and the job's status names that host as the one
-// with the slow link, from the throughput every rank measures with each
-// peer.
+// with the slow link, from the rate at which every rank receives each
+// peer's data. The job lets "auto" pick its all-reduce algorithm: the
+// generation's status says which, and the times it chose by.
 TEST_F(NetbedTest, AHostOnATenthOfTheBandwidthIsNamedAsTheSlowOne) {
   StartCluster("slow", 3);
   ASSERT_TRUE(bed_->Cap(HostOf("worker", 0), "1gbit").ok());
@@ -493,6 +494,7 @@ TEST_F(NetbedTest, AHostOnATenthOfTheBandwidthIsNamedAsTheSlowOne) {
   ASSERT_TRUE(bed_->Cap(HostOf("worker", 2), "100mbit").ok());
   std::vector<std::string> sets = kJob;
   sets.push_back("max_steps=150");
+  sets.push_back("communication.algorithm=auto");
   const std::string job = Submit(sets);
   ASSERT_FALSE(job.empty());
   const v1::JobStatus named = WaitUntil(job, [](const v1::JobStatus& s) {
@@ -503,6 +505,15 @@ TEST_F(NetbedTest, AHostOnATenthOfTheBandwidthIsNamedAsTheSlowOne) {
   std::cout << "netbed: " << named.stall() << "\n";
   const v1::JobStatus done = WaitUntil(job, Ended);
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+  const std::vector<v1::JobEvent> chosen = Events(done, "all_reduce_algorithm");
+  ASSERT_EQ(chosen.size(), 1u) << History(done);
+  EXPECT_THAT(chosen[0].message(),
+              AllOf(HasSubstr("generation 1 all-reduces "),
+                    HasSubstr(" s by the ring"), HasSubstr("over 3 ranks")));
+  EXPECT_THAT(done.plan().all_reduce_algorithm(),
+              ::testing::AnyOf("direct", "ring"));
+  EXPECT_TRUE(done.plan().has_algorithm_probe());
+  std::cout << "netbed: " << chosen[0].message() << "\n";
 }
 
 }  // namespace

@@ -475,5 +475,45 @@ TEST_F(BoundsTest, EventsAreCappedAndCounted) {
   EXPECT_THAT(last_long.message(), HasSubstr("more bytes]"));
 }
 
+// communication.algorithm "auto": the chief's first report says what its
+// generation chose and by which times; the coordinator keeps it in the plan,
+// records an event, and refuses a probe out of range.
+TEST_F(BoundsTest, TheAlgorithmAutoChoseIsAnEventAndItsTimesAreChecked) {
+  Make();
+  FakeSink a;
+  std::string id = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  auto report = [&](double ring_seconds) {
+    v1::WorkerMessage message;
+    v1::ProgressReport* progress = message.mutable_progress();
+    progress->set_job_id(job);
+    progress->set_generation(1);
+    progress->set_resumed_at_step(0);
+    v1::TrainingPlan* plan = progress->mutable_plan();
+    plan->set_replicas(3);
+    plan->set_all_reduce_algorithm("ring");
+    plan->mutable_algorithm_probe()->set_bytes(4 << 20);
+    plan->mutable_algorithm_probe()->set_direct_seconds(0.9);
+    plan->mutable_algorithm_probe()->set_ring_seconds(ring_seconds);
+    return coordinator_->HandleWorkerMessage(id, message);
+  };
+  const absl::Status refused = report(-1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("plan.algorithm_probe"));
+  ASSERT_TRUE(report(0.6).ok());
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.plan().all_reduce_algorithm(), "ring");
+  std::vector<std::string> chosen;
+  for (const v1::JobEvent& event : status.events()) {
+    if (event.kind() == "all_reduce_algorithm") {
+      chosen.push_back(event.message());
+    }
+  }
+  EXPECT_THAT(chosen, ::testing::ElementsAre(
+                          "generation 1 all-reduces by the ring: 4.0 MiB "
+                          "took 0.900 s direct, 0.600 s by the ring (the "
+                          "fastest of 2 tries, summed over 3 ranks)"));
+}
+
 }  // namespace
 }  // namespace lockstep::coordinator

@@ -544,6 +544,21 @@ TEST(JobSpecTest, ExportFormatIsAChoiceThatNeedsAnExport) {
               HasSubstr("needs export"));
 }
 
+// "auto" picks the all-reduce algorithm by timing, so the sum order depends
+// on the network: a reproducible job must name one.
+TEST(JobSpecTest, AutoAlgorithmIsNotForAReproducibleJob) {
+  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "communication": {"algorithm": "auto"}})"))
+                  .ok());
+  EXPECT_THAT(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "reproducible": true, "communication": {"algorithm": "auto"}})"))
+                  .message(),
+              HasSubstr("a reproducible job names \"direct\" or \"ring\""));
+  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "reproducible": true, "communication": {"algorithm": "ring"}})"))
+                  .ok());
+}
+
 TEST(JobSpecBoundsTest, EveryFieldHasABound) {
   ExpectEveryFieldBounded(v1::JobSpec::descriptor(), "");
   EXPECT_EQ(JobSpecFieldBound("accumulation_steps"), 65536);

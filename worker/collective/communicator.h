@@ -62,6 +62,14 @@ class Communicator {
   // Ends the communicator: a call pending on another thread fails promptly
   // with Aborted, and so does every later call. Thread-safe.
   virtual void Abort() = 0;
+  // Runs later all-reduces with `algorithm`; false where the communicator
+  // has no such choice (NCCL picks its own, one rank has nothing to move).
+  // Every rank must make the same choice, and never while a collective is
+  // pending.
+  virtual bool SetAllReduceAlgorithm(AllReduceAlgorithm algorithm) {
+    (void)algorithm;
+    return false;
+  }
 };
 
 // The communicator of a one-replica job: every collective is the identity.

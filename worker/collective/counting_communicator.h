@@ -42,6 +42,9 @@ class CountingCommunicator : public Communicator {
     return Timed(WorkerMetrics::kBarrier, 0, [&] { return inner_->Barrier(); });
   }
   void Abort() override { inner_->Abort(); }
+  bool SetAllReduceAlgorithm(AllReduceAlgorithm algorithm) override {
+    return inner_->SetAllReduceAlgorithm(algorithm);
+  }
 
   // The overloads of the base class stay visible.
   using Communicator::AllReduceSum;

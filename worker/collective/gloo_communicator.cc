@@ -353,7 +353,7 @@ absl::Status GlooCommunicator::Exchange(
 absl::Status GlooCommunicator::AllReduceSum(void* data, size_t count,
                                             DataType type) {
   if (count == 0 || size() == 1) return Guarded("all-reduce", {}, [] {});
-  if (options_.algorithm == Algorithm::kRing) {
+  if (algorithm_ == Algorithm::kRing) {
     return RingAllReduce(*this, scratch_, data, count, type);
   }
   return DirectAllReduce(*this, scratch_, data, count, type);

@@ -96,6 +96,10 @@ class GlooCommunicator : public Communicator, private PeerExchange {
   absl::Status AllGather(const void* in, size_t bytes, void* out) override;
   absl::Status Barrier() override;
   void Abort() override;
+  bool SetAllReduceAlgorithm(Algorithm algorithm) override {
+    algorithm_ = algorithm;
+    return size() > 1;
+  }
 
  private:
   explicit GlooCommunicator(Options options);
@@ -137,6 +141,8 @@ class GlooCommunicator : public Communicator, private PeerExchange {
   uint64_t NextSlot() { return (uint64_t{0x40} << 56) | (next_call_++ << 20); }
 
   const Options options_;
+  // options_.algorithm until SetAllReduceAlgorithm.
+  Algorithm algorithm_ = options_.algorithm;
   // The transport and its pairs, made by Create; the collectives' context
   // wraps them once Connect has connected them.
   std::shared_ptr<gloo::transport::Device> device_;

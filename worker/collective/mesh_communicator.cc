@@ -193,7 +193,7 @@ absl::Status MeshCommunicator::AllReduceSum(void* data, size_t count,
     absl::MutexLock lock(&mu_);
     return aborted_ ? Aborted("all-reduce") : absl::OkStatus();
   }
-  if (options_.algorithm == Algorithm::kRing) {
+  if (algorithm_ == Algorithm::kRing) {
     return RingAllReduce(*this, scratch_, data, count, type);
   }
   return DirectAllReduce(*this, scratch_, data, count, type);

@@ -107,6 +107,10 @@ class MeshCommunicator : public Communicator, private PeerExchange {
   absl::Status AllGather(const void* in, size_t bytes, void* out) override;
   absl::Status Barrier() override;
   void Abort() override;
+  bool SetAllReduceAlgorithm(Algorithm algorithm) override {
+    algorithm_ = algorithm;
+    return size() > 1;
+  }
 
   // "host:port" this rank listens on until Connect ends.
   const std::string& listen_address() const { return listen_address_; }
@@ -166,6 +170,8 @@ class MeshCommunicator : public Communicator, private PeerExchange {
 
   // Constant after construction.
   const Options options_;
+  // options_.algorithm until SetAllReduceAlgorithm.
+  Algorithm algorithm_ = options_.algorithm;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd Abort() writes
   int halt_fd_ = -1;  // eventfd Halt() writes

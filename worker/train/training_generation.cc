@@ -61,6 +61,10 @@ constexpr int kSmallBatchNormBatch = 32;
 // fp16: this many overflows in a row at the smallest loss scale: diverged.
 constexpr int kMaxConsecutiveSkips = 100;
 
+// The largest buffer communication.algorithm "auto" times each algorithm on
+// (a 25 MiB bucket would take seconds per try on a slow link).
+constexpr size_t kMaxProbeBytes = size_t{8} << 20;
+
 // Zeroes the gradients in place, as LibTorch 1.13 does; 2.x would drop
 // them (set_to_none), and the reducer would allocate them again each step.
 void ZeroGradients(torch::optim::Optimizer& optimizer) {
@@ -258,6 +262,7 @@ absl::Status TrainingGeneration::Setup() {
       std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
   reducer.overlap = spec_.communication().overlap();
   reducer.accumulate = plan_.accumulation > 1;
+  RETURN_IF_ERROR(ChooseAlgorithm(reducer.bucket_bytes));
   reducer.device = device_;
   reducer.stage_through_host = device_.is_cuda() && Backend() != "nccl";
   // The hand-off talks to the NCCL communicator itself, not its counter.
@@ -269,6 +274,41 @@ absl::Status TrainingGeneration::Setup() {
   RETURN_IF_ERROR(StartPipeline());
   LogPlan(absl::Now() - start, connected - start, loaded - start);
   return absl::OkStatus();
+}
+
+absl::Status TrainingGeneration::ChooseAlgorithm(size_t bucket_bytes) {
+  if (spec_.communication().algorithm() != "auto" || Backend() == "nccl" ||
+      world_ < 3) {
+    return absl::OkStatus();
+  }
+  // Most of the gradient moves in full buckets; a small model in one.
+  size_t gradient_bytes = 0;
+  for (const torch::Tensor& param : params_) {
+    gradient_bytes += static_cast<size_t>(param.numel()) * sizeof(float);
+  }
+  const size_t bytes = std::min({bucket_bytes, gradient_bytes, kMaxProbeBytes});
+  absl::StatusOr<AlgorithmProbe> probe =
+      ChooseAllReduceAlgorithm(*counted_, bytes);
+  if (!probe.ok()) {
+    return absl::Status(probe.status().code(),
+                        absl::StrCat("timing the all-reduce algorithms for "
+                                     "communication.algorithm \"auto\": ",
+                                     probe.status().message()));
+  }
+  probe_ = *probe;
+  LogInfo("all-reduce algorithm for generation ", task_.assignment.generation(),
+          ": ", AlgorithmName(), " (", probe_->bytes, " bytes took ",
+          probe_->direct_seconds, " s direct, ", probe_->ring_seconds,
+          " s by the ring, summed over ", world_, " ranks)");
+  return absl::OkStatus();
+}
+
+std::string TrainingGeneration::AlgorithmName() const {
+  if (Backend() == "nccl" || world_ < 2) return "";
+  const bool ring = probe_.has_value()
+                        ? probe_->algorithm == AllReduceAlgorithm::kRing
+                        : spec_.communication().algorithm() == "ring";
+  return ring ? "ring" : "direct";
 }
 
 ModelOptions TrainingGeneration::Model() const {
@@ -334,6 +374,13 @@ v1::TrainingPlan TrainingGeneration::TrainingPlanOf() const {
   plan.set_scaled_lr(lr_->scaled_lr());
   plan.set_lr_scaling(spec_.lr_scaling());
   plan.set_warmup_steps(spec_.warmup_steps());
+  plan.set_all_reduce_algorithm(AlgorithmName());
+  if (probe_.has_value()) {
+    v1::AllReduceProbe* probe = plan.mutable_algorithm_probe();
+    probe->set_bytes(static_cast<int64_t>(probe_->bytes));
+    probe->set_direct_seconds(probe_->direct_seconds);
+    probe->set_ring_seconds(probe_->ring_seconds);
+  }
   return plan;
 }
 

@@ -24,6 +24,7 @@
 #include "common/job_spec.h"
 #include "lockstep/v1/coordinator.pb.h"
 #include "worker/checkpoint/checkpointer.h"
+#include "worker/collective/algorithm_probe.h"
 #include "worker/collective/communicator.h"
 #include "worker/collective/counting_communicator.h"
 #include "worker/data/sampler.h"
@@ -71,6 +72,13 @@ class TrainingGeneration {
   absl::Status ConnectAndLoad(absl::Time* connected);
   // Splits the global batch over this generation's ranks.
   absl::Status PlanBatches();
+  // communication.algorithm "auto": times both CPU algorithms on a buffer
+  // the size of a gradient bucket and runs the faster (3 ranks or more; on
+  // 2 both sum the same way).
+  absl::Status ChooseAlgorithm(size_t bucket_bytes);
+  // The CPU all-reduce algorithm this generation runs ("" with NCCL or one
+  // rank).
+  std::string AlgorithmName() const;
   absl::Status StartPipeline();
   void LogPlan(absl::Duration setup, absl::Duration rendezvous,
                absl::Duration loaded) const;
@@ -124,6 +132,7 @@ class TrainingGeneration {
   std::unique_ptr<BatchAssembler> test_assembler_;
   std::vector<std::string> column_names_;  // a training-step module's
   BatchPlan plan_;
+  std::optional<AlgorithmProbe> probe_;         // set when "auto" chose
   std::unique_ptr<Checkpointer> checkpointer_;  // null without backup_dir
   AgreedState agreed_;
   std::vector<torch::Tensor> params_;
