@@ -69,7 +69,7 @@ void OnThreeRanks(const std::function<void(Communicator&)>& body) {
 
 TEST(AlgorithmProbeTest, TheRingOnlyWhenClearlyFaster) {
   EXPECT_EQ(FasterAlgorithm(1.0, 0.9), AllReduceAlgorithm::kRing);
-  EXPECT_EQ(FasterAlgorithm(1.0, 0.97), AllReduceAlgorithm::kDirect);
+  EXPECT_EQ(FasterAlgorithm(1.0, 0.99), AllReduceAlgorithm::kDirect);
   EXPECT_EQ(FasterAlgorithm(1.0, 1.5), AllReduceAlgorithm::kDirect);
 }
 

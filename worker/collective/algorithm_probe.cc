@@ -11,8 +11,10 @@
 namespace lockstep::worker {
 namespace {
 
-// How much faster the ring must be to be chosen.
-constexpr double kRingMargin = 0.95;
+// How much faster the ring must be to be chosen: a tie goes to direct.
+// Small: on the test bed at 1 Gbit/s with 4 hosts the probe found the ring
+// 4-10 % faster and it trained 6 % faster; 5 % kept direct there.
+constexpr double kRingMargin = 0.98;
 
 }  // namespace
 
