@@ -86,6 +86,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"communication.backend", kMaxChoiceBytes},
     {"communication.bucket_mb", 65536},
     {"communication.algorithm", kMaxChoiceBytes},
+    {"communication.compression", kMaxChoiceBytes},
     {"checkpoint.backup_dir", kMaxPathBytes},
     {"checkpoint.save_every_steps", kMaxSteps},
     {"checkpoint.keep", 1000},
@@ -385,6 +386,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   v1::CommunicationSpec* comm = spec->mutable_communication();
   if (comm->backend().empty()) comm->set_backend("auto");
   if (comm->algorithm().empty()) comm->set_algorithm("direct");
+  if (comm->compression().empty()) comm->set_compression("none");
   if (comm->bucket_mb() == 0) comm->set_bucket_mb(25);
   if (!comm->has_overlap()) comm->set_overlap(true);
   v1::CheckpointSpec* ckpt = spec->mutable_checkpoint();
@@ -542,6 +544,17 @@ absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(CheckChoice("communication.algorithm",
                               spec.communication().algorithm(),
                               {"direct", "ring", "auto"}));
+  RETURN_IF_ERROR(CheckChoice("communication.compression",
+                              spec.communication().compression(),
+                              {"none", "bf16"}));
+  if (spec.communication().backend() == "nccl" &&
+      spec.communication().compression() != "none") {
+    return Invalid(absl::StrCat(
+        "communication.compression \"", spec.communication().compression(),
+        "\" is a wire format of the Gloo all-reduce; NCCL has none: set "
+        "communication.backend \"gloo\" or \"auto\", or compression "
+        "\"none\""));
+  }
   if (spec.reproducible() && spec.communication().algorithm() == "auto") {
     return Invalid(
         "communication.algorithm \"auto\" chooses by timing the network, "

@@ -21,9 +21,16 @@ std::string RankName(int rank, const Worker& worker) {
 
 }  // namespace
 
-absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
+absl::StatusOr<Backend> ResolveBackend(const v1::CommunicationSpec& spec,
                                        const std::vector<Worker*>& workers) {
+  const std::string& requested = spec.backend();
   if (requested == "gloo") return Backend{"gloo", ""};
+  if (requested == "auto" && !spec.compression().empty() &&
+      spec.compression() != "none") {
+    return Backend{
+        "gloo", absl::StrCat("communication.compression \"", spec.compression(),
+                             "\" is a wire format of Gloo's")};
+  }
   std::string without_gpu, shared;
   std::map<std::string, int> rank_of_gpu;  // by UUID
   for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {

@@ -17,11 +17,13 @@ struct Backend {
   std::string why;   // why "auto" chose Gloo; empty otherwise
 };
 
-// The backend of a generation on `workers` (rank order): "auto" is NCCL
-// when every rank has a GPU of its own (NCCL refuses two ranks on one GPU),
-// Gloo otherwise. Errors: FailedPrecondition when the job asks for "nccl"
-// and a rank has no GPU, or two ranks share one; the message names them.
-absl::StatusOr<Backend> ResolveBackend(const std::string& requested,
+// The backend of a generation on `workers` (rank order) for the job's
+// `spec`: "auto" is NCCL when every rank has a GPU of its own (NCCL refuses
+// two ranks on one GPU) and the job asks for no gradient compression (a
+// Gloo wire format), Gloo otherwise. Errors: FailedPrecondition when the
+// job asks for "nccl" and a rank has no GPU, or two ranks share one; the
+// message names them.
+absl::StatusOr<Backend> ResolveBackend(const v1::CommunicationSpec& spec,
                                        const std::vector<Worker*>& workers);
 
 // A job that asks for reproducible results (JobSpec.reproducible) runs only

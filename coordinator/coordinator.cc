@@ -353,8 +353,7 @@ void Coordinator::StartGenerationLocked(Job& job,
                  std::string(plan.status().message()));
     return;
   }
-  auto backend =
-      ResolveBackend(status.spec().communication().backend(), workers);
+  auto backend = ResolveBackend(status.spec().communication(), workers);
   if (!backend.ok()) {
     EndJobLocked(job, v1::JOB_STATE_FAILED,
                  std::string(backend.status().message()));

@@ -79,6 +79,24 @@ TEST_F(CoordinatorTest, AutoIsGlooWhenTwoRanksShareAGpu) {
               HasSubstr("share GPU GPU-same"));
 }
 
+// communication.compression "bf16" is a wire format of Gloo's: "auto"
+// picks Gloo for it even where every rank has a GPU, and says why.
+TEST_F(CoordinatorTest, AutoIsGlooWhenTheJobCompressesGradients) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a, Gpu(0, "GPU-a"));
+  Connect(2, &b, Gpu(0, "GPU-b"));
+  v1::JobSpec spec = SpecWithBackend(2, "auto");
+  spec.mutable_communication()->set_compression("bf16");
+  std::string job = *coordinator_->SubmitJob(spec);
+  v1::JobStatus status = Status(job);
+  EXPECT_EQ(status.backend(), "gloo");
+  EXPECT_EQ(AssignedBackends({&a, &b}),
+            std::vector<std::string>({"gloo", "gloo"}));
+  EXPECT_THAT(EventsOf(status, "generation_started")[0].message(),
+              HasSubstr("communication.compression \"bf16\""));
+}
+
 TEST_F(CoordinatorTest, NcclWithARankWithoutAGpuFailsTheJobNamingTheRank) {
   auto config = ParseTfConfig(
       R"({"cluster": {"worker": ["10.0.0.6:7071", "10.0.0.7:7071"]}})");

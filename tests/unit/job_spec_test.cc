@@ -559,6 +559,25 @@ TEST(JobSpecTest, AutoAlgorithmIsNotForAReproducibleJob) {
                   .ok());
 }
 
+// The gradient's wire format: fp32 unless the job asks for bf16, which is
+// the Gloo all-reduce's alone.
+TEST(JobSpecTest, CompressionIsNoneOrBf16) {
+  EXPECT_EQ(Parse(R"({"global_batch_size": 64})").communication().compression(),
+            "none");
+  EXPECT_TRUE(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "communication": {"compression": "bf16"}})"))
+                  .ok());
+  EXPECT_THAT(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "communication": {"compression": "fp8"}})"))
+                  .message(),
+              HasSubstr("communication.compression is \"fp8\"; choose one "
+                        "of none, bf16"));
+  EXPECT_THAT(ValidateJobSpec(Parse(R"({"global_batch_size": 64,
+      "communication": {"backend": "nccl", "compression": "bf16"}})"))
+                  .message(),
+              HasSubstr("set communication.backend \"gloo\" or \"auto\""));
+}
+
 TEST(JobSpecBoundsTest, EveryFieldHasABound) {
   ExpectEveryFieldBounded(v1::JobSpec::descriptor(), "");
   EXPECT_EQ(JobSpecFieldBound("accumulation_steps"), 65536);

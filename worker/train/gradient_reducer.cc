@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "worker/collective/half.h"
+
 namespace lockstep::worker {
 namespace {
 
@@ -45,6 +47,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params,
     if (on_device() && options_.stage_through_host) {
       staging_.push_back(torch::empty({n}, floats.pinned_memory(true)));
     }
+    if (options_.bf16_wire) wire_.emplace_back(floats_in_bucket);
   }
   pending_.assign(buckets_.size(), 0);
   {
@@ -181,14 +184,35 @@ absl::Status GradientReducer::Reduce(int bucket) {
   absl::Status ordered = handoff_->BeforeReduce(bucket);
   if (!ordered.ok()) return ordered;
   const size_t count = static_cast<size_t>(buckets_[bucket].numel());
-  if (staging_.empty()) return comm_->AllReduceSum(data(bucket), count);
+  if (staging_.empty() && on_device()) {
+    // NCCL reduces device memory in place; it has no bf16 wire here (the
+    // generation refuses communication.compression with NCCL).
+    return comm_->AllReduceSum(data(bucket), count);
+  }
+  if (staging_.empty()) return ReduceHost(bucket, data(bucket), count);
   // Gloo on a GPU: through pinned host memory, each copy complete before
   // the next stage reads it.
   torch::Tensor& host = staging_[bucket];
   host.copy_(buckets_[bucket]);
-  absl::Status reduced = comm_->AllReduceSum(host.data_ptr<float>(), count);
+  absl::Status reduced = ReduceHost(bucket, host.data_ptr<float>(), count);
   if (reduced.ok()) buckets_[bucket].copy_(host);
   return reduced;
+}
+
+absl::Status GradientReducer::ReduceHost(int bucket, float* host,
+                                         size_t count) {
+  if (!options_.bf16_wire) return comm_->AllReduceSum(host, count);
+  // The last bucket's two extras (loss, stop vote) are not gradients: a
+  // loss rounded to 8 bits of mantissa would be a wrong report.
+  const bool last = bucket == static_cast<int>(buckets_.size()) - 1;
+  const size_t gradients = last ? count - 2 : count;
+  std::vector<uint16_t>& wire = wire_[bucket];
+  for (size_t i = 0; i < gradients; ++i) wire[i] = FloatToBFloat16(host[i]);
+  absl::Status reduced =
+      comm_->AllReduceSum(wire.data(), gradients, DataType::kBFloat16);
+  if (!reduced.ok()) return reduced;
+  for (size_t i = 0; i < gradients; ++i) host[i] = BFloat16ToFloat(wire[i]);
+  return last ? comm_->AllReduceSum(host + gradients, 2) : absl::OkStatus();
 }
 
 void GradientReducer::CommunicationLoop() {

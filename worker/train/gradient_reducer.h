@@ -36,6 +36,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,12 @@ class GradientReducer {
     // Orders copies and reductions; null: HostHandoff. Must outlive the
     // reducer.
     BucketHandoff* handoff = nullptr;
+    // communication.compression "bf16": each gradient is rounded to
+    // bfloat16 for the all-reduce (half the bytes on the wire) and widened
+    // back to fp32 after it. The loss and stop vote stay fp32 (a separate
+    // all-reduce of two floats). Host buckets only: a device bucket is
+    // staged through the host first.
+    bool bf16_wire = false;
   };
 
   // `params` in registration order; `comm` must outlive the reducer.
@@ -102,6 +109,9 @@ class GradientReducer {
   void Fill(int param, const torch::Tensor* grad);
   void MarkReady(int bucket);
   absl::Status Reduce(int bucket);
+  // All-reduces `count` floats at `host` (bucket `bucket`'s host copy): as
+  // they are, or through `wire_` in bf16.
+  absl::Status ReduceHost(int bucket, float* host, size_t count);
   void CommunicationLoop();
   // The averaged gradients into each .grad.
   void WriteGradients();
@@ -121,6 +131,9 @@ class GradientReducer {
   // staging, pinned host copies of them.
   std::vector<torch::Tensor> buckets_;
   std::vector<torch::Tensor> staging_;
+  // bf16_wire: the buckets' gradients as bfloat16 bits, per bucket (the
+  // communication thread's own while it reduces that bucket).
+  std::vector<std::vector<uint16_t>> wire_;
   HostHandoff host_handoff_;
   BucketHandoff* const handoff_;
   std::vector<int> pending_;   // gradients still missing, per bucket

@@ -111,6 +111,16 @@ absl::Status TrainingGeneration::CheckSupported() const {
         " trains on the CPU; use \"gloo\" or \"auto\", or run the worker "
         "with --device cuda"));
   }
+  if (Backend() == "nccl" && spec_.communication().compression() != "none") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job asks for communication.compression \"",
+        spec_.communication().compression(),
+        "\", which only the Gloo "
+        "all-reduce has, but generation ",
+        task_.assignment.generation(), " runs NCCL (worker rank ", rank_,
+        " on ", task_.host,
+        "); set communication.backend \"gloo\" or compression \"none\""));
+  }
   if (spec_.precision() == "fp16" && !device_.is_cuda()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job asks for precision \"fp16\", which needs a GPU, but worker "
@@ -265,6 +275,7 @@ absl::Status TrainingGeneration::Setup() {
   RETURN_IF_ERROR(ChooseAlgorithm(reducer.bucket_bytes));
   reducer.device = device_;
   reducer.stage_through_host = device_.is_cuda() && Backend() != "nccl";
+  reducer.bf16_wire = spec_.communication().compression() == "bf16";
   // The hand-off talks to the NCCL communicator itself, not its counter.
   handoff_ =
       MakeBucketHandoff(device_, comm_.get(), reducer.stage_through_host);
