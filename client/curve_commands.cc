@@ -217,8 +217,9 @@ void Flatten(const google::protobuf::Struct& tree, const std::string& prefix,
 }
 
 // {dotted field: JSON value} of every setting that decides the function a
-// run computes: the job spec without kNotTheFunction, and the global batch,
-// scaled LR and total steps of its plan.
+// run computes: the job spec without kNotTheFunction, the gradient's wire
+// format (the one part of `communication` that rounds it), and the global
+// batch, scaled LR and total steps of its plan.
 std::map<std::string, std::string> FunctionSettings(const v1::JobStatus& job) {
   google::protobuf::Struct tree;
   (void)FromJson(ToJson(job.spec(), JsonStyle::kCompact), &tree,
@@ -226,6 +227,9 @@ std::map<std::string, std::string> FunctionSettings(const v1::JobStatus& job) {
   for (const char* name : kNotTheFunction) tree.mutable_fields()->erase(name);
   std::map<std::string, std::string> flat;
   Flatten(tree, "", &flat);
+  const std::string& compression = job.spec().communication().compression();
+  flat["communication.compression"] =
+      absl::StrCat("\"", compression.empty() ? "none" : compression, "\"");
   flat["global batch"] = absl::StrCat(GlobalBatch(job));
   flat["scaled LR"] = absl::StrFormat("%.6g", job.plan().scaled_lr());
   flat["total steps"] = absl::StrCat(job.plan().total_steps());

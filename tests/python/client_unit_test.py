@@ -199,6 +199,16 @@ class VerdictTest(unittest.TestCase):
             backup_dir="/b"), log_every_steps=7)
         same, _ = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **elsewhere))
         self.assertTrue(same)
+        # How gradients travel is not the function, except their rounding.
+        ring = dict(base, communication=job_pb2.CommunicationSpec(
+            algorithm="ring", bucket_mb=4, compression="none"))
+        same, _ = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **ring))
+        self.assertTrue(same)
+        bf16 = dict(base, communication=job_pb2.CommunicationSpec(
+            compression="bf16"))
+        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.0], **bf16))
+        self.assertFalse(same)
+        self.assertIn('communication.compression ("none" vs "bf16")', text)
         same, text = verdict(a, finished("b", 1, "d3" * 32, [2.0, 1.0], **base))
         self.assertFalse(same)
         self.assertIn("CPU kernels", text)

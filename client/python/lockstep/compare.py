@@ -84,14 +84,17 @@ def _flatten(tree, prefix, out):
 
 def _function_settings(status):
     """{dotted field: JSON value} of every setting that decides the
-    function a run computes: the job spec without _NOT_THE_FUNCTION, and
-    the global batch, scaled LR and total steps of its plan."""
+    function a run computes: the job spec without _NOT_THE_FUNCTION, the
+    gradient's wire format (the one part of communication that rounds it),
+    and the global batch, scaled LR and total steps of its plan."""
     tree = json_format.MessageToDict(status.spec,
                                      preserving_proto_field_name=True)
     for name in _NOT_THE_FUNCTION:
         tree.pop(name, None)
     flat = {}
     _flatten(tree, "", flat)
+    flat["communication.compression"] = json.dumps(
+        status.spec.communication.compression or "none")
     flat["global batch"] = str(metrics_lib.global_batch(status))
     flat["scaled LR"] = "%.6g" % status.plan.scaled_lr
     flat["total steps"] = str(status.plan.total_steps)
