@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 DATA = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530
@@ -62,6 +63,11 @@ def run(rank, args, start):
     torch.manual_seed(args.seed)
     model = build(args.model)
     ddp = nn.parallel.DistributedDataParallel(model) if args.workers > 1 else model
+    if args.compress == "fp16" and args.workers > 1:
+        # PyTorch's own 16-bit wire: each bucket cast to fp16 for the
+        # all-reduce (its bf16 hook needs a bf16 all-reduce, which Debian's
+        # gloo does not have).
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     per_replica = args.global_batch // args.workers
     generator = torch.Generator().manual_seed(args.seed)
@@ -107,6 +113,9 @@ def main():
                              "--master")
     parser.add_argument("--master", default="127.0.0.1",
                         help="rank 0's address (MASTER_ADDR)")
+    parser.add_argument("--compress", choices=["none", "fp16"], default="none",
+                        help="gradients on the wire: fp32, or fp16 through "
+                             "DDP's fp16_compress_hook")
     args = parser.parse_args()
     os.environ.setdefault("MASTER_ADDR", args.master)
     os.environ["MASTER_PORT"] = str(args.port)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Training across the network test bed's hosts, every link capped: lockstep
 # (its encrypted data plane; the direct, the ring and the timed choice,
-# "auto", of all-reduce) against
-# PyTorch DDP (gloo, clear text; bench/ddp_reference.py, one rank per host
-# as torchrun starts them), the same model, optimizer, global batch and
+# "auto", of all-reduce, and the ring with gradients sent as bf16,
+# communication.compression) against PyTorch DDP (gloo, clear text;
+# bench/ddp_reference.py, one rank per host as torchrun starts them; fp32,
+# and fp16 on the wire through its fp16_compress_hook), the same model,
+# optimizer, global batch and
 # steps. Host 0 runs lockstep's coordinator; hosts 1..HOSTS one worker, or
 # one DDP rank, each. Prints samples/s per system and lockstep / DDP
 # (docs/BENCHMARKS.md, "Training on capped links").
@@ -62,8 +64,8 @@ export LOCKSTEP_COORDINATOR=$coordinator LOCKSTEP_INSECURE=1
 # (a $(...) of this script), which would end the caller.
 cli() { (netbed_exec "$bed" 0 "$build/bin/lockstep" "$@"); }
 
-lockstep_run() {  # ALGORITHM RUN -> "samples/s algorithm-run"
-  local dir=$work/lockstep-$1-$2 i
+lockstep_run() {  # ALGORITHM RUN [COMPRESSION] -> "samples/s algorithm-run"
+  local dir=$work/lockstep-$1-$2-${3:-none} i
   mkdir -p "$dir"
   pids=()
   (netbed_exec "$bed" 0 "$build/bin/lockstep-coordinator" --listen "$coordinator" \
@@ -83,7 +85,8 @@ lockstep_run() {  # ALGORITHM RUN -> "samples/s algorithm-run"
   job=$(cli submit examples/fashion_mnist_mlp.json --json --set model="$model" \
           --set num_workers="$hosts" --set max_steps="$steps" \
           --set global_batch_size=128 --set optimizer.type=adam \
-          --set communication.algorithm="$1" |
+          --set communication.algorithm="$1" \
+          --set communication.compression="${3:-none}" |
         "$python" -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
   cli watch "$job" >"$dir/watch.log" 2>&1 || {
     echo "netbed_train: lockstep's job failed; $dir/watch.log (KEEP=1 keeps it):" >&2
@@ -97,8 +100,8 @@ lockstep_run() {  # ALGORITHM RUN -> "samples/s algorithm-run"
   pids=()
 }
 
-ddp_run() {  # RUN -> samples/s (rank 0's)
-  local dir=$work/ddp-$1 i
+ddp_run() {  # RUN [COMPRESS] -> samples/s (rank 0's)
+  local dir=$work/ddp-$1-${2:-none} i
   mkdir -p "$dir"
   pids=()
   for ((i = 1; i <= hosts; i++)); do
@@ -108,7 +111,8 @@ ddp_run() {  # RUN -> samples/s (rank 0's)
        MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 \
        "$python" bench/ddp_reference.py --workers "$hosts" --rank $((i - 1)) \
        --master "$master" --model "$model" --steps "$steps" --global-batch 128 \
-       --threads "$threads" >"$dir/rank-$i.out" 2>"$dir/rank-$i.err") &
+       --threads "$threads" --compress "${2:-none}" \
+       >"$dir/rank-$i.out" 2>"$dir/rank-$i.err") &
     pids+=($!)
   done
   local failed=0
@@ -124,18 +128,22 @@ ddp_run() {  # RUN -> samples/s (rank 0's)
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-direct=() ring=() auto=() chosen=() ddp=()
+direct=() ring=() auto=() chosen=() ring16=() ddp=() ddp16=()
 for ((r = 1; r <= repeats; r++)); do
   direct+=("$(lockstep_run direct "$r" | cut -d' ' -f1)")
   ring+=("$(lockstep_run ring "$r" | cut -d' ' -f1)")
   read -r sps algorithm < <(lockstep_run auto "$r")
   auto+=("$sps") chosen+=("$algorithm")
+  ring16+=("$(lockstep_run ring "$r" bf16 | cut -d' ' -f1)")
   ddp+=("$(ddp_run "$r")")
+  ddp16+=("$(ddp_run "$r" fp16)")
 done
 d=$(printf '%s\n' "${direct[@]}" | median)
 g=$(printf '%s\n' "${ring[@]}" | median)
 a=$(printf '%s\n' "${auto[@]}" | median)
+b=$(printf '%s\n' "${ring16[@]}" | median)
 p=$(printf '%s\n' "${ddp[@]}" | median)
+h=$(printf '%s\n' "${ddp16[@]}" | median)
 echo "$model, $hosts hosts, links capped at $rate, global batch 128, Adam, $steps steps," \
      "$threads thread(s) per process; samples/s, median of $repeats"
 printf '%-16s %10s %10s %10s %10s %12s %12s %12s\n' "" "lockstep" "lockstep" "lockstep" "DDP" \
@@ -144,4 +152,8 @@ printf '%-16s %10s %10s %10s %10s\n' "" "direct" "ring" "auto" "(gloo)"
 printf '%-16s %10.0f %10.0f %10.0f %10.0f %12.2f %12.2f %12.2f\n' "$model x$hosts $rate" \
     "$d" "$g" "$a" "$p" "$("$python" -c "print($d / $p)")" \
     "$("$python" -c "print($g / $p)")" "$("$python" -c "print($a / $p)")"
-echo "runs: direct ${direct[*]}; ring ${ring[*]}; auto ${auto[*]} (chose ${chosen[*]}); DDP ${ddp[*]}"
+echo "16-bit wire: lockstep ring + bf16 $(printf %.0f "$b"), DDP + fp16 hook" \
+     "$(printf %.0f "$h"): ring-bf16/DDP-fp16 $("$python" -c "print(round($b / $h, 2))")," \
+     "ring-bf16/DDP $("$python" -c "print(round($b / $p, 2))")"
+echo "runs: direct ${direct[*]}; ring ${ring[*]}; auto ${auto[*]} (chose ${chosen[*]});" \
+     "ring-bf16 ${ring16[*]}; DDP ${ddp[*]}; DDP-fp16 ${ddp16[*]}"
