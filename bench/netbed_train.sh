@@ -109,7 +109,7 @@ ddp_run() {  # RUN [COMPRESS] -> samples/s (rank 0's)
     # "DDP + heap"); gloo on the host's own interface.
     (netbed_exec "$bed" "$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS="$threads" \
        MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 \
-       "$python" bench/ddp_reference.py --workers "$hosts" --rank $((i - 1)) \
+       timeout 600 "$python" bench/ddp_reference.py --workers "$hosts" --rank $((i - 1)) \
        --master "$master" --model "$model" --steps "$steps" --global-batch 128 \
        --threads "$threads" --compress "${2:-none}" \
        >"$dir/rank-$i.out" 2>"$dir/rank-$i.err") &
