@@ -159,7 +159,7 @@ void AddAlgorithmEvent(v1::JobStatus& status, const v1::TrainingPlan& plan,
       status, now, "all_reduce_algorithm", nullptr,
       absl::StrFormat(
           "generation %d all-reduces %s: %.1f MiB took %.3f s direct, "
-          "%.3f s by the ring (the fastest of 2 tries, summed over %d "
+          "%.3f s by the ring (each rank's fastest try, summed over %d "
           "ranks)",
           status.generation(),
           plan.all_reduce_algorithm() == "ring" ? "by the ring" : "directly",
