@@ -28,6 +28,9 @@ test_loss). Prints one line of JSON from rank 0:
   train_seconds, eval_seconds, steps, vocab, windows.
 
   python3 bench/lm_ddp.py --workers 2 --threads 1 --data DIR --steps 120
+
+--rank R --master ADDR runs one rank in this process (bench/netbed_train.sh,
+one per host); --compress fp16 sends DDP's buckets as fp16.
 """
 import argparse
 import json
@@ -42,6 +45,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 WARMUP = 10
 MASK64 = (1 << 64) - 1
@@ -207,6 +211,9 @@ def run(rank, a):
     for name, p in model.named_parameters():
         (decayed if p.dim() >= 2 and name not in ("wte.weight", "wpe.weight") else kept).append(p)
     ddp = nn.parallel.DistributedDataParallel(model) if a.workers > 1 else model
+    if a.compress == "fp16" and a.workers > 1:
+        # PyTorch's own 16-bit wire (ddp_reference.py says why not bf16).
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     optimizer = torch.optim.AdamW(
         [{"params": decayed, "weight_decay": a.weight_decay},
          {"params": kept, "weight_decay": 0.0}],
@@ -287,12 +294,21 @@ def main():
     p.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm; 0: none")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29541)
+    p.add_argument("--rank", type=int, default=None,
+                   help="run only this rank, in this process (one per host, as "
+                        "torchrun does); rank 0 listens at --master")
+    p.add_argument("--master", default="127.0.0.1", help="rank 0's address (MASTER_ADDR)")
+    p.add_argument("--compress", choices=["none", "fp16"], default="none",
+                   help="gradients on the wire: fp32, or fp16 through DDP's fp16_compress_hook")
     a = p.parse_args()
     if a.global_batch % a.workers or a.n_embd % a.n_head:
         p.error("--global-batch must divide by --workers and --n-embd by --n-head")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_ADDR", a.master)
     os.environ["MASTER_PORT"] = str(a.port)
-    mp.spawn(run, args=(a,), nprocs=a.workers, join=True)
+    if a.rank is not None:
+        run(a.rank, a)
+    else:
+        mp.spawn(run, args=(a,), nprocs=a.workers, join=True)
 
 
 if __name__ == "__main__":

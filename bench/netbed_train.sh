@@ -3,17 +3,19 @@
 # (its encrypted data plane; the direct, the ring and the timed choice,
 # "auto", of all-reduce, and the ring with gradients sent as bf16,
 # communication.compression) against PyTorch DDP (gloo, clear text;
-# bench/ddp_reference.py, one rank per host as torchrun starts them; fp32,
-# and fp16 on the wire through its fp16_compress_hook), the same model,
-# optimizer, global batch and
-# steps. Host 0 runs lockstep's coordinator; hosts 1..HOSTS one worker, or
+# bench/ddp_reference.py or, for the gpt, bench/lm_ddp.py, one rank per
+# host as torchrun starts them; fp32, and fp16 on the wire through its
+# fp16_compress_hook), the same model, optimizer, global batch and steps. Host 0 runs lockstep's coordinator; hosts 1..HOSTS one worker, or
 # one DDP rank, each. Prints samples/s per system and lockstep / DDP
 # (docs/BENCHMARKS.md, "Training on capped links").
 #
 #   bench/netbed_train.sh BUILD_DIR RATE HOSTS [MODEL] [STEPS] [REPEATS]
 #   e.g. bench/netbed_train.sh build 200mbit 2 mlp 200 3
 #
-# MODEL is mlp or cnn (default mlp), STEPS the steps of every run (default
+# MODEL is mlp, cnn or gpt (default mlp; gpt: examples/char_lm_fortunes.json
+# against bench/lm_ddp.py, global batch 64 windows of 64 characters of
+# Debian's fortunes, made into tokens in the run's folder; its samples are
+# windows), STEPS the steps of every run (default
 # 200), REPEATS the runs of each system, interleaved (default 1; the table
 # gives their median). Threads per process: cores / HOSTS. The control
 # plane runs without TLS (--insecure): its traffic is a few messages a
@@ -38,7 +40,11 @@ fi
   echo "netbed_train: needs Debian's python3-torch; skipped" >&2
   exit 77
 }
-case "$model" in mlp|cnn) ;; *) echo "netbed_train: MODEL is mlp or cnn" >&2; exit 2 ;; esac
+case "$model" in mlp|cnn|gpt) ;; *) echo "netbed_train: MODEL is mlp, cnn or gpt" >&2; exit 2 ;; esac
+if [[ $model == gpt ]] && ! compgen -G "/usr/share/games/fortunes/*" >/dev/null; then
+  echo "netbed_train: gpt needs Debian's fortunes (apt-get install fortunes); skipped" >&2
+  exit 77
+fi
 [[ $hosts -ge 2 ]] || { echo "netbed_train: HOSTS must be 2 or more" >&2; exit 2; }
 build=$(cd "$build" && pwd)
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +60,12 @@ cleanup() {
   [[ -n ${KEEP:-} ]] || rm -rf "$work"
 }
 trap cleanup EXIT
+global=128
+if [[ $model == gpt ]]; then
+  global=64
+  "$python" scripts/text-to-tokens "$work/fortunes" /usr/share/games/fortunes/* >/dev/null 2>&1 ||
+    { echo "netbed_train: scripts/text-to-tokens failed" >&2; exit 1; }
+fi
 netbed_up "$bed" $((hosts + 1))
 netbed_cap_all "$bed" "$rate"
 threads=$(( $(nproc) / hosts > 0 ? $(nproc) / hosts : 1 ))
@@ -81,10 +93,14 @@ lockstep_run() {  # ALGORITHM RUN [COMPRESSION] -> "samples/s algorithm-run"
     cli status >/dev/null 2>&1 && break
     sleep 0.1
   done
-  local job
-  job=$(cli submit examples/fashion_mnist_mlp.json --json --set model="$model" \
+  local job spec=(examples/fashion_mnist_mlp.json --set model="$model"
+                   --set optimizer.type=adam)
+  # The gpt as bench/lm_compare.sh runs it (and lm_ddp.py's defaults).
+  [[ $model == gpt ]] && spec=(examples/char_lm_fortunes.json --set data.dir="$work/fortunes"
+                               --set epochs=1000 --set log_every_steps=1000000)
+  job=$(cli submit "${spec[@]}" --json \
           --set num_workers="$hosts" --set max_steps="$steps" \
-          --set global_batch_size=128 --set optimizer.type=adam \
+          --set global_batch_size="$global" \
           --set communication.algorithm="$1" \
           --set communication.compression="${3:-none}" |
         "$python" -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
@@ -107,10 +123,12 @@ ddp_run() {  # RUN [COMPRESS] -> samples/s (rank 0's)
   for ((i = 1; i <= hosts; i++)); do
     # The allocator as the lockstep worker sets it (ddp_compare.sh's
     # "DDP + heap"); gloo on the host's own interface.
+    local program=(bench/ddp_reference.py --model "$model")
+    [[ $model == gpt ]] && program=(bench/lm_ddp.py --data "$work/fortunes")
     (netbed_exec "$bed" "$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS="$threads" \
        MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 \
-       timeout 600 "$python" bench/ddp_reference.py --workers "$hosts" --rank $((i - 1)) \
-       --master "$master" --model "$model" --steps "$steps" --global-batch 128 \
+       timeout 600 "$python" "${program[@]}" --workers "$hosts" --rank $((i - 1)) \
+       --master "$master" --steps "$steps" --global-batch "$global" \
        --threads "$threads" --compress "${2:-none}" \
        >"$dir/rank-$i.out" 2>"$dir/rank-$i.err") &
     pids+=($!)
@@ -124,7 +142,7 @@ ddp_run() {  # RUN [COMPRESS] -> samples/s (rank 0's)
     return 1
   fi
   tail -n 1 "$dir/rank-1.out" |
-    "$python" -c 'import json, sys; print(json.load(sys.stdin)["samples_per_second"])'
+    "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"] if "samples_per_second" in d else d["tokens_per_second"] / 64)'
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -144,7 +162,7 @@ a=$(printf '%s\n' "${auto[@]}" | median)
 b=$(printf '%s\n' "${ring16[@]}" | median)
 p=$(printf '%s\n' "${ddp[@]}" | median)
 h=$(printf '%s\n' "${ddp16[@]}" | median)
-echo "$model, $hosts hosts, links capped at $rate, global batch 128, Adam, $steps steps," \
+echo "$model, $hosts hosts, links capped at $rate, global batch $global, $steps steps," \
      "$threads thread(s) per process; samples/s, median of $repeats"
 printf '%-16s %10s %10s %10s %10s %12s %12s %12s\n' "" "lockstep" "lockstep" "lockstep" "DDP" \
     "direct/DDP" "ring/DDP" "auto/DDP"
