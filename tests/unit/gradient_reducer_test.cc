@@ -9,12 +9,10 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "worker/collective/gloo_communicator.h"
+#include "tests/unit/gloo_ranks.h"
 #include "worker/collective/half.h"
-#include "worker/collective/in_memory_kv.h"
 
 namespace lockstep::worker {
 namespace {
@@ -93,68 +91,56 @@ class GradientReducerTest
 
 TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
   const auto [world, overlap] = GetParam();
-  InMemoryKeyValue kv;
-  std::vector<std::thread> threads;
   std::vector<std::vector<std::vector<int>>> orders(world);
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooCommunicator::Options options;
-      options.rank = rank;
-      options.size = world;
-      auto comm = GlooCommunicator::Connect(&kv, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      torch::nn::Sequential bucketed = Model();
-      torch::nn::Sequential flat = Model();
-      GradientReducer::Options small;
-      small.first_bucket_bytes = 300 * sizeof(float);
-      small.bucket_bytes = 3000 * sizeof(float);
-      small.overlap = overlap;
-      // The layout decides the bucket count; the checker needs it first.
-      const size_t buckets =
-          GradientReducer(bucketed->parameters(), comm->get(), small)
-              .buckets()
-              .size();
-      CheckingHandoff checker(static_cast<int>(buckets));
-      small.handoff = &checker;
-      GradientReducer reducer(bucketed->parameters(), comm->get(), small);
-      orders[rank] = reducer.buckets();
-      ASSERT_GT(reducer.buckets().size(), 2u);
-      for (int step = 0; step < 3; ++step) {
-        bucketed->zero_grad();
-        torch::Tensor loss = Loss(bucketed, rank, step);
-        reducer.Prepare(loss.item<float>(), rank == 1 ? 1.0f : 0.0f);
-        loss.backward();
-        float loss_sum = 0, votes = 0;
-        ASSERT_TRUE(reducer.Finish(&loss_sum, &votes).ok());
-        EXPECT_EQ(votes, world > 1 ? 1.0f : 0.0f);
+  OnRanks(world, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential bucketed = Model();
+    torch::nn::Sequential flat = Model();
+    GradientReducer::Options small;
+    small.first_bucket_bytes = 300 * sizeof(float);
+    small.bucket_bytes = 3000 * sizeof(float);
+    small.overlap = overlap;
+    // The layout decides the bucket count; the checker needs it first.
+    const size_t buckets =
+        GradientReducer(bucketed->parameters(), &comm, small).buckets().size();
+    CheckingHandoff checker(static_cast<int>(buckets));
+    small.handoff = &checker;
+    GradientReducer reducer(bucketed->parameters(), &comm, small);
+    orders[rank] = reducer.buckets();
+    ASSERT_GT(reducer.buckets().size(), 2u);
+    for (int step = 0; step < 3; ++step) {
+      bucketed->zero_grad();
+      torch::Tensor loss = Loss(bucketed, rank, step);
+      reducer.Prepare(loss.item<float>(), rank == 1 ? 1.0f : 0.0f);
+      loss.backward();
+      float loss_sum = 0, votes = 0;
+      ASSERT_TRUE(reducer.Finish(&loss_sum, &votes).ok());
+      EXPECT_EQ(votes, world > 1 ? 1.0f : 0.0f);
 
-        // The reference: every gradient in one flat all-reduce.
-        flat->zero_grad();
-        Loss(flat, rank, step).backward();
-        std::vector<float> all;
-        for (const torch::Tensor& p : flat->parameters()) {
-          torch::Tensor g = p.grad().contiguous();
-          all.insert(all.end(), g.data_ptr<float>(),
-                     g.data_ptr<float>() + g.numel());
-        }
-        ASSERT_TRUE((*comm)->AllReduceSum(all.data(), all.size()).ok());
-        size_t offset = 0;
-        for (const torch::Tensor& p : bucketed->parameters()) {
-          torch::Tensor g = p.grad().contiguous();
-          for (int64_t i = 0; i < g.numel(); ++i) {
-            float expected = all[offset + i] * (1.0f / world);
-            ASSERT_EQ(std::memcmp(&g.data_ptr<float>()[i], &expected, 4), 0)
-                << "step " << step << " element " << offset + i;
-          }
-          offset += g.numel();
-        }
+      // The reference: every gradient in one flat all-reduce.
+      flat->zero_grad();
+      Loss(flat, rank, step).backward();
+      std::vector<float> all;
+      for (const torch::Tensor& p : flat->parameters()) {
+        torch::Tensor g = p.grad().contiguous();
+        all.insert(all.end(), g.data_ptr<float>(),
+                   g.data_ptr<float>() + g.numel());
       }
-      // Alone (world 1) nothing is reduced, so nothing is handed off.
-      EXPECT_EQ(checker.steps(), world > 1 ? 3 : 0);
-      EXPECT_EQ(checker.errors(), "");
-    });
-  }
-  for (std::thread& t : threads) t.join();
+      ASSERT_TRUE(comm.AllReduceSum(all.data(), all.size()).ok());
+      size_t offset = 0;
+      for (const torch::Tensor& p : bucketed->parameters()) {
+        torch::Tensor g = p.grad().contiguous();
+        for (int64_t i = 0; i < g.numel(); ++i) {
+          float expected = all[offset + i] * (1.0f / world);
+          ASSERT_EQ(std::memcmp(&g.data_ptr<float>()[i], &expected, 4), 0)
+              << "step " << step << " element " << offset + i;
+        }
+        offset += g.numel();
+      }
+    }
+    // Alone (world 1) nothing is reduced, so nothing is handed off.
+    EXPECT_EQ(checker.steps(), world > 1 ? 3 : 0);
+    EXPECT_EQ(checker.errors(), "");
+  });
   for (int rank = 1; rank < world; ++rank) EXPECT_EQ(orders[rank], orders[0]);
   // Reverse registration order: the output layer's bias comes first.
   EXPECT_EQ(orders[0][0][0], 5);
@@ -172,70 +158,59 @@ class GradientReducerBf16Test
 
 TEST_P(GradientReducerBf16Test, GradientsTravelAsBf16TheLossAsFp32) {
   const auto [world, overlap] = GetParam();
-  InMemoryKeyValue kv;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooCommunicator::Options options;
-      options.rank = rank;
-      options.size = world;
-      auto comm = GlooCommunicator::Connect(&kv, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      torch::nn::Sequential bucketed = Model();
-      torch::nn::Sequential flat = Model();
-      GradientReducer::Options small;
-      small.first_bucket_bytes = 300 * sizeof(float);
-      small.bucket_bytes = 3000 * sizeof(float);
-      small.overlap = overlap;
-      small.bf16_wire = true;
-      GradientReducer reducer(bucketed->parameters(), comm->get(), small);
-      ASSERT_GT(reducer.buckets().size(), 2u);
-      for (int step = 0; step < 3; ++step) {
-        bucketed->zero_grad();
-        torch::Tensor loss = Loss(bucketed, rank, step);
-        // A loss that bf16 cannot hold: 1 + 2^-12 rounds to 1 in bf16.
-        const float reported = 1.0f + std::ldexp(1.0f, -12) * (rank + 1);
-        reducer.Prepare(reported, rank == 1 ? 1.0f : 0.0f);
-        loss.backward();
-        float loss_sum = 0, votes = 0;
-        ASSERT_TRUE(reducer.Finish(&loss_sum, &votes).ok());
-        EXPECT_EQ(votes, 1.0f);
-        float expected_loss = reported;
-        ASSERT_TRUE((*comm)->AllReduceSum(&expected_loss, 1).ok());
-        EXPECT_EQ(loss_sum, expected_loss);
+  OnRanks(world, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential bucketed = Model();
+    torch::nn::Sequential flat = Model();
+    GradientReducer::Options small;
+    small.first_bucket_bytes = 300 * sizeof(float);
+    small.bucket_bytes = 3000 * sizeof(float);
+    small.overlap = overlap;
+    small.bf16_wire = true;
+    GradientReducer reducer(bucketed->parameters(), &comm, small);
+    ASSERT_GT(reducer.buckets().size(), 2u);
+    for (int step = 0; step < 3; ++step) {
+      bucketed->zero_grad();
+      torch::Tensor loss = Loss(bucketed, rank, step);
+      // A loss that bf16 cannot hold: 1 + 2^-12 rounds to 1 in bf16.
+      const float reported = 1.0f + std::ldexp(1.0f, -12) * (rank + 1);
+      reducer.Prepare(reported, rank == 1 ? 1.0f : 0.0f);
+      loss.backward();
+      float loss_sum = 0, votes = 0;
+      ASSERT_TRUE(reducer.Finish(&loss_sum, &votes).ok());
+      EXPECT_EQ(votes, 1.0f);
+      float expected_loss = reported;
+      ASSERT_TRUE(comm.AllReduceSum(&expected_loss, 1).ok());
+      EXPECT_EQ(loss_sum, expected_loss);
 
-        flat->zero_grad();
-        Loss(flat, rank, step).backward();
-        std::vector<uint16_t> wire;
-        for (const torch::Tensor& p : flat->parameters()) {
-          torch::Tensor g = p.grad().contiguous();
-          for (int64_t i = 0; i < g.numel(); ++i) {
-            wire.push_back(FloatToBFloat16(g.data_ptr<float>()[i]));
-          }
+      flat->zero_grad();
+      Loss(flat, rank, step).backward();
+      std::vector<uint16_t> wire;
+      for (const torch::Tensor& p : flat->parameters()) {
+        torch::Tensor g = p.grad().contiguous();
+        for (int64_t i = 0; i < g.numel(); ++i) {
+          wire.push_back(FloatToBFloat16(g.data_ptr<float>()[i]));
         }
-        ASSERT_TRUE(
-            (*comm)
-                ->AllReduceSum(wire.data(), wire.size(), DataType::kBFloat16)
-                .ok());
-        size_t offset = 0;
-        bool rounded = false;  // some gradient lost bits to the wire
-        for (size_t i = 0; i < flat->parameters().size(); ++i) {
-          torch::Tensor g = bucketed->parameters()[i].grad().contiguous();
-          torch::Tensor full = flat->parameters()[i].grad().contiguous();
-          for (int64_t j = 0; j < g.numel(); ++j) {
-            float expected = BFloat16ToFloat(wire[offset + j]) * (1.0f / world);
-            ASSERT_EQ(std::memcmp(&g.data_ptr<float>()[j], &expected, 4), 0)
-                << "step " << step << " element " << offset + j;
-            float own = full.data_ptr<float>()[j];
-            rounded |= BFloat16ToFloat(FloatToBFloat16(own)) != own;
-          }
-          offset += g.numel();
-        }
-        EXPECT_TRUE(rounded);
       }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+      ASSERT_TRUE(
+          comm.AllReduceSum(wire.data(), wire.size(), DataType::kBFloat16)
+              .ok());
+      size_t offset = 0;
+      bool rounded = false;  // some gradient lost bits to the wire
+      for (size_t i = 0; i < flat->parameters().size(); ++i) {
+        torch::Tensor g = bucketed->parameters()[i].grad().contiguous();
+        torch::Tensor full = flat->parameters()[i].grad().contiguous();
+        for (int64_t j = 0; j < g.numel(); ++j) {
+          float expected = BFloat16ToFloat(wire[offset + j]) * (1.0f / world);
+          ASSERT_EQ(std::memcmp(&g.data_ptr<float>()[j], &expected, 4), 0)
+              << "step " << step << " element " << offset + j;
+          float own = full.data_ptr<float>()[j];
+          rounded |= BFloat16ToFloat(FloatToBFloat16(own)) != own;
+        }
+        offset += g.numel();
+      }
+      EXPECT_TRUE(rounded);
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndOverlap, GradientReducerBf16Test,
