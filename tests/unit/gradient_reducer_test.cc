@@ -86,6 +86,15 @@ class CheckingHandoff : public BucketHandoff {
   int steps_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Buckets small enough that Model()'s gradient spans several.
+GradientReducer::Options SmallBuckets(bool overlap) {
+  GradientReducer::Options options;
+  options.first_bucket_bytes = 300 * sizeof(float);
+  options.bucket_bytes = 3000 * sizeof(float);
+  options.overlap = overlap;
+  return options;
+}
+
 class GradientReducerTest
     : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
@@ -95,10 +104,7 @@ TEST_P(GradientReducerTest, BucketsGiveTheFlatAllReduceBitForBit) {
   OnRanks(world, [&](int rank, Communicator& comm) {
     torch::nn::Sequential bucketed = Model();
     torch::nn::Sequential flat = Model();
-    GradientReducer::Options small;
-    small.first_bucket_bytes = 300 * sizeof(float);
-    small.bucket_bytes = 3000 * sizeof(float);
-    small.overlap = overlap;
+    GradientReducer::Options small = SmallBuckets(overlap);
     // The layout decides the bucket count; the checker needs it first.
     const size_t buckets =
         GradientReducer(bucketed->parameters(), &comm, small).buckets().size();
@@ -161,10 +167,7 @@ TEST_P(GradientReducerBf16Test, GradientsTravelAsBf16TheLossAsFp32) {
   OnRanks(world, [&](int rank, Communicator& comm) {
     torch::nn::Sequential bucketed = Model();
     torch::nn::Sequential flat = Model();
-    GradientReducer::Options small;
-    small.first_bucket_bytes = 300 * sizeof(float);
-    small.bucket_bytes = 3000 * sizeof(float);
-    small.overlap = overlap;
+    GradientReducer::Options small = SmallBuckets(overlap);
     small.bf16_wire = true;
     GradientReducer reducer(bucketed->parameters(), &comm, small);
     ASSERT_GT(reducer.buckets().size(), 2u);
