@@ -111,10 +111,11 @@ absl::Status TrainingGeneration::CheckSupported() const {
         " trains on the CPU; use \"gloo\" or \"auto\", or run the worker "
         "with --device cuda"));
   }
-  if (Backend() == "nccl" && spec_.communication().compression() != "none") {
+  // A job stored by a coordinator older than the field has it empty: none.
+  const std::string& compression = spec_.communication().compression();
+  if (Backend() == "nccl" && !compression.empty() && compression != "none") {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the job asks for communication.compression \"",
-        spec_.communication().compression(),
+        "the job asks for communication.compression \"", compression,
         "\", which only the Gloo "
         "all-reduce has, but generation ",
         task_.assignment.generation(), " runs NCCL (worker rank ", rank_,
