@@ -548,7 +548,7 @@ absl::Status ValidateModelAndChoices(const v1::JobSpec& spec) {
                               spec.communication().compression(),
                               {"none", "bf16"}));
   if (spec.communication().backend() == "nccl" &&
-      spec.communication().compression() != "none") {
+      CompressesGradients(spec.communication())) {
     return Invalid(absl::StrCat(
         "communication.compression \"", spec.communication().compression(),
         "\" is a wire format of the Gloo all-reduce; NCCL has none: set "
@@ -629,6 +629,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas) {
   RETURN_IF_ERROR(internal::ValidateOptimizerAndCheckpoints(spec));
   if (replicas > 0) RETURN_IF_ERROR(ResolveBatch(spec, replicas).status());
   return absl::OkStatus();
+}
+
+bool CompressesGradients(const v1::CommunicationSpec& spec) {
+  return !spec.compression().empty() && spec.compression() != "none";
 }
 
 std::string JobSpecToJson(const v1::JobSpec& spec) {

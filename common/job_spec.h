@@ -93,6 +93,11 @@ absl::StatusOr<BatchPlan> ResumeBatch(int global, int replicas,
 // InvalidArgument naming the field and its bound.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, int replicas = 0);
 
+// Whether the job sends its gradients in a 16-bit wire format
+// (communication.compression other than "none"; empty, as in a job stored
+// before the field existed, is "none"). Only the Gloo all-reduce has one.
+bool CompressesGradients(const v1::CommunicationSpec& spec);
+
 // JSON with the proto field names, for logs and `--json` output.
 std::string JobSpecToJson(const v1::JobSpec& spec);
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -25,8 +26,7 @@ absl::StatusOr<Backend> ResolveBackend(const v1::CommunicationSpec& spec,
                                        const std::vector<Worker*>& workers) {
   const std::string& requested = spec.backend();
   if (requested == "gloo") return Backend{"gloo", ""};
-  if (requested == "auto" && !spec.compression().empty() &&
-      spec.compression() != "none") {
+  if (requested == "auto" && CompressesGradients(spec)) {
     return Backend{
         "gloo", absl::StrCat("communication.compression \"", spec.compression(),
                              "\" is a wire format of Gloo's")};

@@ -111,13 +111,11 @@ absl::Status TrainingGeneration::CheckSupported() const {
         " trains on the CPU; use \"gloo\" or \"auto\", or run the worker "
         "with --device cuda"));
   }
-  // A job stored by a coordinator older than the field has it empty: none.
-  const std::string& compression = spec_.communication().compression();
-  if (Backend() == "nccl" && !compression.empty() && compression != "none") {
+  if (Backend() == "nccl" && CompressesGradients(spec_.communication())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the job asks for communication.compression \"", compression,
-        "\", which only the Gloo "
-        "all-reduce has, but generation ",
+        "the job asks for communication.compression \"",
+        spec_.communication().compression(),
+        "\", which only the Gloo all-reduce has, but generation ",
         task_.assignment.generation(), " runs NCCL (worker rank ", rank_,
         " on ", task_.host,
         "); set communication.backend \"gloo\" or compression \"none\""));
