@@ -7,19 +7,12 @@
 #include <utility>
 
 #include "common/job_spec.h"
+#include "tests/unit/parsed_spec.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
-
-v1::JobSpec Parse(const char* json) {
-  auto spec = ParseJobSpec(json);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  v1::JobSpec result = spec.ok() ? *spec : v1::JobSpec();
-  ApplyDefaults(&result);
-  return result;
-}
 
 // The new data forms' fields: token globs and offsets, CSV columns, image
 // features and their augmentations, variable-length lists, the evaluation
