@@ -33,7 +33,9 @@ class CausalSelfAttentionImpl : public nn::Module {
     InitLinear(c_proj_, 0.02 / std::sqrt(2.0 * o.n_layer));
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {
+  // `hidden`: the causal mask, true where a position may not attend ([T, T],
+  // above the diagonal); the model keeps one for all its layers and steps.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& hidden) {
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
     const int64_t hs = c / n_head_;
     std::vector<torch::Tensor> qkv = c_attn_->forward(x).split(c, 2);
@@ -43,10 +45,7 @@ class CausalSelfAttentionImpl : public nn::Module {
     torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     torch::Tensor att =
         torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
-    torch::Tensor causal =
-        torch::ones({t, t}, x.options().dtype(torch::kBool)).tril();
-    att = att.masked_fill(causal.logical_not(),
-                          -std::numeric_limits<float>::infinity());
+    att = att.masked_fill(hidden, -std::numeric_limits<float>::infinity());
     att = attn_dropout_->forward(torch::softmax(att, -1));
     torch::Tensor y =
         torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
@@ -77,8 +76,8 @@ class BlockImpl : public nn::Module {
     InitLinear(c_proj_, 0.02 / std::sqrt(2.0 * o.n_layer));
   }
 
-  torch::Tensor forward(torch::Tensor x) {
-    x = x + attn_->forward(ln_1_->forward(x));
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& hidden) {
+    x = x + attn_->forward(ln_1_->forward(x), hidden);
     torch::Tensor h = torch::gelu(c_fc_->forward(ln_2_->forward(x)));
     return x + dropout_->forward(c_proj_->forward(h));
   }
@@ -115,14 +114,18 @@ class Gpt : public Network {
         t, torch::TensorOptions().dtype(torch::kInt64).device(tokens.device()));
     torch::Tensor x =
         drop_->forward(wte_->forward(tokens) + wpe_->forward(positions));
-    for (const auto& block : *h_) x = block->as<Block>()->forward(x);
+    const torch::Tensor& hidden = HiddenPositions(t, tokens.device());
+    for (const auto& block : *h_) x = block->as<Block>()->forward(x, hidden);
     return ln_f_->forward(x);
   }
 
-  // The output layer is the token embedding, transposed (weight tying).
+  // The output layer is the token embedding, transposed (weight tying). It
+  // runs in the job's precision: with a large vocabulary it is a large
+  // share of the model's products (the loss is still taken in fp32).
   torch::Tensor Logits(const torch::Tensor& features) override {
-    return torch::matmul(features.to(torch::kFloat32), wte_->weight.t());
+    return torch::matmul(features, wte_->weight.t());
   }
+  bool output_layer_in_precision() const override { return true; }
 
   // Features and Logits in evaluation mode (no dropout), op for op.
   absl::StatusOr<std::string> TorchScriptSource() const override {
@@ -194,7 +197,20 @@ class Gpt : public Network {
   }
 
  private:
+  // The causal mask for windows of t tokens, kept until t or the device
+  // changes (evaluation may run shorter windows).
+  const torch::Tensor& HiddenPositions(int64_t t, const torch::Device& device) {
+    if (!hidden_.defined() || hidden_.size(0) != t ||
+        hidden_.device() != device) {
+      hidden_ = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool))
+                    .triu(1)
+                    .to(device);
+    }
+    return hidden_;
+  }
+
   const int64_t n_head_;
+  torch::Tensor hidden_;
   nn::Embedding wte_;
   nn::Embedding wpe_;
   nn::Dropout drop_;

@@ -32,7 +32,12 @@ class SequentialNetwork : public Network {
         head_(register_module("head", std::move(head))) {}
 
   torch::Tensor Features(const torch::Tensor& inputs) override {
-    return body_->forward(inputs);
+    torch::Tensor x = inputs;
+    for (auto& layer : *body_) {
+      x = layer.forward(x);
+      if (layer.ptr()->as<nn::Conv2d>() != nullptr) x = ConvLayout(x);
+    }
+    return x;
   }
   torch::Tensor Logits(const torch::Tensor& features) override {
     return head_->forward(features.to(torch::kFloat32));
@@ -134,7 +139,7 @@ class ResNet : public Network {
         head_(register_module("head", nn::Linear(64, classes))) {}
 
   torch::Tensor Features(const torch::Tensor& images) override {
-    torch::Tensor x = blocks_->forward(stem_->forward(images));
+    torch::Tensor x = blocks_->forward(ConvLayout(stem_->forward(images)));
     return dropout_->forward(x.mean({2, 3}));
   }
   torch::Tensor Logits(const torch::Tensor& features) override {

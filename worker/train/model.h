@@ -18,8 +18,8 @@
 namespace lockstep::worker {
 
 // A model split where mixed precision needs it: the trainer runs Features
-// under autocast and Logits in fp32, so the output layer and the loss keep
-// full precision.
+// under autocast and, unless the model says otherwise, Logits in fp32, so
+// the output layer and the loss keep full precision.
 // A training-step module's batch: every column by name, [N, ...] each.
 using NamedBatch = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -36,9 +36,12 @@ class Network : public torch::nn::Module {
   // Everything up to the output layer, for a batch of inputs [N, ...]
   // (floats, or int64 token ids).
   virtual torch::Tensor Features(const torch::Tensor& inputs) = 0;
-  // The output layer: fp32 outputs [N, outputs] ([N, T, vocab] for a
-  // language model).
+  // The output layer: outputs [N, outputs] ([N, T, vocab] for a language
+  // model), fp32 outside autocast.
   virtual torch::Tensor Logits(const torch::Tensor& features) = 0;
+  // Whether the output layer runs under the job's precision (autocast) too,
+  // rather than in fp32 (PrecisionLogits, replica.h).
+  virtual bool output_layer_in_precision() const { return false; }
   torch::Tensor forward(const torch::Tensor& images) {
     return Logits(Features(images));
   }
@@ -75,6 +78,22 @@ class Network : public torch::nn::Module {
   // forward(self, x)`) over the tensors of StateDict(), named with '.'
   // replaced by '_' (model_export.h). Unimplemented where a model has none.
   virtual absl::StatusOr<std::string> TorchScriptSource() const;
+
+  // Convolutions on channels-last (NHWC) activations, the layout oneDNN's
+  // bf16 kernels and LibTorch's CPU max pooling are fastest on. Their sums
+  // run in another order than NCHW's, so only a job whose arithmetic may
+  // change (bf16) sets it; the parameters keep their layout either way.
+  void set_channels_last(bool on) { channels_last_ = on; }
+
+ protected:
+  // A convolution's output in the layout set_channels_last chose (the
+  // layers after it follow its layout).
+  torch::Tensor ConvLayout(const torch::Tensor& x) const {
+    return channels_last_ ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
+  }
+
+ private:
+  bool channels_last_ = false;
 };
 
 struct ModelOptions {

@@ -89,6 +89,13 @@ class Autocast {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
+// `model`'s fp32 outputs for `inputs` in the job's precision: Features
+// under Autocast, the output layer too where the model asks for it
+// (Network::output_layer_in_precision), else in fp32.
+torch::Tensor PrecisionLogits(Network& model, const torch::Tensor& inputs,
+                              const std::string& precision,
+                              torch::Device device);
+
 // Batch norm's running statistics: what each rank accumulates from its own
 // batches (and what the ranks average before evaluating and saving). Other
 // buffers (a TorchScript module's constants) are the same on every rank and

@@ -78,12 +78,9 @@ absl::StatusOr<int64_t> TrainingGeneration::Evaluate(bool subset) {
       RETURN_IF_ERROR(AddCustomSums(part, count, &sums));
       continue;
     }
-    torch::Tensor features;
-    {
-      Autocast autocast(spec_.precision(), device_);
-      features = model.Features(part[0]);
-    }
-    AddEvalSums(learning_, model.Logits(features), part[1], &sums);
+    AddEvalSums(learning_,
+                PrecisionLogits(model, part[0], spec_.precision(), device_),
+                part[1], &sums);
   }
   model.train();
   // Each sum travels as two floats, its float value and what that leaves,

@@ -526,13 +526,10 @@ torch::Tensor TrainingGeneration::MicroBatchLoss(const Batch& batch,
     Autocast autocast(spec_.precision(), device_);
     return model.StepLoss(named).to(torch::kFloat32).reshape({});
   }
-  torch::Tensor features;
-  {
-    Autocast autocast(spec_.precision(), device_);
-    features = model.Features(batch[0].narrow(0, begin, count));
-  }
-  // The output layer and the loss in fp32.
-  return TaskLoss(learning_, model.Logits(features),
+  // The loss in fp32.
+  return TaskLoss(learning_,
+                  PrecisionLogits(model, batch[0].narrow(0, begin, count),
+                                  spec_.precision(), device_),
                   batch[1].narrow(0, begin, count));
 }
 
