@@ -16,6 +16,10 @@
 # adds starting the processes. DDP's is from launching the script to the
 # end of step 1, its processes' start included (cold).
 #
+# DDP_COMPARE_PRECISION=bf16 trains both in bf16: lockstep's precision
+# "bf16", DDP's forward pass and loss under torch.autocast("cpu",
+# torch.bfloat16).
+#
 # Without python3-torch it exits 77 (ctest's bench smoke counts that as a
 # skip). STEPS overrides the steps of both models (400 MLP, 120 CNN;
 # "default" or "" for those).
@@ -41,6 +45,7 @@ if [ "${4:-}" = --check ]; then
   check_min=${5:?--check needs the lowest ratio allowed, e.g. 0.8}
 fi
 cores=$(nproc)
+precision=${DDP_COMPARE_PRECISION:-fp32}
 python=/usr/bin/python3
 "$python" -c 'import torch' 2>/dev/null || {
   echo "ddp_compare: needs Debian's python3-torch (apt-get install python3-torch)" >&2
@@ -51,14 +56,15 @@ lockstep() {  # workers model steps -> samples/s, job first step, cold first ste
   local threads=$(( cores / $1 > 0 ? cores / $1 : 1 ))
   OMP_NUM_THREADS=$threads "$build/bin/lockstep" local --workers "$1" --json \
       --threads "$threads" --set model="$2" --set max_steps="$3" \
-      --set global_batch_size=128 --set optimizer.type=adam \
+      --set global_batch_size=128 --set optimizer.type=adam --set precision="$precision" \
       examples/fashion_mnist_mlp.json 2>/dev/null |
     tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"], d["startup_seconds"] + d["first_step_seconds"])'
 }
 ddp() {  # workers model steps [env...] -> samples/s, cold first step
   local threads=$(( cores / $1 > 0 ? cores / $1 : 1 ))
   env OMP_NUM_THREADS=$threads "${@:4}" "$python" bench/ddp_reference.py \
-      --workers "$1" --model "$2" --steps "$3" --global-batch 128 --threads "$threads" |
+      --workers "$1" --model "$2" --steps "$3" --global-batch 128 --threads "$threads" \
+      --precision "$precision" |
     tail -n 1 | "$python" -c 'import json, sys; d = json.load(sys.stdin); print(d["samples_per_second"], d["first_step_seconds"])'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -66,7 +72,7 @@ ratio() { "$python" -c "print('%.2f' % (float('$1') / float('$2')))"; }
 tuned=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824)
 below=()  # cells under --check's minimum
 
-echo "global batch 128, Adam, threads per worker = $cores cores / workers; median of $repeats"
+echo "$precision, global batch 128, Adam, threads per worker = $cores cores / workers; median of $repeats"
 printf "%-5s %-3s %9s %9s %9s %7s %7s | %-19s %9s\n" model W "lockstep" "DDP" "DDP+heap" \
     "vs DDP" "vs +heap" "first step: job cold" "DDP cold"
 cell() {  # model workers steps -> "lockstep DDP DDP+heap job cold DDP-cold" medians

@@ -69,6 +69,7 @@ def run(rank, args, start):
         # gloo does not have).
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    bf16 = args.precision == "bf16"  # autocast, as the PyTorch docs show it
     per_replica = args.global_batch // args.workers
     generator = torch.Generator().manual_seed(args.seed)
     order = torch.randperm(images.shape[0], generator=generator)
@@ -83,7 +84,8 @@ def run(rank, args, start):
         x = images[index].unsqueeze(1).float().div_(255 * STD).sub_(MEAN / STD)
         y = labels[index]
         optimizer.zero_grad()
-        loss = F.cross_entropy(ddp(x), y)
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(ddp(x), y)
         loss.backward()
         optimizer.step()
         if first_step is None:
@@ -120,6 +122,10 @@ def main():
                              "--master")
     parser.add_argument("--master", default="127.0.0.1",
                         help="rank 0's address (MASTER_ADDR)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"],
+                        default="fp32",
+                        help="bf16: the forward pass and the loss under "
+                             "torch.autocast(\"cpu\", torch.bfloat16)")
     parser.add_argument("--compress", choices=["none", "fp16"], default="none",
                         help="gradients on the wire: fp32, or fp16 through "
                              "DDP's fp16_compress_hook")

@@ -23,6 +23,9 @@
 # lockstep worker tells it (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_,
 # worker/compute_setup.cc), as bench/ddp_compare.sh's "DDP+heap" column.
 # LM_COMPARE_PLAIN_DDP=1 adds a column of DDP without those settings.
+# LM_COMPARE_PRECISION=bf16 trains both in bf16: lockstep's precision
+# "bf16", DDP's forward pass and loss under torch.autocast("cpu",
+# torch.bfloat16) as nanoGPT writes it.
 #
 # Data: LM_COMPARE_DATA (a directory with train.bin and val.bin, uint16),
 # default BUILD_DIR/data/fortunes, made from /usr/share/games/fortunes when
@@ -51,6 +54,7 @@ fi
 threads=${LM_COMPARE_THREADS:-1}
 workers_list=${LM_COMPARE_WORKERS:-2}
 loss_tol=${LM_COMPARE_LOSS_TOL:-0.02}
+precision=${LM_COMPARE_PRECISION:-fp32}
 data=${LM_COMPARE_DATA:-$build/data/fortunes}
 cores=$(nproc)
 python=/usr/bin/python3
@@ -101,6 +105,7 @@ lockstep() {  # workers -> "tokens/s val_loss final_loss"
       --set optimizer.beta1=0.9 --set optimizer.beta2=0.99 \
       --set base_lr=0.001 --set min_lr=0.0001 --set lr_decay=cosine --set warmup_steps=0 \
       --set clip_grad_norm=1 --set seed=1 --set log_every_steps=1000000 \
+      --set precision="$precision" \
       examples/char_lm_fortunes.json >"$tmp/lockstep.out" 2>"$tmp/lockstep.err"; then
     echo "lm_compare: lockstep on $1 worker(s) failed:" >&2; tail -n 20 "$tmp/lockstep.err" >&2
     return 1
@@ -119,6 +124,7 @@ ddp() {  # workers [env...] -> "tokens/s val_loss final_loss"
       --block $block --n-layer 4 --n-head 4 --n-embd 128 --dropout 0 \
       --lr 0.001 --min-lr 0.0001 --lr-decay cosine --warmup-steps 0 \
       --weight-decay 0.1 --beta1 0.9 --beta2 0.99 --clip 1 --seed 1 --port "$port" \
+      --precision "$precision" \
       >"$tmp/ddp.out" 2>"$tmp/ddp.err"; then
     echo "lm_compare: DDP on $1 worker(s) failed:" >&2; tail -n 20 "$tmp/ddp.err" >&2
     return 1
@@ -131,7 +137,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 calc() { "$python" -c "print($1)"; }
 
 plain=${LM_COMPARE_PLAIN_DDP:-0}
-echo "gpt 4 layers x 4 heads x 128, block $block, global batch $global, $steps steps, AdamW, cosine lr;" \
+echo "$precision, gpt 4 layers x 4 heads x 128, block $block, global batch $global, $steps steps, AdamW, cosine lr;" \
      "$threads thread(s) per worker on $cores cores; median of $repeats, interleaved"
 echo
 if [ "$plain" = 1 ]; then
@@ -179,7 +185,7 @@ wall=$(calc "'%.1f' % ($(date +%s.%N) - $start_time)")
 echo
 echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; BLAS $(readlink -f /usr/lib/"$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)"/libopenblas.so.0 2>/dev/null || echo unknown); load average $(cut -d' ' -f1-3 /proc/loadavg); wall ${wall} s"
 joined=$(IFS=,; echo "${rows[*]}")
-echo "{\"benchmark\": \"lm_compare\", \"steps\": $steps, \"repeats\": $repeats, \"threads\": $threads, \"cores\": $cores, \"wall_seconds\": $wall, \"check\": ${check_min:-null}, \"passed\": $([ ${#failed[@]} -eq 0 ] && echo true || echo false), \"rows\": [$joined]}"
+echo "{\"benchmark\": \"lm_compare\", \"precision\": \"$precision\", \"steps\": $steps, \"repeats\": $repeats, \"threads\": $threads, \"cores\": $cores, \"wall_seconds\": $wall, \"check\": ${check_min:-null}, \"passed\": $([ ${#failed[@]} -eq 0 ] && echo true || echo false), \"rows\": [$joined]}"
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'lm_compare: %s\n' "${failed[@]}" >&2
   exit 1

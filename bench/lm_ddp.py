@@ -181,14 +181,15 @@ def learning_rate(a, step):
     return a.lr
 
 
-def evaluate(model, val, rank, world, chunk=256):
+def evaluate(model, val, rank, world, bf16, chunk=256):
     model.eval()
     begin, end = val.count * rank // world, val.count * (rank + 1) // world
     sums = torch.zeros(2, dtype=torch.float64)
     with torch.no_grad():
         for i in range(begin, end, chunk):
             x, y = val.batch(torch.arange(i, min(end, i + chunk)))
-            logits = model(x)
+            with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                logits = model(x)
             sums[0] += F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                        y.reshape(-1), reduction="sum").item()
             sums[1] += y.numel()
@@ -233,8 +234,9 @@ def run(rank, a):
         x, y = train.batch(order[first:first + per_replica])
         torch.manual_seed(step_seed(a.seed, rank, step))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
-        logits = ddp(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        with torch.autocast("cpu", torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = ddp(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
         loss.backward()
         if a.clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), a.clip)
@@ -245,7 +247,7 @@ def run(rank, a):
     final = loss.detach().clone()
     dist.all_reduce(final)
     eval_start = time.perf_counter()
-    val_loss = evaluate(model, val, rank, a.workers)
+    val_loss = evaluate(model, val, rank, a.workers, a.precision == "bf16")
     eval_seconds = time.perf_counter() - eval_start
     tokens_per_step = a.global_batch * a.block
     if rank == 0:
@@ -298,6 +300,9 @@ def main():
                    help="run only this rank, in this process (one per host, as "
                         "torchrun does); rank 0 listens at --master")
     p.add_argument("--master", default="127.0.0.1", help="rank 0's address (MASTER_ADDR)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: the forward pass and the loss under "
+                        "torch.autocast(\"cpu\", torch.bfloat16), as nanoGPT does")
     p.add_argument("--compress", choices=["none", "fp16"], default="none",
                    help="gradients on the wire: fp32, or fp16 through DDP's fp16_compress_hook")
     a = p.parse_args()
