@@ -117,8 +117,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(c, 2)
         q, k, v = (m.view(b, t, self.n_head, hs).transpose(1, 2) for m in (q, k, v))
         att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        # Built per call, as lockstep does (a buffer would be broadcast by DDP
-        # before every forward).
+        # Built per call, as lockstep did before issue 37 and as a user
+        # keeping DDP from broadcasting a buffer before every forward would.
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         att = att.masked_fill(causal.logical_not(), float("-inf"))
         att = self.attn_dropout(torch.softmax(att, -1))

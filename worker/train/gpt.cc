@@ -33,8 +33,9 @@ class CausalSelfAttentionImpl : public nn::Module {
     InitLinear(c_proj_, 0.02 / std::sqrt(2.0 * o.n_layer));
   }
 
-  // `hidden`: the causal mask, true where a position may not attend ([T, T],
-  // above the diagonal); the model keeps one for all its layers and steps.
+  // `hidden`: the causal mask [T, T], 0 where a position may attend and
+  // -inf above the diagonal, in fp32; the model keeps one for all its
+  // layers and steps.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& hidden) {
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
     const int64_t hs = c / n_head_;
@@ -43,9 +44,12 @@ class CausalSelfAttentionImpl : public nn::Module {
       return m.view({b, t, n_head_, hs}).transpose(1, 2);
     };
     torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-    torch::Tensor att =
-        torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
-    att = att.masked_fill(hidden, -std::numeric_limits<float>::infinity());
+    // The scores scaled and masked in one pass, hidden + scale * (q k^T):
+    // the values (and fp32 results) of scaling then masked_fill, with one
+    // pass over [B, H, T, T] less each way.
+    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
+    torch::Tensor att = torch::add(hidden.to(scores.scalar_type()), scores,
+                                   1.0 / std::sqrt(double(hs)));
     att = attn_dropout_->forward(torch::softmax(att, -1));
     torch::Tensor y =
         torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
@@ -202,8 +206,9 @@ class Gpt : public Network {
   const torch::Tensor& HiddenPositions(int64_t t, const torch::Device& device) {
     if (!hidden_.defined() || hidden_.size(0) != t ||
         hidden_.device() != device) {
-      hidden_ = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool))
-                    .triu(1)
+      hidden_ = torch::zeros({t, t})
+                    .masked_fill(torch::ones({t, t}, torch::kBool).triu(1),
+                                 -std::numeric_limits<float>::infinity())
                     .to(device);
     }
     return hidden_;
