@@ -11,7 +11,9 @@
 #      CUDA/NCCL with LOCKSTEP_CUDA=ON, and builds the daemons, the CLI,
 #      nccl_communicator_test and allreduce_bench with every core;
 #   2. runs the NCCL communicator tests (failing if they skipped) and
-#      allreduce_bench (its NCCL section must have run);
+#      allreduce_bench (its NCCL section must have run), and measures the
+#      GPU's GEMM peak in fp32, bf16 and fp16 (bench/roofline.py; the
+#      report gives each training cell's share of it);
 #   3. trains the MLP, the CNN and the ResNet (examples/*.json) in fp32, bf16
 #      and fp16 with `lockstep local --gpus`: 1 worker on NCCL, then 2
 #      workers on the one GPU on Gloo (NCCL refuses two ranks on one GPU);
@@ -282,6 +284,15 @@ summary
 say "all-reduce bench (up to $ALLREDUCE_MIB MiB)"
 new_check allreduce_bench allreduce
 timeout -k 5 120 "${run_env[@]}" "$bin/allreduce_bench" "$ALLREDUCE_MIB" >"$dir/stdout" 2>"$dir/stderr"
+echo $? >"$dir/rc"
+summary
+
+# The roofline's denominator: this GPU's own matrix-product peak per
+# precision; the report gives each training cell's share of it.
+say "the GPU's GEMM peak (bench/roofline.py)"
+new_check gemm_peak roofline
+timeout -k 5 90 "$PYTHON" bench/roofline.py --device cuda --gemm 8192 \
+    --precisions fp32 bf16 fp16 --json "$dir/peaks.json" >"$dir/stdout" 2>"$dir/stderr"
 echo $? >"$dir/rc"
 summary
 

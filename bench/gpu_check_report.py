@@ -13,6 +13,9 @@ import re
 import shutil
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import roofline  # noqa: E402  (its FLOP counts; torch not needed)
+
 ACCURACY_FLOOR = 0.5  # after a few hundred steps every model is far above
 RECOVERY_TARGET_S = 2.0
 
@@ -207,8 +210,23 @@ def check_recovery(d, r):
     return problems, tail(stderr, 2500) if problems else None
 
 
+def check_roofline(d, r):
+    """bench/roofline.py --device cuda: the GPU's GEMM peak per precision."""
+    try:
+        with open(os.path.join(d, "peaks.json")) as f:
+            found = json.load(f)
+        r["peaks_gflops"] = {k: float(v) for k, v in found["peaks"].items()}
+        r["gemm"] = found.get("gemm")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return [f"no peaks (exit {r['rc']}): {e}"], tail(read(os.path.join(d, "stderr")))
+    if r["rc"] != 0:
+        return [f"exit {r['rc']}"], tail(read(os.path.join(d, "stderr")))
+    return [], None
+
+
 CHECKS = {"gtest": check_gtest, "allreduce": check_allreduce, "train": check_train,
-          "reference": check_reference, "recovery": check_recovery}
+          "reference": check_reference, "recovery": check_recovery,
+          "roofline": check_roofline}
 
 
 def evaluate(d):
@@ -246,6 +264,9 @@ def one_line(r):
                     f"busbw {big['busbw_gbps']:.1f} GB/s")
     if r["kind"] == "reference":
         bits.append(f"{len(r.get('results', []))} runs, torch {r.get('torch')}")
+    if r["kind"] == "roofline" and r.get("peaks_gflops"):
+        bits.append(", ".join(f"{k} {v / 1000:.1f} TFLOP/s"
+                              for k, v in r["peaks_gflops"].items()))
     if r["kind"] == "recovery":
         bits.append(f"resumed {r.get('resume_s')} s after SIGKILL, digest "
                     f"{'matches' if r.get('digest_matches') else 'DIFFERS'}")
@@ -260,6 +281,9 @@ def tables(checks):
     ref = next((c for c in checks if c["kind"] == "reference"), {})
     torch_rows = {(row["model"], row["precision"], row["mode"]): row
                   for row in ref.get("results", []) if "error" not in row}
+    roof = next((c for c in checks if c["kind"] == "roofline"
+                 and c["status"] == "passed"), {})
+    peaks = roof.get("peaks_gflops", {})
     rows = []
     for model in ("mlp", "cnn", "resnet"):
         for precision in ("fp32", "bf16", "fp16"):
@@ -280,6 +304,14 @@ def tables(checks):
                 row["lockstep_vs_eager"] = round(row["lockstep_1w_nccl"] / row["pytorch_eager"], 3)
             if row["lockstep_1w_nccl"] and row["pytorch_ddp1"]:
                 row["lockstep_vs_ddp1"] = round(row["lockstep_1w_nccl"] / row["pytorch_ddp1"], 3)
+            # The roofline (bench/roofline.py): FLOP/s against the GPU's own
+            # GEMM peak in the same precision.
+            flops = roofline.flops_per_sample(model)
+            row["flops_per_sample"] = flops
+            for key in ("lockstep_1w_nccl", "pytorch_eager"):
+                if row[key] and peaks.get(precision):
+                    row[key + "_of_peak"] = round(
+                        row[key] * flops / 1e9 / peaks[precision], 4)
             rows.append(row)
     return rows
 
@@ -306,12 +338,13 @@ def print_tables(rows, tgt):
     print("\nsamples/s on the GPU (lockstep 1 worker NCCL / 2 workers Gloo; "
           "PyTorch eager / DDP 1 process), test accuracy")
     print(f"{'model':7s}{'prec':5s}{'batch':>6s}{'ls 1w':>9s}{'ls 2w':>9s}{'eager':>9s}"
-          f"{'ddp1':>9s}{'vs eager':>9s}  accuracy ls1/ls2/eager")
+          f"{'ddp1':>9s}{'vs eager':>9s}{'ls1 peak':>9s}  accuracy ls1/ls2/eager")
     for r in rows:
         print(f"{r['model']:7s}{r['precision']:5s}{fmt(r['batch'], '{}'):>6s}"
               f"{fmt(r['lockstep_1w_nccl']):>9s}{fmt(r['lockstep_2w_gloo']):>9s}"
               f"{fmt(r['pytorch_eager']):>9s}{fmt(r['pytorch_ddp1']):>9s}"
-              f"{fmt(r.get('lockstep_vs_eager'), '{:.2f}'):>9s}  "
+              f"{fmt(r.get('lockstep_vs_eager'), '{:.2f}'):>9s}"
+              f"{fmt(r.get('lockstep_1w_nccl_of_peak'), '{:.1%}'):>9s}  "
               + "/".join(fmt(r[k], "{:.3f}") for k in (
                   "lockstep_1w_nccl_accuracy", "lockstep_2w_gloo_accuracy",
                   "pytorch_eager_accuracy")))

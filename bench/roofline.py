@@ -4,6 +4,8 @@
     /usr/bin/python3 bench/roofline.py [--build build] [--steps 120]
         [--repeats 3] [--models mlp cnn resnet gpt] [--workers 1 2]
         [--precisions fp32 bf16] [--gemm 2048] [--json OUT]
+    /usr/bin/python3 bench/roofline.py --device cuda --precisions fp32 bf16 fp16
+        --gemm 8192 --json OUT      the GPU's peaks, for bench/gpu_check.sh
 
 1. The peak: LibTorch's matrix product (Debian's python3-torch, the same
    LibTorch the workers link) of two N x N matrices (N = --gemm), in fp32
@@ -24,6 +26,10 @@
    per sample, and that as a fraction of the peak of the same precision on
    all the cores.
 
+--device cuda measures only the GPU's peaks (fp16 too, when asked):
+bench/gpu_check.sh trains the models there and its report divides each
+cell's FLOP/s by them (flops_per_sample, importable without torch).
+
 Without python3-torch it exits 77. The last line of stdout is one JSON
 object with the peaks and every cell (also written to --json OUT).
 """
@@ -38,9 +44,8 @@ import time
 
 try:
     import torch
-except ImportError:
-    sys.stderr.write("roofline: needs Debian's python3-torch\n")
-    sys.exit(77)
+except ImportError:  # the FLOP counts below need no torch (gpu_check_report)
+    torch = None
 
 BATCH = 64
 IMAGE = (1, 28, 28)  # Fashion-MNIST
@@ -171,7 +176,11 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json")
     a = p.parse_args()
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if torch is None:
+        sys.stderr.write("roofline: needs Debian's python3-torch\n")
+        return 77
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16,
+              "fp16": torch.float16}
     cores = os.cpu_count()
 
     env = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
@@ -190,8 +199,13 @@ def main():
         print(f"{threads:>8} " + " ".join(f"{row[p_]:>8.1f}"
                                           for p_ in a.precisions))
     peak = peaks[thread_counts[-1]]
-    if a.device == "cuda":  # the models train on the GPU worker elsewhere
-        print(json.dumps({"peaks": peaks}))
+    if a.device == "cuda":  # bench/gpu_check.sh trains the models
+        result = {"device": torch.cuda.get_device_name(), "gemm": a.gemm,
+                  "peaks": peaks[1]}
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
+        print(json.dumps(result))
         return 0
 
     data, vocab = (None, None)
