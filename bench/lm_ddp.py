@@ -11,8 +11,8 @@ init normal(0, 0.02), the c_proj weights 0.02 / sqrt(2 n_layer), zero biases.
 The same data: data.format "tokens" windows of block + 1 ids starting every
 block tokens of DATA/train.bin (uint16), vocabulary = the largest id in the
 windows + 1, the same per-epoch permutation of the windows (lockstep's
-SplitMix64 Fisher-Yates, data.shuffle "global") split across ranks the same
-way. The same training: cross-entropy over every position, AdamW with decay
+Feistel permutation keyed by SplitMix64, data.shuffle "global") split
+across ranks the same way. The same training: cross-entropy over every position, AdamW with decay
 only on the blocks' matrices (decayed group first), lockstep's LR schedule
 (warmup from base_lr to the scaled LR -- with no LR scaling a constant --
 then constant or cosine to min_lr over the run), gradient clipping on the
@@ -67,19 +67,41 @@ def step_seed(seed, rank, step):
     return mixed
 
 
+def feistel_permutation(key, n):
+    """lockstep's FeistelPermutation: positions 0..n-1 through a 6-round
+    balanced Feistel network over the smallest even bit count covering n,
+    walking again from any value outside [0, n)."""
+    bits = 2
+    while bits < 62 and (1 << bits) < n:
+        bits += 2
+    half = bits // 2
+    mask = (1 << half) - 1
+    state, keys = key, []
+    for _ in range(6):
+        state, round_key = splitmix64(state)
+        keys.append(round_key)
+
+    def encrypt(x):
+        left, right = x >> half, x & mask
+        for round_key in keys:
+            _, mixed = splitmix64(right ^ round_key)
+            left, right = right, left ^ (mixed & mask)
+        return (left << half) | right
+
+    order = []
+    for p in range(n):
+        x = encrypt(p)
+        while x >= n:
+            x = encrypt(x)
+        order.append(x)
+    return order
+
+
 def epoch_permutation(seed, epoch, n):
-    permutation = list(range(n))
-    state = (seed ^ ((0xA0761D6478BD642F * (epoch + 1)) & MASK64)) & MASK64
-    for i in range(n - 1, 0, -1):
-        bound = i + 1
-        limit = MASK64 - MASK64 % bound
-        while True:
-            state, value = splitmix64(state)
-            if value < limit:
-                break
-        j = value % bound
-        permutation[i], permutation[j] = permutation[j], permutation[i]
-    return torch.tensor(permutation, dtype=torch.int64)
+    """The global shuffle's order of epoch `epoch` (GlobalSampler::EpochOrder)."""
+    state = (seed ^ ((0xD6E8FEB86659FD93 * (epoch + 1)) & MASK64)) & MASK64
+    _, key = splitmix64(state)
+    return torch.tensor(feistel_permutation(key, n), dtype=torch.int64)
 
 
 class Windows:
