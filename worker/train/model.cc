@@ -16,6 +16,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "worker/train/gpt.h"
+#include "worker/train/max_pool.h"
 #include "worker/train/model_export.h"
 #include "worker/train/torch_error.h"
 
@@ -23,6 +24,16 @@ namespace lockstep::worker {
 namespace {
 
 namespace nn = torch::nn;
+
+// A 2x2 max pooling with stride 2, no padding, dilation or ceiling.
+bool IsPlain2x2(const nn::MaxPool2dImpl& pool) {
+  const auto& o = pool.options;
+  auto pair = [](const torch::ExpandingArray<2>& a, int64_t v) {
+    return (*a)[0] == v && (*a)[1] == v;
+  };
+  return pair(o.kernel_size(), 2) && pair(o.stride(), 2) &&
+         pair(o.padding(), 0) && pair(o.dilation(), 1) && !o.ceil_mode();
+}
 
 // A stack of layers and a linear output layer.
 class SequentialNetwork : public Network {
@@ -34,7 +45,12 @@ class SequentialNetwork : public Network {
   torch::Tensor Features(const torch::Tensor& inputs) override {
     torch::Tensor x = inputs;
     for (auto& layer : *body_) {
-      x = layer.forward(x);
+      const auto* pool = layer.ptr()->as<nn::MaxPool2d>();
+      if (pool != nullptr && IsPlain2x2(*pool) && MaxPool2x2Takes(x)) {
+        x = MaxPool2x2(x);  // LibTorch's result, without its branches
+      } else {
+        x = layer.forward(x);
+      }
       if (layer.ptr()->as<nn::Conv2d>() != nullptr) x = ConvLayout(x);
     }
     return x;
