@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "common/failpoint.h"
 #include "common/status_macros.h"
+#include "worker/train/fused_adam.h"
 
 namespace lockstep::worker {
 namespace {
@@ -61,7 +62,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
       spec.has_beta1() ? spec.beta1() : 0.9,
       spec.has_beta2() ? spec.beta2() : 0.999};
   if (spec.type() == "adam") {
-    return std::make_unique<torch::optim::Adam>(
+    // LibTorch's Adam, to the bit, in one pass per parameter.
+    return std::make_unique<FusedAdam>(
         params, torch::optim::AdamOptions(1e-3).betas(betas).weight_decay(
                     spec.weight_decay()));
   }
