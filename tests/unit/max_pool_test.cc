@@ -42,11 +42,13 @@ struct Reference {
   torch::Tensor grad_in;
 };
 
-Reference LibTorch(const torch::Tensor& x, const torch::Tensor& grad_out) {
-  auto [out, indices] = at::max_pool2d_with_indices(x, {2, 2}, {2, 2});
-  torch::Tensor grad_in = at::max_pool2d_with_indices_backward(
-      grad_out, x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, indices);
-  return {out, grad_in};
+// max_pool2d(x, 2), or max_pool2d(relu(x), 2), and its input gradient.
+Reference LibTorch(const torch::Tensor& x, const torch::Tensor& grad_out,
+                   bool relu) {
+  torch::Tensor input = x.detach().clone().requires_grad_(true);
+  torch::Tensor out = torch::max_pool2d(relu ? torch::relu(input) : input, 2);
+  out.backward(grad_out);
+  return {out.detach(), input.grad()};
 }
 
 TEST(MaxPoolTest, KernelsMatchLibTorchBitForBit) {
@@ -56,27 +58,33 @@ TEST(MaxPoolTest, KernelsMatchLibTorchBitForBit) {
       {1, 1, 2, 130}, {1, 2, 9, 3}};
   int seed = 0;
   for (const auto& shape : shapes) {
-    for (bool vector : {true, false}) {
-      const torch::Tensor x = Awkward(shape, ++seed);
-      const int64_t planes = shape[0] * shape[1], h = shape[2], w = shape[3];
-      torch::Tensor grad_out =
-          Awkward({shape[0], shape[1], h / 2, w / 2}, ++seed);
-      const Reference want = LibTorch(x, grad_out);
+    for (bool relu : {false, true}) {
+      for (bool vector : {true, false}) {
+        const torch::Tensor x = Awkward(shape, ++seed);
+        const int64_t planes = shape[0] * shape[1], h = shape[2], w = shape[3];
+        torch::Tensor grad_out =
+            Awkward({shape[0], shape[1], h / 2, w / 2}, ++seed);
+        const Reference want = LibTorch(x, grad_out, relu);
 
-      torch::Tensor out = torch::full_like(want.out, 7.0f);
-      torch::Tensor winner =
-          torch::empty(want.out.sizes(), torch::kUInt8).fill_(9);
-      MaxPool2x2Forward(x.data_ptr<float>(), out.data_ptr<float>(),
-                        winner.data_ptr<uint8_t>(), planes, h, w, vector);
-      EXPECT_TRUE(SameBits(out, want.out))
-          << "shape " << x.sizes() << " vector " << vector;
+        torch::Tensor out = torch::full_like(want.out, 7.0f);
+        torch::Tensor winner =
+            torch::empty(want.out.sizes(), torch::kUInt8).fill_(9);
+        MaxPool2x2Forward(x.data_ptr<float>(), out.data_ptr<float>(),
+                          winner.data_ptr<uint8_t>(), planes, h, w, relu,
+                          vector);
+        EXPECT_TRUE(SameBits(out, want.out))
+            << "shape " << x.sizes() << " relu " << relu << " vector "
+            << vector;
 
-      // Every input gradient is written: start from garbage.
-      torch::Tensor grad_in = torch::full_like(x, 5.0f);
-      MaxPool2x2Backward(grad_out.data_ptr<float>(), winner.data_ptr<uint8_t>(),
-                         grad_in.data_ptr<float>(), planes, h, w);
-      EXPECT_TRUE(SameBits(grad_in, want.grad_in))
-          << "shape " << x.sizes() << " vector " << vector;
+        // Every input gradient is written: start from garbage.
+        torch::Tensor grad_in = torch::full_like(x, 5.0f);
+        MaxPool2x2Backward(grad_out.data_ptr<float>(),
+                           winner.data_ptr<uint8_t>(),
+                           grad_in.data_ptr<float>(), planes, h, w);
+        EXPECT_TRUE(SameBits(grad_in, want.grad_in))
+            << "shape " << x.sizes() << " relu " << relu << " vector "
+            << vector;
+      }
     }
   }
 }
@@ -94,7 +102,8 @@ TEST(MaxPoolTest, TiesGoToTheFirstAndNaNsToTheLast) {
   torch::Tensor winner = torch::empty({1, 1, 2, 2}, torch::kUInt8);
   for (bool vector : {true, false}) {
     MaxPool2x2Forward(x.data_ptr<float>(), out.data_ptr<float>(),
-                      winner.data_ptr<uint8_t>(), 1, 4, 4, vector);
+                      winner.data_ptr<uint8_t>(), 1, 4, 4, /*relu=*/false,
+                      vector);
     // {3, 1 / 3, 2}: the first 3 wins; {0, 1 / 1, -0}: 1, top right;
     // {nan, 2 / 1, nan}: the last NaN; {-inf, -inf / -inf, -inf}: the first.
     EXPECT_EQ(winner.view(-1)[0].item<int>(), 0);
@@ -106,18 +115,20 @@ TEST(MaxPoolTest, TiesGoToTheFirstAndNaNsToTheLast) {
 }
 
 TEST(MaxPoolTest, AutogradMatchesLibTorch) {
-  for (bool training : {true, false}) {
-    torch::Tensor x = Awkward({4, 3, 10, 12}, 42).requires_grad_(training);
-    torch::Tensor mine = x.detach().clone().requires_grad_(training);
-    ASSERT_TRUE(MaxPool2x2Takes(mine));
-    torch::Tensor want = torch::max_pool2d(x, 2);
-    torch::Tensor got = MaxPool2x2(mine);
-    EXPECT_TRUE(SameBits(got, want));
-    if (!training) continue;
-    torch::Tensor grad = torch::randn(want.sizes());
-    want.backward(grad);
-    got.backward(grad);
-    EXPECT_TRUE(SameBits(mine.grad(), x.grad()));
+  for (bool relu : {false, true}) {
+    for (bool training : {true, false}) {
+      torch::Tensor x = Awkward({4, 3, 10, 12}, 42).requires_grad_(training);
+      torch::Tensor mine = x.detach().clone().requires_grad_(training);
+      ASSERT_TRUE(MaxPool2x2Takes(mine));
+      torch::Tensor want = torch::max_pool2d(relu ? torch::relu(x) : x, 2);
+      torch::Tensor got = MaxPool2x2(mine, relu);
+      EXPECT_TRUE(SameBits(got, want)) << relu;
+      if (!training) continue;
+      torch::Tensor grad = torch::randn(want.sizes());
+      want.backward(grad);
+      got.backward(grad);
+      EXPECT_TRUE(SameBits(mine.grad(), x.grad())) << relu;
+    }
   }
 }
 

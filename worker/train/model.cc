@@ -26,8 +26,10 @@ namespace {
 namespace nn = torch::nn;
 
 // A 2x2 max pooling with stride 2, no padding, dilation or ceiling.
-bool IsPlain2x2(const nn::MaxPool2dImpl& pool) {
-  const auto& o = pool.options;
+bool IsPlain2x2(const torch::nn::Module& layer) {
+  const auto* pool = layer.as<nn::MaxPool2d>();
+  if (pool == nullptr) return false;
+  const auto& o = pool->options;
   auto pair = [](const torch::ExpandingArray<2>& a, int64_t v) {
     return (*a)[0] == v && (*a)[1] == v;
   };
@@ -44,14 +46,22 @@ class SequentialNetwork : public Network {
 
   torch::Tensor Features(const torch::Tensor& inputs) override {
     torch::Tensor x = inputs;
-    for (auto& layer : *body_) {
-      const auto* pool = layer.ptr()->as<nn::MaxPool2d>();
-      if (pool != nullptr && IsPlain2x2(*pool) && MaxPool2x2Takes(x)) {
-        x = MaxPool2x2(x);  // LibTorch's result, without its branches
-      } else {
-        x = layer.forward(x);
+    for (size_t i = 0; i < body_->size(); ++i) {
+      torch::nn::Module& layer = *body_->ptr(i);
+      // A plain 2x2 max pooling on fp32 NCHW runs lockstep's kernel
+      // (LibTorch's bits, without its branches), with a ReLU before it in
+      // the same pass.
+      const auto* relu = layer.as<nn::ReLU>();
+      const bool relu_then_pool = relu != nullptr && !relu->options.inplace() &&
+                                  i + 1 < body_->size() &&
+                                  IsPlain2x2(*body_->ptr(i + 1));
+      if ((relu_then_pool || IsPlain2x2(layer)) && MaxPool2x2Takes(x)) {
+        x = MaxPool2x2(x, relu_then_pool);
+        if (relu_then_pool) ++i;
+        continue;
       }
-      if (layer.ptr()->as<nn::Conv2d>() != nullptr) x = ConvLayout(x);
+      x = body_->begin()[i].forward(x);
+      if (layer.as<nn::Conv2d>() != nullptr) x = ConvLayout(x);
     }
     return x;
   }
