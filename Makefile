@@ -74,11 +74,12 @@ fuzz: san-configure
 # The container images (deploy/README.md "Images"): lockstep-cpu:dev with
 # docker, or offline with Debian's podman/buildah and a Debian base image made
 # from the archive; LOCKSTEP_GPU_IMAGE=1 also lockstep-gpu:dev. Prints sizes.
-# The CPU image takes the binaries built here (build-image/, sharing ccache
-# with build/); FROM_SOURCE=1 compiles them inside the image build instead.
+# The CPU image takes the binaries of $(BUILD_DIR) (lockstep-worker-cpu: the
+# worker without the NCCL backend), so after `make build` nothing compiles
+# again; FROM_SOURCE=1 compiles them inside the image build instead.
 FROM_SOURCE ?= 0
 images:
-	@FROM_SOURCE=$(FROM_SOURCE) bash scripts/build-images
+	@FROM_SOURCE=$(FROM_SOURCE) BUILD_DIR=$(BUILD_DIR) bash scripts/build-images
 
 demo: build
 	@$(BUILD_DIR)/bin/lockstep local --workers 2 examples/fashion_mnist_mlp.json
@@ -112,10 +113,10 @@ bench: build
 # mid-job (same model digest), then everything removed. E2E_BUILD=0 uses the
 # image already built.
 e2e:
-	@bash scripts/e2e
+	@BUILD_DIR=$(BUILD_DIR) bash scripts/e2e
 
 format:
 	@clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsa build-image $(SAN_DIR)
+	@rm -rf $(BUILD_DIR) $(SAN_DIR)
