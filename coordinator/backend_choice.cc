@@ -67,24 +67,48 @@ absl::StatusOr<Backend> ResolveBackend(const v1::CommunicationSpec& spec,
   return Backend{"nccl", ""};
 }
 
-absl::Status CheckReproducible(const v1::JobSpec& spec,
-                               const std::vector<Worker*>& workers) {
+absl::Status CheckKernels(const v1::JobSpec& spec,
+                          const std::vector<Worker*>& workers) {
+  int unvectorized = -1, vectorized = -1;
+  for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
+    const v1::Device& device = workers[rank]->device;
+    if (HasGpu(device) || device.aten_cpu_capability().empty()) continue;
+    // "NO AVX": LibTorch's name, which workers before issue 51 reported.
+    const std::string& capability = device.aten_cpu_capability();
+    int& first = absl::EqualsIgnoreCase(capability, "DEFAULT") ||
+                         absl::EqualsIgnoreCase(capability, "NO AVX")
+                     ? unvectorized
+                     : vectorized;
+    if (first < 0) first = rank;
+  }
+  if (unvectorized >= 0 && vectorized >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RankName(unvectorized, *workers[unvectorized]),
+        " computes with ATen's unvectorized kernels (capability DEFAULT) and ",
+        RankName(vectorized, *workers[vectorized]), " with its ",
+        workers[vectorized]->device.aten_cpu_capability(),
+        " ones: they round the optimizer's arithmetic differently, so the "
+        "replicas would drift apart; start every worker with the same ATen "
+        "capability (ATEN_CPU_CAPABILITY=avx2 on all, or unset on all)"));
+  }
   if (!spec.reproducible()) return absl::OkStatus();
   for (int rank = 0; rank < static_cast<int>(workers.size()); ++rank) {
     const v1::Device& device = workers[rank]->device;
     if (HasGpu(device)) continue;
     if (device.blas_kernel() == "Haswell" &&
-        absl::EqualsIgnoreCase(device.aten_cpu_capability(), "AVX2")) {
+        absl::EqualsIgnoreCase(device.aten_cpu_capability(), "AVX2") &&
+        absl::EqualsIgnoreCase(device.onednn_cpu_isa(), "AVX2")) {
       continue;
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "the job asks for reproducible results, but ",
         RankName(rank, *workers[rank]), " computes with OpenBLAS kernel '",
-        device.blas_kernel(), "' and ATen capability '",
-        device.aten_cpu_capability(),
+        device.blas_kernel(), "', ATen capability '",
+        device.aten_cpu_capability(), "' and oneDNN ISA '",
+        device.onednn_cpu_isa().empty() ? "unknown" : device.onednn_cpu_isa(),
         "'; start its worker with OPENBLAS_CORETYPE=Haswell "
-        "ATEN_CPU_CAPABILITY=avx2 (the portable kernels), or submit without "
-        "reproducible"));
+        "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 (the portable "
+        "kernels), or submit without reproducible"));
   }
   return absl::OkStatus();
 }

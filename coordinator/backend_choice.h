@@ -26,12 +26,18 @@ struct Backend {
 absl::StatusOr<Backend> ResolveBackend(const v1::CommunicationSpec& spec,
                                        const std::vector<Worker*>& workers);
 
-// A job that asks for reproducible results (JobSpec.reproducible) runs only
-// on workers whose CPU kernels are the portable ones (OpenBLAS "Haswell",
-// ATen "AVX2"; GPUs are not checked). Errors: FailedPrecondition naming the
-// first worker that runs others, and what to set.
-absl::Status CheckReproducible(const v1::JobSpec& spec,
-                               const std::vector<Worker*>& workers);
+// The CPU kernels of a generation's workers (GPUs are not checked). Every
+// job: ATen's unvectorized kernels (capability DEFAULT) round the
+// optimizer's elementwise arithmetic otherwise than its AVX2 and AVX-512
+// ones (no fused multiply-add), so ranks that mix them take different steps
+// from the same averaged gradient and their replicas drift apart; such a
+// mix is refused before anything trains. A job that asks for reproducible
+// results (JobSpec.reproducible) runs only on workers whose kernels are
+// the portable ones (OpenBLAS "Haswell", ATen "AVX2", oneDNN "AVX2").
+// Errors: FailedPrecondition naming the first worker at fault, and what to
+// set.
+absl::Status CheckKernels(const v1::JobSpec& spec,
+                          const std::vector<Worker*>& workers);
 
 }  // namespace lockstep::coordinator
 

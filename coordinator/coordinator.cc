@@ -359,7 +359,7 @@ void Coordinator::StartGenerationLocked(Job& job,
                  std::string(backend.status().message()));
     return;
   }
-  if (absl::Status kernels = CheckReproducible(status.spec(), workers);
+  if (absl::Status kernels = CheckKernels(status.spec(), workers);
       !kernels.ok()) {
     EndJobLocked(job, v1::JOB_STATE_FAILED, std::string(kernels.message()));
     return;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -202,8 +203,10 @@ std::string AtenCpuCapability() {
   if (line == std::string::npos) return "unknown";
   const size_t start = line + kLine.size();
   const size_t end = config.find('\n', start);
-  return std::string(absl::StripAsciiWhitespace(
-      absl::string_view(config).substr(start, end - start)));
+  const absl::string_view usage = absl::StripAsciiWhitespace(
+      absl::string_view(config).substr(start, end - start));
+  // LibTorch names its unvectorized kernels "NO AVX" there.
+  return usage == "NO AVX" ? "DEFAULT" : std::string(usage);
 }
 
 void ConfigureThreads(int threads) {

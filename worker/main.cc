@@ -34,6 +34,7 @@
 #include "worker/data/split_source.h"
 #include "worker/rpc/grpc_control_plane.h"
 #include "worker/train/trainer.h"
+#include "worker/train/vector_isa.h"
 #include "worker/worker_metrics.h"
 
 namespace lockstep::worker {
@@ -562,6 +563,10 @@ int Run(int argc, char** argv) {
   const std::string aten_capability = AtenCpuCapability();
   device.set_aten_cpu_capability(aten_capability);
   LogInfo("ATen CPU capability: ", aten_capability);
+  device.set_onednn_cpu_isa(OneDnnCpuIsa());
+  LogInfo("oneDNN CPU ISA: ", device.onednn_cpu_isa().empty()
+                                  ? "unknown"
+                                  : device.onednn_cpu_isa());
   LogInfo("device: ", device.name(),
           device.gpu_name().empty()
               ? ""

@@ -190,6 +190,53 @@ TEST_F(CoordinatorTest, EachGenerationResolvesTheBackendAgain) {
   EXPECT_EQ(AssignedBackends({&c}), std::vector<std::string>({"gloo"}));
 }
 
+// A CPU as a worker reports it: its OpenBLAS kernel, ATen capability and
+// oneDNN ISA.
+v1::Device Cpu(const std::string& blas, const std::string& aten,
+               const std::string& onednn) {
+  v1::Device device;
+  device.set_name("cpu");
+  device.set_blas_kernel(blas);
+  device.set_aten_cpu_capability(aten);
+  device.set_onednn_cpu_isa(onednn);
+  return device;
+}
+
+// Issue 51: ATen's unvectorized kernels beside vectorized ones are refused
+// before a rank is told to start, naming both workers and what to set.
+TEST_F(CoordinatorTest,
+       UnvectorizedAtenBesideVectorizedFailsBeforeAnyRankStarts) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a, Cpu("SkylakeX", "AVX512", "AVX512_CORE_BF16"));
+  Connect(2, &b, Cpu("Haswell", "DEFAULT", "AVX2"));
+  v1::JobStatus status = Status(*coordinator_->SubmitJob(Spec(2)));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(status.error(),
+              AllOf(HasSubstr("rank 1 (free:1 on 127.0.0.1) computes with "
+                              "ATen's unvectorized kernels"),
+                    HasSubstr("rank 0 (free:0 on 127.0.0.1) with its AVX512 "
+                              "ones"),
+                    HasSubstr("ATEN_CPU_CAPABILITY=avx2 on all")));
+  EXPECT_TRUE(AssignedBackends({&a, &b}).empty());
+}
+
+// A reproducible job needs oneDNN's AVX2 kernels as well as OpenBLAS' and
+// ATen's portable ones.
+TEST_F(CoordinatorTest, ReproducibleNeedsOneDnnPinnedToAvx2) {
+  Make();
+  FakeSink a, b;
+  Connect(1, &a, Cpu("Haswell", "AVX2", "AVX2"));
+  Connect(2, &b, Cpu("Haswell", "AVX2", "AVX512_CORE_BF16"));
+  v1::JobSpec spec = Spec(2);
+  spec.set_reproducible(true);
+  v1::JobStatus status = Status(*coordinator_->SubmitJob(spec));
+  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(status.error(), AllOf(HasSubstr("reproducible results"),
+                                    HasSubstr("oneDNN ISA 'AVX512_CORE_BF16'"),
+                                    HasSubstr("ONEDNN_MAX_CPU_ISA=AVX2")));
+}
+
 TEST_F(CoordinatorTest, WorkersListShowsTheirDevices) {
   Make();
   FakeSink a, b;

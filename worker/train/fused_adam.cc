@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/train/vector_isa.h"
+
 namespace lockstep::worker {
 namespace {
 
@@ -75,11 +77,7 @@ __attribute__((target("avx2,fma"))) void UpdateElementsAvx2(
   UpdateElements(param, grad, exp_avg, exp_avg_sq, i, end, s);
 }
 
-bool HaveAvx2() {
-  static const bool have =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return have;
-}
+bool HaveAvx2() { return AllowedVectorIsa() != VectorIsa::kNone; }
 
 std::string StateKey(const torch::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "worker/train/vector_isa.h"
+
 namespace lockstep::worker {
 namespace {
 
@@ -112,10 +114,7 @@ __attribute__((target("avx512f"))) void ForwardRowAvx512(
   }
 }
 
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  return have;
-}
+bool HaveAvx512() { return AllowedVectorIsa() == VectorIsa::kAvx512; }
 
 // Rows of outputs per task: about 4096 outputs.
 int64_t Grain(int64_t columns) {

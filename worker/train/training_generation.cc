@@ -30,6 +30,7 @@
 #include "worker/train/model.h"
 #include "worker/train/prefetcher.h"
 #include "worker/train/replica_checkpoint.h"
+#include "worker/train/vector_isa.h"
 
 namespace lockstep::worker {
 namespace {
@@ -239,6 +240,18 @@ absl::Status TrainingGeneration::PlanBatches() {
 absl::Status TrainingGeneration::Setup() {
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(CheckSupported());
+  // A worker whose oneDNN is capped below its bf16 kernels (an AVX-512 CPU
+  // with ONEDNN_MAX_CPU_ISA=AVX2, as a pool mixing CPUs sets it) computes a
+  // bf16 generation as an AVX2-only CPU does, in ATen's own kernels, where
+  // LibTorch would send its convolutions to oneDNN and fail (issue 51).
+  // Per generation: the process trains one at a time.
+  const bool without_onednn = spec_.precision() == "bf16" && device_.is_cpu() &&
+                              OneDnnLacksBf16Kernels();
+  at::globalContext().setUserEnabledMkldnn(!without_onednn);
+  if (without_onednn) {
+    LogInfo("bf16 in ATen's kernels: oneDNN runs ", OneDnnCpuIsa(),
+            " here, below its bf16 kernels (AVX512_CORE)");
+  }
   absl::Time connected;
   RETURN_IF_ERROR(ConnectAndLoad(&connected));
   const absl::Time loaded = absl::Now();
