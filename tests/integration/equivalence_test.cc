@@ -204,10 +204,11 @@ TEST(LocalTest, GradientsSentAsBf16FollowTheFp32Curve) {
 }
 
 // bf16 trains the CNN to the accuracy of fp32 after one epoch (of a
-// 12,800-sample part of Fashion-MNIST); fp16 needs a GPU, and a CPU-only
-// worker says so and suggests bf16.
+// 6,400-sample part of Fashion-MNIST, tested on 1,000: bf16 is slow on a
+// CPU without AVX-512's bf16 instructions, where twice as much took 98 s);
+// fp16 needs a GPU, and a CPU-only worker says so and suggests bf16.
 TEST(LocalTest, EachPrecisionTrainsTheCnnAsWellAsFp32) {
-  const std::string dir = WriteNpyDataSet(12800, 2000);
+  const std::string dir = WriteNpyDataSet(6400, 1000);
   std::map<std::string, double> accuracy;
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     Result r = RunCommand(
@@ -223,11 +224,15 @@ TEST(LocalTest, EachPrecisionTrainsTheCnnAsWellAsFp32) {
     }
     ASSERT_EQ(r.code, 0) << precision << ": " << r.err;
     const auto summary = LastJsonLine(r.out).fields();
-    EXPECT_EQ(summary.at("steps").number_value(), 200) << precision;
+    EXPECT_EQ(summary.at("steps").number_value(), 100) << precision;
     accuracy[precision] = summary.at("test_accuracy").number_value();
+    ::testing::Test::RecordProperty(absl::StrCat(precision, "_accuracy"),
+                                    absl::StrCat(accuracy[precision]));
   }
   EXPECT_GT(accuracy["fp32"], 0.75);
-  EXPECT_NEAR(accuracy["bf16"], accuracy["fp32"], 0.01);
+  // 0.794 and 0.801 on an AVX-512 EPYC, 0.794 and 0.789 with the AVX2
+  // kernels; a point of accuracy is 10 of the 1,000 test images.
+  EXPECT_NEAR(accuracy["bf16"], accuracy["fp32"], 0.02);
 }
 
 }  // namespace

@@ -623,10 +623,10 @@ std::string CheckpointTest::TrainThenKillEveryWorker() {
 }
 
 std::string CheckpointTest::TrainThenKillEveryWorker(
-    const std::vector<std::string>& sets) {
-  std::string job = Submit(WithCheckpoints(sets, 10));
-  WatchUntil(job, [](const v1::JobStatus& s) {
-    return HasCheckpointAtLeast(s, 20) || Ended(s);
+    const std::vector<std::string>& sets, int every) {
+  std::string job = Submit(WithCheckpoints(sets, every));
+  WatchUntil(job, [every](const v1::JobStatus& s) {
+    return HasCheckpointAtLeast(s, 2 * every) || Ended(s);
   });
   for (pid_t pid : worker_pids_) EXPECT_EQ(kill(pid, SIGKILL), 0);
   for (pid_t pid : worker_pids_) waitpid(pid, nullptr, 0);

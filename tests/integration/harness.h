@@ -214,10 +214,11 @@ class CheckpointTest : public ClusterTest {
 
   static bool HasCheckpointAtLeast(const v1::JobStatus& s, int64_t step);
 
-  // Submits `sets` (kCheckpointJob by default) saving every 10 steps, waits
-  // for the checkpoint of step 20, and SIGKILLs every worker (reaped): no
-  // live state survives.
-  std::string TrainThenKillEveryWorker(const std::vector<std::string>& sets);
+  // Submits `sets` (kCheckpointJob by default) saving every `every` steps
+  // (10), waits for the checkpoint of step 2 * `every`, and SIGKILLs every
+  // worker (reaped): no live state survives.
+  std::string TrainThenKillEveryWorker(const std::vector<std::string>& sets,
+                                       int every = 10);
   // Submits kQuietJob saving every 40 steps, SIGKILLs rank 1 (reaped) once
   // a checkpoint is committed, and returns the job once the surviving
   // chief's result says it stopped past *saved_step (the newest checkpoint
