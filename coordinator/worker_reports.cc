@@ -179,8 +179,14 @@ void Coordinator::AllRanksDoneLocked(Job& job) {
   const int64_t end = job.generation->PlannedEnd() > 0
                           ? job.generation->PlannedEnd()
                           : job.status.total_steps();
-  const bool to_the_end =
-      !stopped && !job.stop_requested && !job.generation->preempting();
+  // A preemption asks every rank to stop at an agreed step, and a rank that
+  // did says so (stopped). Ranks that reached the plan's end first, or
+  // stopped exactly there, finished the job, which a preemption must not
+  // send back to the queue to train again (issue 52).
+  const bool finished = end > 0 && step == end;
+  const bool preempting = job.generation->preempting();
+  const bool yielded = preempting && stopped && !finished;
+  const bool to_the_end = !stopped && !job.stop_requested;
   if (to_the_end && end > 0 && step != end) {
     const std::string cause = absl::StrCat(
         "every rank of generation ", job.generation->number(),
@@ -189,11 +195,11 @@ void Coordinator::AllRanksDoneLocked(Job& job) {
     EndJobLocked(job, v1::JOB_STATE_FAILED, cause);
     return;
   }
-  if (job.generation->preempting() && !job.stop_requested) {
+  if (yielded && !job.stop_requested) {
     PreemptedLocked(job);
     return;
   }
-  if (stopped || job.stop_requested) {
+  if (job.stop_requested || (stopped && !(preempting && finished))) {
     EndJobLocked(job, v1::JOB_STATE_STOPPED, StopReasonLocked(job));
   } else {
     EndJobLocked(job, v1::JOB_STATE_SUCCEEDED, "");
