@@ -255,57 +255,60 @@ TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsOneThatGoesBackToTheQueue) {
   EXPECT_EQ(Status(low).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
-// Issue 52: the ranks of a job being preempted reach the plan's end before
-// the agreed stop (none of them says it stopped): the job succeeded. It is
-// neither put back in the queue nor trained again, and the urgent job takes
-// its workers.
-TEST_F(CoordinatorTest, AJobThatFinishesWhileBeingPreemptedSucceeds) {
-  configure_ = [](Coordinator::Options& options) {
-    options.scheduling.min_run_time = absl::ZeroDuration();
-  };
-  Make();
-  FakeSink sinks[2];
-  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
-  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
-  ASSERT_EQ(Status(low).state(), v1::JOB_STATE_RUNNING);
-  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
-  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
-  ASSERT_TRUE(SentPreemptingStop(sinks[0], low));
+// Issue 52: a 2-worker job that saves checkpoints, being preempted by an
+// urgent 2-worker job that waits for its workers.
+class PreemptingTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    configure_ = [](Coordinator::Options& options) {
+      options.scheduling.min_run_time = absl::ZeroDuration();
+    };
+    Make();
+    for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks_[i]);
+    low_ = *coordinator_->SubmitJob(SavingSpec(2));
+    ASSERT_EQ(Status(low_).state(), v1::JOB_STATE_RUNNING);
+    urgent_ = *coordinator_->SubmitJob(Urgent(2));
+    ASSERT_EQ(Status(urgent_).queue().reason(), "preempting");
+    ASSERT_TRUE(SentPreemptingStop(sinks_[0], low_));
+  }
 
-  Succeed(*coordinator_, Status(low), 0);
-  const v1::JobStatus done = Status(low);
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
-  EXPECT_EQ(done.preemptions(), 0);
-  EXPECT_TRUE(EventsOf(done, "preempted").empty());
-  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(AssignedJob(sinks[0]), urgent);
-  EXPECT_EQ(AssignedJob(sinks[1]), urgent);
+  // The low job succeeded, was never preempted, and the urgent job took
+  // its workers.
+  void ExpectSucceededAndHandedOver() {
+    const v1::JobStatus done = Status(low_);
+    EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
+    EXPECT_EQ(done.preemptions(), 0);
+    EXPECT_TRUE(EventsOf(done, "preempted").empty());
+    EXPECT_EQ(Status(urgent_).state(), v1::JOB_STATE_RUNNING);
+    EXPECT_EQ(AssignedJob(sinks_[0]), urgent_);
+    EXPECT_EQ(AssignedJob(sinks_[1]), urgent_);
+  }
+
+  FakeSink sinks_[2];
+  std::string low_, urgent_;
+};
+
+// The ranks reach the plan's end before the agreed stop (none of them says
+// it stopped): the job succeeded, and is neither put back in the queue nor
+// trained again.
+TEST_F(PreemptingTest, AJobThatFinishesWhileBeingPreemptedSucceeds) {
+  Succeed(*coordinator_, Status(low_), 0);
+  ExpectSucceededAndHandedOver();
 }
 
 // The same when the agreed stop falls on the plan's last step: every rank
 // stopped there, and nothing is left to train.
-TEST_F(CoordinatorTest, AJobPreemptedAtItsLastStepSucceeds) {
-  configure_ = [](Coordinator::Options& options) {
-    options.scheduling.min_run_time = absl::ZeroDuration();
-  };
-  Make();
-  FakeSink sinks[2];
-  for (int i = 0; i < 2; ++i) Connect(i + 1, &sinks[i]);
-  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
-  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
-  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
-  const v1::JobStatus running = Status(low);
+TEST_F(PreemptingTest, AJobPreemptedAtItsLastStepSucceeds) {
+  const v1::JobStatus running = Status(low_);
   for (const v1::RankResult& rank : running.ranks()) {
     v1::WorkerMessage result =
-        PreemptedResult(low, running.generation(), rank.rank());
+        PreemptedResult(low_, running.generation(), rank.rank());
     result.mutable_result()->set_total_steps(120);  // the plan's end
     ASSERT_TRUE(
         coordinator_->HandleWorkerMessage(rank.worker_id(), result).ok());
   }
-  const v1::JobStatus done = Status(low);
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();
-  EXPECT_TRUE(EventsOf(done, "preempted").empty());
-  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  ExpectSucceededAndHandedOver();
 }
 
 TEST_F(CoordinatorTest, APreemptedJobResumesOnOtherWorkersReplacingNobody) {
