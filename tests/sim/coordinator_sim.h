@@ -1,0 +1,67 @@
+// A deterministic simulation of the real Coordinator on a shared pool
+// (issue 52 §4): the coordinator's own code (sessions, reports, the
+// scheduler and what carries its plans out, the job store on disk,
+// restarts on the same store) driven by simulated workers on a fake clock.
+// Random submissions (sizes, elastic ranges, priorities, owners with and
+// without quotas, checkpointing or not), training and checkpoint commits,
+// results delivered in any order, worker deaths and returns, stops,
+// deletes and coordinator restarts cross each other; after every event the
+// pool's invariants are checked:
+//
+//   1. no worker serves two jobs, and no rank is held by two workers;
+//   2. no owner's active jobs hold more workers than its quota;
+//   3. a preempted job resumes from the step it agreed and saved (no step
+//      lost, none repeated), and a job that reached its plan's end is never
+//      queued again;
+//   4. a preemption is never for nothing: when a job yields, the job it
+//      yielded for starts (or still waits only for the other jobs yielding
+//      to it), unless a worker died or the coordinator restarted meanwhile;
+//      and an idle pool leaves no job waiting that fits it;
+//   5. a restart keeps every job: final states, steps and checkpoints.
+//
+// A run is a function of its seed: its trace (one line per event) replays
+// it. The store lives under `state_dir` (the caller makes it empty).
+//
+// Thread-compatible.
+#ifndef LOCKSTEP_TESTS_SIM_COORDINATOR_SIM_H_
+#define LOCKSTEP_TESTS_SIM_COORDINATOR_SIM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::coordinator::sim {
+
+struct SimOptions {
+  uint64_t seed = 1;
+  int workers = 6;
+  int events = 200;
+  // The folder of the coordinator's job store (SQLite, fsynced: put it on a
+  // tmpfs for speed). Empty: no store, and no restarts.
+  std::string state_dir;
+  // Stop at the first violation (tests) or count them all (the bench).
+  bool stop_at_first = true;
+};
+
+struct SimResult {
+  int64_t events = 0;
+  // "event 37: invariant 2: owner operator:alice holds 5 workers, quota 4"
+  std::vector<std::string> violations;
+  // One line per event, in order.
+  std::vector<std::string> trace;
+  // What happened, for the bench's report.
+  int64_t jobs_submitted = 0;
+  int64_t preemptions = 0;
+  int64_t restarts = 0;
+};
+
+SimResult RunSimulation(const SimOptions& options);
+
+// The last `lines` lines of the trace and every violation, for a failure
+// message.
+std::string Describe(const SimOptions& options, const SimResult& result,
+                     int lines = 80);
+
+}  // namespace lockstep::coordinator::sim
+
+#endif  // LOCKSTEP_TESTS_SIM_COORDINATOR_SIM_H_
