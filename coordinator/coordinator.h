@@ -387,6 +387,12 @@ class Coordinator {
   void MaybeStartJobLocked(bool standby = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartNextGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-forms each recovering job whose group can be whole again; returns
+  // the workers kept for those still waiting.
+  std::set<std::string> ReformRecoveringLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued job of a priority above `priority` waits for a preemption.
+  bool PreemptorWaitsLocked(int priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends Standby{the active job of the highest priority, the oldest among
   // equals} to each idle worker not yet standing by
   // for it, so that it loads the job's data and can take a failed rank at
@@ -455,6 +461,16 @@ class Coordinator {
   // and only the others go.
   void PreemptForLocked(Job& job, const Job& for_job, int keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the job's ranks in rank order: its generation's, or
+  // (none yet after a coordinator restart) as stored.
+  std::vector<std::string> RankWorkersLocked(const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers an active job counts against its owner's quota: its ranks,
+  // or those it keeps when it shrinks.
+  int OwnerChargeLocked(const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the owner of `except` holds in its other active jobs.
+  int OwnerHoldsLocked(const Job& except) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers not eligible for `spec`'s placement, added to `reserved`.
   std::set<std::string> WithUnplaceableLocked(const v1::JobSpec& spec,
                                               std::set<std::string> reserved)

@@ -106,7 +106,8 @@ class Pass {
     }
     for (size_t r = 0; r < running.size(); ++r) {
       const RunningJob& job = running[r];
-      held_[job.owner] += static_cast<int>(job.workers.size());
+      held_[job.owner] +=
+          std::max(static_cast<int>(job.workers.size()), job.holds);
       if (job.yielding) {
         // Workers already promised: to the queued job they were freed for,
         // or to whoever needs them when that job is gone.
@@ -375,10 +376,12 @@ class Pass {
       entry.preempts.push_back(victim.id);
       plan_.preemptions.push_back({victim.id, job.id, v.keep});
     }
-    // The free workers it counts on are held for it.
+    // The free workers it counts on are held for it, and what it waits for
+    // counts against its owner's quota (issue 52).
     matching.resize(std::min<size_t>(
         matching.size(), static_cast<size_t>(std::max(0, job.size - gained))));
     Take(matching);
+    held_[job.owner] += job.size;
     Wait(entry, WaitReason::kPreempting);
     return true;
   }
@@ -441,7 +444,9 @@ void ConsiderFairly(Pass& pass, const std::vector<QueuedJob>& queued,
     const std::vector<size_t>& jobs = *turn.jobs;
     while (turn.next < jobs.size()) {
       const size_t q = jobs[turn.next++];
-      if (pass.Consider(q, turn.holds)) {
+      // What the owner holds now: a job of its that waits for a
+      // preemption counts too.
+      if (pass.Consider(q, pass.Holds(*turn.owner))) {
         if (turn.next < jobs.size()) {
           turn.holds = pass.Holds(*turn.owner);
           turn.head_seq = queued[jobs[turn.next]].seq;

@@ -22,7 +22,9 @@
 //     its own priority submitted after it (those that passed it), so that
 //     small jobs cannot pass a large one for ever; holding free workers for
 //     it instead would leave them idle for as long as the others run.
-//   - Quotas: an owner's running jobs hold at most its quota of workers.
+//   - Quotas: an owner's running jobs hold at most its quota of workers;
+//     a job waiting for a preemption counts as holding the workers it
+//     waits for, so an owner cannot preempt beyond its quota.
 //   - Preemption: a job that does not fit preempts running jobs of a lower
 //     priority (or, aged, of its own) that can stop and resume without loss
 //     (they save checkpoints), the lowest priorities first and as few as
@@ -89,6 +91,9 @@ struct RunningJob {
   std::string owner;
   // Its workers, as indices into the pool, in rank order.
   std::vector<int> workers;
+  // Workers charged to its owner's quota when more than `workers` holds:
+  // a recovering job's group, some of whose workers are not connected.
+  int holds = 0;
   // When its current generation started.
   absl::Time started;
   // It can stop at an agreed step and resume from it (it saves

@@ -68,24 +68,43 @@ void Coordinator::StandbyLocked() {
 
 void Coordinator::StartNextGenerationLocked() {
   if (shutdown_) return;
+  std::set<std::string> reserved = ReformRecoveringLocked();
+  if (cluster_.has_value()) {
+    StartQueuedOnClusterLocked(reserved);
+    return;
+  }
+  ScheduleQueuedLocked(reserved);
+  // The workers a preemption released went to the job waiting for them
+  // first; a recovering job may take what is left.
+  ReformRecoveringLocked();
+}
+
+bool Coordinator::PreemptorWaitsLocked(int priority) {
+  for (const std::string& id : queue_) {
+    const v1::JobStatus& status = jobs_[id].status;
+    if (status.state() == v1::JOB_STATE_QUEUED &&
+        status.priority() > priority &&
+        status.queue().reason() == WaitReasonName(WaitReason::kPreempting)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::set<std::string> Coordinator::ReformRecoveringLocked() {
   // Recovering jobs first, the highest priority (then the oldest) first: a
   // spare goes to the most important job that lost a rank. Each keeps the
   // workers of its previous generation (after a coordinator restart, as
   // persisted: a spare may hold a rank whose own task never came back):
   // they hold its live state, so no other job is given them while it waits
-  // for its group.
+  // for its group. It takes new workers only while no job of a higher
+  // priority waits for a preemption (issue 52: the workers a preemption
+  // releases are that job's).
   std::vector<std::pair<std::string, std::vector<std::string>>> recovering;
   std::set<std::string> reserved;
   for (Job* job : ByPriorityLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
-    std::vector<std::string> previous;
-    if (job->generation != nullptr) {
-      previous = job->generation->rank_workers();
-    } else {
-      for (const v1::RankResult& rank : job->status.ranks()) {
-        previous.push_back(rank.worker_id());
-      }
-    }
+    std::vector<std::string> previous = RankWorkersLocked(*job);
     // A job that shrank keeps only its first ranks.
     if (job->keep_ranks > 0 &&
         previous.size() > static_cast<size_t>(job->keep_ranks)) {
@@ -98,19 +117,55 @@ void Coordinator::StartNextGenerationLocked() {
     Job& job = jobs_[id];
     if (job.status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::set<std::string> others = reserved;
+    if (!cluster_.has_value() && PreemptorWaitsLocked(job.status.priority())) {
+      for (Worker* worker : workers_.Connected()) others.insert(worker->id);
+    }
     for (const std::string& worker : previous) others.erase(worker);
     v1::JobSpec spec = job.status.spec();
-    // It does not grow back into the workers it gave up.
+    // It does not grow back into the workers it gave up, nor past its
+    // owner's quota (issue 52): an elastic job re-forms with at most what
+    // the owner's other jobs leave.
     if (job.keep_ranks > 0) spec.set_max_workers(job.keep_ranks);
+    if (spec.min_workers() > 0) {
+      const auto& quotas = scheduler_.policy().quotas;
+      if (auto quota = quotas.find(job.status.owner()); quota != quotas.end()) {
+        const int most = spec.max_workers() > 0
+                             ? spec.max_workers()
+                             : std::numeric_limits<int>::max();
+        const int left = quota->second - OwnerHoldsLocked(job);
+        spec.set_max_workers(
+            std::max(spec.min_workers(), std::min(most, left)));
+      }
+    }
     std::vector<Worker*> workers = workers_.Pick(
         spec, previous, WithUnplaceableLocked(spec, std::move(others)));
     if (!workers.empty()) StartGenerationLocked(job, workers);
   }
-  if (cluster_.has_value()) {
-    StartQueuedOnClusterLocked(reserved);
-  } else {
-    ScheduleQueuedLocked(reserved);
+  return reserved;
+}
+
+std::vector<std::string> Coordinator::RankWorkersLocked(const Job& job) const {
+  if (job.generation != nullptr) return job.generation->rank_workers();
+  std::vector<std::string> previous;
+  for (const v1::RankResult& rank : job.status.ranks()) {
+    previous.push_back(rank.worker_id());
   }
+  return previous;
+}
+
+int Coordinator::OwnerChargeLocked(const Job& job) const {
+  const int ranks = static_cast<int>(RankWorkersLocked(job).size());
+  return job.keep_ranks > 0 ? std::min(job.keep_ranks, ranks) : ranks;
+}
+
+int Coordinator::OwnerHoldsLocked(const Job& except) {
+  int holds = 0;
+  for (Job* job : ActiveJobsLocked()) {
+    if (job != &except && job->status.owner() == except.status.owner()) {
+      holds += OwnerChargeLocked(*job);
+    }
+  }
+  return holds;
 }
 
 void Coordinator::StartQueuedOnClusterLocked(
@@ -227,12 +282,24 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
       [](const Worker* a, const Worker* b) { return a->order < b->order; });
   std::set<const Worker*> idle;
   for (Worker* worker : workers_.StandingBy()) idle.insert(worker);
+  // A rank of a yielding job that already reported is idle, but the
+  // scheduler counts it among the workers its job releases: it is not also
+  // free (issue 52: counted twice, it went to a job of a lower priority).
+  std::set<std::string> yielding_ranks;
+  for (Job* job : ActiveJobsLocked()) {
+    if (job->yielding && job->generation != nullptr) {
+      for (const std::string& id : job->generation->rank_workers()) {
+        yielding_ranks.insert(id);
+      }
+    }
+  }
   std::vector<PoolWorker> pool;
   std::map<std::string, int> index;
   for (Worker* worker : connected) {
     PoolWorker pool_worker = PoolWorkerOf(*worker);
-    pool_worker.free =
-        idle.count(worker) > 0 && reserved.count(worker->id) == 0;
+    pool_worker.free = idle.count(worker) > 0 &&
+                       reserved.count(worker->id) == 0 &&
+                       yielding_ranks.count(worker->id) == 0;
     index[worker->id] = static_cast<int>(pool.size());
     pool.push_back(std::move(pool_worker));
   }
@@ -269,12 +336,15 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     entry.priority = job->status.priority();
     entry.owner = job->status.owner();
     entry.started = job->started;
-    if (job->generation != nullptr) {
-      for (const std::string& id : job->generation->rank_workers()) {
-        if (auto found = index.find(id); found != index.end()) {
-          entry.workers.push_back(found->second);
-        }
+    for (const std::string& id : RankWorkersLocked(*job)) {
+      if (auto found = index.find(id); found != index.end()) {
+        entry.workers.push_back(found->second);
       }
+    }
+    // A recovering job is charged the group it re-forms, connected or
+    // not (after a coordinator restart it has no generation yet).
+    if (job->status.state() == v1::JOB_STATE_RECOVERING) {
+      entry.holds = OwnerChargeLocked(*job);
     }
     const bool running_now = job->status.state() == v1::JOB_STATE_RUNNING &&
                              job->generation != nullptr;

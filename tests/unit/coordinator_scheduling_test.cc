@@ -311,6 +311,36 @@ TEST_F(PreemptingTest, AJobPreemptedAtItsLastStepSucceeds) {
   ExpectSucceededAndHandedOver();
 }
 
+// Issue 52: a worker whose rank already reported is idle while its job
+// still yields; it is promised to the urgent job, counted once, and no
+// later job of a lower priority takes it.
+TEST_F(CoordinatorTest, AWorkerReleasedByAYieldingJobIsKeptForTheUrgentOne) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[4];
+  for (int i = 0; i < 4; ++i) Connect(i + 1, &sinks[i]);
+  const std::string low = *coordinator_->SubmitJob(SavingSpec(4));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(4));
+  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
+  const v1::JobStatus yielding = Status(low);
+  const v1::RankResult& first = yielding.ranks(0);
+  ASSERT_TRUE(coordinator_
+                  ->HandleWorkerMessage(
+                      first.worker_id(),
+                      PreemptedResult(low, yielding.generation(), first.rank()))
+                  .ok());
+  const std::string small = *coordinator_->SubmitJob(Spec(1));
+  EXPECT_EQ(Status(small).state(), v1::JOB_STATE_QUEUED);
+  for (const FakeSink& sink : sinks) EXPECT_NE(AssignedJob(sink), small);
+
+  Yield(*coordinator_, Status(low));
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(urgent).world_size(), 4);
+  EXPECT_EQ(Status(low).preemptions(), 1);
+}
+
 TEST_F(CoordinatorTest, APreemptedJobResumesOnOtherWorkersReplacingNobody) {
   configure_ = [](Coordinator::Options& options) {
     options.scheduling.min_run_time = absl::ZeroDuration();
@@ -460,6 +490,37 @@ TEST_F(CoordinatorTest, QuotasCapAnOwnersWorkersAndOwnersStopOnlyTheirJobs) {
   EXPECT_EQ(coordinator_->DeleteJob(second, bob).code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(coordinator_->DeleteJob(second, alice).ok());
+}
+
+// Issue 52 (found by the simulation, seed 27): an elastic job that loses a
+// worker re-forms within its owner's quota, not up to max_workers.
+TEST_F(CoordinatorTest, ARecoveringElasticJobDoesNotGrowPastItsOwnersQuota) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.quotas["operator:alice"] = 3;
+  };
+  Make();
+  FakeSink sinks[5];
+  std::string ids[5];
+  for (int i = 0; i < 5; ++i) ids[i] = Connect(i + 1, &sinks[i]);
+  const std::string alice = "spiffe://lockstep/operator/alice";
+  const std::string one = *coordinator_->SubmitJob(Spec(1), alice);
+  v1::JobSpec spec = Spec(0);
+  spec.set_min_workers(1);
+  spec.set_max_workers(4);
+  const std::string elastic = *coordinator_->SubmitJob(spec, alice);
+  const v1::JobStatus started = Status(elastic);
+  ASSERT_EQ(started.world_size(), 2);
+  const std::string lost = started.ranks(1).worker_id();
+  for (int i = 0; i < 5; ++i) {
+    if (ids[i] != lost) continue;
+    coordinator_->CloseSession(ids[i], i + 1, &sinks[i],
+                               absl::UnavailableError("reset"));
+  }
+  const v1::JobStatus reformed = Status(elastic);
+  EXPECT_EQ(reformed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 2);  // 3 free workers, 2 left of the quota
+  EXPECT_EQ(Status(one).world_size() + reformed.world_size(), 3);
 }
 
 TEST_F(CoordinatorTest, PriorityClassesNameTheCoordinatorsPriorities) {

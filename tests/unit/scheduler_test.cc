@@ -202,6 +202,39 @@ TEST(SchedulerTest, AQuotaAlsoCapsHowFarAnElasticJobGrows) {
   EXPECT_EQ(plan.starts[0].workers.size(), 3u);
 }
 
+// Issue 52: what a job waits for from a preemption counts against its
+// owner's quota, so a second urgent job of the same owner preempts nobody
+// for workers its owner could not use.
+TEST(SchedulerTest, PreemptingCountsAgainstThePreemptorsQuota) {
+  SchedulerPolicy policy;
+  policy.quotas["operator:alice"] = 2;
+  std::vector<PoolWorker> pool = Pool(4);
+  std::vector<RunningJob> running = {Running(pool, "low-1", 1, {0, 1}),
+                                     Running(pool, "low-2", 2, {2, 3})};
+  Planned plan =
+      PlanFor(Scheduler(policy), pool,
+              {Queued("urgent-1", 3, 2, 10), Queued("urgent-2", 4, 2, 10)},
+              running, kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("low-1->urgent-1"));
+  EXPECT_EQ(WaitOf(plan, "urgent-2")->reason, WaitReason::kQuota);
+}
+
+// A recovering job whose workers are not connected (a coordinator restart)
+// is still charged its group.
+TEST(SchedulerTest, ARecoveringJobIsChargedItsWholeGroup) {
+  SchedulerPolicy policy;
+  policy.quotas["operator:alice"] = 3;
+  std::vector<PoolWorker> pool = Pool(4);
+  RunningJob recovering =
+      Running(pool, "recovering", 1, {}, 0, absl::Hours(1), "operator:alice");
+  recovering.holds = 2;
+  recovering.can_yield = false;
+  Planned plan = PlanFor(Scheduler(policy), pool, {Queued("more", 2, 2)},
+                         {recovering}, kNow);
+  EXPECT_THAT(plan.starts, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "more")->reason, WaitReason::kQuota);
+}
+
 TEST(SchedulerTest, PreemptsTheFewestAndLowestJobs) {
   std::vector<PoolWorker> pool = Pool(8);
   std::vector<RunningJob> running = {
