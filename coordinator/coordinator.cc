@@ -516,6 +516,7 @@ void Coordinator::PreemptedLocked(Job& job) {
         absl::StrCat("generation ", status.generation(), " stopped after step ",
                      status.step(), " (", job.generation->preempt_reason(),
                      "); it goes on with its first ", job.keep_ranks, " ranks");
+    PromiseReleasedLocked(job, job.keep_ranks);
     ReleaseGenerationLocked(job, /*abort=*/false, "shrunk");
     job.yielding = false;
     job.shrink_to = 0;
@@ -536,6 +537,7 @@ void Coordinator::PreemptedLocked(Job& job) {
         absl::StrCat("generation ", status.generation(), " stopped after step ",
                      status.step(), " (", job.generation->preempt_reason(),
                      "); ", saved, "; back in the queue");
+    PromiseReleasedLocked(job, 0);
     ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
     active_jobs_.erase(job.seq);
     job.yielding = false;
@@ -562,6 +564,14 @@ void Coordinator::PreemptedLocked(Job& job) {
   TransitionLocked(job, v1::JOB_STATE_RECOVERING, "preempted", nullptr,
                    message);
   MaybeStartJobLocked();
+}
+
+void Coordinator::PromiseReleasedLocked(const Job& job, int from) {
+  if (job.yield_for.empty() || job.generation == nullptr) return;
+  const std::vector<std::string>& ranks = job.generation->rank_workers();
+  for (size_t rank = from; rank < ranks.size(); ++rank) {
+    promised_[ranks[rank]] = job.yield_for;
+  }
 }
 
 void Coordinator::EndJobLocked(Job& job, v1::JobState state,

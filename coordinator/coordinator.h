@@ -441,6 +441,10 @@ class Coordinator {
   // Every rank stopped for a preemption: the job waits for its group, or
   // (preempted by the scheduler) goes back to the queue.
   void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the job's ranks from `from` on, released by its
+  // preemption, are promised to the job it yielded for.
+  void PromiseReleasedLocked(const Job& job, int from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A static cluster: the oldest queued job starts when every task is
   // free.
   void StartQueuedOnClusterLocked(const std::set<std::string>& reserved)
@@ -611,6 +615,10 @@ class Coordinator {
   // MaybeStartJobLocked is running; a start that ended a job asked for
   // another pass.
   bool scheduling_ ABSL_GUARDED_BY(mu_) = false;
+  // Workers promised to a queued job (PoolWorker.promised_to): released
+  // by a preemption for it, or held for it by a pass. A promise ends when
+  // the worker is given to a job or its job leaves the queue.
+  std::map<std::string, std::string> promised_ ABSL_GUARDED_BY(mu_);
   // Free workers whose id the store does not hold yet (PersistWorkersLocked).
   std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
   bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;

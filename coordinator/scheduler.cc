@@ -89,8 +89,28 @@ class Pass {
         plan_(plan),
         promised_(pool.size(), 0),
         victim_(running.size(), 0) {
+    absl::flat_hash_map<std::string, size_t> promisees;
+    for (const PoolWorker& worker : pool) {
+      if (!worker.promised_to.empty()) promisees[worker.promised_to] = SIZE_MAX;
+    }
+    if (!promisees.empty()) {
+      for (size_t q = 0; q < queued.size(); ++q) {
+        if (auto it = promisees.find(queued[q].id); it != promisees.end()) {
+          it->second = q;
+        }
+      }
+    }
     for (size_t i = 0; i < pool.size(); ++i) {
-      if (pool[i].free && !pool[i].spare) free_.push_back(static_cast<int>(i));
+      if (!pool[i].free || pool[i].spare) continue;
+      // A worker promised to a queued job waits for that job's turn.
+      auto promisee = pool[i].promised_to.empty()
+                          ? promisees.end()
+                          : promisees.find(pool[i].promised_to);
+      if (promisee != promisees.end() && promisee->second != SIZE_MAX) {
+        promised_free_[promisee->second].push_back(static_cast<int>(i));
+      } else {
+        free_.push_back(static_cast<int>(i));
+      }
     }
     initial_free_ = free_;
     absl::flat_hash_map<std::string, size_t> queued_ids;
@@ -132,6 +152,13 @@ class Pass {
   // it starts.
   bool Consider(size_t q, int holds) {
     const QueuedJob& job = queued_[q];
+    // Its turn: the workers promised to it are free for it (and, if it
+    // does not keep them, for the jobs after it).
+    if (auto it = promised_free_.find(q); it != promised_free_.end()) {
+      free_.insert(free_.end(), it->second.begin(), it->second.end());
+      std::sort(free_.begin(), free_.end());
+      promised_free_.erase(it);
+    }
     QueueEntry entry;
     entry.job = q;
     entry.needed = job.size;
@@ -381,6 +408,7 @@ class Pass {
     matching.resize(std::min<size_t>(
         matching.size(), static_cast<size_t>(std::max(0, job.size - gained))));
     Take(matching);
+    if (!matching.empty()) plan_.holds.push_back({job.id, matching});
     held_[job.owner] += job.size;
     Wait(entry, WaitReason::kPreempting);
     return true;
@@ -392,8 +420,10 @@ class Pass {
   const std::vector<RunningJob>& running_;
   const absl::Time now_;
   SchedulingPlan& plan_;
-  // Free workers that are not spares, by pool index (ascending).
+  // Free workers that are not spares, by pool index (ascending), and
+  // those promised to a queued job (by its index), until its turn.
   std::vector<int> free_;
+  absl::flat_hash_map<size_t, std::vector<int>> promised_free_;
   std::vector<int> initial_free_;
   // Workers per owner, running and started in this pass.
   absl::flat_hash_map<std::string, int> held_;

@@ -32,8 +32,8 @@
 //     started. An elastic job above its min_workers shrinks instead when
 //     that frees enough (or when it cannot stop): it gives up its last
 //     ranks and goes on with the first ones, whose live state it keeps.
-//     The workers it waits for are held for it meanwhile: no later
-//     job takes them.
+//     The workers it waits for are held for it meanwhile, across passes
+//     (PoolWorker.promised_to): no other job takes them while it is queued.
 //
 // Thread-compatible; Plan is const.
 #ifndef LOCKSTEP_COORDINATOR_SCHEDULER_H_
@@ -65,6 +65,9 @@ struct PoolWorker {
   bool spare = false;
   // Idle, not leaving, and not kept for a recovering job.
   bool free = false;
+  // A queued job it was promised to (a preemption released it, or a pass
+  // held it for that job): only that job may take it while it is queued.
+  std::string promised_to;
 };
 
 bool Matches(const Placement& placement, const PoolWorker& worker);
@@ -92,7 +95,8 @@ struct RunningJob {
   // Its workers, as indices into the pool, in rank order.
   std::vector<int> workers;
   // Workers charged to its owner's quota when more than `workers` holds:
-  // a recovering job's group, some of whose workers are not connected.
+  // its whole group, some of whose workers may have reported already or
+  // be gone (a recovering job).
   int holds = 0;
   // When its current generation started.
   absl::Time started;
@@ -173,8 +177,15 @@ struct SchedulingPlan {
     // > 0: the job shrinks to its first `keep` ranks instead of stopping.
     int keep = 0;
   };
+  // Free workers held for a job waiting for a preemption: they stay its
+  // (PoolWorker.promised_to) until it starts or leaves the queue.
+  struct Hold {
+    std::string job_id;
+    std::vector<int> workers;  // indices into the pool
+  };
   std::vector<Start> starts;
   std::vector<Preemption> preemptions;
+  std::vector<Hold> holds;
   // Every queued job that does not start, in the order considered.
   std::vector<QueueEntry> waiting;
 };

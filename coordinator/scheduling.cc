@@ -83,7 +83,7 @@ bool Coordinator::PreemptorWaitsLocked(int priority) {
   for (const std::string& id : queue_) {
     const v1::JobStatus& status = jobs_[id].status;
     if (status.state() == v1::JOB_STATE_QUEUED &&
-        status.priority() > priority &&
+        status.priority() >= priority &&
         status.queue().reason() == WaitReasonName(WaitReason::kPreempting)) {
       return true;
     }
@@ -120,6 +120,7 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
     if (!cluster_.has_value() && PreemptorWaitsLocked(job.status.priority())) {
       for (Worker* worker : workers_.Connected()) others.insert(worker->id);
     }
+    for (const auto& [worker, promisee] : promised_) others.insert(worker);
     for (const std::string& worker : previous) others.erase(worker);
     v1::JobSpec spec = job.status.spec();
     // It does not grow back into the workers it gave up, nor past its
@@ -293,10 +294,20 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
       }
     }
   }
+  // Promises to jobs no longer queued are over.
+  for (auto it = promised_.begin(); it != promised_.end();) {
+    auto job = jobs_.find(it->second);
+    const bool queued = job != jobs_.end() &&
+                        job->second.status.state() == v1::JOB_STATE_QUEUED;
+    it = queued ? std::next(it) : promised_.erase(it);
+  }
   std::vector<PoolWorker> pool;
   std::map<std::string, int> index;
   for (Worker* worker : connected) {
     PoolWorker pool_worker = PoolWorkerOf(*worker);
+    if (auto promise = promised_.find(worker->id); promise != promised_.end()) {
+      pool_worker.promised_to = promise->second;
+    }
     pool_worker.free = idle.count(worker) > 0 &&
                        reserved.count(worker->id) == 0 &&
                        yielding_ranks.count(worker->id) == 0;
@@ -341,11 +352,10 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
         entry.workers.push_back(found->second);
       }
     }
-    // A recovering job is charged the group it re-forms, connected or
-    // not (after a coordinator restart it has no generation yet).
-    if (job->status.state() == v1::JOB_STATE_RECOVERING) {
-      entry.holds = OwnerChargeLocked(*job);
-    }
+    // A job is charged its whole group until it ends: also the ranks that
+    // already reported or whose workers are gone, and a recovering job's
+    // group after a coordinator restart (it has no generation yet).
+    entry.holds = OwnerChargeLocked(*job);
     const bool running_now = job->status.state() == v1::JOB_STATE_RUNNING &&
                              job->generation != nullptr;
     entry.yielding = job->yielding && running_now;
@@ -361,6 +371,9 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
+  for (const SchedulingPlan::Hold& hold : plan.holds) {
+    for (int i : hold.workers) promised_[connected[i]->id] = hold.job_id;
+  }
   for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
     PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job],
                      preemption.keep);
@@ -368,7 +381,10 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   for (const SchedulingPlan::Start& start : plan.starts) {
     Job& job = jobs_[start.job_id];
     std::vector<Worker*> workers;
-    for (int i : start.workers) workers.push_back(connected[i]);
+    for (int i : start.workers) {
+      workers.push_back(connected[i]);
+      promised_.erase(connected[i]->id);
+    }
     queue_.erase(std::find(queue_.begin(), queue_.end(), start.job_id));
     active_jobs_[job.seq] = job.status.job_id();
     const std::string waited = absl::FormatDuration(

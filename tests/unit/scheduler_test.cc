@@ -219,6 +219,29 @@ TEST(SchedulerTest, PreemptingCountsAgainstThePreemptorsQuota) {
   EXPECT_EQ(WaitOf(plan, "urgent-2")->reason, WaitReason::kQuota);
 }
 
+// Issue 52 (simulation seed 479): the workers a preemption released stay
+// promised to its preemptor in later passes; an equal job that comes first
+// by owner fairness does not take them.
+TEST(SchedulerTest, WorkersPromisedToAJobAreTakenOnlyByIt) {
+  std::vector<PoolWorker> pool = Pool(5);
+  RunningJob carols =
+      Running(pool, "carol-run", 1, {4}, 0, absl::Hours(1), "operator:carol");
+  carols.can_yield = false;
+  for (int i = 0; i < 4; ++i) pool[i].promised_to = "urgent";
+  Planned plan = PlanFor(Scheduler({}), pool,
+                         {Queued("urgent", 2, 4, 10, "operator:carol"),
+                          Queued("bobs", 3, 3, 10, "operator:bob")},
+                         {carols}, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("urgent"));
+  EXPECT_EQ(WaitOf(plan, "bobs")->reason, WaitReason::kNoFit);
+
+  // Once its promisee is gone from the queue, a promise means nothing.
+  Planned after =
+      PlanFor(Scheduler({}), pool, {Queued("bobs", 3, 3, 10, "operator:bob")},
+              {carols}, kNow);
+  EXPECT_THAT(Started(after), ElementsAre("bobs"));
+}
+
 // A recovering job whose workers are not connected (a coordinator restart)
 // is still charged its group.
 TEST(SchedulerTest, ARecoveringJobIsChargedItsWholeGroup) {
