@@ -86,11 +86,17 @@ struct SimJob {
   bool done = false;  // its ranks reported
   // What a worker finds in backup_dir: committed checkpoints.
   std::set<int64_t> committed;
-  // Set when it yielded to a preemption: the step it agreed and saved.
+  // The step its ranks last stopped at for a preemption, and, once the
+  // coordinator says it yielded, the step it must resume from.
+  int64_t stopped_at = 0;
+  std::vector<std::string> stopped_workers;
   std::optional<int64_t> yielded_at;
   // The preemption under way: for whom, and the disturbance count then.
   std::string preempted_for;
   int64_t preempted_disturbances = 0;
+  int64_t preempted_event = 0;
+  // The event at which its current generation formed.
+  int64_t formed_event = 0;
   int seen_preempted = 0;  // "preempted" events seen so far
   int seen_requested = 0;  // "preemption_requested" events seen
   // Results at the plan's end delivered for generation `ended_generation`:
@@ -276,6 +282,7 @@ class Simulation {
   // most advanced state among the newest committed checkpoint and their
   // live replicas, as lockstep-worker's state agreement does.
   void Form(SimJob& job) {
+    job.formed_event = event_;
     job.step = job.committed.empty() ? 0 : *job.committed.rbegin();
     const std::vector<size_t> ranks = RanksOf(job);
     for (size_t w : ranks) {
@@ -364,6 +371,11 @@ class Simulation {
     }
     // The ranks agree on the chief's step and save it.
     job->stopping = true;
+    job->stopped_at = job->step;
+    job->stopped_workers.clear();
+    for (size_t r : RanksOf(*job)) {
+      job->stopped_workers.push_back(workers_[r].id);
+    }
     if (job->saving && job->step > 0) Checkpoint(*job, job->step);
     Report(*job, /*stopped=*/true, stop.preempt());
   }
@@ -709,20 +721,23 @@ class Simulation {
       job.seen_requested = requested;
       job.preempted_for = last_for;
       job.preempted_disturbances = disturbances_;
+      job.preempted_event = event_;
       ++result_.preemptions;
     }
     if (preempted > job.seen_preempted) {
       job.seen_preempted = preempted;
       // Where it stopped and saved: its next generation starts there.
-      job.yielded_at = status.applied_step();
+      job.yielded_at = job.stopped_at;
       const std::string& for_job = job.preempted_for;
       auto it = statuses.find(for_job);
       if (for_job.empty() || disturbances_ != job.preempted_disturbances) {
         return;
       }
       if (it == statuses.end()) {
-        Violation(absl::StrCat("invariant 4: job ", job.id, " yielded for ",
-                               for_job, ", which is gone"));
+        if (options_.strict_preemptions) {
+          Violation(absl::StrCat("invariant 4: job ", job.id, " yielded for ",
+                                 for_job, ", which is gone"));
+        }
         return;
       }
       const v1::JobStatus& other = it->second;
@@ -735,13 +750,47 @@ class Simulation {
                            sim->preempted_for == for_job &&
                            v->second.state() == v1::JOB_STATE_RUNNING;
         }
-        if (!only_yielding) {
-          Violation(absl::StrCat(
-              "invariant 4: job ", job.id, " yielded for ", for_job,
-              ", which still waits: ", other.queue().reason(), " (",
-              other.queue().message(), ")"));
+        if (only_yielding) return;
+        const std::string why =
+            absl::StrCat("invariant 4: job ", job.id, " yielded for ", for_job,
+                         ", which still waits: ", other.queue().reason(), " (",
+                         other.queue().message(), ")");
+        // Checked always: its owner's quota, or a job of a lower priority
+        // on a worker it released. Otherwise (a job of a higher priority
+        // took them) only in the strict mode: open in issue 52.
+        // A job that started since, of a higher priority or (for a quota)
+        // of the same owner, or a job of the same owner now waiting for a
+        // preemption, may have taken what it needed: the preemption is
+        // then not redirected (open in issue 52).
+        const bool quota = other.queue().reason() == "quota";
+        for (const SimJob& started : jobs_) {
+          auto st = statuses.find(started.id);
+          if (st == statuses.end() || started.id == other.job_id() ||
+              IsTerminal(st->second.state())) {
+            continue;
+          }
+          const bool since = started.formed_event >= job.preempted_event &&
+                             st->second.state() == v1::JOB_STATE_RUNNING;
+          const bool same_owner = st->second.owner() == other.owner();
+          if ((since && st->second.priority() > other.priority()) ||
+              (quota && same_owner &&
+               (since || st->second.queue().reason() == "preempting"))) {
+            if (options_.strict_preemptions) Violation(why);
+            return;
+          }
         }
-      } else if (IsTerminal(other.state()) &&
+        if (quota) return Violation(why);
+        for (const std::string& released : job.stopped_workers) {
+          const std::string holder = HolderOf(released);
+          auto h = statuses.find(holder);
+          if (h != statuses.end() && h->second.priority() < other.priority()) {
+            return Violation(absl::StrCat(why, "; ", holder, " of priority ",
+                                          h->second.priority(), " took ",
+                                          released));
+          }
+        }
+        if (options_.strict_preemptions) Violation(why);
+      } else if (options_.strict_preemptions && IsTerminal(other.state()) &&
                  other.state() != v1::JOB_STATE_SUCCEEDED &&
                  other.state() != v1::JOB_STATE_FAILED) {
         Violation(absl::StrCat("invariant 4: job ", job.id, " yielded for ",
@@ -750,6 +799,19 @@ class Simulation {
                                " before it could use the workers"));
       }
     }
+  }
+
+  // The job the coordinator lists worker `id` under, or "".
+  std::string HolderOf(const std::string& id) {
+    v1::ListWorkersRequest request;
+    auto page = coordinator_->ListWorkers(request);
+    if (!page.ok()) return "";
+    for (const v1::WorkerInfo& worker : page->workers()) {
+      if (worker.worker_id() == id && worker.connected()) {
+        return worker.job_id();
+      }
+    }
+    return "";
   }
 
   // 4. An idle pool leaves no job waiting that fits it.
