@@ -1,6 +1,7 @@
 // Timestamped, tagged log lines to stderr (log.h).
 #include "common/log.h"
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -14,7 +15,14 @@ namespace {
 absl::Mutex tag_mu(absl::kConstInit);
 std::string* tag ABSL_GUARDED_BY(tag_mu) = nullptr;
 
+// 0: everything; 1: warnings and errors; 2: errors.
+std::atomic<int> min_rank{0};
+
+int Rank(char level) { return level == 'E' ? 2 : level == 'W' ? 1 : 0; }
+
 }  // namespace
+
+void SetMinLogLevel(char level) { min_rank.store(Rank(level)); }
 
 void SetLogTag(absl::string_view new_tag) {
   absl::MutexLock lock(&tag_mu);
@@ -23,6 +31,7 @@ void SetLogTag(absl::string_view new_tag) {
 }
 
 void LogLine(char level, absl::string_view message) {
+  if (Rank(level) < min_rank.load(std::memory_order_relaxed)) return;
   std::string stamp =
       absl::FormatTime("%m%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
   std::string line;

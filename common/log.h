@@ -11,6 +11,10 @@ namespace lockstep {
 // Sets the tag printed on every line (the program name, a rank).
 void SetLogTag(absl::string_view tag);
 
+// Drops the lines below `level` ('I' < 'W' < 'E'): a simulation that
+// drives a component through millions of events keeps only its errors.
+void SetMinLogLevel(char level);
+
 void LogLine(char level, absl::string_view message);
 
 template <typename... Args>

@@ -23,6 +23,7 @@
 #include "common/caller.h"
 #include "common/clock.h"
 #include "common/job_state.h"
+#include "common/log.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 
@@ -916,7 +917,11 @@ class Simulation {
 }  // namespace
 
 SimResult RunSimulation(const SimOptions& options) {
+  // The coordinator logs every transition: millions of lines, of which
+  // only an error (a refused transition) says something here.
+  SetMinLogLevel('E');
   SimResult result = Simulation(options).Run();
+  SetMinLogLevel('I');
   return result;
 }
 
@@ -924,7 +929,9 @@ std::string Describe(const SimOptions& options, const SimResult& result,
                      int lines) {
   std::string out = absl::StrCat(
       "seed ", options.seed, " (", options.workers, " workers, ", result.events,
-      " events); replay: coordinator_sim --seed ", options.seed, "\n");
+      " events); replay: coordinator_sim --seed ", options.seed, " --workers ",
+      options.workers, " --per-seed ", options.events,
+      options.strict_preemptions ? "" : " --tested", " --trace\n");
   const size_t from = result.trace.size() > static_cast<size_t>(lines)
                           ? result.trace.size() - lines
                           : 0;
