@@ -469,6 +469,15 @@ class Coordinator {
   // (none yet after a coordinator restart) as stored.
   std::vector<std::string> RankWorkersLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Worker `worker_id`, which held a rank of `job`, was given a rank of
+  // another job since: it holds none of `job`'s state.
+  bool MovedOnLocked(const std::string& worker_id, const Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the ranks of jobs being preempted: promised to the job
+  // they yield for, none of them free for another (also once its rank
+  // reported).
+  std::set<std::string> YieldingRanksLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers an active job counts against its owner's quota: its ranks,
   // or those it keeps when it shrinks.
   int OwnerChargeLocked(const Job& job) const

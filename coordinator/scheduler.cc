@@ -2,6 +2,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <tuple>
@@ -153,11 +154,20 @@ class Pass {
   bool Consider(size_t q, int holds) {
     const QueuedJob& job = queued_[q];
     // Its turn: the workers promised to it are free for it (and, if it
-    // does not keep them, for the jobs after it).
-    if (auto it = promised_free_.find(q); it != promised_free_.end()) {
-      free_.insert(free_.end(), it->second.begin(), it->second.end());
-      std::sort(free_.begin(), free_.end());
-      promised_free_.erase(it);
+    // does not keep them, for the jobs after it). A job of a higher
+    // priority than a promisee may take that promisee's workers too.
+    if (!promised_free_.empty()) {
+      bool released = false;
+      for (auto it = promised_free_.begin(); it != promised_free_.end();) {
+        if (it->first == q || queued_[it->first].priority < job.priority) {
+          free_.insert(free_.end(), it->second.begin(), it->second.end());
+          promised_free_.erase(it++);
+          released = true;
+        } else {
+          ++it;
+        }
+      }
+      if (released) std::sort(free_.begin(), free_.end());
     }
     QueueEntry entry;
     entry.job = q;
@@ -423,7 +433,7 @@ class Pass {
   // Free workers that are not spares, by pool index (ascending), and
   // those promised to a queued job (by its index), until its turn.
   std::vector<int> free_;
-  absl::flat_hash_map<size_t, std::vector<int>> promised_free_;
+  std::map<size_t, std::vector<int>> promised_free_;
   std::vector<int> initial_free_;
   // Workers per owner, running and started in this pass.
   absl::flat_hash_map<std::string, int> held_;

@@ -105,6 +105,13 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
   for (Job* job : ByPriorityLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
     std::vector<std::string> previous = RankWorkersLocked(*job);
+    // A worker that has served another job since holds none of this one's
+    // state: it is not kept for it (issue 52, simulation seed 1591).
+    previous.erase(std::remove_if(previous.begin(), previous.end(),
+                                  [&](const std::string& id) {
+                                    return MovedOnLocked(id, *job);
+                                  }),
+                   previous.end());
     // A job that shrank keeps only its first ranks.
     if (job->keep_ranks > 0 &&
         previous.size() > static_cast<size_t>(job->keep_ranks)) {
@@ -121,6 +128,9 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
       for (Worker* worker : workers_.Connected()) others.insert(worker->id);
     }
     for (const auto& [worker, promisee] : promised_) others.insert(worker);
+    for (const std::string& worker : YieldingRanksLocked()) {
+      others.insert(worker);
+    }
     for (const std::string& worker : previous) others.erase(worker);
     v1::JobSpec spec = job.status.spec();
     // It does not grow back into the workers it gave up, nor past its
@@ -143,6 +153,24 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
     if (!workers.empty()) StartGenerationLocked(job, workers);
   }
   return reserved;
+}
+
+bool Coordinator::MovedOnLocked(const std::string& worker_id, const Job& job) {
+  const Worker* worker = workers_.Find(worker_id);
+  return worker != nullptr && !worker->job_id.empty() &&
+         worker->job_id != job.status.job_id();
+}
+
+std::set<std::string> Coordinator::YieldingRanksLocked() {
+  std::set<std::string> ranks;
+  for (Job* job : ActiveJobsLocked()) {
+    if (job->yielding && job->generation != nullptr) {
+      for (const std::string& id : job->generation->rank_workers()) {
+        ranks.insert(id);
+      }
+    }
+  }
+  return ranks;
 }
 
 std::vector<std::string> Coordinator::RankWorkersLocked(const Job& job) const {
@@ -286,14 +314,7 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   // A rank of a yielding job that already reported is idle, but the
   // scheduler counts it among the workers its job releases: it is not also
   // free (issue 52: counted twice, it went to a job of a lower priority).
-  std::set<std::string> yielding_ranks;
-  for (Job* job : ActiveJobsLocked()) {
-    if (job->yielding && job->generation != nullptr) {
-      for (const std::string& id : job->generation->rank_workers()) {
-        yielding_ranks.insert(id);
-      }
-    }
-  }
+  const std::set<std::string> yielding_ranks = YieldingRanksLocked();
   // Promises to jobs no longer queued are over.
   for (auto it = promised_.begin(); it != promised_.end();) {
     auto job = jobs_.find(it->second);
@@ -348,9 +369,11 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     entry.owner = job->status.owner();
     entry.started = job->started;
     for (const std::string& id : RankWorkersLocked(*job)) {
-      if (auto found = index.find(id); found != index.end()) {
-        entry.workers.push_back(found->second);
-      }
+      // Not a worker that has moved on to another job since its rank
+      // reported (it would be counted under both).
+      auto found = index.find(id);
+      if (found == index.end() || MovedOnLocked(id, *job)) continue;
+      entry.workers.push_back(found->second);
     }
     // A job is charged its whole group until it ends: also the ranks that
     // already reported or whose workers are gone, and a recovering job's
@@ -410,10 +433,20 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     }
     StartGenerationLocked(job, workers);
   }
-  // Each waiting job's status shows its new place.
+  // Each waiting job's status shows its new place. A job that no longer
+  // waits for a preemption keeps no promise: the workers go to whoever
+  // fits.
+  std::set<std::string> keeps_promises;
   std::vector<std::string> ids;
   for (const QueueEntry& entry : plan.waiting) {
     ids.push_back(queued[entry.job].id);
+    if (entry.reason == WaitReason::kPreempting) {
+      keeps_promises.insert(queued[entry.job].id);
+    }
+  }
+  for (auto it = promised_.begin(); it != promised_.end();) {
+    it = keeps_promises.count(it->second) > 0 ? std::next(it)
+                                              : promised_.erase(it);
   }
   ShowWaitingLocked(ids, plan.waiting);
 }

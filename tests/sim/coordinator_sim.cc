@@ -723,6 +723,8 @@ class Simulation {
       job.preempted_for = last_for;
       job.preempted_disturbances = disturbances_;
       job.preempted_event = event_;
+      Trace(absl::StrCat("(coordinator) ", job.id, " is asked to yield for ",
+                         last_for));
       ++result_.preemptions;
     }
     if (preempted > job.seen_preempted) {
@@ -759,9 +761,9 @@ class Simulation {
         // Checked always: its owner's quota, or a job of a lower priority
         // on a worker it released. Otherwise (a job of a higher priority
         // took them) only in the strict mode: open in issue 52.
-        // A job that started since, of a higher priority or (for a quota)
-        // of the same owner, or a job of the same owner now waiting for a
-        // preemption, may have taken what it needed: the preemption is
+        // A job of a higher priority that started since or now waits for
+        // a preemption (its claim comes first), or for a quota a job of the
+        // same owner, may have taken what it needed: the preemption is
         // then not redirected (open in issue 52).
         const bool quota = other.queue().reason() == "quota";
         for (const SimJob& started : jobs_) {
@@ -773,7 +775,9 @@ class Simulation {
           const bool since = started.formed_event >= job.preempted_event &&
                              st->second.state() == v1::JOB_STATE_RUNNING;
           const bool same_owner = st->second.owner() == other.owner();
-          if ((since && st->second.priority() > other.priority()) ||
+          const bool claims = st->second.state() == v1::JOB_STATE_QUEUED &&
+                              st->second.queue().reason() == "preempting";
+          if (((since || claims) && st->second.priority() > other.priority()) ||
               (quota && same_owner &&
                (since || st->second.queue().reason() == "preempting"))) {
             if (options_.strict_preemptions) Violation(why);

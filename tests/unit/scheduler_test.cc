@@ -235,6 +235,13 @@ TEST(SchedulerTest, WorkersPromisedToAJobAreTakenOnlyByIt) {
   EXPECT_THAT(Started(plan), ElementsAre("urgent"));
   EXPECT_EQ(WaitOf(plan, "bobs")->reason, WaitReason::kNoFit);
 
+  // A job of a higher priority than the promisee may take them.
+  Planned higher = PlanFor(Scheduler({}), pool,
+                           {Queued("urgent", 2, 4, 10, "operator:carol"),
+                            Queued("higher", 3, 4, 20, "operator:bob")},
+                           {carols}, kNow);
+  EXPECT_THAT(Started(higher), ElementsAre("higher"));
+
   // Once its promisee is gone from the queue, a promise means nothing.
   Planned after =
       PlanFor(Scheduler({}), pool, {Queued("bobs", 3, 3, 10, "operator:bob")},
