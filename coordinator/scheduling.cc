@@ -104,14 +104,12 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
   std::set<std::string> reserved;
   for (Job* job : ByPriorityLocked()) {
     if (job->status.state() != v1::JOB_STATE_RECOVERING) continue;
-    std::vector<std::string> previous = RankWorkersLocked(*job);
     // A worker that has served another job since holds none of this one's
     // state: it is not kept for it (issue 52, simulation seed 1591).
-    previous.erase(std::remove_if(previous.begin(), previous.end(),
-                                  [&](const std::string& id) {
-                                    return MovedOnLocked(id, *job);
-                                  }),
-                   previous.end());
+    std::vector<std::string> previous;
+    for (std::string& id : RankWorkersLocked(*job)) {
+      if (!MovedOnLocked(id, *job)) previous.push_back(std::move(id));
+    }
     // A job that shrank keeps only its first ranks.
     if (job->keep_ranks > 0 &&
         previous.size() > static_cast<size_t>(job->keep_ranks)) {
