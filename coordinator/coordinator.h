@@ -391,7 +391,7 @@ class Coordinator {
   // the workers kept for those still waiting.
   std::set<std::string> ReformRecoveringLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A queued job of a priority above `priority` waits for a preemption.
+  // A queued job of priority `priority` or higher waits for a preemption.
   bool PreemptorWaitsLocked(int priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends Standby{the active job of the highest priority, the oldest among
   // equals} to each idle worker not yet standing by

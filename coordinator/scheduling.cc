@@ -97,9 +97,10 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
   // workers of its previous generation (after a coordinator restart, as
   // persisted: a spare may hold a rank whose own task never came back):
   // they hold its live state, so no other job is given them while it waits
-  // for its group. It takes new workers only while no job of a higher
-  // priority waits for a preemption (issue 52: the workers a preemption
-  // releases are that job's).
+  // for its group. It takes no worker promised to a queued job nor a rank
+  // of a job being preempted, and no new worker at all while a job of its
+  // priority or higher waits for a preemption (issue 52: the workers a
+  // preemption releases are that job's).
   std::vector<std::pair<std::string, std::vector<std::string>>> recovering;
   std::set<std::string> reserved;
   for (Job* job : ByPriorityLocked()) {
