@@ -117,6 +117,41 @@ absl::StatusOr<int> PriorityOf(const v1::JobSpec& spec,
   return it->second;
 }
 
+// Whether `submitted_by` may run a job at `priority` (issue 52: a priority
+// is a permission). Anyone may use the default or lower; above it, a class
+// granted to the owner (or to "*"), and a raw priority only an admin.
+// In-process and --insecure callers ("") are not told apart: allowed.
+// Errors: PermissionDenied naming the caller, the class or priority, and
+// what to do.
+absl::Status AuthorizePriority(
+    const v1::JobSpec& spec, int priority, const std::string& submitted_by,
+    const std::set<std::string>& admins,
+    const std::map<std::string, std::set<std::string>>& grants) {
+  if (priority <= 0 || submitted_by.empty()) return absl::OkStatus();
+  const std::string owner = OwnerOf(submitted_by);
+  if (admins.count(owner) > 0) return absl::OkStatus();
+  if (spec.priority_class().empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        owner, " may not give a job priority ", priority,
+        ": a priority above the default (0) is for admins "
+        "(lockstep-coordinator --admin); use a priority_class granted to you "
+        "(lockstep queue lists them) or ask an admin"));
+  }
+  auto granted = grants.find(spec.priority_class());
+  if (granted != grants.end() &&
+      (granted->second.count(owner) > 0 || granted->second.count("*") > 0)) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      owner, " may not use priority_class \"", spec.priority_class(),
+      "\" (priority ", priority, "): it is granted to ",
+      granted == grants.end() || granted->second.empty()
+          ? std::string("admins only")
+          : absl::StrJoin(granted->second, ", "),
+      " (lockstep-coordinator --priority-grant ", spec.priority_class(),
+      "=OWNER); submit without it or ask an admin"));
+}
+
 // Rank `rank`'s assignment in `generation`. It carries the generation's
 // secret only for NCCL (whose proofs all ranks check); the CPU data plane
 // gets the rank's pair keys instead. Errors: Internal when OpenSSL fails.
@@ -160,6 +195,7 @@ Coordinator::Coordinator(Options options)
       revoked_(std::move(options.revoked)),
       scheduler_(std::move(options.scheduling)),
       priority_classes_(std::move(options.priority_classes)),
+      priority_grants_(std::move(options.priority_grants)),
       admins_(std::move(options.admins)),
       workers_(cluster_, options.heartbeat_timeout, options.stall_after),
       commit_seconds_(
@@ -318,6 +354,8 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   ApplyDefaults(&spec);
   RETURN_IF_ERROR(ValidateSubmission(spec, cluster_));
   ASSIGN_OR_RETURN(const int priority, PriorityOf(spec, priority_classes_));
+  RETURN_IF_ERROR(AuthorizePriority(spec, priority, submitted_by, admins_,
+                                    priority_grants_));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is stopping");
   ForgetFinishedJobsLocked();

@@ -127,6 +127,10 @@ class Coordinator {
     // Named priorities a spec may give as priority_class
     // (--priority-class urgent=100).
     std::map<std::string, int> priority_classes;
+    // Who may use each priority class above the default (0): owners
+    // ("operator:alice") or "*" for everyone. A class of 0 or below is
+    // anyone's; admins may use every class and any raw priority.
+    std::map<std::string, std::set<std::string>> priority_grants;
     // Owners ("operator:bob") who may stop and delete any job
     // (--admin); other operators only their own.
     std::set<std::string> admins;
@@ -609,6 +613,7 @@ class Coordinator {
   const std::function<bool(const std::string& identity)> revoked_;
   const Scheduler scheduler_;
   const std::map<std::string, int> priority_classes_;
+  const std::map<std::string, std::set<std::string>> priority_grants_;
   const std::set<std::string> admins_;
 
   mutable absl::Mutex mu_;

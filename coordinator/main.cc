@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/args.h"
 #include "common/deny_list.h"
@@ -46,7 +47,9 @@ Usage:
                        [--max-sessions-per-identity N]
                        [--max-watches-per-identity N]
                        [--deny-identities FILE] [--metrics-listen HOST:PORT [--metrics-tls]]
-                       [--priority-class NAME=N]... [--quota OWNER=N]...
+                       [--priority-class NAME=N]...
+                       [--priority-grant CLASS=OWNER[,OWNER]]...
+                       [--quota OWNER=N]...
                        [--min-run-time SECS] [--age-after SECS]
                        [--admin OWNER]...
 
@@ -105,6 +108,12 @@ Flags:
                        README.md, "Metrics"
   --priority-class NAME=N  a named priority a job spec may give as
                        priority_class (repeatable): --priority-class urgent=100
+  --priority-grant CLASS=OWNER[,OWNER...]  who may use a class above the
+                       default priority 0 (repeatable; * for everyone):
+                       --priority-grant urgent=operator:alice. A class of 0
+                       or below is anyone's; a class above it without a
+                       grant, and any raw priority above 0, are for --admin
+                       owners only
   --quota OWNER=N      the most workers the running jobs of OWNER
                        ("operator:alice", the role and name of its
                        certificate's identity) may hold at once (repeatable);
@@ -232,14 +241,35 @@ absl::StatusOr<std::pair<std::string, int>> NamedNumber(const std::string& flag,
   return std::pair(text.substr(0, equals), static_cast<int>(value));
 }
 
-// The scheduling flags (--priority-class, --quota, --min-run-time,
-// --age-after, --admin). Errors: InvalidArgument.
+// The scheduling flags (--priority-class, --priority-grant, --quota,
+// --min-run-time, --age-after, --admin). Errors: InvalidArgument.
 absl::Status ApplySchedulingFlags(const Args& args,
                                   Coordinator::Options& options) {
   for (const std::string& text : args.GetAll("priority-class")) {
     auto named = NamedNumber("priority-class", text, -1'000'000, 1'000'000);
     if (!named.ok()) return named.status();
     options.priority_classes[named->first] = named->second;
+  }
+  for (const std::string& text : args.GetAll("priority-grant")) {
+    const size_t equals = text.find('=');
+    const std::string name = text.substr(0, equals);
+    if (equals == std::string::npos ||
+        options.priority_classes.count(name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--priority-grant \"", text,
+          "\": write it as CLASS=OWNER[,OWNER...] with CLASS one of the "
+          "--priority-class names (operator:alice, or * for everyone)"));
+    }
+    for (absl::string_view owner :
+         absl::StrSplit(text.substr(equals + 1), ',')) {
+      if (owner != "*" && (owner.find(':') == absl::string_view::npos ||
+                           owner.front() == ':' || owner.back() == ':')) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--priority-grant \"", text, "\": name each owner as ROLE:NAME ",
+            "(operator:alice), as `lockstep status` shows it, or *"));
+      }
+      options.priority_grants[name].insert(std::string(owner));
+    }
   }
   for (const std::string& text : args.GetAll("quota")) {
     auto named = NamedNumber("quota", text, 0, 1'000'000);
@@ -324,6 +354,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
                            "metrics-listen",
                            "deny-identities",
                            "priority-class",
+                           "priority-grant",
                            "quota",
                            "min-run-time",
                            "age-after",

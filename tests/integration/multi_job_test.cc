@@ -197,7 +197,8 @@ TEST_F(PoolTest, ACoordinatorKilledWithThreeJobsRunningResumesAllThree) {
 }
 
 TEST_F(PoolTest, AnUrgentJobPreemptsOneThatResumesWithNoStepRepeated) {
-  StartCluster(2, {"--min-run-time", "0"});
+  // A priority above the default is an admin's (or a granted class's).
+  StartCluster(2, {"--min-run-time", "0", "--admin", "operator:harness"});
   ASSERT_NO_FATAL_FAILURE(WaitForWorkers(2));
   const std::string backup = TempDir("backup");
   // The preempted job saves only the step it stops at (no periodic saves).
@@ -259,7 +260,7 @@ TEST_F(PoolTest, AnUrgentJobPreemptsOneThatResumesWithNoStepRepeated) {
 // run's: the world size changes mid-run, and with it the order of the
 // all-reduce's sums; docs/DESIGN.md §6.)
 TEST_F(PoolTest, AnElasticJobShrinksForAnUrgentOneAndLosesNothing) {
-  StartCluster(4, {"--min-run-time", "0"});
+  StartCluster(4, {"--min-run-time", "0", "--admin", "operator:harness"});
   ASSERT_NO_FATAL_FAILURE(WaitForWorkers(4));
   std::vector<std::string> elastic = {
       "min_workers=2", "max_workers=4",        "seed=3",

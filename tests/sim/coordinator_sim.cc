@@ -115,7 +115,9 @@ struct Pending {
 class Simulation {
  public:
   explicit Simulation(const SimOptions& options)
-      : options_(options), rng_(options.seed) {}
+      : options_(options),
+        rng_(options.seed),
+        side_rng_(options.seed ^ 0x9e3779b97f4a7c15ULL) {}
 
   SimResult Run() {
     if (!MakeCoordinator()) return std::move(result_);
@@ -145,6 +147,10 @@ class Simulation {
     options.scheduling.quotas = Quotas();
     options.scheduling.min_run_time = absl::Seconds(20);
     options.admins.insert("operator:admin");
+    options.priority_classes = {{"high", 5}, {"urgent", 10}};
+    options.priority_grants["high"] = {"*"};
+    options.priority_grants["urgent"] = {"operator:alice", "operator:bob",
+                                         "operator:carol"};
     if (!options_.state_dir.empty()) {
       auto store = JobStore::Open(options_.state_dir);
       if (!store.ok()) {
@@ -425,14 +431,18 @@ class Simulation {
       size = static_cast<int>(Uniform(1, 4));
       job.spec.set_num_workers(size);
     }
+    // Above the default only through a class granted to the owner (the
+    // raw number would be refused: invariant 2).
     static constexpr int kPriorities[] = {0, 0, 5, 10};
-    job.spec.set_priority(kPriorities[Uniform(0, 3)]);
+    const int priority = kPriorities[Uniform(0, 3)];
+    if (priority > 0) job.spec.set_priority_class(ClassOf(priority));
     job.saving = Uniform(0, 4) != 0;
     if (job.saving) {
       job.spec.mutable_checkpoint()->set_backup_dir("/sim/backup");
     }
     job.max_steps = Uniform(20, 80);
     job.spec.set_max_steps(job.max_steps);
+    TryForbiddenPriority(job.spec);
     auto id = coordinator_->SubmitJob(job.spec, IdentityOf(job.owner));
     if (!id.ok()) {
       Violation(
@@ -441,8 +451,7 @@ class Simulation {
     }
     job.id = *id;
     Trace(absl::StrCat(
-        "submit ", job.id, " owner ", job.owner, " priority ",
-        job.spec.priority(), " ",
+        "submit ", job.id, " owner ", job.owner, " priority ", priority, " ",
         elastic ? absl::StrCat("elastic ", size, "..", job.spec.max_workers())
                 : absl::StrCat(size, " workers"),
         job.saving ? " saving" : "", " max_steps ", job.max_steps));
@@ -450,6 +459,32 @@ class Simulation {
     index_[job.id] = jobs_.size();
     order_.push_back(job.id);
     jobs_.push_back(std::move(job));
+  }
+
+  static const char* ClassOf(int priority) {
+    return priority >= 10 ? "urgent" : "high";
+  }
+
+  // Now and then, from a random stream of its own (the scenario stays the
+  // seed's): the same job asked for by someone not allowed its priority,
+  // which must be refused (invariant 2).
+  void TryForbiddenPriority(const v1::JobSpec& spec) {
+    if (std::uniform_int_distribution<int>(0, 7)(side_rng_) != 0) return;
+    v1::JobSpec forbidden = spec;
+    std::string who = "dave";  // granted no class
+    if (forbidden.priority_class() != "urgent") {
+      forbidden.clear_priority_class();
+      forbidden.set_priority(10);  // a raw priority: admins only
+      who = kOwners[std::uniform_int_distribution<int>(0, 2)(side_rng_)];
+    }
+    auto id = coordinator_->SubmitJob(forbidden, IdentityOf(who));
+    if (id.status().code() != absl::StatusCode::kPermissionDenied) {
+      Violation(absl::StrCat("invariant 2: operator:", who, " asked for ",
+                             forbidden.priority_class().empty()
+                                 ? "priority 10"
+                                 : "priority_class urgent",
+                             " and got ", id.status().ToString()));
+    }
   }
 
   // The chief of a formed generation trains a few steps.
@@ -902,6 +937,7 @@ class Simulation {
 
   const SimOptions options_;
   std::mt19937_64 rng_;
+  std::mt19937_64 side_rng_;
   FakeClock clock_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<SimWorker> workers_;

@@ -9,7 +9,8 @@
 // pool's invariants are checked:
 //
 //   1. no worker serves two jobs, and no rank is held by two workers;
-//   2. no owner's active jobs hold more workers than its quota;
+//   2. no owner's active jobs hold more workers than its quota, and nobody
+//      gets a priority above the default that was not granted to it;
 //   3. a preempted job resumes from the step it agreed and saved (no step
 //      lost, none repeated), and a job that reached its plan's end is never
 //      queued again;

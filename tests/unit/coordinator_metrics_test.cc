@@ -206,6 +206,9 @@ TEST_F(CoordinatorMetricsTest, EveryActiveJobHasItsSeriesInOneFamily) {
 // The scheduler's gauges: by owner and by priority, running, workers held,
 // queued and the longest wait on the injected clock; promtool agrees.
 TEST_F(CoordinatorMetricsTest, ShowsTheQueueByOwnerAndPriority) {
+  configure_ = [](Coordinator::Options& options) {
+    options.admins.insert("operator:bob");  // may give priority 10
+  };
   Make();
   FakeSink a;
   Connect(1, &a);

@@ -543,6 +543,49 @@ TEST_F(CoordinatorTest, PriorityClassesNameTheCoordinatorsPriorities) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Issue 52: a priority above the default is a permission.
+TEST_F(CoordinatorTest, APriorityAboveTheDefaultIsGrantedNotTaken) {
+  configure_ = [](Coordinator::Options& options) {
+    options.priority_classes = {{"urgent", 100}, {"batch", -10}, {"high", 50}};
+    options.priority_grants["urgent"] = {"operator:alice"};
+    options.priority_grants["high"] = {"*"};
+    options.admins.insert("operator:root");
+  };
+  Make();
+  const std::string alice = "spiffe://lockstep/operator/alice";
+  const std::string carol = "spiffe://lockstep/operator/carol";
+  v1::JobSpec urgent = Spec(1);
+  urgent.set_priority_class("urgent");
+  EXPECT_TRUE(coordinator_->SubmitJob(urgent, alice).ok());
+  auto refused = coordinator_->SubmitJob(urgent, carol);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("operator:carol"),
+                               ::testing::HasSubstr("\"urgent\""),
+                               ::testing::HasSubstr("operator:alice")));
+
+  v1::JobSpec raw = Spec(1);
+  raw.set_priority(1000000);
+  auto taken = coordinator_->SubmitJob(raw, alice);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(taken.status().message(),
+              ::testing::HasSubstr("operator:alice may not give a job "
+                                   "priority 1000000"));
+  EXPECT_TRUE(
+      coordinator_->SubmitJob(raw, "spiffe://lockstep/operator/root").ok());
+
+  // Lower is anyone's, and so is a class granted to everyone.
+  v1::JobSpec lower = Spec(1);
+  lower.set_priority(-5);
+  EXPECT_TRUE(coordinator_->SubmitJob(lower, carol).ok());
+  lower.set_priority(0);
+  lower.set_priority_class("batch");
+  EXPECT_TRUE(coordinator_->SubmitJob(lower, carol).ok());
+  v1::JobSpec high = Spec(1);
+  high.set_priority_class("high");
+  EXPECT_TRUE(coordinator_->SubmitJob(high, carol).ok());
+}
+
 TEST_F(CoordinatorTest, AJobRunsOnlyOnWorkersWithItsLabels) {
   Make();
   FakeSink sinks[3];
