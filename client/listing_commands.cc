@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/store.h"
 #include "client/commands.h"
@@ -268,8 +271,25 @@ int RunQueue(const std::vector<std::string>& argv) {
     std::cout << ToJson(response) << std::endl;
     return kExitOk;
   }
+  // Who may use which priority (issue 52), under the list or alone.
+  std::vector<std::string> grants;
+  for (const v1::PriorityClass& named : response.priority_classes()) {
+    grants.push_back(absl::StrCat(named.name(), "=", named.priority(), " (",
+                                  named.priority() <= 0 ? std::string("anyone")
+                                  : named.granted_to().empty()
+                                      ? std::string("admins")
+                                      : absl::StrJoin(named.granted_to(), ", "),
+                                  ")"));
+  }
+  const std::string rights = TerminalSafe(absl::StrCat(
+      "priority classes: ",
+      grants.empty() ? std::string("none") : absl::StrJoin(grants, ", "),
+      "; admins (any priority): ",
+      response.admins().empty() ? std::string("none")
+                                : absl::StrJoin(response.admins(), ", "),
+      "\n"));
   if (response.jobs().empty()) {
-    std::cout << "no queued jobs" << std::endl;
+    std::cout << "no queued jobs\n" << rights << std::flush;
     return kExitOk;
   }
   std::cout << absl::StrFormat("%-4s %-28s %-8s %-18s %-7s %-9s %s\n", "POS",
@@ -291,6 +311,7 @@ int RunQueue(const std::vector<std::string>& argv) {
     std::cout << "(" << response.queued() - response.jobs_size()
               << " more queued jobs not listed)\n";
   }
+  std::cout << rights << std::flush;
   return kExitOk;
 }
 

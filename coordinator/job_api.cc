@@ -160,6 +160,18 @@ absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
       request.page_size() > 0 ? request.page_size() : kMaxStatusPage;
   absl::MutexLock lock(&mu_);
   v1::ListQueueResponse response;
+  for (const auto& [name, priority] : priority_classes_) {
+    v1::PriorityClass* named = response.add_priority_classes();
+    named->set_name(name);
+    named->set_priority(priority);
+    if (auto grant = priority_grants_.find(name);
+        grant != priority_grants_.end()) {
+      for (const std::string& owner : grant->second) {
+        named->add_granted_to(owner);
+      }
+    }
+  }
+  for (const std::string& admin : admins_) response.add_admins(admin);
   size_t bytes = 0;
   for (const std::string& id : waiting_) {
     auto it = jobs_.find(id);

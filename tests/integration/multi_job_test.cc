@@ -303,7 +303,8 @@ TEST_F(PoolTest, AnElasticJobShrinksForAnUrgentOneAndLosesNothing) {
 // workers at once, Bob's first job does not wait for Alice's queue, Bob
 // may stop only his own jobs, and every job succeeds.
 TEST_F(PoolTest, QuotasAndOwnersHoldOverAQueueOfManyJobs) {
-  StartCluster(2, {"--quota", "operator:alice=1"});
+  StartCluster(2, {"--quota", "operator:alice=1", "--priority-class",
+                   "urgent=100", "--priority-grant", "urgent=operator:bob"});
   ASSERT_NO_FATAL_FAILURE(WaitForWorkers(2));
   // The CLI's environment as operator `name`.
   auto as = [&](const std::string& name) {
@@ -331,6 +332,20 @@ TEST_F(PoolTest, QuotasAndOwnersHoldOverAQueueOfManyJobs) {
       RunCommand({kBin + "/lockstep", "stop", alice.back()}, as("bob"));
   EXPECT_NE(refused.code, 0);
   EXPECT_THAT(refused.err, HasSubstr("belongs to operator:alice"));
+  // Nor may Alice take a priority that was not granted to her (issue 52);
+  // the queue says who may use which.
+  Result taken = RunCommand(
+      {kBin + "/lockstep", "submit", kMlp, "--set", "priority_class=urgent"},
+      as("alice"));
+  EXPECT_NE(taken.code, 0);
+  EXPECT_THAT(taken.err, AllOf(HasSubstr("operator:alice may not use "
+                                         "priority_class \"urgent\""),
+                               HasSubstr("operator:bob")));
+  Result queue = RunCommand({kBin + "/lockstep", "queue"}, as("alice"));
+  EXPECT_EQ(queue.code, 0) << queue.err;
+  EXPECT_THAT(queue.out, HasSubstr("priority classes: urgent=100 "
+                                   "(operator:bob); admins (any priority): "
+                                   "none"));
 
   struct Span {
     double start, end;

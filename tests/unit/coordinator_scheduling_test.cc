@@ -584,6 +584,16 @@ TEST_F(CoordinatorTest, APriorityAboveTheDefaultIsGrantedNotTaken) {
   v1::JobSpec high = Spec(1);
   high.set_priority_class("high");
   EXPECT_TRUE(coordinator_->SubmitJob(high, carol).ok());
+
+  // The queue shows who may use what.
+  auto queue = coordinator_->ListQueue(v1::ListQueueRequest());
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  ASSERT_EQ(queue->priority_classes_size(), 3);
+  const v1::PriorityClass& named = queue->priority_classes(2);  // by name
+  EXPECT_EQ(named.name(), "urgent");
+  EXPECT_EQ(named.priority(), 100);
+  EXPECT_THAT(named.granted_to(), ::testing::ElementsAre("operator:alice"));
+  EXPECT_THAT(queue->admins(), ::testing::ElementsAre("operator:root"));
 }
 
 TEST_F(CoordinatorTest, AJobRunsOnlyOnWorkersWithItsLabels) {
