@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
+#include "tests/unit/fake_sink.h"
 
 namespace lockstep::coordinator::sim {
 namespace {
@@ -45,20 +46,10 @@ std::string IdentityOf(const std::string& owner) {
   return absl::StrCat("spiffe://lockstep/operator/", owner);
 }
 
-class Sink : public SessionSink {
- public:
-  void Send(const v1::CoordinatorCommand& command) override {
-    commands.push_back(command);
-  }
-  void Close() override { closed = true; }
-  std::vector<v1::CoordinatorCommand> commands;
-  bool closed = false;
-};
-
 struct SimWorker {
   std::string id;
   uint64_t incarnation = 0;
-  std::unique_ptr<Sink> sink;
+  std::unique_ptr<FakeSink> sink;
   bool up = false;
   size_t read = 0;  // commands of `sink` handled
   // The rank it holds, if any.
@@ -173,7 +164,7 @@ class Simulation {
   void Register(size_t w, bool fresh) {
     SimWorker& worker = workers_[w];
     if (fresh) worker.incarnation = next_incarnation_++;
-    worker.sink = std::make_unique<Sink>();
+    worker.sink = std::make_unique<FakeSink>();
     worker.read = 0;
     worker.job.clear();
     worker.rank = -1;

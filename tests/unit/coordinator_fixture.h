@@ -17,18 +17,9 @@
 #include "common/caller.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "tests/unit/fake_sink.h"
 
 namespace lockstep::coordinator {
-
-class FakeSink : public SessionSink {
- public:
-  void Send(const v1::CoordinatorCommand& command) override {
-    commands.push_back(command);
-  }
-  void Close() override { closed = true; }
-  std::vector<v1::CoordinatorCommand> commands;
-  bool closed = false;
-};
 
 // A caller of a coordinator running --insecure: allowed everything.
 inline Caller Anyone() {
