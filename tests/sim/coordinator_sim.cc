@@ -56,7 +56,6 @@ struct SimWorker {
   std::string job;
   int64_t generation = 0;
   int rank = -1;
-  bool reported = false;  // its result is sent (or pending)
   // The replica it holds in memory (its live state): of which job, at
   // which step. A new generation's ranks adopt the most advanced one.
   std::string live_job;
@@ -263,7 +262,6 @@ class Simulation {
     worker.job = assignment.job_id();
     worker.generation = assignment.generation();
     worker.rank = assignment.rank();
-    worker.reported = false;
     SimJob* job = Find(assignment.job_id());
     if (job == nullptr) return;
     if (job->generation != assignment.generation()) {
@@ -344,7 +342,6 @@ class Simulation {
     job.done = true;
     for (size_t w : RanksOf(job)) {
       SimWorker& worker = workers_[w];
-      worker.reported = true;
       v1::WorkerMessage message;
       v1::TaskResult* result = message.mutable_result();
       result->set_job_id(job.id);
