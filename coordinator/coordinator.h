@@ -327,13 +327,15 @@ class Coordinator {
       const Caller& caller, const v1::RegisterWorkerRequest& request) const;
   // The refusal of a registration for a worker id whose session is live.
   absl::Status SessionTaken(const Caller& caller, const Worker& worker) const;
-  // The caller holds a rank of the live generation `number` of `job_id`
-  // (rank `rank` if given) through a worker its identity registered, whose
-  // session is live. Errors: the fence's (Aborted, NotFound, Cancelled),
-  // PermissionDenied.
+  // The caller holds rank `rank` of the live generation `number` of
+  // `job_id` through a worker its identity registered, whose session is
+  // live, and proves it with `token`, the rank's Assignment.rank_token:
+  // an identity that workers of other jobs share is not enough. Nothing is
+  // checked under --insecure. Errors: the fence's (Aborted, NotFound,
+  // Cancelled), PermissionDenied.
   absl::Status AuthorizeRankLocked(const Caller& caller, Call call,
                                    const std::string& job_id, int64_t number,
-                                   std::optional<int> rank)
+                                   int rank, absl::string_view token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- rendezvous (rendezvous.cc) ----

@@ -37,8 +37,8 @@ absl::StatusOr<Generation*> Coordinator::CurrentGenerationLocked(
 
 absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
                                               const std::string& job_id,
-                                              int64_t number,
-                                              std::optional<int> rank) {
+                                              int64_t number, int rank,
+                                              absl::string_view token) {
   if (caller.role == Role::kInsecure) return absl::OkStatus();
   // A generation that is over refuses everyone alike (a late rank must see
   // Aborted, and retry the generation), and serves nothing.
@@ -55,7 +55,18 @@ absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
       continue;
     }
     held = candidate;
-    if (!rank.has_value() || *rank == candidate) return absl::OkStatus();
+    if (rank != candidate) continue;
+    // The identity may be shared with workers of other jobs (one
+    // certificate in every pod): only the rank's own assignment carried its
+    // token (issue 52 §3).
+    if (generation->TokenMatches(rank, token)) return absl::OkStatus();
+    return Denied(
+        caller, call,
+        absl::StrCat("the call names rank ", rank, " of job ", job_id,
+                     " generation ", number,
+                     " without that rank's token; a rank proves itself with "
+                     "the rank_token of its assignment (a worker sharing the "
+                     "rank's certificate is not the rank)"));
   }
   const std::string which =
       absl::StrCat("job ", job_id, " generation ", number);
@@ -63,7 +74,7 @@ absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
     return Denied(
         caller, call,
         absl::StrCat("it holds rank ", *held, " of ", which, ", not rank ",
-                     *rank, "; a rank arrives at a barrier only for itself"));
+                     rank, "; a rank calls the rendezvous only as itself"));
   }
   return Denied(caller, call,
                 absl::StrCat("it holds no rank of ", which,
@@ -77,7 +88,8 @@ absl::Status Coordinator::KvSet(const Caller& caller,
   if (absl::Status bad = CheckKvSet(request); !bad.ok()) return Refused(bad);
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(AuthorizeRankLocked(caller, Call::kKvSet, request.job_id(),
-                                      request.generation(), std::nullopt));
+                                      request.generation(), request.rank(),
+                                      request.rank_token()));
   ASSIGN_OR_RETURN(
       Generation * generation,
       CurrentGenerationLocked(request.job_id(), request.generation()));
@@ -190,9 +202,9 @@ Coordinator::WaitId Coordinator::KvGetAsync(const Caller& caller,
     return 0;
   }
   absl::MutexLock lock(&mu_);
-  if (absl::Status refused =
-          AuthorizeRankLocked(caller, Call::kKvGet, request.job_id(),
-                              request.generation(), std::nullopt);
+  if (absl::Status refused = AuthorizeRankLocked(
+          caller, Call::kKvGet, request.job_id(), request.generation(),
+          request.rank(), request.rank_token());
       !refused.ok()) {
     done(refused);
     return 0;
@@ -221,9 +233,9 @@ Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
     return 0;
   }
   absl::MutexLock lock(&mu_);
-  if (absl::Status refused =
-          AuthorizeRankLocked(caller, Call::kBarrier, request.job_id(),
-                              request.generation(), request.rank());
+  if (absl::Status refused = AuthorizeRankLocked(
+          caller, Call::kBarrier, request.job_id(), request.generation(),
+          request.rank(), request.rank_token());
       !refused.ok()) {
     done(refused);
     return 0;

@@ -109,7 +109,7 @@ TEST_F(ClusterTest, HugeKeyValueWritesAreRefusedPastTheCapAndJobsCanBeDeleted) {
     grpc::Status status = as_rank0->KvSet(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
     EXPECT_THAT(status.error_message(),
-                HasSubstr("does not carry that rank's token"));
+                HasSubstr("without that rank's token"));
   }
 
   const std::vector<std::string> env = {"LOCKSTEP_COORDINATOR=" + address_};

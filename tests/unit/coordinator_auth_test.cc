@@ -168,6 +168,18 @@ class CoordinatorAuthTest : public CoordinatorTest {
     request.set_rank(rank);
     return request;
   }
+  // The same as rank `rank` sends them: with its assignment's token.
+  v1::KvGetRequest KvGetAs(int rank, const std::string& key) const {
+    v1::KvGetRequest request = KvGet(key);
+    request.set_rank(rank);
+    request.set_rank_token(TokenOf(job_, 1, rank));
+    return request;
+  }
+  v1::BarrierRequest BarrierAs(int rank) const {
+    v1::BarrierRequest request = Barrier(rank);
+    request.set_rank_token(TokenOf(job_, 1, rank));
+    return request;
+  }
   v1::WorkerMessage Result(int rank) const {
     v1::WorkerMessage message;
     v1::TaskResult* result = message.mutable_result();
@@ -338,7 +350,7 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
   StartJob();
   EXPECT_TRUE(
       coordinator_->KvSet(Identity(kWorker0), Signed(KvSet("rank0"))).ok());
-  auto got = KvGet(Identity(kWorker1), KvGet("rank0"));
+  auto got = KvGet(Identity(kWorker1), KvGetAs(1, "rank0"));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "10.0.0.1:9000");
 
@@ -366,8 +378,15 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
               HasSubstr("holds no rank of job"));
   EXPECT_TRUE(
       absl::IsUnauthenticated(KvGet(Nobody(), KvGet("rank0")).status()));
+  // A rank that names itself without its token, or with another's.
+  absl::Status tokenless = KvGet(Identity(kWorker1), KvGet("rank0")).status();
+  EXPECT_TRUE(absl::IsPermissionDenied(tokenless)) << tokenless;
+  v1::KvGetRequest borrowed = KvGetAs(0, "rank0");
+  borrowed.set_rank(1);
+  EXPECT_THAT(KvGet(Identity(kWorker1), borrowed).status().message(),
+              HasSubstr("without that rank's token"));
   // Nothing a stranger sent was stored.
-  EXPECT_EQ(*KvGet(Identity(kWorker0), KvGet("rank0")), "10.0.0.1:9000");
+  EXPECT_EQ(*KvGet(Identity(kWorker0), KvGetAs(0, "rank0")), "10.0.0.1:9000");
 }
 
 // Issue 35: any rank could set any rank's rendezvous key, so rank 1 could
@@ -391,8 +410,7 @@ TEST_F(CoordinatorAuthTest, ARankSetsOnlyItsOwnRendezvousKeys) {
     absl::Status refused = coordinator_->KvSet(Identity(kWorker1), forged);
     EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
     EXPECT_THAT(refused.message(),
-                AllOf(HasSubstr("belongs to rank 0"),
-                      HasSubstr("does not carry that rank's token")));
+                AllOf(HasSubstr("holds rank 1"), HasSubstr("not rank 0")));
     forged.set_rank(1);
     refused = coordinator_->KvSet(Identity(kWorker1), forged);
     EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
@@ -403,8 +421,8 @@ TEST_F(CoordinatorAuthTest, ARankSetsOnlyItsOwnRendezvousKeys) {
   forged.set_rank(0);
   forged.set_rank_token(own.rank_token());
   EXPECT_TRUE(absl::IsPermissionDenied(coordinator_->KvSet(Anyone(), forged)));
-  EXPECT_TRUE(
-      absl::IsDeadlineExceeded(KvGet(Identity(kWorker0), KvGet("0")).status()));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      KvGet(Identity(kWorker0), KvGetAs(0, "0")).status()));
   // Rank 0 sets its own.
   EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), Signed(KvSet("0"))).ok());
 }
@@ -416,11 +434,55 @@ TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {
   EXPECT_THAT(other.message(), HasSubstr("holds rank 1"));
   // Rank 0 did not arrive through rank 1's call: the barrier times out
   // naming it.
-  v1::BarrierRequest own = Barrier(1);
+  v1::BarrierRequest own = BarrierAs(1);
   own.set_timeout_ms(0);
   absl::Status timed_out = Barrier(Identity(kWorker1), own);
   EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out)) << timed_out;
   EXPECT_THAT(timed_out.message(), HasSubstr("rank 0"));
+}
+
+// Issue 52 §3: workers may share one certificate (on Kubernetes every
+// task's certificate is in every pod). A worker of one job that shares its
+// identity with a rank of another job neither reads that job's rendezvous
+// (data-plane addresses, nccl_unique_id) nor arrives at its barriers: the
+// rank's token, which only its own assignment carried, decides.
+TEST_F(CoordinatorAuthTest, JobsWhoseWorkersShareACertificateKeepApart) {
+  Make();
+  FakeSink sinks[2];
+  std::string ids[2];
+  for (int i = 0; i < 2; ++i) {
+    const Caller pool = Identity(kPool, absl::StrCat("ipv4:10.0.1.", i, ":1"));
+    auto registered = coordinator_->RegisterWorker(pool, Free(40 + i));
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ids[i] = registered->worker_id();
+    sinks_.push_back(&sinks[i]);
+    ASSERT_TRUE(
+        coordinator_->OpenSession(pool, ids[i], 40 + i, &sinks[i]).ok());
+  }
+  const std::string a = *coordinator_->SubmitJob(Spec(1));
+  const std::string b = *coordinator_->SubmitJob(Spec(1));
+  ASSERT_EQ(Status(a).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(Status(b).state(), v1::JOB_STATE_RUNNING);
+  job_ = b;
+  v1::KvSetRequest secret = KvSet("nccl_unique_id");
+  secret.set_value("b's id");
+  ASSERT_TRUE(coordinator_->KvSet(Identity(kPool), Signed(secret)).ok());
+
+  // A's rank 0, same certificate: with A's token, or none.
+  v1::KvGetRequest read = KvGet("nccl_unique_id");
+  read.set_rank_token(TokenOf(a, 1, 0));
+  for (const std::string& token : {TokenOf(a, 1, 0), std::string()}) {
+    read.set_rank_token(token);
+    absl::StatusOr<std::string> got = KvGet(Identity(kPool), read);
+    EXPECT_TRUE(absl::IsPermissionDenied(got.status())) << got.status();
+    EXPECT_THAT(got.status().message(), Not(HasSubstr("b's id")));
+    v1::BarrierRequest arrive = Barrier(0);
+    arrive.set_rank_token(token);
+    EXPECT_TRUE(absl::IsPermissionDenied(Barrier(Identity(kPool), arrive)));
+  }
+  // B's rank reads its own.
+  EXPECT_EQ(KvGet(Identity(kPool), KvGetAs(0, "nccl_unique_id")).value_or(""),
+            "b's id");
 }
 
 TEST_F(CoordinatorAuthTest, AsyncRendezvousRefusalsAnswerAtOnce) {

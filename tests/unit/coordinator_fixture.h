@@ -277,6 +277,22 @@ class CoordinatorTest : public ::testing::Test {
   }
   std::vector<v1::WorkerInfo> ListWorkers() { return WorkersOn(*coordinator_); }
 
+  // The rank_token of the assignment of rank `rank` of the job's
+  // generation, found in the sinks Connect saw ("" when none was sent).
+  std::string TokenOf(const std::string& job_id, int64_t generation,
+                      int rank) const {
+    for (const FakeSink* sink : sinks_) {
+      for (const v1::CoordinatorCommand& command : sink->commands) {
+        const v1::Assignment& a = command.assignment();
+        if (command.has_assignment() && a.job_id() == job_id &&
+            a.generation() == generation && a.rank() == rank) {
+          return a.rank_token();
+        }
+      }
+    }
+    return "";
+  }
+
   // `request` as its key's owner sends it (a rank's number, or one after
   // the last "/": that rank, any other key: rank 0), with the rank and token of
   // the owner's assignment for that job and generation, found in the sinks

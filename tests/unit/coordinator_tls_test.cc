@@ -204,6 +204,8 @@ class CoordinatorTlsTest : public ::testing::Test {
       EXPECT_EQ(command.assignment().generation(), 1);
       if (command.assignment().rank() == 0) {
         rank0_token_ = command.assignment().rank_token();
+      } else {
+        rank1_token_ = command.assignment().rank_token();
       }
     }
   }
@@ -243,11 +245,14 @@ class CoordinatorTlsTest : public ::testing::Test {
     }
   }
 
+  // As rank 1 reads: with its rank and token.
   v1::KvGetRequest KvGet(const std::string& key) const {
     v1::KvGetRequest request;
     request.set_job_id(job_a_);
     request.set_generation(1);
     request.set_key(key);
+    request.set_rank(1);
+    request.set_rank_token(rank1_token_);
     return request;
   }
   v1::BarrierRequest Barrier(int rank) const {
@@ -256,6 +261,7 @@ class CoordinatorTlsTest : public ::testing::Test {
     request.set_generation(1);
     request.set_name("ready");
     request.set_rank(rank);
+    request.set_rank_token(rank == 0 ? rank0_token_ : rank1_token_);
     request.set_timeout_ms(10000);
     return request;
   }
@@ -274,6 +280,7 @@ class CoordinatorTlsTest : public ::testing::Test {
   std::string job_a_;
   // Rank 0's Assignment.rank_token: its keys need it.
   std::string rank0_token_;
+  std::string rank1_token_;
 };
 
 KeyAndCertificate* CoordinatorTlsTest::ca_ = nullptr;

@@ -116,6 +116,8 @@ class GrpcKeyValue : public KeyValueClient {
     request.set_generation(generation_);
     request.set_key(key);
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    request.set_rank(rank_);
+    request.set_rank_token(rank_token_);
     v1::KvGetResponse response;
     grpc::Status status = stub_->KvGet(&context, request, &response);
     if (!Untrack(&context)) return Cancelled(key);
