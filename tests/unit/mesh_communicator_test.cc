@@ -355,6 +355,39 @@ TEST(MeshCommunicatorTest, StrangersOnThePortAreRefusedAndTheMembersConnect) {
   for (int fd : strangers) close(fd);
 }
 
+// Issue 52 §3: one member's Hello, captured on the wire and replayed on
+// more connections than rank 0 keeps handshakes for, passes its MAC every
+// time but cannot confirm. Were each kept until its timeout, the replays
+// would hold every slot and the real rank 1 would be refused: a nonce seen
+// before is refused at once instead.
+TEST(MeshCommunicatorTest, AReplayedHelloHoldsNoHandshakeSlot) {
+  InMemoryKeyValue kv;
+  auto options = RankOptions(0, 2, true);
+  options.handshake_timeout = absl::Seconds(60);
+  auto zero = MeshCommunicator::Create(options);
+  ASSERT_TRUE(zero.ok());
+  const std::string address = (*zero)->listen_address();
+  absl::Status zero_result;
+  std::thread zero_thread([&] { zero_result = (*zero)->Connect(&kv); });
+  const std::string captured =
+      Ok(MakeHello(TestMembership(1, 2), 1, 0, true)).bytes;
+  std::vector<int> replays;
+  for (int i = 0; i < MeshCommunicator::kMaxPendingHandshakes + 8; ++i) {
+    int fd = ConnectTo(address);
+    EXPECT_EQ(send(fd, captured.data(), captured.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(captured.size()));
+    replays.push_back(fd);
+  }
+  auto one_options = RankOptions(1, 2, true);
+  one_options.timeout = absl::Seconds(20);
+  auto one = MeshCommunicator::Connect(&kv, one_options);
+  ASSERT_TRUE(one.ok()) << one.status();
+  zero_thread.join();
+  ASSERT_TRUE(zero_result.ok()) << zero_result;
+  EXPECT_GE((*zero)->refused(), MeshCommunicator::kMaxPendingHandshakes);
+  for (int fd : replays) close(fd);
+}
+
 // A rank holding another generation's secret cannot join: the member it
 // calls refuses it, and it cannot pass for rank 0 either.
 TEST(MeshCommunicatorTest, ARankWithAnotherSecretIsRefused) {

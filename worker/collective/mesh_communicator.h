@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,13 @@ class MeshCommunicator : public Communicator, private PeerExchange {
   // Touched by the calling thread only.
   std::vector<Peer> peers_;
   CollectiveScratch scratch_;
+
+  // The accepting half's: the nonce of every Hello that passed its MAC. A
+  // replayed Hello (its bytes captured on the wire) repeats one and is
+  // refused at once, so replays cannot hold the handshake slots that a
+  // Hello's MAC protects from eviction (issue 52 §3). Only members make
+  // Hellos that pass, so it holds at most a few per peer.
+  std::set<std::string> hello_nonces_;
 
   // Counted by both halves of the rendezvous.
   std::atomic<int> refused_{0};

@@ -527,6 +527,12 @@ absl::StatusOr<bool> MeshCommunicator::Advance(Pending& p) {
       Refuse(p.address, hello.status().message());
       return true;
     }
+    if (!hello_nonces_.insert(hello->nonce).second) {
+      Refuse(p.address,
+             absl::StrCat("it sent rank ", hello->from,
+                          "'s Hello again (a nonce already seen): a replay"));
+      return true;
+    }
     if (hello->from < rank()) {
       Refuse(p.address,
              absl::StrCat("rank ", hello->from, " should be called, not call"));
