@@ -17,9 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "checkpoint/store.h"
 #include "common/files.h"
 #include "common/sha256.h"
-#include "checkpoint/store.h"
 
 namespace {
 
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     if (!lockstep::WriteFileDurably(backup + "/plain.bin", blob).ok()) return 1;
     plain.push_back(Seconds(start));
     start = absl::Now();
-    const std::string digest = lockstep::Sha256Hex(blob);
+    if (!lockstep::Sha256Hex(blob).ok()) return 1;
     hash.push_back(Seconds(start));
 
     start = absl::Now();

@@ -173,9 +173,9 @@ absl::Status Measure(const v1::JobSpec& spec, Replica& sender, int repetitions,
   }
   for (std::thread& t : threads) t.join();
   for (const absl::Status& status : failed) RETURN_IF_ERROR(status);
-  const std::string expected = ModelDigest(*sender.model);
+  const std::string expected = ModelDigest(*sender.model).value();
   for (size_t i = 0; i < receivers.size(); ++i) {
-    if (ModelDigest(*receivers[i].model) != expected) {
+    if (ModelDigest(*receivers[i].model).value() != expected) {
       return absl::InternalError(
           absl::StrCat(methods[i % methods.size()].name,
                        ": the receiver's parameters differ from the sender's"));

@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "checkpoint/store_names.h"
 #include "common/failpoint.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
-#include "checkpoint/store_names.h"
 
 namespace lockstep::checkpoint {
 namespace {
@@ -160,7 +160,7 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> Prepare(
     v1::CheckpointFile& file = out.emplace_back();
     file.set_name(name);
     file.set_size(static_cast<int64_t>(contents.size()));
-    file.set_sha256(Sha256Hex(contents));
+    ASSIGN_OR_RETURN(*file.mutable_sha256(), Sha256Hex(contents));
     if (out.size() == 1) FailPoint("checkpoint_after_first_file");
   }
   RETURN_IF_ERROR(FsyncDirectory(dir));
@@ -481,8 +481,9 @@ absl::StatusOr<std::string> ReadCheckpointFile(const Found& found,
     return absl::DataLossError(absl::StrCat(
         "checkpoint ", found.dir, " is corrupt: ", bytes.status().message()));
   }
+  ASSIGN_OR_RETURN(const std::string digest, Sha256Hex(*bytes));
   if (static_cast<int64_t>(bytes->size()) != listed->size() ||
-      Sha256Hex(*bytes) != listed->sha256()) {
+      digest != listed->sha256()) {
     return absl::DataLossError(absl::StrCat(
         "checkpoint ", found.dir, " is corrupt: ", path, " (", bytes->size(),
         " bytes) does not match the size (", listed->size(),

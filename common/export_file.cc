@@ -152,11 +152,10 @@ absl::Status WriteExport(const std::string& path, absl::string_view bytes,
                          const ExportOwner& owner) {
   RETURN_IF_ERROR(CheckExportTarget(path, owner));
   RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
-  Sha256 sha;
-  sha.Update(bytes);
+  ASSIGN_OR_RETURN(std::string digest, Sha256Hex(bytes));
   return WriteFileAtomically(
       ExportMarkerPath(path),
-      MarkerOf(owner, static_cast<int64_t>(bytes.size()), sha.HexDigest()));
+      MarkerOf(owner, static_cast<int64_t>(bytes.size()), digest));
 }
 
 }  // namespace lockstep

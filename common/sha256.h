@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace lockstep {
@@ -21,15 +22,19 @@ class Sha256 {
 
   void Update(const void* data, size_t size);
   void Update(absl::string_view data) { Update(data.data(), data.size()); }
-  // Lower-case hex digest. The object must not be used afterwards.
-  std::string HexDigest();
+  // The lower-case hex digest of everything given to Update. Errors:
+  // Internal when OpenSSL failed at any step (out of memory): never an
+  // empty or partial digest that could pass for a real one. The object must
+  // not be used afterwards.
+  absl::StatusOr<std::string> HexDigest();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-std::string Sha256Hex(absl::string_view data);
+// The same for one string.
+absl::StatusOr<std::string> Sha256Hex(absl::string_view data);
 
 }  // namespace lockstep
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/store.h"
 #include "common/sha256.h"
 #include "tests/unit/checkpoint_store_fixture.h"
-#include "checkpoint/store.h"
 
 namespace lockstep::checkpoint {
 namespace {
@@ -53,7 +53,7 @@ TEST_F(CheckpointStoreTest, PrepareAndCommitMakeAVerifiedCheckpoint) {
     const auto& [name, contents] = expected[i];
     EXPECT_EQ(file.name(), name);
     EXPECT_EQ(file.size(), static_cast<int64_t>(contents.size())) << name;
-    EXPECT_EQ(file.sha256(), Sha256Hex(contents)) << name;
+    EXPECT_EQ(file.sha256(), Sha256Hex(contents).value()) << name;
     EXPECT_EQ(ReadAll(ckpt + "/" + name), contents) << name;
     total += file.size();
   }

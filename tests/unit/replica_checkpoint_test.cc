@@ -54,7 +54,7 @@ std::string StepAndDigest(Replica& replica) {
   torch::nn::functional::cross_entropy(replica.model->forward(images), labels)
       .backward();
   replica.optimizer->step();
-  return ModelDigest(*replica.model);
+  return ModelDigest(*replica.model).value();
 }
 
 // The archives name their classes with a process-wide counter, so two
@@ -77,7 +77,8 @@ TEST_P(ReplicaCheckpointTest, ThroughTheHostHoldsTheSameState) {
   torch::serialize::InputArchive optimizer_archive;
   optimizer_archive.load_from(optimizer_in, fresh.device);
   fresh.optimizer->load(optimizer_archive);
-  EXPECT_EQ(ModelDigest(*fresh.model), ModelDigest(*trained.model));
+  EXPECT_EQ(ModelDigest(*fresh.model).value(),
+            ModelDigest(*trained.model).value());
   EXPECT_EQ(StepAndDigest(fresh), StepAndDigest(trained));
 }
 
@@ -88,12 +89,14 @@ TEST_P(ReplicaCheckpointTest, ASnapshotLoadsOntoTheDeviceItIsGiven) {
   Replica fresh;
   ASSERT_TRUE(
       InitializeReplica(spec, ModelOptionsOf(spec), torch::kCPU, &fresh).ok());
-  ASSERT_NE(ModelDigest(*fresh.model), ModelDigest(*trained.model));
+  ASSERT_NE(ModelDigest(*fresh.model).value(),
+            ModelDigest(*trained.model).value());
   std::istringstream model_in(SerializeModelOnHost(trained));
   torch::serialize::InputArchive archive;
   archive.load_from(model_in, fresh.device);
   fresh.model->load(archive);
-  EXPECT_EQ(ModelDigest(*fresh.model), ModelDigest(*trained.model));
+  EXPECT_EQ(ModelDigest(*fresh.model).value(),
+            ModelDigest(*trained.model).value());
 }
 
 // A checkpoint whose manifest omits model.pt: the restore refuses it as
@@ -113,7 +116,7 @@ TEST(LoadCheckpointTest, AFileTheManifestOmitsIsNotRead) {
   v1::CheckpointFile* listed = found.manifest.add_files();
   listed->set_name("trainer.state");
   listed->set_size(static_cast<int64_t>(trainer.size()));
-  listed->set_sha256(Sha256Hex(trainer));
+  listed->set_sha256(Sha256Hex(trainer).value());
   ASSERT_TRUE(WriteFileDurably(dir + "/trainer.state", trainer).ok());
   ASSERT_TRUE(WriteFileDurably(dir + "/model.pt", "not vouched for").ok());
   Replica replica;

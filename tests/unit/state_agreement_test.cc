@@ -61,7 +61,7 @@ TEST(StateAgreementTest, EveryRankAdoptsTheMostAdvancedState) {
   replicas[2].global_batch = 96;
   replicas[2].scaler.Restore(1, 0, /*skipped=*/2);
   Shift(replicas[2], 0.5f);
-  const std::string expected = ModelDigest(*replicas[2].model);
+  const std::string expected = ModelDigest(*replicas[2].model).value();
   std::vector<absl::StatusOr<AgreedState>> agreed(kWorld);
   OnRanks(kWorld, [&](int rank, Communicator& comm) {
     agreed[rank] = AgreeOnState(comm, replicas[rank], 0, NoRestore());
@@ -73,7 +73,7 @@ TEST(StateAgreementTest, EveryRankAdoptsTheMostAdvancedState) {
     EXPECT_EQ(replicas[rank].step, 9);
     EXPECT_EQ(replicas[rank].global_batch, 96);
     EXPECT_EQ(replicas[rank].scaler.skipped_steps(), 2);
-    EXPECT_EQ(ModelDigest(*replicas[rank].model), expected) << rank;
+    EXPECT_EQ(ModelDigest(*replicas[rank].model).value(), expected) << rank;
   }
 }
 
@@ -91,7 +91,7 @@ TEST(StateAgreementTest, ANewerCheckpointIsRestoredByRankZeroAndBroadcast) {
       EXPECT_EQ(newer_than, 10);
       Shift(replicas[0], -1.0f);  // what the checkpoint held
       replicas[0].global_batch = 64;
-      expected = ModelDigest(*replicas[0].model);
+      expected = ModelDigest(*replicas[0].model).value();
       return 50;
     };
     auto agreed =
@@ -104,7 +104,7 @@ TEST(StateAgreementTest, ANewerCheckpointIsRestoredByRankZeroAndBroadcast) {
   for (const Replica& replica : replicas) {
     EXPECT_EQ(replica.step, 50);
     EXPECT_EQ(replica.global_batch, 64);
-    EXPECT_EQ(ModelDigest(*replica.model), expected);
+    EXPECT_EQ(ModelDigest(*replica.model).value(), expected);
   }
 }
 
@@ -114,7 +114,7 @@ TEST(StateAgreementTest, ACheckpointThatDoesNotRestoreFallsBackToLiveState) {
   for (Replica& r : replicas) r = BuildReplica();
   replicas[1].step = 7;
   Shift(replicas[1], 0.125f);
-  const std::string expected = ModelDigest(*replicas[1].model);
+  const std::string expected = ModelDigest(*replicas[1].model).value();
   OnRanks(kWorld, [&](int rank, Communicator& comm) {
     auto agreed =
         AgreeOnState(comm, replicas[rank], rank == 0 ? 30 : 0,
@@ -124,7 +124,7 @@ TEST(StateAgreementTest, ACheckpointThatDoesNotRestoreFallsBackToLiveState) {
   });
   for (const Replica& replica : replicas) {
     EXPECT_EQ(replica.step, 7);
-    EXPECT_EQ(ModelDigest(*replica.model), expected);
+    EXPECT_EQ(ModelDigest(*replica.model).value(), expected);
   }
 }
 

@@ -510,13 +510,13 @@ TEST_F(TfRecordTest, IndexGoesToTheCacheWhenItCannotBeSavedBeside) {
   ASSERT_TRUE(index.ok());
   EXPECT_TRUE(report.save_status.ok()) << report.save_status;
   EXPECT_EQ(report.index_path,
-            TfRecordIndexPathInCache(options.cache_dir, path));
+            TfRecordIndexPathInCache(options.cache_dir, path).value());
   EXPECT_THAT(report.index_path, HasSubstr(options.cache_dir + "/data."));
   index = LoadOrBuildTfRecordIndex(path, options, &report);
   ASSERT_TRUE(index.ok());
   EXPECT_TRUE(report.reused);
   EXPECT_EQ(report.index_path,
-            TfRecordIndexPathInCache(options.cache_dir, path));
+            TfRecordIndexPathInCache(options.cache_dir, path).value());
 }
 
 TEST_F(TfRecordTest, ReadOnlyFolderUsesTheCache) {
@@ -536,7 +536,7 @@ TEST_F(TfRecordTest, ReadOnlyFolderUsesTheCache) {
   chmod(data_dir.c_str(), 0755);
   ASSERT_TRUE(index.ok());
   EXPECT_EQ(report.index_path,
-            TfRecordIndexPathInCache(options.cache_dir, path));
+            TfRecordIndexPathInCache(options.cache_dir, path).value());
 }
 
 // ---- The index file's format

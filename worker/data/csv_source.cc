@@ -64,7 +64,8 @@ struct Store {
   bool exists = false;
 };
 
-std::string KeyOf(const MappedFile& file, const std::vector<CsvGroup>& groups) {
+absl::StatusOr<std::string> KeyOf(const MappedFile& file,
+                                  const std::vector<CsvGroup>& groups) {
   struct stat st {};
   stat(file.path().c_str(), &st);
   Sha256 hash;
@@ -78,7 +79,8 @@ std::string KeyOf(const MappedFile& file, const std::vector<CsvGroup>& groups) {
     hash.Update(group.dtype_given ? DtypeName(group.dtype) : "auto");
     hash.Update("\n");
   }
-  return hash.HexDigest().substr(0, 16);
+  ASSIGN_OR_RETURN(std::string digest, hash.HexDigest());
+  return digest.substr(0, 16);
 }
 
 std::vector<std::string> StorePaths(const std::string& folder,
@@ -135,7 +137,7 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     store.csv = csv;
     ASSIGN_OR_RETURN(store.text, MappedFile::Open(csv));
     store.text->Advise(MappedFile::Access::kSequential);
-    store.key = KeyOf(*store.text, groups);
+    ASSIGN_OR_RETURN(store.key, KeyOf(*store.text, groups));
     // Beside the file, else in --index-cache: whichever holds it already.
     std::vector<std::string> folders = {FolderOf(csv)};
     if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);

@@ -185,10 +185,11 @@ absl::StatusOr<TfRecordIndex> ParseTfRecordIndex(
 
 // Where LoadOrBuildTfRecordIndex keeps the index of `path`: beside it,
 // "<path>.lockstep-index" (a glob over data files must not match these), or
-// in `cache_dir` under a name made from the path's SHA-256.
+// in `cache_dir` under a name made from the path's SHA-256 (Internal when
+// that fails).
 std::string TfRecordIndexPathBeside(const std::string& path);
-std::string TfRecordIndexPathInCache(const std::string& cache_dir,
-                                     const std::string& path);
+absl::StatusOr<std::string> TfRecordIndexPathInCache(
+    const std::string& cache_dir, const std::string& path);
 
 struct TfRecordIndexOptions {
   TfRecordOptions record;

@@ -125,13 +125,14 @@ std::string TfRecordIndexPathBeside(const std::string& path) {
   return path + ".lockstep-index";
 }
 
-std::string TfRecordIndexPathInCache(const std::string& cache_dir,
-                                     const std::string& path) {
+absl::StatusOr<std::string> TfRecordIndexPathInCache(
+    const std::string& cache_dir, const std::string& path) {
   std::error_code error;
   std::filesystem::path absolute = std::filesystem::absolute(path, error);
   const std::string full = error ? path : absolute.lexically_normal().string();
   const std::string name = std::filesystem::path(path).filename().string();
-  return absl::StrCat(cache_dir, "/", name, ".", Sha256Hex(full).substr(0, 16),
+  ASSIGN_OR_RETURN(const std::string digest, Sha256Hex(full));
+  return absl::StrCat(cache_dir, "/", name, ".", digest.substr(0, 16),
                       ".lockstep-index");
 }
 
@@ -177,7 +178,8 @@ absl::StatusOr<std::string> SaveIndex(const TfRecordIndex& index,
   absl::Status saved = WriteFileAtomically(beside, bytes);
   if (saved.ok()) return beside;
   if (cache_dir.empty()) return saved;
-  const std::string cached = TfRecordIndexPathInCache(cache_dir, index.path);
+  ASSIGN_OR_RETURN(const std::string cached,
+                   TfRecordIndexPathInCache(cache_dir, index.path));
   absl::Status in_cache = MakeDirectories(cache_dir);
   if (in_cache.ok()) in_cache = WriteFileAtomically(cached, bytes);
   if (in_cache.ok()) return cached;
@@ -204,7 +206,9 @@ absl::StatusOr<TfRecordIndex> LoadOrBuildTfRecordIndex(
   }
   std::vector<std::string> candidates = {TfRecordIndexPathBeside(path)};
   if (!options.cache_dir.empty()) {
-    candidates.push_back(TfRecordIndexPathInCache(options.cache_dir, path));
+    ASSIGN_OR_RETURN(std::string cached,
+                     TfRecordIndexPathInCache(options.cache_dir, path));
+    candidates.push_back(std::move(cached));
   }
   for (const std::string& candidate : candidates) {
     if (!PathExists(candidate)) continue;

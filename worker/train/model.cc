@@ -644,7 +644,7 @@ std::string ModelLabel(const ModelOptions& options) {
   return label;
 }
 
-std::string ModelDigest(const torch::nn::Module& model) {
+absl::StatusOr<std::string> ModelDigest(const torch::nn::Module& model) {
   Sha256 hash;
   for (const torch::Tensor& param : model.parameters()) {
     torch::Tensor data = param.detach().to(torch::kFloat32).contiguous().cpu();

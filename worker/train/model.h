@@ -135,7 +135,7 @@ absl::StatusOr<std::shared_ptr<Network>> BuildModel(
 std::string ModelLabel(const ModelOptions& options);
 
 // SHA-256 (hex) of the fp32 parameters in registration order.
-std::string ModelDigest(const torch::nn::Module& model);
+absl::StatusOr<std::string> ModelDigest(const torch::nn::Module& model);
 
 // A module's parameters and buffers as a LibTorch archive: the bytes
 // torch::save(module, path) writes, so torch::load(module, path) reads them

@@ -684,7 +684,8 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
   return Result(first_step, stop);
 }
 
-v1::TaskResult TrainingGeneration::Result(int64_t first_step, bool stop) const {
+absl::StatusOr<v1::TaskResult> TrainingGeneration::Result(int64_t first_step,
+                                                          bool stop) const {
   const double seconds =
       absl::ToDoubleSeconds(absl::Now() - train_start_ - eval_time_);
   v1::TaskResult result;
@@ -709,7 +710,8 @@ v1::TaskResult TrainingGeneration::Result(int64_t first_step, bool stop) const {
   if (learning_.token_input) {
     result.set_tokens_per_second(samples_per_second * learning_.block);
   }
-  result.set_model_digest(ModelDigest(*replica_.model));
+  ASSIGN_OR_RETURN(*result.mutable_model_digest(),
+                   ModelDigest(*replica_.model));
   if (!metrics_.empty()) metrics_.Fill(result.mutable_breakdown());
   return result;
 }

@@ -110,7 +110,7 @@ class TrainingGeneration {
   absl::Status MaybeSave(int64_t step, bool epoch_end, bool stop);
   // The chief's work after the last step: export, then drop the backups.
   absl::Status Finalize();
-  v1::TaskResult Result(int64_t first_step, bool stop) const;
+  absl::StatusOr<v1::TaskResult> Result(int64_t first_step, bool stop) const;
 
   TaskContext& task_;
   Replica& replica_;
