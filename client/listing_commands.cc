@@ -144,10 +144,12 @@ std::string WorkerRole(const v1::WorkerInfo& w) {
   return w.spare() ? "spare" : "-";
 }
 
-// The job a worker trains, or "for JOB" when it stands by for one (it takes
-// a failed rank of that job).
+// The job a worker trains, "promised to JOB" when a preemption released it
+// for that queued job, or "for JOB" when it stands by for one (it takes a
+// failed rank of that job).
 std::string WorkerJob(const v1::WorkerInfo& w) {
   if (!w.job_id().empty()) return w.job_id();
+  if (!w.promised_to().empty()) return "promised to " + w.promised_to();
   if (!w.standby_job_id().empty()) return "for " + w.standby_job_id();
   return "-";
 }

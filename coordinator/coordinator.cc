@@ -249,7 +249,24 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     }
     if (state == v1::JOB_STATE_QUEUED) {
       c.queue_.push_back(job.status.job_id());
-      job.queued_at = c.clock_->Now();
+      // Its age in the queue is kept across the restart (--age-after).
+      const double queued = job.status.queued_time();
+      job.queued_at = queued > 0 && queued <= c.NowSeconds()
+                          ? absl::UnixEpoch() + absl::Seconds(queued)
+                          : c.clock_->Now();
+    } else if (state == v1::JOB_STATE_RUNNING && job.yielding()) {
+      // Preempted when the coordinator stopped (issue 52): the preemption
+      // is finished, as if its ranks had stopped (their sessions broke, so
+      // they did), and charges no restart. Its final save could not be
+      // committed without the coordinator unless it already was.
+      c.active_jobs_[job.seq] = job.status.job_id();
+      const std::string resumes = ResumePoint(job.status);
+      c.YieldedLocked(
+          job,
+          absl::StrCat("the coordinator restarted while generation ",
+                       job.status.generation(), " stopped for job ",
+                       job.yield_for(), resumes.empty() ? "" : "; ", resumes),
+          /*abort=*/false);
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_RECOVERING) {
       // Every job that ran comes back: its workers still hold the live
@@ -369,8 +386,8 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(
   job.status.set_priority(priority);
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_submit_time(NowSeconds());
-  job.queued_at = clock_->Now();
   queue_.push_back(id);
+  job.Queued(clock_->Now());
   LogInfo("job ", id, " queued",
           priority != 0 ? absl::StrCat(" at priority ", priority) : "",
           job.status.owner().empty()
@@ -414,10 +431,9 @@ void Coordinator::StartGenerationLocked(Job& job,
   status.set_world_size(static_cast<int>(workers.size()));
   status.clear_queue();
   job.started = clock_->Now();
-  job.yielding = false;
-  job.yield_for.clear();
-  job.shrink_to = 0;
-  job.keep_ranks = 0;
+  job.EndYield();
+  job.KeepRanks(0);
+  status.set_queued_time(0);
   if (status.start_time() == 0) status.set_start_time(NowSeconds());
   status.clear_ranks();
   std::vector<std::string> rank_workers, names;
@@ -514,19 +530,32 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
                                        const std::string& cause) {
   v1::JobStatus& status = job.status;
   const int restarts_used = RestartsUsed(status);
-  // A preemption for another job that a failure cut short: the job recovers
-  // as after any failure (its survivors hold its state).
-  job.yielding = false;
-  job.shrink_to = 0;
   // The cause is recorded while `worker` still holds its rank.
   if (job.stop_requested) {
     // The stop went to the generation that failed: the job stops here, as a
     // stop while recovering does, instead of training on in the next one.
+    job.EndYield();
     AddEventLocked(job, kind, worker, cause);
     EndJobLocked(
         job, v1::JOB_STATE_STOPPED,
         absl::StrCat("stopped on request; generation ", status.generation(),
                      " failed before its ranks stopped (", cause, ")"));
+    return;
+  }
+  if (job.yielding()) {
+    // A failure cut a preemption short, but the preemption stands (issue
+    // 52): the job it was for gets the workers now, instead of waiting for
+    // this job to recover and run min_run_time again, or preempting another
+    // job. This one resumes from what it saved; no restart is charged.
+    AddEventLocked(job, kind, worker, cause);
+    const std::string resumes = ResumePoint(status);
+    YieldedLocked(
+        job,
+        absl::StrCat("generation ", status.generation(),
+                     " failed while it stopped for job ", job.yield_for(), " (",
+                     cause, ")", resumes.empty() ? "" : "; ", resumes),
+        /*abort=*/true);
+    MaybeStartJobLocked();
     return;
   }
   if (restarts_used >= MaxRestarts(status.spec())) {
@@ -545,44 +574,34 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
 
 void Coordinator::PreemptedLocked(Job& job) {
   v1::JobStatus& status = job.status;
-  if (job.yielding && job.shrink_to > 0) {
-    // An elastic job gave up its last ranks: it re-forms at once on the
-    // first ones (their live state), and the others go to yield_for.
-    status.set_preemptions(status.preemptions() + 1);
-    job.keep_ranks = job.shrink_to;
-    const std::string message =
-        absl::StrCat("generation ", status.generation(), " stopped after step ",
-                     status.step(), " (", job.generation->preempt_reason(),
-                     "); it goes on with its first ", job.keep_ranks, " ranks");
-    PromiseReleasedLocked(job, job.keep_ranks);
-    ReleaseGenerationLocked(job, /*abort=*/false, "shrunk");
-    job.yielding = false;
-    job.shrink_to = 0;
-    TransitionLocked(job, v1::JOB_STATE_RECOVERING, "shrunk", nullptr, message);
+  if (job.yielding()) {
+    // The scheduler gave its workers (or its last ranks) to another job.
+    std::string what = absl::StrCat("generation ", status.generation(),
+                                    " stopped after step ", status.step(), " (",
+                                    job.generation->preempt_reason(), ")");
+    if (job.shrink_to() == 0) {
+      absl::StrAppend(
+          &what, "; ",
+          FinalSave(status, status.step(),
+                    job.generation->checkpoints().FailureOf(status.step())));
+    }
+    YieldedLocked(job, what, /*abort=*/false);
     MaybeStartJobLocked();
     return;
   }
-  if (job.yielding) {
-    // The scheduler gave its workers to another job: it waits in the queue
-    // and resumes from the step it saved, on whichever workers are free.
+  if (job.generation->called_off()) {
+    // The ranks had agreed to stop before the scheduler called its
+    // preemption off: the job re-forms at once on the same workers, from
+    // their live state, and spends no restart.
     status.set_preemptions(status.preemptions() + 1);
-    status.set_yields(status.yields() + 1);
-    ++yields_;
-    const std::string saved =
-        FinalSave(status, status.step(),
-                  job.generation->checkpoints().FailureOf(status.step()));
-    const std::string message =
-        absl::StrCat("generation ", status.generation(), " stopped after step ",
-                     status.step(), " (", job.generation->preempt_reason(),
-                     "); ", saved, "; back in the queue");
-    PromiseReleasedLocked(job, 0);
+    const std::string message = absl::StrCat(
+        "generation ", status.generation(), " stopped after step ",
+        status.step(),
+        ": its ranks had agreed to stop before the preemption was called "
+        "off; it re-forms on its workers");
     ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
-    active_jobs_.erase(job.seq);
-    job.yielding = false;
-    job.yield_for.clear();
-    queue_.push_back(status.job_id());
-    job.queued_at = clock_->Now();
-    TransitionLocked(job, v1::JOB_STATE_QUEUED, "preempted", nullptr, message);
+    TransitionLocked(job, v1::JOB_STATE_RECOVERING, "preemption_called_off",
+                     nullptr, message);
     MaybeStartJobLocked();
     return;
   }
@@ -604,11 +623,42 @@ void Coordinator::PreemptedLocked(Job& job) {
   MaybeStartJobLocked();
 }
 
+void Coordinator::YieldedLocked(Job& job, const std::string& what, bool abort) {
+  v1::JobStatus& status = job.status;
+  status.set_preemptions(status.preemptions() + 1);
+  if (job.shrink_to() > 0) {
+    // An elastic job gave up its last ranks: it re-forms at once on the
+    // first ones (their live state), and the others go to yield_for().
+    const int keep = job.shrink_to();
+    job.KeepRanks(keep);
+    PromiseReleasedLocked(job, keep);
+    ReleaseGenerationLocked(job, abort, "shrunk");
+    job.EndYield();
+    TransitionLocked(
+        job, v1::JOB_STATE_RECOVERING, "shrunk", nullptr,
+        absl::StrCat(what, "; it goes on with its first ", keep, " ranks"));
+    return;
+  }
+  // It waits in the queue and resumes from the step it saved, on whichever
+  // workers are free.
+  status.set_yields(status.yields() + 1);
+  ++yields_;
+  PromiseReleasedLocked(job, 0);
+  ReleaseGenerationLocked(job, abort, "preempted");
+  active_jobs_.erase(job.seq);
+  job.EndYield();
+  queue_.push_back(status.job_id());
+  job.Queued(clock_->Now());
+  TransitionLocked(job, v1::JOB_STATE_QUEUED, "preempted", nullptr,
+                   absl::StrCat(what, "; back in the queue"));
+}
+
 void Coordinator::PromiseReleasedLocked(const Job& job, int from) {
-  if (job.yield_for.empty() || job.generation == nullptr) return;
-  const std::vector<std::string>& ranks = job.generation->rank_workers();
+  if (!job.yielding()) return;
+  const std::vector<std::string> ranks = RankWorkersLocked(job);
   for (size_t rank = from; rank < ranks.size(); ++rank) {
-    promised_[ranks[rank]] = job.yield_for;
+    promised_[ranks[rank]] = {job.yield_for(),
+                              clock_->Now() + heartbeat_timeout_};
   }
 }
 
@@ -617,7 +667,7 @@ void Coordinator::EndJobLocked(Job& job, v1::JobState state,
   v1::JobStatus& status = job.status;
   ReleaseGenerationLocked(job, state != v1::JOB_STATE_SUCCEEDED, reason);
   active_jobs_.erase(job.seq);
-  job.yielding = false;
+  job.EndYield();
   job.status.clear_queue();
   TransitionLocked(job, state, absl::StrCat("job_", StateName(state)), nullptr,
                    reason);

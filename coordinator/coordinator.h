@@ -6,8 +6,9 @@
 // passes that carry out scheduler.h's plans), worker_reports.cc (results,
 // progress, checkpoint and preemption reports) and rendezvous.cc (key-value
 // store, barriers, the generation fence). The pieces it calls under its lock
-// live in files of their own: the worker registry (worker_registry.h), one
-// generation of a job (generation.h) with its checkpoint commit tally
+// live in files of their own: the worker registry (worker_registry.h), the
+// job record with its preemption sub-state (job_record.h), one generation
+// of a job (generation.h) with its checkpoint commit tally
 // (checkpoint_tally.h), and the job status updates (job_status.h).
 //
 // Job states (v1::JobState) and transitions:
@@ -17,6 +18,8 @@
 //     │  ▲                                                           │
 //     │  │ preempted for a job of a higher priority: every rank      │
 //     │  │ stops at one step, saved; the job waits in the queue      │
+//     │  │ (also when a failure or a coordinator restart cuts the    │
+//     │  │ stop short)                                               │
 //     │  │                                                           │
 //     │ the scheduler places it: the next generation                 │
 //     ▼  │                                                           ▼
@@ -81,6 +84,7 @@
 #include "common/metrics.h"
 #include "coordinator/authorization.h"
 #include "coordinator/generation.h"
+#include "coordinator/job_record.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_waits.h"
 #include "coordinator/scheduler.h"
@@ -278,36 +282,9 @@ class Coordinator {
   void Shutdown();
 
  private:
-  struct Job {
-    // Submission order: the number that ends the job id ("name-<seq>").
-    int64_t seq = 0;
-    v1::JobStatus status;
-    // StopJob asked the running generation to stop (it wins over a
-    // preemption under way).
-    bool stop_requested = false;
-    // When its current generation started (on this coordinator's clock):
-    // it is not preempted for another job before min_run_time from there.
-    absl::Time started = absl::InfinitePast();
-    // The scheduler preempted it for the queued job `yield_for`: its ranks
-    // are stopping at an agreed step; then it goes back to the queue.
-    bool yielding = false;
-    std::string yield_for;
-    // > 0 while yielding: an elastic job shrinks to its first `shrink_to`
-    // ranks instead of stopping; then its next generation re-forms on
-    // those `keep_ranks` workers only, and the rest go to `yield_for`.
-    int shrink_to = 0;
-    int keep_ranks = 0;
-    // When it last entered the queue (submitted, preempted, or loaded by
-    // this coordinator), for --age-after.
-    absl::Time queued_at = absl::InfinitePast();
-    // When the job was last written to the store: progress reports are
-    // written at most once per kPersistProgressEvery (worker_reports.cc).
-    absl::Time last_persisted = absl::InfinitePast();
-    // The job's current generation, replaced whole at each start; between
-    // generations the ended one stays for its rank order. Null until the
-    // job first starts in this coordinator process.
-    std::unique_ptr<Generation> generation;
-  };
+  // One job: its status, generation and preemption sub-state
+  // (job_record.h).
+  using Job = JobRecord;
 
   struct Watch {
     std::string job_id;
@@ -447,6 +424,13 @@ class Coordinator {
   // Every rank stopped for a preemption: the job waits for its group, or
   // (preempted by the scheduler) goes back to the queue.
   void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job yielded its workers to yield_for(): it goes back to the queue
+  // or (shrink_to() > 0) re-forms on its first ranks, counted as a
+  // preemption (no restart), and the workers it gave up are promised to
+  // yield_for(). `what` says how its generation ended; `abort`: its ranks
+  // are told to abort (a failure cut the stop short). Schedules nothing.
+  void YieldedLocked(Job& job, const std::string& what, bool abort)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers of the job's ranks from `from` on, released by its
   // preemption, are promised to the job it yielded for.
   void PromiseReleasedLocked(const Job& job, int from)
@@ -460,6 +444,11 @@ class Coordinator {
   // jobs), carries it out and keeps each waiting job's place for its status.
   void ScheduleQueuedLocked(const std::set<std::string>& reserved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls off the preemption of each job that yields for a job no longer
+  // queued (it started on other workers, stopped or was deleted): Resume
+  // to its ranks (issue 52). Ranks that had already agreed to stop report
+  // it all the same, and the job then re-forms on its workers.
+  void CallOffPreemptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the waiting jobs' order (`ids`) and shows each its place and
   // reason (`entries`, in the same order) in its status.
   void ShowWaitingLocked(const std::vector<std::string>& ids,
@@ -633,8 +622,16 @@ class Coordinator {
   bool scheduling_ ABSL_GUARDED_BY(mu_) = false;
   // Workers promised to a queued job (PoolWorker.promised_to): released
   // by a preemption for it, or held for it by a pass. A promise ends when
-  // the worker is given to a job or its job leaves the queue.
-  std::map<std::string, std::string> promised_ ABSL_GUARDED_BY(mu_);
+  // the worker is given to a job or its job leaves the queue, or when the
+  // job waits for anything but its preemption: for workers to come back
+  // (no_fit) only until `until` (released workers that died or restarted,
+  // or all of them after a coordinator restart, have a heartbeat timeout
+  // to reconnect), for other reasons at once.
+  struct Promise {
+    std::string job_id;
+    absl::Time until = absl::InfinitePast();
+  };
+  std::map<std::string, Promise> promised_ ABSL_GUARDED_BY(mu_);
   // Free workers whose id the store does not hold yet (PersistWorkersLocked).
   std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
   bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;
@@ -655,6 +652,8 @@ class Coordinator {
   // Jobs the scheduler sent back to the queue for a job of a higher
   // priority.
   int64_t yields_ ABSL_GUARDED_BY(mu_) = 0;
+  // Preemptions called off (CallOffPreemptionsLocked).
+  int64_t called_off_ ABSL_GUARDED_BY(mu_) = 0;
   metrics::Histogram commit_seconds_ ABSL_GUARDED_BY(mu_);
 };
 

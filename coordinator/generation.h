@@ -132,6 +132,13 @@ class Generation {
   // A rank reported that it stopped for a preemption.
   void MarkPreempted() { preempting_ = true; }
   bool preempting() const { return preempting_; }
+  // The scheduler called its preemption off (Resume): another may start;
+  // ranks that had already agreed to stop report it all the same.
+  void CallOffPreemption() {
+    preempting_ = false;
+    called_off_ = true;
+  }
+  bool called_off() const { return called_off_; }
   const std::string& preempt_reason() const { return preempt_reason_; }
 
   CheckpointTally& checkpoints() { return checkpoints_; }
@@ -166,6 +173,7 @@ class Generation {
   std::string suspect_;
   absl::Time suspect_deadline_ = absl::InfiniteFuture();
   bool preempting_ = false;
+  bool called_off_ = false;
   std::string preempt_reason_;
   CheckpointTally checkpoints_;
 };

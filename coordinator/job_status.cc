@@ -264,6 +264,19 @@ std::string FinalSave(const v1::JobStatus& status, int64_t step,
                       " (step ", newest->step(), ")");
 }
 
+std::string ResumePoint(const v1::JobStatus& status) {
+  if (status.spec().checkpoint().backup_dir().empty()) return "";
+  const v1::CheckpointInfo* newest = nullptr;
+  for (const v1::CheckpointInfo& info : status.checkpoints()) {
+    if (newest == nullptr || info.step() > newest->step()) newest = &info;
+  }
+  if (newest == nullptr) {
+    return "it resumes from step 0 (no checkpoint of this job was committed)";
+  }
+  return absl::StrCat("it resumes from ", newest->name(), " (step ",
+                      newest->step(), "), its newest checkpoint");
+}
+
 v1::JobStatus Summary(v1::JobStatus status, size_t max_bytes,
                       size_t max_error_bytes) {
   status.clear_events();

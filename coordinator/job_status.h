@@ -69,6 +69,12 @@ void ApplyResult(v1::JobStatus& status, int rank, const v1::TaskResult& result);
 void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
                    const Worker& worker, double now);
 
+// Where a job placed again resumes, from its committed checkpoints: "it
+// resumes from ckpt-000000120 (step 120), its newest checkpoint", or "it
+// resumes from step 0 (no checkpoint of this job was committed)"; "" when
+// it saves no checkpoints.
+std::string ResumePoint(const v1::JobStatus& status);
+
 // What became of the save a generation made when it stopped after `step`
 // (a stop request or a preemption): "saved as ckpt-000000120", or that the
 // save failed (`failure` says why, when a rank or the chief reported it) and

@@ -152,23 +152,55 @@ class Pass {
   // Considers queued job `q`, whose owner holds `holds` workers; true when
   // it starts.
   bool Consider(size_t q, int holds) {
-    const QueuedJob& job = queued_[q];
     // Its turn: the workers promised to it are free for it (and, if it
     // does not keep them, for the jobs after it). A job of a higher
-    // priority than a promisee may take that promisee's workers too.
+    // priority than a promisee may take that promisee's workers too, but
+    // those it does not take stay the promisee's (issue 52, simulation seed
+    // 1478: a job of a higher priority waiting on its quota let a later job
+    // of the promisee's priority take them).
+    std::vector<int> kept_waiting;
+    std::vector<std::pair<size_t, int>> borrowed;
     if (!promised_free_.empty()) {
       bool released = false;
       for (auto it = promised_free_.begin(); it != promised_free_.end();) {
-        if (it->first == q || queued_[it->first].priority < job.priority) {
-          free_.insert(free_.end(), it->second.begin(), it->second.end());
-          promised_free_.erase(it++);
-          released = true;
-        } else {
+        const bool own = it->first == q;
+        if (!own && queued_[it->first].priority >= queued_[q].priority) {
           ++it;
+          continue;
         }
+        for (int i : it->second) {
+          if (!own) {
+            borrowed.push_back({it->first, i});
+          } else if (pool_[i].promise_outlasts_wait) {
+            kept_waiting.push_back(i);
+          }
+        }
+        free_.insert(free_.end(), it->second.begin(), it->second.end());
+        promised_free_.erase(it++);
+        released = true;
       }
       if (released) std::sort(free_.begin(), free_.end());
     }
+    const bool started = Decide(q, holds, kept_waiting);
+    std::vector<int> returned;
+    for (const auto& [promisee, i] : borrowed) {
+      if (std::binary_search(free_.begin(), free_.end(), i)) {
+        promised_free_[promisee].push_back(i);
+        returned.push_back(i);
+      }
+    }
+    if (!returned.empty()) {
+      std::sort(returned.begin(), returned.end());
+      Take(returned);
+    }
+    return started;
+  }
+
+  // Consider's decision for job `q` once the workers it may take are in
+  // free_; `kept_waiting`: those promised to it that it keeps while it
+  // waits for the others to come back.
+  bool Decide(size_t q, int holds, const std::vector<int>& kept_waiting) {
+    const QueuedJob& job = queued_[q];
     QueueEntry entry;
     entry.job = q;
     entry.needed = job.size;
@@ -210,8 +242,14 @@ class Pass {
       return false;
     }
     const int at_start = CountMatching(job.placement, initial_free_);
-    return Wait(entry, at_start >= job.size ? WaitReason::kPriority
-                                            : WaitReason::kNoFit);
+    const WaitReason reason =
+        at_start >= job.size ? WaitReason::kPriority : WaitReason::kNoFit;
+    if (reason == WaitReason::kNoFit && !kept_waiting.empty()) {
+      // Its released workers that are back wait for the others.
+      Take(kept_waiting);
+      plan_.holds.push_back({job.id, kept_waiting});
+    }
+    return Wait(entry, reason);
   }
 
   // The head of a FIFO queue did not start: everything behind it waits.

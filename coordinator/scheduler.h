@@ -33,7 +33,9 @@
 //     that frees enough (or when it cannot stop): it gives up its last
 //     ranks and goes on with the first ones, whose live state it keeps.
 //     The workers it waits for are held for it meanwhile, across passes
-//     (PoolWorker.promised_to): no other job takes them while it is queued.
+//     (PoolWorker.promised_to): no job of its priority or lower takes them
+//     while it is queued, and one of a higher priority leaves those it
+//     does not take promised.
 //
 // Thread-compatible; Plan is const.
 #ifndef LOCKSTEP_COORDINATOR_SCHEDULER_H_
@@ -68,6 +70,11 @@ struct PoolWorker {
   // A queued job it was promised to (a preemption released it, or a pass
   // held it for that job): only that job may take it while it is queued.
   std::string promised_to;
+  // The promise holds even while that job cannot start: the other workers
+  // released to it may still come back (one failed while its job yielded,
+  // or the coordinator restarted). Otherwise a promisee that neither starts
+  // nor preempts leaves the worker to the jobs after it.
+  bool promise_outlasts_wait = false;
 };
 
 bool Matches(const Placement& placement, const PoolWorker& worker);
@@ -177,7 +184,8 @@ struct SchedulingPlan {
     // > 0: the job shrinks to its first `keep` ranks instead of stopping.
     int keep = 0;
   };
-  // Free workers held for a job waiting for a preemption: they stay its
+  // Free workers held for a job waiting for a preemption, or (promised to
+  // it, promise_outlasts_wait) for workers to come back: they stay its
   // (PoolWorker.promised_to) until it starts or leaves the queue.
   struct Hold {
     std::string job_id;

@@ -14,12 +14,39 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_state.h"
 #include "common/log.h"
 #include "common/tf_config.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
 #include "coordinator/scheduler.h"
 
 namespace lockstep::coordinator {
+namespace {
+
+// Where a preempted job placed again goes on: from the step it stopped at
+// when that step was saved; otherwise (the final save failed, or the
+// coordinator restarted before committing it) what its newest checkpoint
+// has, unless its workers still hold the newer live state (issue 52: said,
+// not claimed).
+std::string Continues(const v1::JobStatus& status) {
+  const int64_t stopped = status.applied_step();
+  const std::string resumes = ResumePoint(status);
+  for (const v1::CheckpointInfo& info : status.checkpoints()) {
+    if (info.step() == stopped) {
+      return absl::StrCat("it continues from step ", stopped, " (", info.name(),
+                          ")");
+    }
+  }
+  if (stopped == 0) return "it starts from step 0";
+  if (resumes.empty()) return absl::StrCat("it stopped at step ", stopped);
+  return absl::StrCat("it stopped at step ", stopped,
+                      ", which was not saved: ", resumes,
+                      ", unless its workers still hold the newer "
+                      "state");
+}
+
+}  // namespace
 
 void Coordinator::MaybeStartJobLocked(bool standby) {
   // Not re-entered: a start that fails ends its job, which asks for
@@ -112,9 +139,9 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
       if (!MovedOnLocked(id, *job)) previous.push_back(std::move(id));
     }
     // A job that shrank keeps only its first ranks.
-    if (job->keep_ranks > 0 &&
-        previous.size() > static_cast<size_t>(job->keep_ranks)) {
-      previous.resize(job->keep_ranks);
+    if (job->keep_ranks() > 0 &&
+        previous.size() > static_cast<size_t>(job->keep_ranks())) {
+      previous.resize(job->keep_ranks());
     }
     reserved.insert(previous.begin(), previous.end());
     recovering.emplace_back(job->status.job_id(), std::move(previous));
@@ -135,7 +162,7 @@ std::set<std::string> Coordinator::ReformRecoveringLocked() {
     // It does not grow back into the workers it gave up, nor past its
     // owner's quota (issue 52): an elastic job re-forms with at most what
     // the owner's other jobs leave.
-    if (job.keep_ranks > 0) spec.set_max_workers(job.keep_ranks);
+    if (job.keep_ranks() > 0) spec.set_max_workers(job.keep_ranks());
     if (spec.min_workers() > 0) {
       const auto& quotas = scheduler_.policy().quotas;
       if (auto quota = quotas.find(job.status.owner()); quota != quotas.end()) {
@@ -163,7 +190,7 @@ bool Coordinator::MovedOnLocked(const std::string& worker_id, const Job& job) {
 std::set<std::string> Coordinator::YieldingRanksLocked() {
   std::set<std::string> ranks;
   for (Job* job : ActiveJobsLocked()) {
-    if (job->yielding && job->generation != nullptr) {
+    if (job->yielding() && job->generation != nullptr) {
       for (const std::string& id : job->generation->rank_workers()) {
         ranks.insert(id);
       }
@@ -183,7 +210,7 @@ std::vector<std::string> Coordinator::RankWorkersLocked(const Job& job) const {
 
 int Coordinator::OwnerChargeLocked(const Job& job) const {
   const int ranks = static_cast<int>(RankWorkersLocked(job).size());
-  return job.keep_ranks > 0 ? std::min(job.keep_ranks, ranks) : ranks;
+  return job.keep_ranks() > 0 ? std::min(job.keep_ranks(), ranks) : ranks;
 }
 
 int Coordinator::OwnerHoldsLocked(const Job& except) {
@@ -316,7 +343,7 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   const std::set<std::string> yielding_ranks = YieldingRanksLocked();
   // Promises to jobs no longer queued are over.
   for (auto it = promised_.begin(); it != promised_.end();) {
-    auto job = jobs_.find(it->second);
+    auto job = jobs_.find(it->second.job_id);
     const bool queued = job != jobs_.end() &&
                         job->second.status.state() == v1::JOB_STATE_QUEUED;
     it = queued ? std::next(it) : promised_.erase(it);
@@ -326,7 +353,8 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   for (Worker* worker : connected) {
     PoolWorker pool_worker = PoolWorkerOf(*worker);
     if (auto promise = promised_.find(worker->id); promise != promised_.end()) {
-      pool_worker.promised_to = promise->second;
+      pool_worker.promised_to = promise->second.job_id;
+      pool_worker.promise_outlasts_wait = clock_->Now() < promise->second.until;
     }
     pool_worker.free = idle.count(worker) > 0 &&
                        reserved.count(worker->id) == 0 &&
@@ -369,9 +397,14 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     entry.started = job->started;
     for (const std::string& id : RankWorkersLocked(*job)) {
       // Not a worker that has moved on to another job since its rank
-      // reported (it would be counted under both).
+      // reported, nor one that is free since (the rank of a job that is
+      // finishing): each would be counted twice (issue 52, simulation seed
+      // 825: a preemption for a job that then still did not fit).
       auto found = index.find(id);
-      if (found == index.end() || MovedOnLocked(id, *job)) continue;
+      if (found == index.end() || MovedOnLocked(id, *job) ||
+          pool[found->second].free) {
+        continue;
+      }
       entry.workers.push_back(found->second);
     }
     // A job is charged its whole group until it ends: also the ranks that
@@ -380,21 +413,24 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     entry.holds = OwnerChargeLocked(*job);
     const bool running_now = job->status.state() == v1::JOB_STATE_RUNNING &&
                              job->generation != nullptr;
-    entry.yielding = job->yielding && running_now;
-    entry.yielding_for = job->yield_for;
-    const bool settled = running_now && !job->yielding &&
+    entry.yielding = job->yielding() && running_now;
+    entry.yielding_for = job->yield_for();
+    const bool settled = running_now && !job->yielding() &&
                          !job->stop_requested && !job->generation->preempting();
     entry.can_yield =
         settled && !job->status.spec().checkpoint().backup_dir().empty();
     entry.min_workers = job->status.spec().min_workers();
     entry.can_shrink = settled && entry.min_workers > 0 &&
                        job->status.world_size() > entry.min_workers;
-    entry.keeps = job->shrink_to;
+    entry.keeps = job->shrink_to();
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
   for (const SchedulingPlan::Hold& hold : plan.holds) {
-    for (int i : hold.workers) promised_[connected[i]->id] = hold.job_id;
+    for (int i : hold.workers) {
+      Promise& promise = promised_[connected[i]->id];
+      promise.job_id = hold.job_id;
+    }
   }
   for (const SchedulingPlan::Preemption& preemption : plan.preemptions) {
     PreemptForLocked(jobs_[preemption.job_id], jobs_[preemption.for_job],
@@ -418,8 +454,7 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
               "placed again on ", workers.size(), " workers after ",
               job.status.yields(),
               job.status.yields() == 1 ? " preemption" : " preemptions",
-              " and ", waited, " in the queue; it continues from step ",
-              job.status.applied_step()));
+              " and ", waited, " in the queue; ", Continues(job.status)));
     } else {
       AddEventLocked(
           job, "placed", nullptr,
@@ -432,22 +467,75 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     }
     StartGenerationLocked(job, workers);
   }
-  // Each waiting job's status shows its new place. A job that no longer
-  // waits for a preemption keeps no promise: the workers go to whoever
-  // fits.
-  std::set<std::string> keeps_promises;
+  // Each waiting job's status shows its new place. A job that waits for
+  // anything but its preemption keeps no promise (the workers go to whoever
+  // fits), except while released workers have time to come back.
+  std::map<std::string, WaitReason> reasons;
   std::vector<std::string> ids;
   for (const QueueEntry& entry : plan.waiting) {
     ids.push_back(queued[entry.job].id);
-    if (entry.reason == WaitReason::kPreempting) {
-      keeps_promises.insert(queued[entry.job].id);
-    }
+    reasons[queued[entry.job].id] = entry.reason;
   }
+  const absl::Time now = clock_->Now();
+  bool promise_pending = false;
   for (auto it = promised_.begin(); it != promised_.end();) {
-    it = keeps_promises.count(it->second) > 0 ? std::next(it)
-                                              : promised_.erase(it);
+    auto reason = reasons.find(it->second.job_id);
+    const bool preempting =
+        reason != reasons.end() && reason->second == WaitReason::kPreempting;
+    const bool returning = reason != reasons.end() &&
+                           reason->second == WaitReason::kNoFit &&
+                           now < it->second.until;
+    promise_pending |= returning;
+    if (preempting || returning) {
+      ++it;
+      continue;
+    }
+    // Jobs considered before the promisee in this pass did not see the
+    // worker: another pass gives it to whoever fits (simulation seed 376).
+    schedule_again_ = true;
+    it = promised_.erase(it);
   }
   ShowWaitingLocked(ids, plan.waiting);
+  // A pass when a promise runs out gives its workers to whoever fits.
+  waiting_on_time_ |= promise_pending;
+  CallOffPreemptionsLocked();
+}
+
+void Coordinator::CallOffPreemptionsLocked() {
+  for (Job* job : ActiveJobsLocked()) {
+    if (!job->yielding() || job->stop_requested || job->generation == nullptr) {
+      continue;
+    }
+    auto it = jobs_.find(job->yield_for());
+    if (it != jobs_.end() &&
+        it->second.status.state() == v1::JOB_STATE_QUEUED) {
+      continue;
+    }
+    const std::string why =
+        it == jobs_.end()
+            ? "was deleted"
+            : (it->second.status.state() == v1::JOB_STATE_RUNNING ||
+                       it->second.status.state() == v1::JOB_STATE_RECOVERING
+                   ? "started on other workers"
+                   : absl::StrCat("ended ",
+                                  StateName(it->second.status.state())));
+    v1::CoordinatorCommand command;
+    command.mutable_resume()->set_job_id(job->status.job_id());
+    command.mutable_resume()->set_generation(job->status.generation());
+    SendToRanksLocked(*job, command);
+    job->generation->CallOffPreemption();
+    ++called_off_;
+    const std::string message = absl::StrCat(
+        "job ", job->yield_for(), " ", why,
+        " before this one yielded: the preemption is called off; its ranks "
+        "train on, or, if they had already agreed to stop, it re-forms on "
+        "its workers from their live state");
+    LogInfo("job ", job->status.job_id(), ": ", message);
+    job->EndYield();
+    AddEventLocked(*job, "preemption_called_off", nullptr, message);
+    ChangedLocked(*job);
+    PersistLocked(*job);
+  }
 }
 
 void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
@@ -462,9 +550,7 @@ void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
                          " (priority ", for_job.status.priority(), " > ",
                          job.status.priority(), ")");
   if (!job.generation->StartPreemption(reason)) return;
-  job.yielding = true;
-  job.yield_for = for_job.status.job_id();
-  job.shrink_to = keep;
+  job.BeginYield(for_job.status.job_id(), keep, NowSeconds());
   AddEventLocked(
       job, "preemption_requested", nullptr,
       absl::StrCat(reason, keep > 0
@@ -480,6 +566,8 @@ void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
   stop->set_preempt(true);
   SendToRanksLocked(job, command);
   ChangedLocked(job);
+  // Stored: a coordinator restarted before the ranks stop finishes it.
+  PersistLocked(job);
 }
 
 }  // namespace lockstep::coordinator

@@ -330,6 +330,14 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(
   absl::MutexLock lock(&mu_);
   for (v1::WorkerInfo& info :
        workers_.List(request.page_token(), page_size, &more)) {
+    if (auto promise = promised_.find(info.worker_id());
+        promise != promised_.end() && info.job_id().empty()) {
+      info.set_promised_to(promise->second.job_id);
+      if (promise->second.until > clock_->Now()) {
+        info.set_promised_until(
+            absl::ToDoubleSeconds(promise->second.until - absl::UnixEpoch()));
+      }
+    }
     *response.add_workers() = std::move(info);
   }
   if (more) {

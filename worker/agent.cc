@@ -120,8 +120,30 @@ void Agent::Serve(std::shared_ptr<Session> session,
         if (task_ && task_->assignment.job_id() == command.stop().job_id()) {
           LogInfo(command.stop().preempt() ? "preemption" : "stop",
                   " requested: ", command.stop().reason());
-          if (command.stop().preempt()) task_->preempt_requested = true;
+          if (command.stop().preempt()) {
+            task_->preempt_requested = true;
+            task_->scheduler_preempt = true;
+          } else {
+            task_->stop_on_request = true;
+          }
           task_->stop_requested = true;
+        }
+        break;
+      }
+      case v1::CoordinatorCommand::kResume: {
+        absl::MutexLock lock(&mu_);
+        const v1::Resume& resume = command.resume();
+        if (task_ && task_->assignment.job_id() == resume.job_id() &&
+            task_->assignment.generation() == resume.generation() &&
+            task_->scheduler_preempt && !task_->stop_on_request &&
+            !preempted_) {
+          // Too late if this step's vote was cast: then every rank stops.
+          LogInfo("the preemption of job ", resume.job_id(),
+                  " was called off: training on unless the ranks already "
+                  "agreed to stop");
+          task_->scheduler_preempt = false;
+          task_->preempt_requested = false;
+          task_->stop_requested = false;
         }
         break;
       }

@@ -45,6 +45,11 @@ class TaskContext {
   // This worker is being preempted (SIGTERM): the ranks stop at an agreed
   // step and save it; the job re-forms when the worker is back.
   std::atomic<bool> preempt_requested{false};
+  // Why the flags above are set, for a Resume (the scheduler calling off its
+  // preemption): only the scheduler's own request is taken back. Read and
+  // written under the agent's lock.
+  bool scheduler_preempt = false;
+  bool stop_on_request = false;
   // Collectives entered in this generation; sent with each heartbeat.
   std::atomic<int64_t> collective_seq{0};
   // The data plane's throughput with each peer; sent with each heartbeat.

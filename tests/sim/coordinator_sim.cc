@@ -9,6 +9,7 @@
 #include "tests/sim/coordinator_sim.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,6 +34,7 @@ namespace {
 
 constexpr int64_t kCheckpointEvery = 10;
 constexpr int kMaxActiveJobs = 8;
+constexpr int kHeartbeatTimeoutSeconds = 10;
 
 // Owners and their quotas; "carol" has none.
 const char* const kOwners[] = {"alice", "bob", "carol"};
@@ -74,6 +76,9 @@ struct SimJob {
   int assigned = 0;
   int64_t step = 0;
   bool stopping = false;
+  // The scheduler asked it to yield: its ranks vote at their next step, and
+  // a Resume before that calls the stop off.
+  bool stop_pending = false;
   bool done = false;  // its ranks reported
   // What a worker finds in backup_dir: committed checkpoints.
   std::set<int64_t> committed;
@@ -86,8 +91,10 @@ struct SimJob {
   std::string preempted_for;
   int64_t preempted_disturbances = 0;
   int64_t preempted_event = 0;
-  // The event at which its current generation formed.
+  // The event at which its current generation formed, and the step it
+  // resumed from.
   int64_t formed_event = 0;
+  int64_t formed_step = 0;
   int seen_preempted = 0;  // "preempted" events seen so far
   int seen_requested = 0;  // "preemption_requested" events seen
   // Results at the plan's end delivered for generation `ended_generation`:
@@ -132,7 +139,7 @@ class Simulation {
   bool MakeCoordinator() {
     Coordinator::Options options;
     options.clock = &clock_;
-    options.heartbeat_timeout = absl::Seconds(10);
+    options.heartbeat_timeout = absl::Seconds(kHeartbeatTimeoutSeconds);
     options.error_grace = absl::Seconds(1);
     options.scheduling.quotas = Quotas();
     options.scheduling.min_run_time = absl::Seconds(20);
@@ -232,6 +239,16 @@ class Simulation {
       case v1::CoordinatorCommand::kStop:
         Stopped(w, command.stop());
         break;
+      case v1::CoordinatorCommand::kResume: {
+        SimJob* job = Find(command.resume().job_id());
+        if (job != nullptr && job->stop_pending &&
+            job->generation == command.resume().generation()) {
+          job->stop_pending = false;
+          Trace(absl::StrCat("(coordinator) calls off the preemption of ",
+                             job->id, " before its ranks voted"));
+        }
+        break;
+      }
       case v1::CoordinatorCommand::kCommit: {
         const v1::CommitCheckpoint& commit = command.commit();
         SimJob* job = Find(commit.job_id());
@@ -269,6 +286,7 @@ class Simulation {
       job->world = assignment.world_size();
       job->assigned = 0;
       job->stopping = false;
+      job->stop_pending = false;
       job->done = false;
     }
     if (++job->assigned == job->world) Form(*job);
@@ -290,15 +308,19 @@ class Simulation {
       workers_[w].live_job = job.id;
       workers_[w].live_step = job.step;
     }
+    job.formed_step = job.step;
     if (job.yielded_at.has_value()) {
-      if (job.step != *job.yielded_at &&
-          disturbances_ == job.preempted_disturbances) {
-        Violation(absl::StrCat("invariant 3: job ", job.id, " yielded at step ",
-                               *job.yielded_at, " but generation ",
-                               job.generation, " resumes from step ",
-                               job.step));
-      }
+      if (disturbances_ == job.preempted_disturbances) CheckResume(job);
       job.yielded_at.reset();
+    }
+  }
+
+  // 3. The generation formed after a clean yield resumes where it stopped.
+  void CheckResume(const SimJob& job) {
+    if (job.formed_step != job.stopped_at) {
+      Violation(absl::StrCat("invariant 3: job ", job.id, " yielded at step ",
+                             job.stopped_at, " but generation ", job.generation,
+                             " resumes from step ", job.formed_step));
     }
   }
 
@@ -364,15 +386,23 @@ class Simulation {
         worker.generation != job->generation || job->done || job->stopping) {
       return;
     }
-    // The ranks agree on the chief's step and save it.
-    job->stopping = true;
-    job->stopped_at = job->step;
-    job->stopped_workers.clear();
-    for (size_t r : RanksOf(*job)) {
-      job->stopped_workers.push_back(workers_[r].id);
+    if (stop.preempt()) {
+      // The ranks vote at their next step (Train).
+      job->stop_pending = true;
+      return;
     }
-    if (job->saving && job->step > 0) Checkpoint(*job, job->step);
-    Report(*job, /*stopped=*/true, stop.preempt());
+    StopNow(*job, /*preempt=*/false);
+  }
+
+  // The ranks agree on the chief's step and save it.
+  void StopNow(SimJob& job, bool preempt) {
+    job.stop_pending = false;
+    job.stopping = true;
+    job.stopped_at = job.step;
+    job.stopped_workers.clear();
+    for (size_t r : RanksOf(job)) job.stopped_workers.push_back(workers_[r].id);
+    if (job.saving && job.step > 0) Checkpoint(job, job.step);
+    Report(job, /*stopped=*/true, preempt);
   }
 
   // ---- events ----
@@ -487,6 +517,11 @@ class Simulation {
     }
     if (formed.empty()) return Deliver();
     SimJob& job = *formed[Uniform(0, formed.size() - 1)];
+    if (job.stop_pending) {
+      Trace(absl::StrCat("ranks of ", job.id, " agree to stop at step ",
+                         job.step));
+      return StopNow(job, /*preempt=*/true);
+    }
     const int64_t from = job.step;
     job.step = std::min(job.max_steps, job.step + Uniform(1, 15));
     Trace(absl::StrCat("train ", job.id, " generation ", job.generation,
@@ -752,8 +787,16 @@ class Simulation {
     }
     if (preempted > job.seen_preempted) {
       job.seen_preempted = preempted;
-      // Where it stopped and saved: its next generation starts there.
-      job.yielded_at = job.stopped_at;
+      // A yield without a failure or restart since it was asked for: its
+      // next generation resumes from the step it stopped at. That one may
+      // have formed already, in the same event.
+      if (disturbances_ == job.preempted_disturbances) {
+        if (job.formed_event > job.preempted_event) {
+          CheckResume(job);
+        } else {
+          job.yielded_at = job.stopped_at;
+        }
+      }
       const std::string& for_job = job.preempted_for;
       auto it = statuses.find(for_job);
       if (for_job.empty() || disturbances_ != job.preempted_disturbances) {
@@ -852,13 +895,32 @@ class Simulation {
         return;
       }
     }
+    // Workers promised to a job that waits for other released workers to
+    // come back are held for it, for at most the heartbeat timeout.
+    v1::ListWorkersRequest request;
+    auto page = coordinator_->ListWorkers(request);
+    const double now = absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch());
+    int held = 0;
+    if (page.ok()) {
+      for (const v1::WorkerInfo& worker : page->workers()) {
+        if (!worker.connected() || worker.promised_until() <= now) continue;
+        ++held;
+        if (worker.promised_until() - now > kHeartbeatTimeoutSeconds + 1e-3) {
+          Violation(absl::StrCat("invariant 4: worker ", worker.worker_id(),
+                                 " is promised to ", worker.promised_to(),
+                                 " for ", worker.promised_until() - now,
+                                 " s, past the heartbeat timeout"));
+        }
+      }
+    }
     for (const auto& [id, status] : statuses) {
       if (status.state() != v1::JOB_STATE_QUEUED) continue;
       const v1::JobSpec& spec = status.spec();
       const int size =
           spec.min_workers() > 0 ? spec.min_workers() : spec.num_workers();
       auto quota = Quotas().find(status.owner());
-      if (size <= up && (quota == Quotas().end() || size <= quota->second)) {
+      if (size <= up - held &&
+          (quota == Quotas().end() || size <= quota->second)) {
         Violation(absl::StrCat("invariant 4: no job runs, ", up,
                                " workers are up, and job ", id, " (", size,
                                " workers) waits: ", status.queue().reason()));
@@ -946,8 +1008,9 @@ class Simulation {
 
 SimResult RunSimulation(const SimOptions& options) {
   // The coordinator logs every transition: millions of lines, of which
-  // only an error (a refused transition) says something here.
-  SetMinLogLevel('E');
+  // only an error (a refused transition) says something here. To replay
+  // one seed with them all: LOCKSTEP_SIM_LOG=1.
+  SetMinLogLevel(std::getenv("LOCKSTEP_SIM_LOG") != nullptr ? 'I' : 'E');
   SimResult result = Simulation(options).Run();
   SetMinLogLevel('I');
   return result;

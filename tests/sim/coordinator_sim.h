@@ -19,7 +19,9 @@
 //      to it), unless a worker died or the coordinator restarted meanwhile;
 //      never does it wait on its owner's quota, nor does a job of a lower
 //      priority take a worker it released (strict_preemptions: nor any
-//      job); and an idle pool leaves no job waiting that fits it;
+//      job); and an idle pool leaves no job waiting that fits it, but
+//      for workers promised to a job that waits for other released
+//      workers to come back, for at most the heartbeat timeout;
 //   5. a restart keeps every job: final states, steps and checkpoints.
 //
 // A run is a function of its seed: its trace (one line per event) replays

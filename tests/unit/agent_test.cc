@@ -396,6 +396,42 @@ TEST_F(AgentTest, AssignmentWhosePathsAreRefusedFailsWithoutRunning) {
   ASSERT_NE(task_.WaitStarted(1), nullptr);
 }
 
+v1::CoordinatorCommand ResumeCommand(const std::string& job,
+                                     int64_t generation) {
+  v1::CoordinatorCommand command;
+  command.mutable_resume()->set_job_id(job);
+  command.mutable_resume()->set_generation(generation);
+  return command;
+}
+
+// Issue 52: the scheduler calls off its preemption before the ranks vote
+// (the job it was for went away): the task trains on. A stop on request is
+// never taken back so.
+TEST_F(AgentTest, AResumeTakesBackOnlyTheSchedulersPreemption) {
+  auto [session, context] = StartWithTask("job-1", 3);
+  ASSERT_NE(context, nullptr);
+  session->Push(StopCommand("job-1", /*preempt=*/true));
+  ASSERT_TRUE(session->WaitUntilHandled());
+  ASSERT_TRUE(context->preempt_requested);
+  // Another generation's or job's Resume changes nothing.
+  session->Push(ResumeCommand("job-1", 2));
+  session->Push(ResumeCommand("job-2", 3));
+  ASSERT_TRUE(session->WaitUntilHandled());
+  EXPECT_TRUE(context->preempt_requested);
+  session->Push(ResumeCommand("job-1", 3));
+  ASSERT_TRUE(session->WaitUntilHandled());
+  EXPECT_FALSE(context->preempt_requested);
+  EXPECT_FALSE(context->stop_requested);
+
+  session->Push(StopCommand("job-1", /*preempt=*/false));
+  session->Push(StopCommand("job-1", /*preempt=*/true));
+  session->Push(ResumeCommand("job-1", 3));
+  ASSERT_TRUE(session->WaitUntilHandled());
+  EXPECT_TRUE(context->stop_requested);
+  EXPECT_TRUE(context->preempt_requested);
+  task_.Release();
+}
+
 TEST_F(AgentTest, StopReachesTheTaskOfItsJobOnly) {
   auto [session, context] = StartWithTask("job-1", 3);
   ASSERT_NE(context, nullptr);

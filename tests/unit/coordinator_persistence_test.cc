@@ -12,6 +12,7 @@
 
 #include "common/job_spec.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/job_status.h"
 #include "tests/unit/coordinator_fixture.h"
 
 namespace lockstep::coordinator {
@@ -231,6 +232,74 @@ TEST_F(CoordinatorTest, EveryRunningJobComesBackAfterARestart) {
   // The queued job starts on the new worker.
   EXPECT_EQ(Status(queued).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Status(queued).ranks(0).worker_id(), id_new);
+}
+
+// Issue 52: a coordinator restarted while a job yields for an urgent one
+// finishes the preemption (the job is queued, charged a preemption and no
+// restart; the urgent job gets the workers when they are back), and a
+// queued job keeps its age.
+TEST_F(CoordinatorTest, ACoordinatorRestartedMidPreemptionFinishesIt) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  clock_.Advance(absl::Hours(1));  // a queued_time of 0 means none
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a, b;
+  const std::string id_a = Connect(1, &a);
+  const std::string id_b = Connect(2, &b);
+  v1::JobSpec low_spec = SavingSpec(2);
+  low_spec.set_max_restarts(0);
+  const std::string low = *coordinator_->SubmitJob(low_spec);
+  const std::string waiting = *coordinator_->SubmitJob(Spec(1));
+  const double waiting_since = Status(waiting).queued_time();
+  EXPECT_GT(waiting_since, 0);
+  clock_.Advance(absl::Minutes(30));
+  v1::JobSpec urgent_spec = Spec(2);
+  urgent_spec.set_priority(10);
+  const std::string urgent = *coordinator_->SubmitJob(urgent_spec);
+  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
+  ASSERT_EQ(Status(low).preemption().for_job(), urgent);
+  coordinator_.reset();
+
+  clock_.Advance(absl::Minutes(1));
+  Make(std::nullopt, *JobStore::Open(dir));
+  const v1::JobStatus queued = Status(low);
+  EXPECT_EQ(queued.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_FALSE(queued.has_preemption());
+  EXPECT_EQ(queued.yields(), 1);
+  EXPECT_EQ(RestartsUsed(queued), 0);
+  EXPECT_TRUE(EventsOf(queued, "coordinator_restarted").empty());
+  ASSERT_EQ(EventsOf(queued, "preempted").size(), 1u);
+  EXPECT_THAT(EventsOf(queued, "preempted")[0].message(),
+              ::testing::HasSubstr("the coordinator restarted while "
+                                   "generation 1 stopped for job " +
+                                   urgent));
+  EXPECT_EQ(Status(waiting).queued_time(), waiting_since);
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_QUEUED);
+  // The workers come back: the first waits for the second, promised to the
+  // urgent job (the job that fits one worker does not take it); then the
+  // urgent job takes both.
+  FakeSink again_a, again_b;
+  EXPECT_EQ(Connect(1, &again_a), id_a);
+  EXPECT_EQ(Status(waiting).state(), v1::JOB_STATE_QUEUED);
+  for (const v1::WorkerInfo& worker : WorkersOn(*coordinator_)) {
+    if (worker.worker_id() != id_a) continue;
+    EXPECT_EQ(worker.promised_to(), urgent);
+    EXPECT_GT(worker.promised_until(), 0);
+  }
+  EXPECT_EQ(Connect(2, &again_b), id_b);
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(low).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Status(waiting).state(), v1::JOB_STATE_QUEUED);
+  // The queue shows the older job's age, not the restart's.
+  v1::ListQueueRequest request;
+  const auto listed = coordinator_->ListQueue(request);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const v1::JobStatus& job : listed->jobs()) {
+    if (job.job_id() == waiting) EXPECT_EQ(job.queued_time(), waiting_since);
+  }
 }
 
 // ---- the state database's schema version ----------------------------------

@@ -192,6 +192,30 @@ void Yield(Coordinator& coordinator, const v1::JobStatus& status) {
   }
 }
 
+// The chief reports `step`, and every rank prepares a checkpoint of it,
+// which the chief commits.
+void Checkpointed(Coordinator& coordinator, const v1::JobStatus& status,
+                  int64_t step) {
+  const int64_t generation = status.generation();
+  ASSERT_TRUE(coordinator
+                  .HandleWorkerMessage(
+                      status.ranks(0).worker_id(),
+                      Progress(status.job_id(), generation, step, 1000))
+                  .ok());
+  for (const v1::RankResult& rank : status.ranks()) {
+    ASSERT_TRUE(coordinator
+                    .HandleWorkerMessage(rank.worker_id(),
+                                         Prepared(status.job_id(), generation,
+                                                  rank.rank(), step))
+                    .ok());
+  }
+  ASSERT_TRUE(
+      coordinator
+          .HandleWorkerMessage(status.ranks(0).worker_id(),
+                               Committed(status.job_id(), generation, step))
+          .ok());
+}
+
 bool SentPreemptingStop(const FakeSink& sink, const std::string& job) {
   for (const auto& command : CommandsOf(sink, v1::CoordinatorCommand::kStop)) {
     if (command.stop().job_id() == job && command.stop().preempt()) return true;
@@ -309,6 +333,53 @@ TEST_F(PreemptingTest, AJobPreemptedAtItsLastStepSucceeds) {
         coordinator_->HandleWorkerMessage(rank.worker_id(), result).ok());
   }
   ExpectSucceededAndHandedOver();
+}
+
+// Issue 52: a preemption is called off when the job it was for leaves the
+// queue before the victim yields: its ranks get Resume and train on. Ranks
+// that had already agreed to stop report it; the job then re-forms at once
+// on the same workers, spending no restart and never queued.
+TEST_F(PreemptingTest, APreemptionIsCalledOffWhenItsJobIsStopped) {
+  ASSERT_TRUE(coordinator_->StopJob(urgent_).ok());
+  const v1::JobStatus running = Status(low_);
+  EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(running.has_preemption());
+  ASSERT_EQ(EventsOf(running, "preemption_called_off").size(), 1u);
+  EXPECT_THAT(EventsOf(running, "preemption_called_off")[0].message(),
+              ::testing::HasSubstr(urgent_ + " ended stopped"));
+  for (const FakeSink& sink : sinks_) {
+    const auto resumes = CommandsOf(sink, v1::CoordinatorCommand::kResume);
+    ASSERT_EQ(resumes.size(), 1u);
+    EXPECT_EQ(resumes[0].resume().job_id(), low_);
+    EXPECT_EQ(resumes[0].resume().generation(), 1);
+  }
+  // Too late: the ranks had voted to stop.
+  Yield(*coordinator_, running);
+  const v1::JobStatus reformed = Status(low_);
+  EXPECT_EQ(reformed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.ranks(0).worker_id(), running.ranks(0).worker_id());
+  EXPECT_EQ(reformed.ranks(1).worker_id(), running.ranks(1).worker_id());
+  EXPECT_EQ(reformed.yields(), 0);
+  EXPECT_EQ(RestartsUsed(reformed), 0);
+  EXPECT_TRUE(EventsOf(reformed, "preempted").empty());
+  EXPECT_EQ(EventsOf(reformed, "preemption_called_off").size(), 2u);
+}
+
+TEST_F(PreemptingTest, APreemptionIsCalledOffWhenItsJobStartsElsewhere) {
+  FakeSink more[2];
+  for (int i = 0; i < 2; ++i) Connect(10 + i, &more[i]);
+  ASSERT_EQ(Status(urgent_).state(), v1::JOB_STATE_RUNNING);
+  const v1::JobStatus running = Status(low_);
+  EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(running.has_preemption());
+  ASSERT_EQ(EventsOf(running, "preemption_called_off").size(), 1u);
+  EXPECT_THAT(EventsOf(running, "preemption_called_off")[0].message(),
+              ::testing::HasSubstr("started on other workers"));
+  EXPECT_EQ(CommandsOf(sinks_[0], v1::CoordinatorCommand::kResume).size(), 1u);
+  // The ranks trained on and finish: the job succeeds.
+  Succeed(*coordinator_, running, 0);
+  EXPECT_EQ(Status(low_).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 // Issue 52: a worker whose rank already reported is idle while its job
@@ -434,28 +505,106 @@ TEST_F(CoordinatorTest, AJobIsPreemptedOnlyAfterTheMinimumRunTime) {
   EXPECT_EQ(Status(urgent).queue().reason(), "preempting");
 }
 
-TEST_F(CoordinatorTest, AWorkerFailureDuringAPreemptionRecoversTheJob) {
+// Issue 52: a worker that dies while its job yields cuts the stop short,
+// but not the preemption: the urgent job gets the workers at once (it
+// neither waits for the job to recover and run min_run_time again nor
+// preempts another one), and the job waits in the queue, charged a
+// preemption, not a restart.
+TEST_F(CoordinatorTest,
+       AWorkerFailureDuringAPreemptionStillHandsItsWorkersOver) {
   configure_ = [](Coordinator::Options& options) {
-    options.scheduling.min_run_time = absl::ZeroDuration();
+    options.scheduling.min_run_time = absl::Minutes(10);
   };
   Make();
   FakeSink sinks[3];
   for (int i = 0; i < 3; ++i) Connect(i + 1, &sinks[i]);
-  const std::string low = *coordinator_->SubmitJob(SavingSpec(2));
+  v1::JobSpec low_spec = SavingSpec(2);
+  low_spec.set_max_restarts(0);  // a restart charged would fail it
+  const std::string low = *coordinator_->SubmitJob(low_spec);
+  clock_.Advance(absl::Minutes(10));
+  const v1::JobStatus running = Status(low);
+  for (const v1::RankResult& rank : running.ranks()) {
+    Beat(rank.worker_id(), low, 1);
+  }
+  Checkpointed(*coordinator_, Status(low), 40);
+  ASSERT_TRUE(coordinator_
+                  ->HandleWorkerMessage(Status(low).ranks(0).worker_id(),
+                                        Progress(low, 1, 50, 1000))
+                  .ok());
+  // One worker is free: the urgent job needs one more and preempts "low".
   const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
-  // One worker was free: urgent needs one more and preempts "low".
+  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
   ASSERT_TRUE(SentPreemptingStop(sinks[0], low));
-  const std::string rank1 = Status(low).ranks(1).worker_id();
-  coordinator_->CloseSession(rank1, 2, &sinks[1],
+  const v1::JobStatus yielding = Status(low);
+  ASSERT_TRUE(yielding.has_preemption());
+  EXPECT_EQ(yielding.preemption().for_job(), urgent);
+  const std::string kept = yielding.ranks(0).worker_id();
+  const std::string lost = yielding.ranks(1).worker_id();
+  coordinator_->CloseSession(lost, 2, &sinks[1],
                              absl::UnavailableError("gone"));
-  // The stop was cut short: "low" recovers like after any failure (its
-  // survivor holds its state, the free worker takes the lost rank); it
-  // does not go back to the queue.
-  v1::JobStatus status = Status(low);
-  EXPECT_EQ(status.generation(), 2);
-  EXPECT_EQ(status.yields(), 0);
-  EXPECT_EQ(EventsOf(status, "worker_failed").size(), 1u);
-  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_QUEUED);
+
+  const v1::JobStatus queued = Status(low);
+  EXPECT_EQ(queued.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(queued.yields(), 1);
+  EXPECT_EQ(queued.preemptions(), 1);
+  EXPECT_FALSE(queued.has_preemption());
+  EXPECT_EQ(EventsOf(queued, "worker_failed").size(), 1u);
+  ASSERT_EQ(EventsOf(queued, "preempted").size(), 1u);
+  EXPECT_THAT(
+      EventsOf(queued, "preempted")[0].message(),
+      ::testing::HasSubstr("failed while it stopped for job " + urgent));
+  EXPECT_THAT(
+      EventsOf(queued, "preempted")[0].message(),
+      ::testing::HasSubstr(
+          "it resumes from ckpt-000000040 (step 40), its newest checkpoint"));
+  const v1::JobStatus placed = Status(urgent);
+  ASSERT_EQ(placed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(placed.ranks(0).worker_id(), kept);
+  EXPECT_EQ(AssignedJob(sinks[2]), urgent);
+  // When a worker is free again, "low" resumes, its restarts untouched.
+  Succeed(*coordinator_, placed, 0);
+  const v1::JobStatus resumed = Status(low);
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(RestartsUsed(resumed), 0);
+  ASSERT_EQ(EventsOf(resumed, "resumed_after_preemption").size(), 1u);
+  EXPECT_THAT(EventsOf(resumed, "resumed_after_preemption")[0].message(),
+              ::testing::HasSubstr("it stopped at step 50, which was not "
+                                   "saved: it resumes from ckpt-000000040"));
+}
+
+// The same for an elastic job that was shrinking: it re-forms on its first
+// ranks, and the rest still go to the urgent job.
+TEST_F(CoordinatorTest, AWorkerFailureDuringAShrinkStillHandsTheRestOver) {
+  configure_ = [](Coordinator::Options& options) {
+    options.scheduling.min_run_time = absl::ZeroDuration();
+  };
+  Make();
+  FakeSink sinks[4];
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Connect(i + 1, &sinks[i]));
+  v1::JobSpec elastic = Spec(0);
+  elastic.set_min_workers(2);
+  elastic.set_max_workers(4);
+  const std::string low = *coordinator_->SubmitJob(elastic);
+  ASSERT_EQ(Status(low).world_size(), 4);
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  ASSERT_TRUE(SentPreemptingStop(sinks[0], low));
+  coordinator_->CloseSession(ids[3], 4, &sinks[3],
+                             absl::UnavailableError("gone"));
+  const v1::JobStatus shrunk = Status(low);
+  EXPECT_EQ(shrunk.state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(shrunk.world_size(), 2);
+  EXPECT_EQ(shrunk.ranks(0).worker_id(), ids[0]);
+  EXPECT_EQ(shrunk.ranks(1).worker_id(), ids[1]);
+  EXPECT_EQ(RestartsUsed(shrunk), 0);
+  EXPECT_EQ(EventsOf(shrunk, "shrunk").size(), 1u);
+  // The urgent job took the survivor of the released ranks and waits for
+  // one more worker (the lost one, when it is back).
+  FakeSink back;
+  Connect(4, &back);
+  ASSERT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(AssignedJob(sinks[2]), urgent);
+  EXPECT_EQ(Status(low).world_size(), 2);
 }
 
 TEST_F(CoordinatorTest, QuotasCapAnOwnersWorkersAndOwnersStopOnlyTheirJobs) {

@@ -249,6 +249,55 @@ TEST(SchedulerTest, WorkersPromisedToAJobAreTakenOnlyByIt) {
   EXPECT_THAT(Started(after), ElementsAre("bobs"));
 }
 
+// Issue 52 (simulation seed 1478): a job of a higher priority may take the
+// workers promised to a lower one, but those it does not take (it waits on
+// its quota here) stay promised: a later job of the promisee's priority,
+// whose owner's turn comes first, does not get them.
+TEST(SchedulerTest, PromisedWorkersAHigherJobLeavesStayPromised) {
+  SchedulerPolicy policy;
+  policy.quotas["operator:dave"] = 1;
+  std::vector<PoolWorker> pool = Pool(3);
+  RunningJob yielding =
+      Running(pool, "yielding", 1, {2}, 0, absl::Hours(1), "operator:carol");
+  yielding.yielding = true;
+  yielding.yielding_for = "promisee";
+  pool[0].promised_to = pool[1].promised_to = "promisee";
+  Planned plan = PlanFor(Scheduler(policy), pool,
+                         {Queued("promisee", 13, 3, 5, "operator:carol"),
+                          Queued("higher", 16, 2, 10, "operator:dave"),
+                          Queued("later", 20, 1, 5, "operator:bob")},
+                         {yielding}, kNow);
+  EXPECT_EQ(WaitOf(plan, "higher")->reason, WaitReason::kQuota);
+  EXPECT_EQ(WaitOf(plan, "promisee")->reason, WaitReason::kPreempting);
+  EXPECT_EQ(WaitOf(plan, "later")->reason, WaitReason::kNoFit);
+  EXPECT_THAT(plan.starts, IsEmpty());
+}
+
+// Issue 52: workers released to a job that cannot start yet because other
+// released workers are away (one failed while its job yielded, or the
+// coordinator restarted) stay its while the promise outlasts the wait;
+// otherwise a promisee that neither starts nor preempts leaves them to the
+// jobs after it.
+TEST(SchedulerTest, APromiseThatOutlastsTheWaitKeepsTheWorkersBack) {
+  std::vector<PoolWorker> pool = Pool(2);
+  for (PoolWorker& worker : pool) worker.promised_to = "urgent";
+  const std::vector<QueuedJob> queued = {Queued("urgent", 2, 3, 10),
+                                         Queued("small", 3, 1)};
+  Planned loose = PlanFor(Scheduler({}), pool, queued, {}, kNow);
+  EXPECT_EQ(WaitOf(loose, "urgent")->reason, WaitReason::kNoFit);
+  EXPECT_THAT(Started(loose), ElementsAre("small"));
+  EXPECT_THAT(loose.holds, IsEmpty());
+
+  for (PoolWorker& worker : pool) worker.promise_outlasts_wait = true;
+  Planned kept = PlanFor(Scheduler({}), pool, queued, {}, kNow);
+  EXPECT_EQ(WaitOf(kept, "urgent")->reason, WaitReason::kNoFit);
+  EXPECT_EQ(WaitOf(kept, "small")->reason, WaitReason::kNoFit);
+  EXPECT_THAT(kept.starts, IsEmpty());
+  ASSERT_EQ(kept.holds.size(), 1u);
+  EXPECT_EQ(kept.holds[0].job_id, "urgent");
+  EXPECT_THAT(kept.holds[0].workers, ElementsAre(0, 1));
+}
+
 // A recovering job whose workers are not connected (a coordinator restart)
 // is still charged its group.
 TEST(SchedulerTest, ARecoveringJobIsChargedItsWholeGroup) {
