@@ -201,6 +201,32 @@ void Coordinator::WriteSchedulingLocked(metrics::Exposition& out) {
              "Running jobs the scheduler stopped at an agreed step and sent "
              "back to the queue, for a job of a higher priority.");
   out.Sample("lockstep_preemptions_total", {}, static_cast<double>(yields_));
+  out.Family("lockstep_preemptions_called_off_total", metrics::kCounter,
+             "Preemptions called off because the job they were for started "
+             "on other workers or left the queue first.");
+  out.Sample("lockstep_preemptions_called_off_total", {},
+             static_cast<double>(called_off_));
+  // Each owner with a quota: the quota, and what counts against it (every
+  // active job's whole group, as the scheduler charges it).
+  const auto& quotas = scheduler_.policy().quotas;
+  if (quotas.empty()) return;
+  std::map<std::string, int> charged;
+  for (Job* job : ActiveJobsLocked()) {
+    charged[job->status.owner()] += OwnerChargeLocked(*job);
+  }
+  out.Family("lockstep_owner_quota_workers", metrics::kGauge,
+             "By owner with a --quota: the most workers its jobs may hold.");
+  for (const auto& [owner, quota] : quotas) {
+    out.Sample("lockstep_owner_quota_workers", {{"owner", owner}}, quota);
+  }
+  out.Family("lockstep_owner_charged_workers", metrics::kGauge,
+             "By owner with a --quota: the workers its active jobs are "
+             "charged against it (each job's whole group, also while it "
+             "recovers).");
+  for (const auto& [owner, quota] : quotas) {
+    out.Sample("lockstep_owner_charged_workers", {{"owner", owner}},
+               charged[owner]);
+  }
 }
 
 const std::vector<std::string>& FailureEventKinds() {

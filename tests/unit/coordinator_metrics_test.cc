@@ -208,6 +208,8 @@ TEST_F(CoordinatorMetricsTest, EveryActiveJobHasItsSeriesInOneFamily) {
 TEST_F(CoordinatorMetricsTest, ShowsTheQueueByOwnerAndPriority) {
   configure_ = [](Coordinator::Options& options) {
     options.admins.insert("operator:bob");  // may give priority 10
+    options.scheduling.quotas["operator:alice"] = 3;
+    options.scheduling.quotas["operator:carol"] = 2;
   };
   Make();
   FakeSink a;
@@ -245,6 +247,19 @@ TEST_F(CoordinatorMetricsTest, ShowsTheQueueByOwnerAndPriority) {
               Optional(std::string("12")));
   EXPECT_THAT(SampleValue(page, "lockstep_preemptions_total"),
               Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(page, "lockstep_preemptions_called_off_total"),
+              Optional(std::string("0")));
+  EXPECT_THAT(SampleValue(
+                  page, "lockstep_owner_quota_workers{owner=\"operator:alice\"}"),
+              Optional(std::string("3")));
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_owner_charged_workers{owner=\"operator:alice\"}"),
+      Optional(std::string("1")));
+  EXPECT_THAT(
+      SampleValue(page,
+                  "lockstep_owner_charged_workers{owner=\"operator:carol\"}"),
+      Optional(std::string("0")));
   if (lockstep::testing::HavePromtool()) {
     EXPECT_EQ(lockstep::testing::PromtoolProblems(page), "");
   }
