@@ -468,9 +468,10 @@ class Coordinator {
   // another job since: it holds none of `job`'s state.
   bool MovedOnLocked(const std::string& worker_id, const Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The workers of the ranks of jobs being preempted: promised to the job
-  // they yield for, none of them free for another (also once its rank
-  // reported).
+  // The workers of the ranks of jobs being preempted, or whose preemption
+  // was called off: promised to the job they yield for, or kept for their
+  // own job's next generation; none of them free for another (also once
+  // its rank reported).
   std::set<std::string> YieldingRanksLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers an active job counts against its owner's quota: its ranks,

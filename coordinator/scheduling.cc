@@ -190,7 +190,10 @@ bool Coordinator::MovedOnLocked(const std::string& worker_id, const Job& job) {
 std::set<std::string> Coordinator::YieldingRanksLocked() {
   std::set<std::string> ranks;
   for (Job* job : ActiveJobsLocked()) {
-    if (job->yielding() && job->generation != nullptr) {
+    // Also a job whose preemption was called off: ranks that had already
+    // voted report the stop, and it re-forms on the same workers.
+    if (job->generation != nullptr &&
+        (job->yielding() || job->generation->called_off())) {
       for (const std::string& id : job->generation->rank_workers()) {
         ranks.insert(id);
       }

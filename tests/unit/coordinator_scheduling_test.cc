@@ -353,8 +353,20 @@ TEST_F(PreemptingTest, APreemptionIsCalledOffWhenItsJobIsStopped) {
     EXPECT_EQ(resumes[0].resume().job_id(), low_);
     EXPECT_EQ(resumes[0].resume().generation(), 1);
   }
-  // Too late: the ranks had voted to stop.
-  Yield(*coordinator_, running);
+  // Too late: the ranks had voted to stop. A worker whose rank reported is
+  // kept for the job's next generation: a job submitted meanwhile waits.
+  ASSERT_TRUE(coordinator_
+                  ->HandleWorkerMessage(
+                      running.ranks(0).worker_id(),
+                      PreemptedResult(low_, 1, running.ranks(0).rank()))
+                  .ok());
+  const std::string small = *coordinator_->SubmitJob(Spec(1));
+  EXPECT_EQ(Status(small).state(), v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(coordinator_
+                  ->HandleWorkerMessage(
+                      running.ranks(1).worker_id(),
+                      PreemptedResult(low_, 1, running.ranks(1).rank()))
+                  .ok());
   const v1::JobStatus reformed = Status(low_);
   EXPECT_EQ(reformed.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(reformed.generation(), 2);
