@@ -39,8 +39,12 @@ bool IsRetryable(int code) {
 // Only a worker that held a rank of the job holds its live state: one given
 // a rank by this coordinator, or listed among the ranks of the job's latest
 // generation (stored, so also after a coordinator restart).
+// A worker that has been given a rank of another job since holds none of
+// this one's state (issue 52 §3): it holds a rank of it only when its last
+// job is this one (or, after a coordinator restart, none yet).
 bool HeldRankOf(const Worker& worker, const v1::JobStatus& status) {
   if (worker.job_id == status.job_id()) return true;
+  if (!worker.job_id.empty()) return false;
   for (const v1::RankResult& rank : status.ranks()) {
     if (rank.worker_id() == worker.id) return true;
   }

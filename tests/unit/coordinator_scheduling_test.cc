@@ -335,6 +335,22 @@ TEST_F(PreemptingTest, AJobPreemptedAtItsLastStepSucceeds) {
   ExpectSucceededAndHandedOver();
 }
 
+// Issue 52 §3: a worker that moved on to the job that preempted the low one
+// holds none of the low job's state: a live-state report it sends for that
+// job adds no checkpoint.
+TEST_F(PreemptingTest, ALiveStateReportFromAWorkerThatMovedOnIsRefused) {
+  Yield(*coordinator_, Status(low_));
+  ASSERT_EQ(Status(urgent_).state(), v1::JOB_STATE_RUNNING);
+  const std::string moved = Status(urgent_).ranks(0).worker_id();
+  ASSERT_TRUE(coordinator_
+                  ->HandleWorkerMessage(
+                      moved, LiveState(low_, 100, "ckpt-000000100", ""))
+                  .ok());
+  const v1::JobStatus low = Status(low_);
+  EXPECT_EQ(low.checkpoints_size(), 0);
+  EXPECT_TRUE(EventsOf(low, "live_state_saved").empty());
+}
+
 // Issue 52: a preemption is called off when the job it was for leaves the
 // queue before the victim yields: its ranks get Resume and train on. Ranks
 // that had already agreed to stop report it; the job then re-forms at once
