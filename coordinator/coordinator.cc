@@ -669,6 +669,7 @@ void Coordinator::EndJobLocked(Job& job, v1::JobState state,
   active_jobs_.erase(job.seq);
   job.EndYield();
   job.status.clear_queue();
+  job.status.set_queued_time(0);
   TransitionLocked(job, state, absl::StrCat("job_", StateName(state)), nullptr,
                    reason);
   MaybeStartJobLocked();

@@ -300,6 +300,10 @@ TEST_F(CoordinatorTest, ACoordinatorRestartedMidPreemptionFinishesIt) {
   for (const v1::JobStatus& job : listed->jobs()) {
     if (job.job_id() == waiting) EXPECT_EQ(job.queued_time(), waiting_since);
   }
+  // A job that leaves the queue has no queue time.
+  ASSERT_TRUE(coordinator_->StopJob(waiting).ok());
+  EXPECT_EQ(Status(waiting).queued_time(), 0);
+  EXPECT_EQ(Status(urgent).queued_time(), 0);
 }
 
 // ---- the state database's schema version ----------------------------------
