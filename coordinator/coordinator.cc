@@ -589,37 +589,32 @@ void Coordinator::PreemptedLocked(Job& job) {
     MaybeStartJobLocked();
     return;
   }
-  if (job.generation->called_off()) {
-    // The ranks had agreed to stop before the scheduler called its
-    // preemption off: the job re-forms at once on the same workers, from
-    // their live state, and spends no restart.
-    status.set_preemptions(status.preemptions() + 1);
-    const std::string message = absl::StrCat(
-        "generation ", status.generation(), " stopped after step ",
-        status.step(),
-        ": its ranks had agreed to stop before the preemption was called "
-        "off; it re-forms on its workers");
-    ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
-    TransitionLocked(job, v1::JOB_STATE_RECOVERING, "preemption_called_off",
-                     nullptr, message);
-    MaybeStartJobLocked();
-    return;
-  }
-  // Every rank stopped at the same step; the job goes on when its group is
-  // whole again (the preempted worker restarted).
+  // Every rank stopped at the same step, and the job spends no restart. A
+  // worker asked for it (SIGTERM): the job goes on when its group is whole
+  // again (the preempted worker restarted). Or the ranks had agreed to stop
+  // before the scheduler called its preemption off: it re-forms at once on
+  // the same workers, from their live state.
   status.set_preemptions(status.preemptions() + 1);
-  std::string saved =
-      FinalSave(status, status.step(),
-                job.generation->checkpoints().FailureOf(status.step()));
-  std::string message = absl::StrCat(
-      "generation ", status.generation(), " stopped after step ", status.step(),
-      " for a preemption (", job.generation->preempt_reason(),
-      saved.empty() ? "); no checkpoints are configured"
-                    : absl::StrCat("); ", saved),
-      "; waiting for the group to be whole");
+  std::string kind = "preempted";
+  std::string message = absl::StrCat("generation ", status.generation(),
+                                     " stopped after step ", status.step());
+  if (job.generation->called_off()) {
+    kind = "preemption_called_off";
+    absl::StrAppend(&message,
+                    ": its ranks had agreed to stop before the preemption was "
+                    "called off; it re-forms on its workers");
+  } else {
+    const std::string saved =
+        FinalSave(status, status.step(),
+                  job.generation->checkpoints().FailureOf(status.step()));
+    absl::StrAppend(&message, " for a preemption (",
+                    job.generation->preempt_reason(),
+                    saved.empty() ? "); no checkpoints are configured"
+                                  : absl::StrCat("); ", saved),
+                    "; waiting for the group to be whole");
+  }
   ReleaseGenerationLocked(job, /*abort=*/false, "preempted");
-  TransitionLocked(job, v1::JOB_STATE_RECOVERING, "preempted", nullptr,
-                   message);
+  TransitionLocked(job, v1::JOB_STATE_RECOVERING, kind, nullptr, message);
   MaybeStartJobLocked();
 }
 

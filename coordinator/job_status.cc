@@ -241,14 +241,33 @@ void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
                         c.epoch() + 1, ", ", c.bytes(), " bytes"));
 }
 
+namespace {
+
+// The committed checkpoint of `step`, and the newest one (null: none).
+const v1::CheckpointInfo* CheckpointAt(const v1::JobStatus& status,
+                                       int64_t step) {
+  for (const v1::CheckpointInfo& info : status.checkpoints()) {
+    if (info.step() == step) return &info;
+  }
+  return nullptr;
+}
+const v1::CheckpointInfo* NewestCheckpoint(const v1::JobStatus& status) {
+  const v1::CheckpointInfo* newest = nullptr;
+  for (const v1::CheckpointInfo& info : status.checkpoints()) {
+    if (newest == nullptr || info.step() > newest->step()) newest = &info;
+  }
+  return newest;
+}
+
+}  // namespace
+
 std::string FinalSave(const v1::JobStatus& status, int64_t step,
                       const std::string& failure) {
   if (status.spec().checkpoint().backup_dir().empty()) return "";
-  const v1::CheckpointInfo* newest = nullptr;
-  for (const v1::CheckpointInfo& info : status.checkpoints()) {
-    if (info.step() == step) return absl::StrCat("saved as ", info.name());
-    if (newest == nullptr || info.step() > newest->step()) newest = &info;
+  if (const v1::CheckpointInfo* saved = CheckpointAt(status, step)) {
+    return absl::StrCat("saved as ", saved->name());
   }
+  const v1::CheckpointInfo* newest = NewestCheckpoint(status);
   if (failure.empty() && status.total_steps() > 0 &&
       step >= status.total_steps()) {
     return absl::StrCat("step ", step, " is the last one and is not saved");
@@ -266,15 +285,27 @@ std::string FinalSave(const v1::JobStatus& status, int64_t step,
 
 std::string ResumePoint(const v1::JobStatus& status) {
   if (status.spec().checkpoint().backup_dir().empty()) return "";
-  const v1::CheckpointInfo* newest = nullptr;
-  for (const v1::CheckpointInfo& info : status.checkpoints()) {
-    if (newest == nullptr || info.step() > newest->step()) newest = &info;
-  }
+  const v1::CheckpointInfo* newest = NewestCheckpoint(status);
   if (newest == nullptr) {
     return "it resumes from step 0 (no checkpoint of this job was committed)";
   }
   return absl::StrCat("it resumes from ", newest->name(), " (step ",
                       newest->step(), "), its newest checkpoint");
+}
+
+std::string ContinuesAfterPreemption(const v1::JobStatus& status) {
+  const int64_t stopped = status.applied_step();
+  if (const v1::CheckpointInfo* saved = CheckpointAt(status, stopped)) {
+    return absl::StrCat("it continues from step ", stopped, " (", saved->name(),
+                        ")");
+  }
+  if (stopped == 0) return "it starts from step 0";
+  const std::string resumes = ResumePoint(status);
+  if (resumes.empty()) return absl::StrCat("it stopped at step ", stopped);
+  return absl::StrCat("it stopped at step ", stopped,
+                      ", which was not saved: ", resumes,
+                      ", unless its workers still hold the newer "
+                      "state");
 }
 
 v1::JobStatus Summary(v1::JobStatus status, size_t max_bytes,

@@ -75,6 +75,13 @@ void AddCheckpoint(v1::JobStatus& status, const v1::CheckpointCommitted& c,
 // it saves no checkpoints.
 std::string ResumePoint(const v1::JobStatus& status);
 
+// Where a preempted job placed again goes on (its resumed_after_preemption
+// event): from the step it stopped at when that step was saved; otherwise
+// (the final save failed, or the coordinator restarted before committing
+// it) what ResumePoint says, unless its workers still hold the newer live
+// state (issue 52: said, not claimed).
+std::string ContinuesAfterPreemption(const v1::JobStatus& status);
+
 // What became of the save a generation made when it stopped after `step`
 // (a stop request or a preemption): "saved as ckpt-000000120", or that the
 // save failed (`failure` says why, when a rank or the chief reported it) and

@@ -22,31 +22,6 @@
 #include "coordinator/scheduler.h"
 
 namespace lockstep::coordinator {
-namespace {
-
-// Where a preempted job placed again goes on: from the step it stopped at
-// when that step was saved; otherwise (the final save failed, or the
-// coordinator restarted before committing it) what its newest checkpoint
-// has, unless its workers still hold the newer live state (issue 52: said,
-// not claimed).
-std::string Continues(const v1::JobStatus& status) {
-  const int64_t stopped = status.applied_step();
-  const std::string resumes = ResumePoint(status);
-  for (const v1::CheckpointInfo& info : status.checkpoints()) {
-    if (info.step() == stopped) {
-      return absl::StrCat("it continues from step ", stopped, " (", info.name(),
-                          ")");
-    }
-  }
-  if (stopped == 0) return "it starts from step 0";
-  if (resumes.empty()) return absl::StrCat("it stopped at step ", stopped);
-  return absl::StrCat("it stopped at step ", stopped,
-                      ", which was not saved: ", resumes,
-                      ", unless its workers still hold the newer "
-                      "state");
-}
-
-}  // namespace
 
 void Coordinator::MaybeStartJobLocked(bool standby) {
   // Not re-entered: a start that fails ends its job, which asks for
@@ -451,13 +426,13 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     const std::string waited = absl::FormatDuration(
         absl::Trunc(clock_->Now() - job.queued_at, absl::Milliseconds(1)));
     if (job.status.yields() > 0 && job.status.generation() > 0) {
-      AddEventLocked(
-          job, "resumed_after_preemption", nullptr,
-          absl::StrCat(
-              "placed again on ", workers.size(), " workers after ",
-              job.status.yields(),
-              job.status.yields() == 1 ? " preemption" : " preemptions",
-              " and ", waited, " in the queue; ", Continues(job.status)));
+      AddEventLocked(job, "resumed_after_preemption", nullptr,
+                     absl::StrCat("placed again on ", workers.size(),
+                                  " workers after ", job.status.yields(),
+                                  job.status.yields() == 1 ? " preemption"
+                                                           : " preemptions",
+                                  " and ", waited, " in the queue; ",
+                                  ContinuesAfterPreemption(job.status)));
     } else {
       AddEventLocked(
           job, "placed", nullptr,
