@@ -3,7 +3,9 @@
 // and barriers, job submission, status and stop). It knows nothing of gRPC;
 // coordinator/rpc/ adapts it. The class is implemented in coordinator.cc
 // (queue, state machine, entry points), scheduling.cc (the scheduling
-// passes that carry out scheduler.h's plans), worker_reports.cc (results,
+// passes that carry out scheduler.h's plans), preemption.cc (the
+// scheduler's preemptions: the stop, promises, calling off, the end of
+// one), worker_reports.cc (results,
 // progress, checkpoint and preemption reports) and rendezvous.cc (key-value
 // store, barriers, the generation fence). The pieces it calls under its lock
 // live in files of their own: the worker registry (worker_registry.h), the
@@ -421,20 +423,6 @@ class Coordinator {
   void FailGenerationLocked(Job& job, const std::string& kind,
                             const Worker* worker, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every rank stopped for a preemption: the job waits for its group, or
-  // (preempted by the scheduler) goes back to the queue.
-  void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job yielded its workers to yield_for(): it goes back to the queue
-  // or (shrink_to() > 0) re-forms on its first ranks, counted as a
-  // preemption (no restart), and the workers it gave up are promised to
-  // yield_for(). `what` says how its generation ended; `abort`: its ranks
-  // are told to abort (a failure cut the stop short). Schedules nothing.
-  void YieldedLocked(Job& job, const std::string& what, bool abort)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The workers of the job's ranks from `from` on, released by its
-  // preemption, are promised to the job it yielded for.
-  void PromiseReleasedLocked(const Job& job, int from)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A static cluster: the oldest queued job starts when every task is
   // free.
   void StartQueuedOnClusterLocked(const std::set<std::string>& reserved)
@@ -444,21 +432,10 @@ class Coordinator {
   // jobs), carries it out and keeps each waiting job's place for its status.
   void ScheduleQueuedLocked(const std::set<std::string>& reserved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls off the preemption of each job that yields for a job no longer
-  // queued (it started on other workers, stopped or was deleted): Resume
-  // to its ranks (issue 52). Ranks that had already agreed to stop report
-  // it all the same, and the job then re-forms on its workers.
-  void CallOffPreemptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the waiting jobs' order (`ids`) and shows each its place and
   // reason (`entries`, in the same order) in its status.
   void ShowWaitingLocked(const std::vector<std::string>& ids,
                          const std::vector<QueueEntry>& entries)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks the ranks of `job` to stop at an agreed step and save it, so that
-  // its workers go to `for_job`; with `keep` > 0 the (elastic) job then
-  // re-forms at once on its first `keep` ranks, keeping its live state,
-  // and only the others go.
-  void PreemptForLocked(Job& job, const Job& for_job, int keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers of the job's ranks in rank order: its generation's, or
   // (none yet after a coordinator restart) as stored.
@@ -467,12 +444,6 @@ class Coordinator {
   // Worker `worker_id`, which held a rank of `job`, was given a rank of
   // another job since: it holds none of `job`'s state.
   bool MovedOnLocked(const std::string& worker_id, const Job& job)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The workers of the ranks of jobs being preempted, or whose preemption
-  // was called off: promised to the job they yield for, or kept for their
-  // own job's next generation; none of them free for another (also once
-  // its rank reported).
-  std::set<std::string> YieldingRanksLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers an active job counts against its owner's quota: its ranks,
   // or those it keeps when it shrinks.
@@ -512,6 +483,40 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `command` to every worker still holding a rank of the job.
   void SendToRanksLocked(const Job& job, const v1::CoordinatorCommand& command)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- preemptions by the scheduler (preemption.cc) ----
+  // Asks the ranks of `job` to stop at an agreed step and save it, so that
+  // its workers go to `for_job`; with `keep` > 0 the (elastic) job then
+  // re-forms at once on its first `keep` ranks, keeping its live state,
+  // and only the others go.
+  void PreemptForLocked(Job& job, const Job& for_job, int keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the ranks of jobs being preempted, or whose preemption
+  // was called off: promised to the job they yield for, or kept for their
+  // own job's next generation; none of them free for another (also once
+  // its rank reported).
+  std::set<std::string> YieldingRanksLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls off the preemption of each job that yields for a job no longer
+  // queued (it started on other workers, stopped or was deleted): Resume
+  // to its ranks (issue 52). Ranks that had already agreed to stop report
+  // it all the same, and the job then re-forms on its workers.
+  void CallOffPreemptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank stopped for a preemption: the job waits for its group (a
+  // worker's SIGTERM), goes back to the queue (the scheduler's), or re-forms
+  // on its workers (the scheduler's, called off too late).
+  void PreemptedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job yielded its workers to yield_for(): it goes back to the queue
+  // or (shrink_to() > 0) re-forms on its first ranks, counted as a
+  // preemption (no restart), and the workers it gave up are promised to
+  // yield_for(). `what` says how its generation ended; `abort`: its ranks
+  // are told to abort (a failure cut the stop short). Schedules nothing.
+  void YieldedLocked(Job& job, const std::string& what, bool abort)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the job's ranks from `from` on, released by its
+  // preemption, are promised to the job it yielded for.
+  void PromiseReleasedLocked(const Job& job, int from)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- worker reports (worker_reports.cc) ----

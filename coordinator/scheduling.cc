@@ -3,7 +3,7 @@
 // ones are preempted or shrunk, carries that out, and shows each waiting
 // job its place; a static cluster's queue runs in submission order; idle
 // workers stand by. The job state machine that the passes drive is in
-// coordinator.cc.
+// coordinator.cc, the preemptions they ask for in preemption.cc.
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -14,7 +14,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/job_state.h"
 #include "common/log.h"
 #include "common/tf_config.h"
 #include "coordinator/coordinator.h"
@@ -160,21 +159,6 @@ bool Coordinator::MovedOnLocked(const std::string& worker_id, const Job& job) {
   const Worker* worker = workers_.Find(worker_id);
   return worker != nullptr && !worker->job_id.empty() &&
          worker->job_id != job.status.job_id();
-}
-
-std::set<std::string> Coordinator::YieldingRanksLocked() {
-  std::set<std::string> ranks;
-  for (Job* job : ActiveJobsLocked()) {
-    // Also a job whose preemption was called off: ranks that had already
-    // voted report the stop, and it re-forms on the same workers.
-    if (job->generation != nullptr &&
-        (job->yielding() || job->generation->called_off())) {
-      for (const std::string& id : job->generation->rank_workers()) {
-        ranks.insert(id);
-      }
-    }
-  }
-  return ranks;
 }
 
 std::vector<std::string> Coordinator::RankWorkersLocked(const Job& job) const {
@@ -477,75 +461,6 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
   // A pass when a promise runs out gives its workers to whoever fits.
   waiting_on_time_ |= promise_pending;
   CallOffPreemptionsLocked();
-}
-
-void Coordinator::CallOffPreemptionsLocked() {
-  for (Job* job : ActiveJobsLocked()) {
-    if (!job->yielding() || job->stop_requested || job->generation == nullptr) {
-      continue;
-    }
-    auto it = jobs_.find(job->yield_for());
-    if (it != jobs_.end() &&
-        it->second.status.state() == v1::JOB_STATE_QUEUED) {
-      continue;
-    }
-    const std::string why =
-        it == jobs_.end()
-            ? "was deleted"
-            : (it->second.status.state() == v1::JOB_STATE_RUNNING ||
-                       it->second.status.state() == v1::JOB_STATE_RECOVERING
-                   ? "started on other workers"
-                   : absl::StrCat("ended ",
-                                  StateName(it->second.status.state())));
-    v1::CoordinatorCommand command;
-    command.mutable_resume()->set_job_id(job->status.job_id());
-    command.mutable_resume()->set_generation(job->status.generation());
-    SendToRanksLocked(*job, command);
-    job->generation->CallOffPreemption();
-    ++called_off_;
-    const std::string message = absl::StrCat(
-        "job ", job->yield_for(), " ", why,
-        " before this one yielded: the preemption is called off; its ranks "
-        "train on, or, if they had already agreed to stop, it re-forms on "
-        "its workers from their live state");
-    LogInfo("job ", job->status.job_id(), ": ", message);
-    job->EndYield();
-    AddEventLocked(*job, "preemption_called_off", nullptr, message);
-    ChangedLocked(*job);
-    PersistLocked(*job);
-  }
-}
-
-void Coordinator::PreemptForLocked(Job& job, const Job& for_job, int keep) {
-  if (job.generation == nullptr) return;
-  const std::string reason =
-      keep > 0
-          ? absl::StrCat("shrinking from ", job.status.world_size(), " to ",
-                         keep, " workers for job ", for_job.status.job_id(),
-                         " (priority ", for_job.status.priority(), " > ",
-                         job.status.priority(), ")")
-          : absl::StrCat("preempted for job ", for_job.status.job_id(),
-                         " (priority ", for_job.status.priority(), " > ",
-                         job.status.priority(), ")");
-  if (!job.generation->StartPreemption(reason)) return;
-  job.BeginYield(for_job.status.job_id(), keep, NowSeconds());
-  AddEventLocked(
-      job, "preemption_requested", nullptr,
-      absl::StrCat(reason, keep > 0
-                               ? ": its ranks stop at an agreed step, then "
-                                 "its first ranks go on from their live state"
-                               : ": its ranks stop at an agreed step and "
-                                 "save it; then it waits in the queue"));
-  LogInfo("job ", job.status.job_id(), " ", reason);
-  v1::CoordinatorCommand command;
-  v1::Stop* stop = command.mutable_stop();
-  stop->set_job_id(job.status.job_id());
-  stop->set_reason(reason);
-  stop->set_preempt(true);
-  SendToRanksLocked(job, command);
-  ChangedLocked(job);
-  // Stored: a coordinator restarted before the ranks stop finishes it.
-  PersistLocked(job);
 }
 
 }  // namespace lockstep::coordinator
