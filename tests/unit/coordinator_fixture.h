@@ -415,6 +415,33 @@ inline std::vector<v1::CoordinatorCommand> CommandsOf(
   return out;
 }
 
+// The job each sink was last assigned to ("" if none).
+inline std::string AssignedJob(const FakeSink& sink) {
+  auto assignments = CommandsOf(sink, v1::CoordinatorCommand::kAssignment);
+  return assignments.empty() ? "" : assignments.back().assignment().job_id();
+}
+
+// Every rank of generation `generation` of `job` reports success at `steps`.
+inline void Succeed(Coordinator& coordinator, const v1::JobStatus& status,
+                    int64_t steps) {
+  for (const v1::RankResult& rank : status.ranks()) {
+    ASSERT_TRUE(
+        coordinator
+            .HandleWorkerMessage(rank.worker_id(),
+                                 OkResult(status.job_id(), status.generation(),
+                                          rank.rank(), steps, "digest"))
+            .ok());
+  }
+}
+
+// A job of priority 10 (an admin's, in these tests) needing `workers`.
+inline v1::JobSpec Urgent(int workers) {
+  v1::JobSpec spec = Spec(workers);
+  spec.set_name("urgent");
+  spec.set_priority(10);
+  return spec;
+}
+
 inline std::vector<v1::JobEvent> EventsOf(const v1::JobStatus& status,
                                           const std::string& kind) {
   std::vector<v1::JobEvent> out;
