@@ -277,48 +277,48 @@ class CoordinatorTest : public ::testing::Test {
   }
   std::vector<v1::WorkerInfo> ListWorkers() { return WorkersOn(*coordinator_); }
 
-  // The rank_token of the assignment of rank `rank` of the job's
-  // generation, found in the sinks Connect saw ("" when none was sent).
-  std::string TokenOf(const std::string& job_id, int64_t generation,
-                      int rank) const {
+  // The assignment of rank `rank` (any rank: -1) of the job's generation,
+  // found in the sinks Connect saw; null when none was sent.
+  const v1::Assignment* AssignmentOf(const std::string& job_id,
+                                     int64_t generation, int rank = -1) const {
     for (const FakeSink* sink : sinks_) {
       for (const v1::CoordinatorCommand& command : sink->commands) {
         const v1::Assignment& a = command.assignment();
         if (command.has_assignment() && a.job_id() == job_id &&
-            a.generation() == generation && a.rank() == rank) {
-          return a.rank_token();
+            a.generation() == generation && (rank < 0 || a.rank() == rank)) {
+          return &a;
         }
       }
     }
-    return "";
+    return nullptr;
+  }
+
+  // The rank_token of rank `rank`'s assignment ("" when none was sent).
+  std::string TokenOf(const std::string& job_id, int64_t generation,
+                      int rank) const {
+    const v1::Assignment* a = AssignmentOf(job_id, generation, rank);
+    return a == nullptr ? "" : a->rank_token();
   }
 
   // `request` as its key's owner sends it (a rank's number, or one after
-  // the last "/": that rank, any other key: rank 0), with the rank and token of
-  // the owner's assignment for that job and generation, found in the sinks
-  // Connect saw; unchanged when no such assignment was sent.
+  // the last "/": that rank, any other key: rank 0), with the rank and token
+  // of the owner's assignment for that job and generation; unchanged when
+  // no such assignment was sent.
   v1::KvSetRequest Signed(v1::KvSetRequest request) const {
-    for (const FakeSink* sink : sinks_) {
-      for (auto it = sink->commands.rbegin(); it != sink->commands.rend();
-           ++it) {
-        const v1::Assignment& a = it->assignment();
-        if (!it->has_assignment() || a.job_id() != request.job_id() ||
-            a.generation() != request.generation()) {
-          continue;
-        }
-        int owner = 0;
-        const std::string last =
-            request.key().substr(request.key().rfind('/') + 1);
-        if (!absl::SimpleAtoi(last, &owner) || owner < 0 ||
-            owner >= a.world_size() || absl::StrCat(owner) != last) {
-          owner = 0;
-        }
-        if (a.rank() != owner) break;
-        request.set_rank(owner);
-        request.set_rank_token(a.rank_token());
-        return request;
-      }
+    const v1::Assignment* any =
+        AssignmentOf(request.job_id(), request.generation());
+    if (any == nullptr) return request;
+    int owner = 0;
+    const std::string last = request.key().substr(request.key().rfind('/') + 1);
+    if (!absl::SimpleAtoi(last, &owner) || owner < 0 ||
+        owner >= any->world_size() || absl::StrCat(owner) != last) {
+      owner = 0;
     }
+    const v1::Assignment* own =
+        AssignmentOf(request.job_id(), request.generation(), owner);
+    if (own == nullptr) return request;
+    request.set_rank(owner);
+    request.set_rank_token(own->rank_token());
     return request;
   }
 
