@@ -73,6 +73,11 @@ the coordinator's --min-run-time). The reasons:
   preempting    the jobs it preempted are stopping at an agreed step
   min_run_time  the jobs it would preempt have not run --min-run-time
   whole_pool    a job without num_workers waits until no other job runs
+  reserved      the free workers are held for the job holding the
+                reservation (it has waited longest), and this job's
+                time_limit_seconds would run past that job's start
+A job's message also says when it holds the reservation, and when it
+starts at the latest.
 
 Flags:
   --limit N   list the first N (default and most: 1000)

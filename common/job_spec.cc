@@ -106,6 +106,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"placement.device", kMaxChoiceBytes},
     {"eval_every_steps", kMaxSteps},
     {"eval_batches", 1000000},
+    {"time_limit_seconds", kMaxTimeLimitSeconds},
 };
 
 // A number as a user wrote it: 65536, 0.5, 1e+12 (not 1.07374e+09).
@@ -605,6 +606,12 @@ absl::Status ValidateScheduling(const v1::JobSpec& spec) {
   }
   if (spec.priority() != 0 && !spec.priority_class().empty()) {
     return Invalid("give priority or priority_class, not both");
+  }
+  if (spec.time_limit_seconds() < 0) {
+    return Invalid(absl::StrCat("time_limit_seconds is ",
+                                spec.time_limit_seconds(),
+                                "; give the most seconds the job may run, or "
+                                "0 for no limit"));
   }
   const std::string& device = spec.placement().device();
   if (!device.empty() && device != "cpu" && device != "cuda") {

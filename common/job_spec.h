@@ -27,6 +27,8 @@ inline constexpr int64_t kMaxEpochs = 1000000;
 inline constexpr int64_t kMaxRestarts = 10000;
 // |priority|, and a --priority-class value.
 inline constexpr int64_t kMaxPriority = 1000000;
+// A year.
+inline constexpr int64_t kMaxTimeLimitSeconds = 366 * 24 * 3600;
 inline constexpr int64_t kMaxSteps = 1000000000000;  // int64 step counts
 inline constexpr int64_t kMaxSteps32 = 1000000000;   // int32 step counts
 inline constexpr int64_t kMaxJobNameBytes = 256;

@@ -429,6 +429,7 @@ void Coordinator::StartGenerationLocked(Job& job,
   status.set_generation(status.generation() + 1);
   status.set_generations(status.generations() + 1);
   status.set_world_size(static_cast<int>(workers.size()));
+  if (status.state() == v1::JOB_STATE_QUEUED) job.Placed(clock_->Now());
   status.clear_queue();
   job.started = clock_->Now();
   job.EndYield();

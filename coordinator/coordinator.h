@@ -25,11 +25,11 @@
 //     │  │                                                           │
 //     │ the scheduler places it: the next generation                 │
 //     ▼  │                                                           ▼
-//   RUNNING ───── stop: every rank stops at one step, saved ─────▶ STOPPED
-//    │ │  ▲                                                          ▲
+//   RUNNING ── stop, or its time limit: every rank stops at ─────▶ STOPPED
+//    │ │  ▲      one step, saved                                   ▲
 //    │ │  │ the group is whole again: the next generation            │
 //    │ ▼  │                                                          │
-//    │ RECOVERING ────────────────────── stop ───────────────────────┘
+//    │ RECOVERING ──────────── stop, or its time limit ──────────────┘
 //    │     entered when a worker fails, restarts or is preempted, when a
 //    │     rank's retryable error goes unexplained past error_grace, or
 //    │     when the coordinator restarts while the job runs
@@ -551,6 +551,10 @@ class Coordinator {
   // became of the final save instead.
   std::string StopReasonLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs past their time limit (JobSpec.time_limit_seconds) stop as a stop
+  // on request does: a running one at an agreed step, saved; a recovering
+  // one at once, its newest checkpoint kept (from Sweep).
+  void EnforceTimeLimitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // CollectMetrics' part for the scheduler (coordinator_metrics.cc):
   // running and queued jobs, workers held and the longest wait, by owner
@@ -638,6 +642,10 @@ class Coordinator {
     absl::Time until = absl::InfinitePast();
   };
   std::map<std::string, Promise> promised_ ABSL_GUARDED_BY(mu_);
+  // The queued job that held the reservation in the last pass: it keeps it
+  // until it starts (QueuedJob.reserved). Not stored: after a restart the
+  // first pass chooses again, by the same rule.
+  std::string reserved_for_ ABSL_GUARDED_BY(mu_);
   // Free workers whose id the store does not hold yet (PersistWorkersLocked).
   std::set<std::string> unsaved_workers_ ABSL_GUARDED_BY(mu_);
   bool schedule_again_ ABSL_GUARDED_BY(mu_) = false;

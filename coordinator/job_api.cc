@@ -111,6 +111,7 @@ absl::Status Coordinator::StopJob(const std::string& job_id,
       return absl::OkStatus();
     case v1::JOB_STATE_RUNNING: {
       job.stop_requested = true;
+      job.stop_cause = "stopped on request";
       v1::CoordinatorCommand command;
       command.mutable_stop()->set_job_id(job_id);
       command.mutable_stop()->set_reason("stopped on request");
@@ -121,6 +122,39 @@ absl::Status Coordinator::StopJob(const std::string& job_id,
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " already ended (",
                        v1::JobState_Name(job.status.state()), ")"));
+  }
+}
+
+void Coordinator::EnforceTimeLimitsLocked() {
+  const absl::Time now = clock_->Now();
+  std::vector<Job*> due;
+  for (Job* job : ActiveJobsLocked()) {
+    if (!job->stop_requested && now >= job->TimeLimitEnds()) {
+      due.push_back(job);
+    }
+  }
+  for (Job* job : due) {
+    const std::string limit = absl::FormatDuration(
+        absl::Seconds(job->status.spec().time_limit_seconds()));
+    if (job->status.state() == v1::JOB_STATE_RECOVERING) {
+      EndJobLocked(*job, v1::JOB_STATE_STOPPED,
+                   absl::StrCat("reached its time limit of ", limit,
+                                " (time_limit_seconds) while recovering; it "
+                                "keeps its newest committed checkpoint"));
+      continue;
+    }
+    if (job->status.state() != v1::JOB_STATE_RUNNING) continue;
+    job->stop_requested = true;
+    job->stop_cause = absl::StrCat("stopped at its time limit of ", limit);
+    AddEventLocked(
+        *job, "time_limit_reached", nullptr,
+        absl::StrCat("it has held workers for its time limit of ", limit,
+                     " (time_limit_seconds): every rank stops at "
+                     "an agreed step and saves it"));
+    v1::CoordinatorCommand command;
+    command.mutable_stop()->set_job_id(job->status.job_id());
+    command.mutable_stop()->set_reason(job->stop_cause);
+    SendToRanksLocked(*job, command);
   }
 }
 

@@ -16,6 +16,7 @@
 #ifndef LOCKSTEP_COORDINATOR_JOB_RECORD_H_
 #define LOCKSTEP_COORDINATOR_JOB_RECORD_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,13 +27,19 @@
 
 namespace lockstep::coordinator {
 
+// Seconds since the Unix epoch (JobStatus' times).
+inline double EpochSeconds(absl::Time t) {
+  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
 struct JobRecord {
   // Submission order: the number that ends the job id ("name-<seq>").
   int64_t seq = 0;
   v1::JobStatus status;
-  // StopJob asked the running generation to stop (it wins over a
-  // preemption under way).
+  // StopJob, or the job's time limit, asked the running generation to stop
+  // (it wins over a preemption under way); why, for its final event.
   bool stop_requested = false;
+  std::string stop_cause;
   // When its current generation started (on this coordinator's clock):
   // it is not preempted for another job before min_run_time from there.
   absl::Time started = absl::InfinitePast();
@@ -71,10 +78,37 @@ struct JobRecord {
   void EndYield() { status.clear_preemption(); }
   // It shrank: it re-forms on its first `ranks` ranks (0: no longer).
   void KeepRanks(int ranks) { status.set_keep_ranks(ranks); }
-  // It enters the queue at `now` (seconds since the Unix epoch).
+  // It enters the queue at `now`: a run it was in ends, for its time limit.
   void Queued(absl::Time now) {
     queued_at = now;
-    status.set_queued_time(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+    status.set_queued_time(EpochSeconds(now));
+    if (status.has_run_start_time()) {
+      status.set_run_seconds(
+          status.run_seconds() +
+          std::max(0.0, EpochSeconds(now) - status.run_start_time()));
+      status.clear_run_start_time();
+    }
+  }
+  // The scheduler placed it from the queue at `now`: a run starts.
+  void Placed(absl::Time now) { status.set_run_start_time(EpochSeconds(now)); }
+
+  // ---- the time limit (spec.time_limit_seconds; 0: none) ----
+  bool has_time_limit() const { return status.spec().time_limit_seconds() > 0; }
+  // What is left of it for the next run (queued).
+  absl::Duration TimeLimitLeft() const {
+    if (!has_time_limit()) return absl::InfiniteDuration();
+    return absl::Seconds(
+        std::max(0.0, static_cast<double>(status.spec().time_limit_seconds()) -
+                          status.run_seconds()));
+  }
+  // When it is reached in the current run (placed on workers); infinite
+  // future without a limit or a run.
+  absl::Time TimeLimitEnds() const {
+    if (!has_time_limit() || !status.has_run_start_time()) {
+      return absl::InfiniteFuture();
+    }
+    return absl::UnixEpoch() + absl::Seconds(status.run_start_time()) +
+           TimeLimitLeft();
   }
 };
 

@@ -38,11 +38,32 @@ const char* WaitReasonName(WaitReason reason) {
       return "min_run_time";
     case WaitReason::kWholePool:
       return "whole_pool";
+    case WaitReason::kReserved:
+      return "reserved";
   }
   return "unknown";
 }
 
+namespace {
+
+std::string When(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone());
+}
+
+// What a job holding the reservation is told.
+std::string Reserved(const QueueEntry& entry) {
+  return absl::StrCat(
+      "; it holds the reservation: it starts by ", When(entry.reserved_start),
+      " at the latest, when the running jobs' time limits "
+      "free enough workers (",
+      entry.reserved_workers, " free ones are held for it meanwhile)");
+}
+
+}  // namespace
+
 std::string QueueMessage(const QueueEntry& entry) {
+  const bool holds_reservation =
+      entry.reason != WaitReason::kReserved && !entry.reservation.empty();
   const std::string workers = entry.needed == 0 ? std::string("the whole pool")
                               : entry.needed == 1
                                   ? std::string("1 worker")
@@ -50,7 +71,8 @@ std::string QueueMessage(const QueueEntry& entry) {
   switch (entry.reason) {
     case WaitReason::kNoFit:
       return absl::StrCat("needs ", workers, "; ", entry.free_matching,
-                          " free workers match its placement");
+                          " free workers match its placement",
+                          holds_reservation ? Reserved(entry) : "");
     case WaitReason::kQuota:
       return absl::StrCat("needs ", workers, "; its owner holds ",
                           entry.owner_holds, " of a quota of ", entry.quota);
@@ -58,7 +80,8 @@ std::string QueueMessage(const QueueEntry& entry) {
       return absl::StrCat("needs ", workers,
                           "; jobs ahead of it (of a higher priority, of an "
                           "owner holding fewer workers, or submitted earlier) "
-                          "come first");
+                          "come first",
+                          holds_reservation ? Reserved(entry) : "");
     case WaitReason::kPreempting:
       return absl::StrCat("needs ", workers, "; waiting for ",
                           absl::StrJoin(entry.preempts, ", "),
@@ -68,7 +91,15 @@ std::string QueueMessage(const QueueEntry& entry) {
                           absl::StrJoin(entry.preempts, ", "),
                           " once they have run the minimum run time");
     case WaitReason::kWholePool:
-      return "runs on the whole pool: waits until no other job runs";
+      return absl::StrCat(
+          "runs on the whole pool: waits until no other job runs",
+          holds_reservation ? Reserved(entry) : "");
+    case WaitReason::kReserved:
+      return absl::StrCat(
+          "needs ", workers, "; the free workers are reserved for ",
+          entry.reservation, ", which starts by ", When(entry.reserved_start),
+          " at the latest, and this job could run past then (its time limit "
+          "is later, or it has none)");
   }
   return "";
 }
@@ -89,7 +120,8 @@ class Pass {
         now_(now),
         plan_(plan),
         promised_(pool.size(), 0),
-        victim_(running.size(), 0) {
+        victim_(running.size(), 0),
+        counted_on_(running.size(), 0) {
     absl::flat_hash_map<std::string, size_t> promisees;
     for (const PoolWorker& worker : pool) {
       if (!worker.promised_to.empty()) promisees[worker.promised_to] = SIZE_MAX;
@@ -181,7 +213,61 @@ class Pass {
       }
       if (released) std::sort(free_.begin(), free_.end());
     }
+    // The reservation is made before the first job of its holder's
+    // priority takes workers. The holder may use the workers held for it,
+    // and so may a job that ends before the holder starts.
+    while (target_ != SIZE_MAX && reservation_ == SIZE_MAX &&
+           queued_[q].priority <= queued_[target_].priority) {
+      Reserve();
+    }
+    const bool holder = reservation_ == q;
+    ends_before_reservation_ =
+        reservation_ != SIZE_MAX &&
+        (holder || now_ + queued_[q].time_limit <= reserved_start_);
+    // (Only when they could make a difference: most jobs of a long queue
+    // fit neither way.)
+    std::vector<int> reserved;
+    if (ends_before_reservation_ && !reserved_free_.empty()) {
+      const QueuedJob& job = queued_[q];
+      const int could = CountMatching(job.placement, free_) +
+                        CountMatching(job.placement, reserved_free_);
+      if (job.size == 0 || could >= job.size || MightPreempt(job, could)) {
+        reserved = std::move(reserved_free_);
+        reserved_free_.clear();
+        std::vector<int> merged;
+        merged.reserve(free_.size() + reserved.size());
+        std::merge(free_.begin(), free_.end(), reserved.begin(), reserved.end(),
+                   std::back_inserter(merged));
+        free_ = std::move(merged);
+      }
+    }
+    const size_t waiting = plan_.waiting.size();
     const bool started = Decide(q, holds, kept_waiting);
+    if (!reserved.empty()) {
+      std::set_intersection(reserved.begin(), reserved.end(), free_.begin(),
+                            free_.end(), std::back_inserter(reserved_free_));
+      Take(reserved_free_);
+    }
+    if (holder) {
+      const WaitReason reason =
+          started ? WaitReason::kPreempting : plan_.waiting[waiting].reason;
+      if (reason == WaitReason::kNoFit || reason == WaitReason::kPriority ||
+          reason == WaitReason::kWholePool) {
+        QueueEntry& entry = plan_.waiting[waiting];
+        entry.reservation = queued_[q].id;
+        entry.reserved_start = reserved_start_;
+        reservation_entry_ = waiting;
+      } else {
+        // It started, or it preempts or waits for something else: the
+        // jobs after it are free of the reservation.
+        free_.insert(free_.end(), reserved_free_.begin(), reserved_free_.end());
+        std::sort(free_.begin(), free_.end());
+        reserved_free_.clear();
+        std::fill(counted_on_.begin(), counted_on_.end(), 0);
+        reservation_ = SIZE_MAX;
+        NextTarget();
+      }
+    }
     std::vector<int> returned;
     for (const auto& [promisee, i] : borrowed) {
       if (std::binary_search(free_.begin(), free_.end(), i)) {
@@ -242,12 +328,20 @@ class Pass {
       return false;
     }
     const int at_start = CountMatching(job.placement, initial_free_);
-    const WaitReason reason =
+    WaitReason reason =
         at_start >= job.size ? WaitReason::kPriority : WaitReason::kNoFit;
     if (reason == WaitReason::kNoFit && !kept_waiting.empty()) {
       // Its released workers that are back wait for the others.
       Take(kept_waiting);
       plan_.holds.push_back({job.id, kept_waiting});
+      return Wait(entry, reason);
+    }
+    if (reservation_ != SIZE_MAX && !ends_before_reservation_ &&
+        entry.free_matching + CountMatching(job.placement, reserved_free_) >=
+            job.size) {
+      entry.reservation = queued_[reservation_].id;
+      entry.reserved_start = reserved_start_;
+      return Wait(entry, WaitReason::kReserved);
     }
     return Wait(entry, reason);
   }
@@ -277,7 +371,9 @@ class Pass {
   }
 
   bool Aged(const QueuedJob& job) const {
-    return now_ - job.queued_at >= policy_.age_after;
+    // (A job whose queued_at is unknown is not aged when aging is off.)
+    return policy_.age_after != absl::InfiniteDuration() &&
+           now_ - job.queued_at >= policy_.age_after;
   }
 
   // A bound that ignores placement and the minimum run time: whether the
@@ -309,6 +405,7 @@ class Pass {
     held_[job.owner] += static_cast<int>(workers.size());
     Take(workers);
     started_any_ = true;
+    started_.push_back({now_ + job.time_limit, workers});
     plan_.starts.push_back({job.id, std::move(workers)});
     return true;
   }
@@ -352,6 +449,149 @@ class Pass {
     }
   }
 
+  // ---- the reservation (EASY backfill) ----
+ public:
+  // Chooses the job each priority may reserve workers for (EASY backfill,
+  // with the longest wait first rather than the queue's head, so that no
+  // owner's turn passes it for ever): of the jobs that cannot start on the
+  // free workers nor preempt, the one that has waited longest. The pass
+  // makes one reservation: for the highest priority's, or, when that job
+  // starts or preempts after all, for the next one's. Called once, before
+  // any job is considered.
+  void ChooseReservation(
+      const std::map<int, std::vector<size_t>, std::greater<int>>& levels) {
+    if (!policy_.reserve) return;
+    for (const auto& [priority, level] : levels) {
+      size_t target = SIZE_MAX;
+      // The workers of the jobs it may preempt: of lower priorities, and
+      // of its own once aged. (Not MightPreempt's bound: the workers of
+      // yielding jobs go to the jobs they yield for.)
+      int lower = 0;
+      int equal = 0;
+      for (const auto& [other, workers] : yieldable_) {
+        if (other > priority) break;
+        (other < priority ? lower : equal) += workers;
+      }
+      for (size_t q : level) {
+        const QueuedJob& job = queued_[q];
+        if (!policy_.quotas.empty()) {
+          auto quota = policy_.quotas.find(job.owner);
+          if (quota != policy_.quotas.end() &&
+              Holds(job.owner) + std::max(job.size, 1) > quota->second) {
+            continue;
+          }
+        }
+        const int free_matching = CountMatching(job.placement, free_);
+        const int could =
+            free_matching + lower + (equal > 0 && Aged(job) ? equal : 0);
+        const bool blocked =
+            job.size == 0 ? !running_.empty() : could < job.size;
+        const bool preempts =
+            job.size > 0 && free_matching < job.size && could >= job.size;
+        if (job.reserved && !preempts) {
+          target = q;  // it keeps the reservation it held, also once it fits
+          break;
+        }
+        if (!blocked) continue;
+        if (target == SIZE_MAX || job.seq < queued_[target].seq) target = q;
+      }
+      if (target != SIZE_MAX) targets_.push_back(target);
+    }
+    if (!targets_.empty()) target_ = targets_.front();
+  }
+
+  // The reservation in the plan, with the free workers still held for it
+  // once every job was considered (jobs ending before its start may have
+  // taken some). Called once, last.
+  void FinishReservation() {
+    if (reservation_entry_ == SIZE_MAX) return;
+    plan_.waiting[reservation_entry_].reserved_workers =
+        static_cast<int>(reserved_free_.size());
+    plan_.reservations.push_back(
+        {queued_[reservation_].id, reserved_start_, reserved_free_});
+  }
+
+ private:
+  void NextTarget() {
+    target_ =
+        ++next_target_ < targets_.size() ? targets_[next_target_] : SIZE_MAX;
+  }
+
+  // The reservation for target_: the earliest time the time limits of the
+  // jobs holding workers free enough of them for it (for a job of the
+  // whole pool: all of them). The free workers it needs then, beyond those
+  // of the jobs ending by that time, are held for it; those jobs may not
+  // be preempted by a job that would outlast it.
+  void Reserve() {
+    const QueuedJob& job = queued_[target_];
+    // When a job ends, the matching workers it gives, and its index in
+    // running_ (SIZE_MAX: started in this pass).
+    struct Ending {
+      absl::Time at;
+      int gives;
+      size_t r;
+    };
+    std::vector<Ending> endings;
+    for (size_t r = 0; r < running_.size(); ++r) {
+      const RunningJob& other = running_[r];
+      // A yielding job's workers, and those of a victim of this pass, go
+      // to the job they were preempted for.
+      if (other.yielding || victim_[r]) continue;
+      const int gives =
+          job.size == 0 ? 1 : MatchingWorkersOf(other, job.placement);
+      if (gives > 0) endings.push_back({other.ends, gives, r});
+    }
+    for (const auto& [ends, workers] : started_) {
+      const int gives =
+          job.size == 0 ? 1 : CountMatching(job.placement, workers);
+      if (gives > 0) endings.push_back({ends, gives, SIZE_MAX});
+    }
+    std::sort(endings.begin(), endings.end(),
+              [](const Ending& a, const Ending& b) { return a.at < b.at; });
+    absl::Time start = absl::InfiniteFuture();
+    int needed = 0;
+    size_t counted = endings.size();
+    if (job.size == 0) {
+      // Every other job ends first; all free workers wait for it.
+      if (!endings.empty()) start = endings.back().at;
+      needed = static_cast<int>(free_.size());
+    } else {
+      const int have = CountMatching(job.placement, free_);
+      int gained = 0;
+      if (have >= job.size) {
+        start = now_;  // it fits now: it starts in its turn
+        counted = 0;
+      }
+      for (size_t k = 0; k < endings.size() && have < job.size; ++k) {
+        if (endings[k].at == absl::InfiniteFuture()) break;
+        gained += endings[k].gives;
+        if (have + gained < job.size) continue;
+        start = endings[k].at;
+        // The jobs ending at that same time give theirs too.
+        while (k + 1 < endings.size() && endings[k + 1].at == start) {
+          gained += endings[++k].gives;
+        }
+        counted = k + 1;
+        break;
+      }
+      needed = std::max(0, job.size - gained);
+    }
+    if (start == absl::InfiniteFuture()) {
+      NextTarget();  // no end known: nothing to reserve by
+      return;
+    }
+    for (size_t k = 0; k < counted; ++k) {
+      if (endings[k].r != SIZE_MAX) counted_on_[endings[k].r] = 1;
+    }
+    std::vector<int> held =
+        job.size == 0 ? free_ : FreeMatching(job.placement, free_);
+    held.resize(std::min<size_t>(held.size(), needed));
+    Take(held);
+    reservation_ = target_;
+    reserved_start_ = start;
+    reserved_free_ = std::move(held);
+  }
+
   // Job `q` does not fit in the free workers: it waits for the workers of
   // jobs already yielding to it, or preempts more. Returns whether it
   // waits for a preemption (entry recorded).
@@ -391,6 +631,9 @@ class Pass {
         // An equal only if it was submitted later: it passed this job.
         if (victim.priority == job.priority && victim.seq < job.seq) continue;
         if (victim_[r]) continue;
+        // Not a job whose end the reservation counts on, unless this job
+        // ends before the reserved one starts.
+        if (counted_on_[r] && !ends_before_reservation_) continue;
         Victim taken{r, 0, MatchingWorkersOf(victim, job.placement)};
         if (victim.can_shrink) {
           // Shrinking keeps its live state: preferred when it frees enough,
@@ -479,6 +722,22 @@ class Pass {
   std::vector<char> promised_;
   // Running jobs chosen as victims in this pass.
   std::vector<char> victim_;
+  // The pass's reservation: the queued job chosen for it (target_), the
+  // job holding it once made (reservation_; SIZE_MAX: none), when it
+  // starts at the latest, the free workers held for it, the running jobs
+  // whose ends it counts on, and the jobs started in this pass with their
+  // ends. ends_before_reservation_: the job being considered may use the
+  // held workers (it holds them, or ends before that start).
+  std::vector<size_t> targets_;  // one per priority at most, highest first
+  size_t next_target_ = 0;
+  size_t target_ = SIZE_MAX;
+  size_t reservation_ = SIZE_MAX;
+  size_t reservation_entry_ = SIZE_MAX;  // its holder's in plan_.waiting
+  absl::Time reserved_start_ = absl::InfiniteFuture();
+  std::vector<int> reserved_free_;
+  std::vector<char> counted_on_;
+  std::vector<std::pair<absl::Time, std::vector<int>>> started_;
+  bool ends_before_reservation_ = false;
   // Running jobs already yielding, with the queued job they yield to
   // (SIZE_MAX: to whoever needs them).
   std::vector<std::pair<size_t, size_t>> yielding_;
@@ -584,9 +843,12 @@ SchedulingPlan Scheduler::Plan(const std::vector<PoolWorker>& pool,
     }
     return plan;
   }
-  for (const auto& [priority, level] : Levels(queued)) {
+  const auto levels = Levels(queued);
+  pass.ChooseReservation(levels);
+  for (const auto& [priority, level] : levels) {
     ConsiderFairly(pass, queued, level);
   }
+  pass.FinishReservation();
   return plan;
 }
 

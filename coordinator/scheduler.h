@@ -18,10 +18,20 @@
 //     running jobs hold fewer workers first (so nobody starves the others
 //     by queueing many jobs); then submission order. A job that does not
 //     fit waits without holding back a later one that does (backfill).
+//   - Reservation (EASY backfill, as Slurm's): of the highest priority with
+//     a job that can neither start on the free workers nor preempt, the job
+//     that has waited longest gets the reservation when the time limits of
+//     the running jobs say when enough workers come free (its start at the
+//     latest). The free workers it will need then are held for it; a job
+//     may take them only if its own time limit ends before that start, and
+//     may not preempt the jobs whose ends the reservation counts on. It
+//     keeps the reservation until it starts (QueuedJob.reserved), so no job
+//     of its priority takes the workers when they come free. So small jobs
+//     cannot pass a large one for ever. Without time limits (a running
+//     job's end unknown) there is no reservation: holding workers for an
+//     unknown time would leave them idle for as long as the others run.
 //   - Aging: a job that has waited age_after may preempt running jobs of
-//     its own priority submitted after it (those that passed it), so that
-//     small jobs cannot pass a large one for ever; holding free workers for
-//     it instead would leave them idle for as long as the others run.
+//     its own priority submitted after it (those that passed it).
 //   - Quotas: an owner's running jobs hold at most its quota of workers;
 //     a job waiting for a preemption counts as holding the workers it
 //     waits for, so an owner cannot preempt beyond its quota.
@@ -92,6 +102,12 @@ struct QueuedJob {
   Placement placement;
   // When it last entered the queue (submitted, or preempted).
   absl::Time queued_at = absl::InfinitePast();
+  // The most it runs once started (what is left of its time limit);
+  // infinite: no limit.
+  absl::Duration time_limit = absl::InfiniteDuration();
+  // It held the reservation in the previous pass: it keeps it until it
+  // starts, also once it fits (SchedulingPlan.reservations).
+  bool reserved = false;
 };
 
 struct RunningJob {
@@ -107,6 +123,8 @@ struct RunningJob {
   int holds = 0;
   // When its current generation started.
   absl::Time started;
+  // When its time limit stops it at the latest; infinite future: no limit.
+  absl::Time ends = absl::InfiniteFuture();
   // It can stop at an agreed step and resume from it (it saves
   // checkpoints, it is RUNNING, no stop is under way).
   bool can_yield = false;
@@ -143,6 +161,10 @@ struct SchedulerPolicy {
   // A job that has waited this long may preempt running jobs of its own
   // priority submitted after it; infinite (the default): never.
   absl::Duration age_after = absl::InfiniteDuration();
+  // The first job that waits for workers gets a reservation from the
+  // running jobs' time limits (EASY backfill); false: none (before issue
+  // 52, and the simulation's reference).
+  bool reserve = true;
 };
 
 // Why a queued job waits.
@@ -153,6 +175,8 @@ enum class WaitReason {
   kPreempting,  // the jobs it preempted are stopping
   kMinRunTime,  // the jobs it could preempt have not run min_run_time
   kWholePool,   // a job of the whole pool waits for an empty pool
+  kReserved,    // it would fit, but the free workers are reserved for an
+                // earlier job and its time limit ends after that job starts
 };
 
 // "no_fit", "quota", ... (QueuePosition.reason).
@@ -168,6 +192,11 @@ struct QueueEntry {
   int quota = -1;         // its owner's quota, -1: none
   // The running jobs it preempts (kPreempting) or would (kMinRunTime).
   std::vector<std::string> preempts;
+  // The job holding the reservation (itself when it holds it; kReserved:
+  // the earlier job), and when that job starts at the latest.
+  std::string reservation;
+  absl::Time reserved_start = absl::InfiniteFuture();
+  int reserved_workers = 0;  // free workers held for it now
 };
 
 // The reason in words, with its numbers.
@@ -194,6 +223,15 @@ struct SchedulingPlan {
   std::vector<Start> starts;
   std::vector<Preemption> preemptions;
   std::vector<Hold> holds;
+  // The reservation of this pass, if any: the job, when it starts at the
+  // latest, and the free workers held for it until then (a job that ends
+  // before may use them).
+  struct Reservation {
+    std::string job_id;
+    absl::Time start = absl::InfiniteFuture();
+    std::vector<int> workers;  // indices into the pool
+  };
+  std::vector<Reservation> reservations;  // at most one
   // Every queued job that does not start, in the order considered.
   std::vector<QueueEntry> waiting;
 };

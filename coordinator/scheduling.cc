@@ -346,6 +346,8 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     }
     entry.placement = PlacementOf(spec);
     entry.queued_at = job.queued_at;
+    entry.time_limit = job.TimeLimitLeft();
+    entry.reserved = entry.id == reserved_for_;
     queued.push_back(std::move(entry));
     ++it;
   }
@@ -385,9 +387,12 @@ void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
     entry.can_shrink = settled && entry.min_workers > 0 &&
                        job->status.world_size() > entry.min_workers;
     entry.keeps = job->shrink_to();
+    entry.ends = job->TimeLimitEnds();
     running.push_back(std::move(entry));
   }
   SchedulingPlan plan = scheduler_.Plan(pool, queued, running, clock_->Now());
+  reserved_for_ =
+      plan.reservations.empty() ? "" : plan.reservations.front().job_id;
   for (const SchedulingPlan::Hold& hold : plan.holds) {
     for (int i : hold.workers) {
       Promise& promise = promised_[connected[i]->id];

@@ -214,8 +214,10 @@ std::string Coordinator::StopReasonLocked(const Job& job) const {
   const int64_t step = job.status.step();
   std::string saved = FinalSave(job.status, step,
                                 job.generation->checkpoints().FailureOf(step));
-  if (saved.empty()) return "stopped on request";
-  return absl::StrCat("stopped on request after step ", step, "; ", saved);
+  const std::string cause =
+      job.stop_cause.empty() ? "stopped on request" : job.stop_cause;
+  if (saved.empty()) return cause;
+  return absl::StrCat(cause, " after step ", step, "; ", saved);
 }
 
 void Coordinator::HandleProgressLocked(const Worker& worker,

@@ -299,6 +299,7 @@ void Coordinator::Sweep() {
       FailGenerationLocked(*job, "generation_failed", nullptr, cause);
     }
   }
+  EnforceTimeLimitsLocked();
   // A job waiting for running jobs to reach the minimum run time preempts
   // them once they have: only time changed.
   if (waiting_on_time_) MaybeStartJobLocked();

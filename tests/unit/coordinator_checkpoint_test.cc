@@ -418,13 +418,6 @@ v1::JobSpec CheckpointedSpec(int workers) {
   return spec;
 }
 
-// An ok TaskResult of a rank that stopped on request after step 120.
-v1::WorkerMessage StoppedResult(const std::string& job, int rank) {
-  v1::WorkerMessage message = PreemptedResult(job, 1, rank);
-  message.mutable_result()->set_preempted(false);
-  return message;
-}
-
 class CoordinatorFinalSaveTest : public CoordinatorTest {
  protected:
   // Two ranks of a checkpointed job, which committed step 100.

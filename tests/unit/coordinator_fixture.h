@@ -405,6 +405,14 @@ inline v1::WorkerMessage PreemptedResult(const std::string& job,
   return message;
 }
 
+// An ok TaskResult of a rank of generation 1 that stopped on request after
+// step 120.
+inline v1::WorkerMessage StoppedResult(const std::string& job, int rank) {
+  v1::WorkerMessage message = PreemptedResult(job, 1, rank);
+  message.mutable_result()->set_preempted(false);
+  return message;
+}
+
 // The commands of one kind a sink received.
 inline std::vector<v1::CoordinatorCommand> CommandsOf(
     const FakeSink& sink, v1::CoordinatorCommand::KindCase kind) {

@@ -301,7 +301,8 @@ TEST(JobSpecOverrideTest, SettingOneBatchSizeReplacesTheOther) {
 
 TEST(JobSpecTest, SchedulingFieldsAreChecked) {
   v1::JobSpec spec = Parse(R"({"global_batch_size": 64, "priority": 5,
-      "placement": {"device": "cuda", "labels": {"zone": "a"}}})");
+      "placement": {"device": "cuda", "labels": {"zone": "a"}},
+      "time_limit_seconds": 14400})");
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   for (
       const char* bad : {
@@ -310,6 +311,8 @@ TEST(JobSpecTest, SchedulingFieldsAreChecked) {
           R"({"global_batch_size": 64, "priority": 1, "priority_class": "x"})",
           R"({"global_batch_size": 64, "placement": {"device": "tpu"}})",
           R"({"global_batch_size": 64, "placement": {"labels": {"z": "a b"}}})",
+          R"({"global_batch_size": 64, "time_limit_seconds": -1})",
+          R"({"global_batch_size": 64, "time_limit_seconds": 31622401})",
       }) {
     auto parsed = ParseJobSpec(bad);
     const absl::Status status =

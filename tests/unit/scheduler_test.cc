@@ -1,7 +1,8 @@
 // The pool scheduler's rules on snapshots (coordinator/scheduler.h): gang
 // fit, backfill, placement, priority order, owner fairness, quotas,
 // preemption of the fewest and lowest jobs, the minimum run time, and the
-// FIFO and one-at-a-time baselines the simulation compares against.
+// FIFO and one-at-a-time baselines the simulation compares against, and
+// the reservation from time limits (EASY backfill).
 #include "coordinator/scheduler.h"
 
 #include <gmock/gmock.h>
@@ -14,6 +15,7 @@ namespace lockstep::coordinator {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
@@ -485,6 +487,125 @@ TEST(SchedulerTest, OneAtATimeRunsASingleJob) {
   RunningJob running = Running(pool, "r", 1, {0});
   plan = PlanFor(Scheduler(policy), pool, {Queued("b", 2, 1)}, {running}, kNow);
   EXPECT_THAT(plan.starts, IsEmpty());
+}
+
+// ---- the reservation (EASY backfill, issue 52) ----
+
+// A job running on `workers` until `ends`.
+RunningJob Ending(std::vector<PoolWorker>& pool, const std::string& id,
+                  int64_t seq, std::vector<int> workers, absl::Time ends,
+                  int priority = 0) {
+  RunningJob job = Running(pool, id, seq, std::move(workers), priority);
+  job.ends = ends;
+  return job;
+}
+
+QueuedJob Limited(QueuedJob job, absl::Duration limit) {
+  job.time_limit = limit;
+  return job;
+}
+
+TEST(SchedulerTest, ABigJobReservesWorkersThatOnlyJobsEndingFirstMayUse) {
+  std::vector<PoolWorker> pool = Pool(8);
+  std::vector<RunningJob> running = {
+      Ending(pool, "r", 1, {0, 1, 2, 3}, kNow + absl::Hours(2))};
+  Planned plan = PlanFor(
+      Scheduler({}), pool,
+      {Queued("big", 2, 8), Limited(Queued("short", 3, 2), absl::Hours(1)),
+       Limited(Queued("long", 4, 2), absl::Hours(3)), Queued("open", 5, 2)},
+      running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("short"));
+  const QueueEntry* big = WaitOf(plan, "big");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->reason, WaitReason::kNoFit);
+  EXPECT_EQ(big->reservation, "big");
+  EXPECT_EQ(big->reserved_start, kNow + absl::Hours(2));
+  EXPECT_THAT(QueueMessage(*big),
+              HasSubstr("it holds the reservation: it starts by "
+                        "1970-01-12 15:46:40 UTC at the latest"));
+  for (const char* id : {"long", "open"}) {
+    const QueueEntry* entry = WaitOf(plan, id);
+    ASSERT_NE(entry, nullptr) << id;
+    EXPECT_EQ(entry->reason, WaitReason::kReserved) << id;
+    EXPECT_EQ(entry->reservation, "big") << id;
+  }
+  ASSERT_EQ(plan.reservations.size(), 1u);
+  EXPECT_EQ(plan.reservations[0].workers.size(), 2u);  // 4 free, 2 to short
+
+  // Without the reservation (the scheduler before it), the small jobs
+  // take every free worker and the big one waits for as long as they run.
+  SchedulerPolicy policy;
+  policy.reserve = false;
+  plan = PlanFor(
+      Scheduler(policy), pool,
+      {Queued("big", 2, 8), Limited(Queued("short", 3, 2), absl::Hours(1)),
+       Limited(Queued("long", 4, 2), absl::Hours(3))},
+      running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("short", "long"));
+}
+
+TEST(SchedulerTest, NoReservationWithoutTheRunningJobsTimeLimits) {
+  std::vector<PoolWorker> pool = Pool(8);
+  std::vector<RunningJob> running = {Running(pool, "r", 1, {0, 1, 2, 3})};
+  Planned plan =
+      PlanFor(Scheduler({}), pool, {Queued("big", 2, 8), Queued("small", 3, 2)},
+              running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("small"));
+  EXPECT_THAT(plan.reservations, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "big")->reservation, "");
+}
+
+TEST(SchedulerTest, TheJobThatHeldTheReservationKeepsItOnceItFits) {
+  // alice holds more workers than bob: bob's job would go first.
+  std::vector<PoolWorker> pool = Pool(8);
+  std::vector<RunningJob> running = {Running(pool, "alices", 1, {4, 5, 6, 7}, 0,
+                                             absl::Hours(1), "operator:alice")};
+  QueuedJob old = Queued("old", 2, 4, 0, "operator:alice");
+  QueuedJob young = Queued("young", 3, 4, 0, "operator:bob");
+  Planned plan = PlanFor(Scheduler({}), pool, {old, young}, running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("young"));
+
+  old.reserved = true;
+  plan = PlanFor(Scheduler({}), pool, {old, young}, running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("old"));
+  EXPECT_EQ(WaitOf(plan, "young")->reason, WaitReason::kReserved);
+}
+
+TEST(SchedulerTest, AWholePoolJobReservesEveryFreeWorker) {
+  std::vector<PoolWorker> pool = Pool(4);
+  std::vector<RunningJob> running = {
+      Ending(pool, "r", 1, {0, 1}, kNow + absl::Hours(1))};
+  Planned plan = PlanFor(
+      Scheduler({}), pool,
+      {Queued("whole", 2, 0), Limited(Queued("short", 3, 1), absl::Minutes(30)),
+       Limited(Queued("long", 4, 1), absl::Hours(2))},
+      running, kNow);
+  EXPECT_THAT(Started(plan), ElementsAre("short"));
+  EXPECT_EQ(WaitOf(plan, "whole")->reason, WaitReason::kWholePool);
+  EXPECT_EQ(WaitOf(plan, "whole")->reserved_start, kNow + absl::Hours(1));
+  EXPECT_EQ(WaitOf(plan, "long")->reason, WaitReason::kReserved);
+}
+
+TEST(SchedulerTest, NoJobPreemptsTheJobsAReservationCountsOn) {
+  // "big" cannot preempt its equal "r"; the aged job could (r was
+  // submitted after it), but big's reservation counts on r's end.
+  SchedulerPolicy policy;
+  policy.age_after = absl::Hours(1);
+  std::vector<PoolWorker> pool = Pool(4);
+  std::vector<RunningJob> running = {
+      Ending(pool, "r", 9, {0, 1}, kNow + absl::Hours(1))};
+  QueuedJob big = Queued("big", 1, 4);
+  big.queued_at = kNow;
+  QueuedJob aged = Queued("aged", 2, 4);
+  aged.queued_at = kNow - absl::Hours(2);
+  Planned plan = PlanFor(Scheduler(policy), pool, {big, aged}, running, kNow);
+  EXPECT_THAT(plan.preemptions, IsEmpty());
+  EXPECT_EQ(WaitOf(plan, "big")->reservation, "big");
+
+  // One that ends before big starts may.
+  aged.time_limit = absl::Minutes(30);
+  plan = PlanFor(Scheduler(policy), pool, {big, aged}, running, kNow);
+  EXPECT_THAT(Preempted(plan), ElementsAre("r->aged"));
 }
 
 }  // namespace
