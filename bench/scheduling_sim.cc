@@ -6,17 +6,25 @@
 // and under one job at a time (the coordinator before several jobs could
 // share the pool). No processes, no sleeping: simulated time only.
 //
+// Every job has a time limit, as a user would give it: its work times a
+// factor from 1 to 3, rounded up to whole hours. The default policy
+// ("priority") reserves workers for the first job waiting for workers from
+// those limits (EASY backfill); "no-reserve" is the same without
+// reservations (the scheduler before them).
+//
 // Reports per policy: utilization (busy worker-time / total worker-time,
 // over the whole trace, over the time some job waits, and over the time
 // some waiting job would fit in the idle workers), mean and p99
-// queue wait per priority class, preemptions, and the scheduler's time per
+// queue wait per priority class and for the largest jobs (a third of the
+// pool or more), preemptions, and the scheduler's time per
 // decision (Plan only, measured with the thread's CPU clock). Then the
 // decision time on a pool of W workers with Q queued jobs at once.
 //
 // Usage: scheduling_sim [--workers 1000] [--jobs 10000] [--queued 10000]
 //                       [--load 0.95] [--stop-seconds 1] [--min-run 60]
 //                       [--age-after SECS (default 0: never)]
-//                       [--seed 1] [--policies priority,fifo,one]
+//                       [--seed 1] [--seeds 1] [--overestimate 3]
+//                       [--policies priority,no-reserve,fifo,one]
 #include <time.h>
 
 #include <algorithm>
@@ -48,8 +56,12 @@ struct Config {
   double stop_seconds = 1;  // a preempted job stops and saves in this long
   double min_run_seconds = 60;
   double age_after_seconds = 0;  // never, as the coordinator's default
+  // Time limits: the work times a factor from 1 to this, rounded up to
+  // whole hours.
+  double overestimate = 3;
   uint64_t seed = 1;
-  std::vector<std::string> policies = {"priority", "fifo", "one"};
+  int seeds = 1;  // traces from seed on
+  std::vector<std::string> policies = {"priority", "no-reserve", "fifo", "one"};
 };
 
 struct PriorityClass {
@@ -69,6 +81,7 @@ struct SimJob {
   int size = 1;
   double arrival = 0;
   double work = 0;    // seconds of training it needs
+  double limit = 0;   // its time limit, seconds
   bool saves = true;  // saves checkpoints: may be preempted
 };
 
@@ -101,6 +114,10 @@ std::vector<SimJob> Trace(const Config& config) {
   std::discrete_distribution<int> owner(owner_weights.begin(),
                                         owner_weights.end());
   std::bernoulli_distribution saves(0.8);
+  // The limits from a stream of their own: the trace is the same as
+  // before there were limits.
+  std::mt19937_64 limits(config.seed + 1);
+  std::uniform_real_distribution<double> overestimate(1.0, config.overestimate);
   std::vector<SimJob> jobs(config.jobs);
   double total_work = 0;
   for (int i = 0; i < config.jobs; ++i) {
@@ -116,6 +133,7 @@ std::vector<SimJob> Trace(const Config& config) {
     // time.
     if (job.klass == 2) job.work = std::min(job.work, 3600.0);
     job.saves = job.klass == 2 || saves(rng);
+    job.limit = std::ceil(job.work * overestimate(limits) / 3600) * 3600;
     total_work += job.size * job.work;
   }
   const double span = total_work / (config.workers * config.load);
@@ -136,6 +154,7 @@ struct Outcome {
   // issue's "whenever the queue holds work that fits").
   double utilization_while_fits = 0;
   std::vector<std::vector<double>> waits{3};
+  std::vector<double> large_waits;  // jobs of a third of the pool or more
   int64_t preemptions = 0;
   int64_t decisions = 0;
   std::vector<double> decision_us;
@@ -143,9 +162,10 @@ struct Outcome {
 
 // One policy over the trace.
 Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
-                 SchedulerPolicy::Order order) {
+                 SchedulerPolicy::Order order, bool reserve) {
   SchedulerPolicy policy;
   policy.order = order;
+  policy.reserve = reserve;
   policy.min_run_time = absl::Seconds(config.min_run_seconds);
   policy.age_after = config.age_after_seconds > 0
                          ? absl::Seconds(config.age_after_seconds)
@@ -155,6 +175,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   struct State {
     bool queued = false, running = false, yielding = false;
     double remaining = 0;
+    double used = 0;     // of its time limit, in earlier runs
     double started = 0;  // of the current run
     double queued_since = 0;
     double waited = 0;
@@ -166,6 +187,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   std::map<std::string, size_t> by_id;
   for (size_t i = 0; i < trace.size(); ++i) by_id[trace[i].id] = i;
   std::vector<int> holder(config.workers, -1);
+  // The job that held the reservation after the last decision.
+  std::string reserved;
 
   // Events: (time, kind, job, generation); kinds: 0 arrival, 1 finish,
   // 2 stopped (a preemption completed).
@@ -226,6 +249,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         } else {
           // It trained until it stopped, then waits again.
           s.remaining -= now - s.started;
+          s.used += now - s.started;
           release(j);
           s.queued = true;
           s.queued_since = now;
@@ -248,6 +272,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         q.owner = trace[j].owner;
         q.size = q.most = trace[j].size;
         q.queued_at = absl::FromUnixSeconds(0) + absl::Seconds(s.queued_since);
+        q.time_limit = absl::Seconds(trace[j].limit - s.used);
+        q.reserved = q.id == reserved;
         queued.push_back(std::move(q));
         queued_index.push_back(j);
       } else if (s.running) {
@@ -258,6 +284,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         r.owner = trace[j].owner;
         r.workers = s.workers;
         r.started = absl::FromUnixSeconds(0) + absl::Seconds(s.started);
+        r.ends = r.started + absl::Seconds(trace[j].limit - s.used);
         r.can_yield = trace[j].saves && !s.yielding;
         r.yielding = s.yielding;
         r.yielding_for = s.yielding_for;
@@ -270,6 +297,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         pool, queued, running, absl::FromUnixSeconds(0) + absl::Seconds(now));
     out.decision_us.push_back(CpuMicros() - before);
     ++out.decisions;
+    reserved = plan.reservations.empty() ? "" : plan.reservations[0].job_id;
     for (const SchedulingPlan::Preemption& p : plan.preemptions) {
       State& s = state[by_id[p.job_id]];
       s.yielding = true;
@@ -290,7 +318,10 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       --queued_count;
       for (int w : start.workers) holder[w] = static_cast<int>(j);
       busy_workers += static_cast<int>(start.workers.size());
-      events.push({now + s.remaining, 1, j, s.generation});
+      // Its limit stops it if the work does not end first (the trace's
+      // limits are never shorter than the work).
+      events.push({now + std::min(s.remaining, trace[j].limit - s.used), 1, j,
+                   s.generation});
     }
     smallest_queued = std::numeric_limits<int>::max();
     for (const QueueEntry& entry : plan.waiting) {
@@ -305,6 +336,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       time_fits > 0 ? busy_fits / (config.workers * time_fits) : -1;
   for (size_t j = 0; j < trace.size(); ++j) {
     out.waits[trace[j].klass].push_back(state[j].waited);
+    if (4 * trace[j].size >= config.workers) {
+      out.large_waits.push_back(state[j].waited);
+    }
   }
   return out;
 }
@@ -331,6 +365,7 @@ void DecisionTimeAtScale(const Config& config) {
       r.priority = kClasses[seq % 3].priority;
       r.can_yield = true;
       r.started = absl::FromUnixSeconds(0);
+      r.ends = r.started + absl::Hours(1 + seq % 24);
       for (int k = 0; k < 8 && next < busy; ++k) r.workers.push_back(next++);
       running.push_back(std::move(r));
     }
@@ -348,6 +383,7 @@ void DecisionTimeAtScale(const Config& config) {
       q.owner = job.owner;
       // Big enough not to fit: the pass considers every one of them.
       q.size = q.most = half_free ? config.workers : job.size;
+      q.time_limit = absl::Seconds(job.limit);
       queued.push_back(std::move(q));
     }
     SchedulerPolicy policy;
@@ -374,41 +410,74 @@ int Run(const Config& config) {
   std::printf(
       "scheduling simulation: %d workers, %d jobs over %.1f simulated days "
       "(offered load %.2f), preemption stop %.1f s, min run time %.0f s, "
-      "age after %.0f s, seed %llu\n",
+      "age after %.0f s, time limits up to %.1fx the work, seed %llu%s\n",
       config.workers, config.jobs, trace.back().arrival / 86400, config.load,
       config.stop_seconds, config.min_run_seconds, config.age_after_seconds,
-      static_cast<unsigned long long>(config.seed));
-  std::printf("%-9s %7s %9s %9s %11s %16s %16s %16s %7s %7s %7s\n",
+      config.overestimate, static_cast<unsigned long long>(config.seed),
+      config.seeds > 1 ? absl::StrCat(" and the next ", config.seeds - 1,
+                                      " (waits pooled, the rest averaged)")
+                             .c_str()
+                       : "");
+  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %7s %7s\n",
               "policy", "util", "util/wait", "util/fits", "makespan(d)",
-              "batch wait", "normal wait", "urgent wait", "preempt",
-              "dec p50", "dec p99");
-  std::printf("%-9s %7s %9s %9s %11s %16s %16s %16s %7s %7s %7s\n", "", "",
-              "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)", "",
-              "(us)", "(us)");
+              "batch wait", "normal wait", "urgent wait", "largest wait",
+              "preempt", "dec p50", "dec p99");
+  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %7s %7s\n", "",
+              "", "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)",
+              "mean/p99 (h)", "", "(us)", "(us)");
   for (const std::string& name : config.policies) {
     SchedulerPolicy::Order order =
         name == "fifo"  ? SchedulerPolicy::Order::kFifo
         : name == "one" ? SchedulerPolicy::Order::kOneAtATime
                         : SchedulerPolicy::Order::kPriority;
-    Outcome out = Simulate(config, trace, order);
+    // Over --seeds traces: waits pooled, utilization and makespan
+    // averaged, preemptions summed.
+    Outcome out;
+    int fits_runs = 0;
+    for (int k = 0; k < config.seeds; ++k) {
+      Config one = config;
+      one.seed = config.seed + k;
+      Outcome run = Simulate(one, k == 0 ? trace : Trace(one), order,
+                             name != "no-reserve");
+      out.utilization += run.utilization / config.seeds;
+      out.utilization_while_waiting +=
+          run.utilization_while_waiting / config.seeds;
+      if (run.utilization_while_fits >= 0) {
+        out.utilization_while_fits += run.utilization_while_fits;
+        ++fits_runs;
+      }
+      out.makespan += run.makespan / config.seeds;
+      for (int c = 0; c < 3; ++c) {
+        out.waits[c].insert(out.waits[c].end(), run.waits[c].begin(),
+                            run.waits[c].end());
+      }
+      out.large_waits.insert(out.large_waits.end(), run.large_waits.begin(),
+                             run.large_waits.end());
+      out.preemptions += run.preemptions;
+      out.decision_us.insert(out.decision_us.end(), run.decision_us.begin(),
+                             run.decision_us.end());
+    }
+    out.utilization_while_fits =
+        fits_runs > 0 ? out.utilization_while_fits / fits_runs : -1;
     auto mean = [](const std::vector<double>& v) {
       double sum = 0;
       for (double x : v) sum += x;
       return v.empty() ? 0 : sum / v.size();
     };
     std::printf(
-        "%-9s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
-        "%7.1f/%-8.1f %7lld %7.0f %7.0f\n",
+        "%-10s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
+        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %7.0f %7.0f\n",
         name.c_str(), 100 * out.utilization,
         100 * out.utilization_while_waiting,
         out.utilization_while_fits < 0
             ? "never"
             : absl::StrFormat("%.1f%%", 100 * out.utilization_while_fits)
                   .c_str(),
-        out.makespan / 86400,
-        mean(out.waits[0]) / 3600, Percentile(out.waits[0], 0.99) / 3600,
-        mean(out.waits[1]) / 3600, Percentile(out.waits[1], 0.99) / 3600,
-        mean(out.waits[2]), Percentile(out.waits[2], 0.99),
+        out.makespan / 86400, mean(out.waits[0]) / 3600,
+        Percentile(out.waits[0], 0.99) / 3600, mean(out.waits[1]) / 3600,
+        Percentile(out.waits[1], 0.99) / 3600, mean(out.waits[2]),
+        Percentile(out.waits[2], 0.99), mean(out.large_waits) / 3600,
+        Percentile(out.large_waits, 0.99) / 3600,
         static_cast<long long>(out.preemptions),
         Percentile(out.decision_us, 0.5), Percentile(out.decision_us, 0.99));
   }
@@ -441,6 +510,12 @@ int main(int argc, char** argv) {
     } else if (flag == "--age-after") {
       ok = absl::SimpleAtod(value, &config.age_after_seconds) &&
            config.age_after_seconds >= 0;
+    } else if (flag == "--overestimate") {
+      ok = absl::SimpleAtod(value, &config.overestimate) &&
+           config.overestimate >= 1;
+    } else if (flag == "--seeds") {
+      ok = absl::SimpleAtoi(value, &config.seeds) && config.seeds > 0 &&
+           config.seeds <= 1000;
     } else if (flag == "--seed") {
       ok = absl::SimpleAtoi(value, &config.seed);
     } else if (flag == "--policies") {

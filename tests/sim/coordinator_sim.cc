@@ -114,7 +114,8 @@ class Simulation {
   explicit Simulation(const SimOptions& options)
       : options_(options),
         rng_(options.seed),
-        side_rng_(options.seed ^ 0x9e3779b97f4a7c15ULL) {}
+        side_rng_(options.seed ^ 0x9e3779b97f4a7c15ULL),
+        limit_rng_(options.seed ^ 0x2545f4914f6cdd1dULL) {}
 
   SimResult Run() {
     if (!MakeCoordinator()) return std::move(result_);
@@ -460,6 +461,12 @@ class Simulation {
     }
     job.max_steps = Uniform(20, 80);
     job.spec.set_max_steps(job.max_steps);
+    // A third of the jobs have a time limit, some too short for their
+    // steps: they stop at it, saved, as on request.
+    if (std::uniform_int_distribution<int>(0, 2)(limit_rng_) == 0) {
+      job.spec.set_time_limit_seconds(
+          std::uniform_int_distribution<int>(5, 120)(limit_rng_));
+    }
     TryForbiddenPriority(job.spec);
     auto id = coordinator_->SubmitJob(job.spec, IdentityOf(job.owner));
     if (!id.ok()) {
@@ -472,7 +479,10 @@ class Simulation {
         "submit ", job.id, " owner ", job.owner, " priority ", priority, " ",
         elastic ? absl::StrCat("elastic ", size, "..", job.spec.max_workers())
                 : absl::StrCat(size, " workers"),
-        job.saving ? " saving" : "", " max_steps ", job.max_steps));
+        job.saving ? " saving" : "", " max_steps ", job.max_steps,
+        job.spec.time_limit_seconds() > 0
+            ? absl::StrCat(" time limit ", job.spec.time_limit_seconds(), "s")
+            : ""));
     ++result_.jobs_submitted;
     index_[job.id] = jobs_.size();
     order_.push_back(job.id);
@@ -988,6 +998,9 @@ class Simulation {
   const SimOptions options_;
   std::mt19937_64 rng_;
   std::mt19937_64 side_rng_;
+  // Time limits, from a stream of their own: the other events of a seed
+  // stay as they were before there were limits.
+  std::mt19937_64 limit_rng_;
   FakeClock clock_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<SimWorker> workers_;

@@ -3,8 +3,8 @@
 // scheduler and what carries its plans out, the job store on disk,
 // restarts on the same store) driven by simulated workers on a fake clock.
 // Random submissions (sizes, elastic ranges, priorities, owners with and
-// without quotas, checkpointing or not), training and checkpoint commits,
-// results delivered in any order, worker deaths and returns, stops,
+// without quotas, checkpointing or not, time limits), training and checkpoint
+// commits, results delivered in any order, worker deaths and returns, stops,
 // deletes and coordinator restarts cross each other; after every event the
 // pool's invariants are checked:
 //
