@@ -270,8 +270,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     } else if (state == v1::JOB_STATE_RUNNING ||
                state == v1::JOB_STATE_RECOVERING) {
       // Every job that ran comes back: its workers still hold the live
-      // state; they reconnect and it re-forms as the next generation.
+      // state; they reconnect and it re-forms as the next generation, which
+      // charges no restart (a recovering one's next generation is charged
+      // for the failure it recovers from).
       c.active_jobs_[job.seq] = job.status.job_id();
+      if (state == v1::JOB_STATE_RUNNING) {
+        job.status.set_coordinator_restarts(job.status.coordinator_restarts() +
+                                            1);
+      }
       c.TransitionLocked(job, v1::JOB_STATE_RECOVERING, "coordinator_restarted",
                          nullptr,
                          "the coordinator restarted; waiting for the "

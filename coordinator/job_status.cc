@@ -111,7 +111,8 @@ void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
 }  // namespace
 
 int RestartsUsed(const v1::JobStatus& status) {
-  return std::max(0, status.generations() - 1 - status.preemptions());
+  return std::max(0, status.generations() - 1 - status.preemptions() -
+                         status.coordinator_restarts());
 }
 
 void AddEvent(v1::JobStatus& status, double now, const std::string& kind,

@@ -37,8 +37,8 @@ inline constexpr int kMaxEvals = 1000;
 inline constexpr size_t kMaxEventMessageBytes = 2048;
 
 // The restarts the job has used: its re-formations after a failure
-// (generations past the first, preemptions not counted), what max_restarts
-// bounds.
+// (generations past the first; preemptions and coordinator restarts not
+// counted), what max_restarts bounds.
 int RestartsUsed(const v1::JobStatus& status);
 
 // Appends an event of the job's current generation; `worker`, when given,

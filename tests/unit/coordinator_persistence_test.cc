@@ -70,6 +70,37 @@ TEST_F(CoordinatorTest, AStoppingCoordinatorSpendsNoRestartOfTheRunningJob) {
   EXPECT_EQ(Status(running).state(), v1::JOB_STATE_RECOVERING);
 }
 
+// Issue 52: a coordinator restart re-forms every running job, and that
+// generation is not the job's failure: it charges no restart. A job
+// allowed one still has it for a real failure afterwards.
+TEST_F(CoordinatorTest, ACoordinatorRestartChargesTheRunningJobNoRestart) {
+  std::string tmpl = ::testing::TempDir() + "coordinator_test_XXXXXX";
+  std::string dir = mkdtemp(tmpl.data());
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink a;
+  const std::string worker = Connect(1, &a);
+  v1::JobSpec spec = Spec(1);
+  spec.set_max_restarts(1);
+  const std::string job = *coordinator_->SubmitJob(spec);
+  ASSERT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  coordinator_.reset();
+
+  Make(std::nullopt, *JobStore::Open(dir));
+  FakeSink again;
+  ASSERT_EQ(Connect(1, &again), worker);
+  ASSERT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Status(job).generation(), 2);
+  EXPECT_EQ(Status(job).coordinator_restarts(), 1);
+  EXPECT_EQ(RestartsUsed(Status(job)), 0);
+  // A real failure now uses the one restart the job has, and it re-forms.
+  coordinator_->CloseSession(worker, 1, &again, absl::UnavailableError("gone"));
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RECOVERING);
+  FakeSink third;
+  ASSERT_EQ(Connect(1, &third), worker);
+  EXPECT_EQ(Status(job).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(RestartsUsed(Status(job)), 1);
+}
+
 // Issue 14: a queued job whose stored spec crashed the coordinator at every
 // restart. One that no longer validates (a newer rule, a corrupted row)
 // fails on load with the reason and is never started; the next one runs.
