@@ -22,7 +22,6 @@ unsigned AllowedRoles(Call call) {
     case Call::kWorkerSession:
     case Call::kKvSet:
     case Call::kKvGet:
-    case Call::kBarrier:
       return Bit(Role::kWorker) | Bit(Role::kSpare);
     case Call::kSubmitJob:
     case Call::kStopJob:
@@ -105,8 +104,6 @@ absl::string_view CallName(Call call) {
       return "KvSet";
     case Call::kKvGet:
       return "KvGet";
-    case Call::kBarrier:
-      return "Barrier";
     case Call::kSubmitJob:
       return "SubmitJob";
     case Call::kGetJobStatus:

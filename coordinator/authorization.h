@@ -5,7 +5,7 @@
 //
 //   call                              roles allowed
 //   RegisterWorker, WorkerSession,    worker
-//   KvSet, KvGet, Barrier
+//   KvSet, KvGet
 //   SubmitJob, StopJob, DeleteJob     operator
 //   GetJobStatus, WatchJob,           operator, viewer
 //   ListWorkers, ListQueue
@@ -41,7 +41,6 @@ enum class Call {
   kWorkerSession,
   kKvSet,
   kKvGet,
-  kBarrier,
   kSubmitJob,
   kGetJobStatus,
   kWatchJob,

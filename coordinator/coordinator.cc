@@ -2,7 +2,7 @@
 // ending generations and jobs. The clients' other job calls and how jobs are
 // kept are in job_api.cc, workers' registration, sessions and failure
 // detection in worker_sessions.cc, what they report in worker_reports.cc,
-// the key-value store and barriers in rendezvous.cc.
+// the key-value store in rendezvous.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>

@@ -1,13 +1,13 @@
 // The coordinator's service logic: the job queue and its state machine, and
-// the public entry points (worker registration and sessions, key-value store
-// and barriers, job submission, status and stop). It knows nothing of gRPC;
+// the public entry points (worker registration and sessions, the key-value
+// store, job submission, status and stop). It knows nothing of gRPC;
 // coordinator/rpc/ adapts it. The class is implemented in coordinator.cc
 // (queue, state machine, entry points), scheduling.cc (the scheduling
 // passes that carry out scheduler.h's plans), preemption.cc (the
 // scheduler's preemptions: the stop, promises, calling off, the end of
 // one), worker_reports.cc (results,
 // progress, checkpoint and preemption reports) and rendezvous.cc (key-value
-// store, barriers, the generation fence). The pieces it calls under its lock
+// store, the generation fence). The pieces it calls under its lock
 // live in files of their own: the worker registry (worker_registry.h), the
 // job record with its preemption sub-state (job_record.h), one generation
 // of a job (generation.h) with its checkpoint commit tally
@@ -50,12 +50,12 @@
 // they hold its live state. A static cluster (TF_CONFIG) runs one job at a
 // time, on all its tasks, in submission order. Each start of a job
 // is a new generation (a Generation object replaced whole); key-value
-// entries, barriers and reports of an older generation are fenced off
-// (Aborted), and each job's generations, keys and barriers are its own.
+// entries and reports of an older generation are fenced off (Aborted), and
+// each job's generations and keys are its own.
 //
 // Thread-safe: every public method may be called from any gRPC thread. One
 // lock (mu_) guards all state. No call blocks: the waits (KvGetAsync,
-// BarrierAsync, WatchJob) hold no thread; they register a callback that the
+// WatchJob) hold no thread; they register a callback that the
 // coordinator calls, with its lock held, when the wait is over, and their
 // deadlines are on the injected clock (Sweep times them out). The rpc layer
 // serves thousands of sessions and watches this way (coordinator/rpc/); the
@@ -187,8 +187,8 @@ class Coordinator {
   // Every rendezvous call is range-checked first (message_checks.h):
   // InvalidArgument, logged, for a field out of range. Only a rank of the
   // live generation may use its store: the caller's identity registered a
-  // worker whose live session holds a rank of it (for a barrier, the rank
-  // it names); others get Unauthenticated or PermissionDenied.
+  // worker whose live session holds a rank of it (for KvGet, the rank it
+  // names, with its token); others get Unauthenticated or PermissionDenied.
   //
   // Errors: Aborted if (job, generation) is not the running generation;
   // ResourceExhausted when the generation's store is full (KvLimits, named
@@ -201,7 +201,6 @@ class Coordinator {
   // and must not call back into the coordinator.
   using WaitId = RendezvousWaits::WaitId;
   using KvGetDone = RendezvousWaits::KvGetDone;
-  using BarrierDone = RendezvousWaits::BarrierDone;
   // Waits for a key of the generation: `done` gets its value, at once when
   // the key is set or the call is fenced, else from the KvSet that sets it,
   // the fence (Aborted: the generation is over or replaced), Shutdown
@@ -210,11 +209,6 @@ class Coordinator {
   // CancelWait.
   WaitId KvGetAsync(const Caller& caller, const v1::KvGetRequest& request,
                     KvGetDone done);
-  // Arrives at a barrier at once, then waits like KvGetAsync until every
-  // rank of the generation arrived (DeadlineExceeded names the ranks that
-  // did not; ResourceExhausted for a new barrier name in a full store).
-  WaitId BarrierAsync(const Caller& caller, const v1::BarrierRequest& request,
-                      BarrierDone done);
   // The caller gave up (its RPC was cancelled): a wait still pending gets
   // Cancelled now; one already done is left alone.
   void CancelWait(WaitId id);
@@ -322,21 +316,10 @@ class Coordinator {
   std::optional<absl::StatusOr<std::string>> KvGetReadyLocked(
       const std::string& job_id, int64_t generation, const std::string& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the rank's arrival. Errors: the fence's, InvalidArgument.
-  absl::Status ArriveLocked(const v1::BarrierRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What Barrier returns now, or nullopt while it must wait.
-  std::optional<absl::Status> BarrierReadyLocked(const std::string& job_id,
-                                                 int64_t generation,
-                                                 const std::string& name)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string KvTimeoutMessage(const std::string& job_id, int64_t generation,
                                const std::string& key,
                                int64_t timeout_ms) const;
-  std::string BarrierTimeoutMessage(
-      const std::string& name, int64_t timeout_ms,
-      const std::vector<std::string>& missing) const;
-  // A wait on `name` (a key or a barrier) of the generation, timing out
+  // A wait on key `name` of the generation, timing out
   // `timeout_ms` from now on the injected clock; the caller sets its
   // callback.
   RendezvousWaits::Wait WaitFor(const std::string& job_id, int64_t generation,
@@ -346,10 +329,10 @@ class Coordinator {
   // already passed); returns 0 when it completed.
   WaitId AddWaiterAndCheckLocked(RendezvousWaits::Wait wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the waiters on (job, generation, barrier?, name) that can
+  // Completes the waiters on (job, generation, key `name`) that can
   // complete now.
   void WakeWaitersLocked(const std::string& job_id, int64_t generation,
-                         bool barrier, const std::string& name)
+                         const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes every waiter of `job_id` that can complete now (after its
   // generation's fence).
@@ -654,7 +637,7 @@ class Coordinator {
   // only for time to pass (a minimum run time).
   std::vector<std::string> waiting_ ABSL_GUARDED_BY(mu_);
   bool waiting_on_time_ ABSL_GUARDED_BY(mu_) = false;
-  // The non-blocking waits: pending KvGetAsync/BarrierAsync calls, indexed
+  // The non-blocking waits: pending KvGetAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
   RendezvousWaits waits_ ABSL_GUARDED_BY(mu_);

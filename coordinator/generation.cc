@@ -107,7 +107,7 @@ absl::Status Generation::Admit(int64_t entries, int64_t bytes) const {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job ", job_id_, " generation ", number_,
         ": the rendezvous store holds ", kv_entries_,
-        " keys and barriers, the most --kv-max-entries (", limits_.max_entries,
+        " keys, the most --kv-max-entries (", limits_.max_entries,
         ") allows; a client writes keys without bound, or the coordinator "
         "needs a larger --kv-max-entries for this world size"));
   }
@@ -155,41 +155,9 @@ const std::vector<int>& Generation::RanksOf(const std::string& identity) const {
 void Generation::End() {
   ended_ = true;
   kv_.clear();
-  barriers_.clear();
   kv_entries_ = 0;
   kv_bytes_ = 0;
   checkpoints_.DropPending();
-}
-
-absl::Status Generation::Arrive(const std::string& name, int rank) {
-  auto it = barriers_.find(name);
-  if (it == barriers_.end()) {
-    absl::Status admitted = Admit(1, static_cast<int64_t>(name.size()));
-    if (!admitted.ok()) return admitted;
-    ++kv_entries_;
-    kv_bytes_ += static_cast<int64_t>(name.size());
-    it = barriers_.emplace(name, std::set<int>()).first;
-  }
-  it->second.insert(rank);
-  return absl::OkStatus();
-}
-
-bool Generation::AllArrived(const std::string& name) const {
-  auto it = barriers_.find(name);
-  int arrived = it == barriers_.end() ? 0 : static_cast<int>(it->second.size());
-  return arrived >= world_size();
-}
-
-std::vector<std::string> Generation::Missing(const std::string& name) const {
-  auto it = barriers_.find(name);
-  std::vector<std::string> missing;
-  for (int rank = 0; rank < world_size(); ++rank) {
-    if (it == barriers_.end() || it->second.count(rank) == 0) {
-      missing.push_back(
-          absl::StrCat("rank ", rank, " (", rank_workers_[rank], ")"));
-    }
-  }
-  return missing;
 }
 
 bool Generation::AddOkResult(int rank, const std::string& digest, int64_t steps,

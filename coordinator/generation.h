@@ -1,25 +1,23 @@
 // One generation of a job (docs/DESIGN.md §3): the workers holding its ranks,
 // what the ranks reported (results, a suspect error, a preemption, checkpoint
-// prepares), and the rendezvous state scoped to it (key-value store and
-// barriers).
+// prepares), and the rendezvous state scoped to it (its key-value store).
 //
 // Lifecycle: the Coordinator creates a Generation at each start of a job and
 // replaces the previous one whole, so nothing of an older generation can
 // leak into the next. When the generation ends (a failure, a preemption, the
 // job's end) it is marked ended and kept until the next start only for its
 // rank order (the next generation puts those workers first). Fencing is one
-// question, Admits(number): a key-value call, barrier or report names a
-// generation, and anything but the current, live one is refused.
+// question, Admits(number): a key-value call or report names a generation,
+// and anything but the current, live one is refused.
 //
 // Thread-compatible: the Coordinator calls it with its lock held. Blocked
-// callers (KvGet, Barrier) hold no pointer to it across a wait: they look
-// the job's current generation up again each time they wake.
+// callers (KvGet) hold no pointer to it across a wait: they look the job's
+// current generation up again each time they wake.
 #ifndef LOCKSTEP_COORDINATOR_GENERATION_H_
 #define LOCKSTEP_COORDINATOR_GENERATION_H_
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,8 +29,8 @@
 
 namespace lockstep::coordinator {
 
-// What one generation's rendezvous may hold: key-value entries plus barrier
-// names, and the bytes of their keys, names and values. A real rendezvous
+// What one generation's rendezvous may hold: key-value entries, and the
+// bytes of their keys and values. A real rendezvous
 // writes one entry per rank (a Gloo rank publishes one ~136-byte address per
 // peer; NCCL one 128-byte id), so the defaults, flags of the coordinator,
 // hold a Gloo full mesh of about 1,400 ranks; they stop a client that writes
@@ -84,25 +82,19 @@ class Generation {
   bool Admits(int64_t number) const { return !ended_ && number == number_; }
   bool ended() const { return ended_; }
   // The generation is over; it admits nothing from now on.
-  // Its key-value entries, barriers and pending prepares are dropped: no
-  // one may read them any more.
+  // Its key-value entries and pending prepares are dropped: no one may read
+  // them any more.
   void End();
 
-  // ---- key-value store and barriers ----
+  // ---- key-value store ----
   // Sets `key` (replacing its value). Errors: ResourceExhausted when the
   // store would pass a KvLimits cap; nothing changes then.
   absl::Status Set(const std::string& key, std::string value);
   // The value of `key`, or null while it is not set.
   const std::string* Get(const std::string& key) const;
-  // Records `rank`'s arrival at barrier `name`. Errors: ResourceExhausted
-  // when a new barrier name would pass a KvLimits cap.
-  absl::Status Arrive(const std::string& name, int rank);
   // What the store holds now (for tests and logs).
   int64_t kv_entries() const { return kv_entries_; }
   int64_t kv_bytes() const { return kv_bytes_; }
-  bool AllArrived(const std::string& name) const;
-  // "rank 1 (free:1)" for each rank that has not arrived at `name`.
-  std::vector<std::string> Missing(const std::string& name) const;
 
   // ---- what the ranks reported ----
   // Records rank `rank`'s successful result (its final model digest and
@@ -157,10 +149,9 @@ class Generation {
   absl::Status Admit(int64_t entries, int64_t bytes) const;
 
   std::map<std::string, std::string> kv_;
-  // Entries (keys and barrier names) and bytes in kv_ and barriers_.
+  // Entries and bytes in kv_.
   int64_t kv_entries_ = 0;
   int64_t kv_bytes_ = 0;
-  std::map<std::string, std::set<int>> barriers_;
 
   // rank -> (digest, step) of its successful result.
   struct OkResult {

@@ -77,9 +77,9 @@ Flags:
                        workers register freely.
   --heartbeat-timeout S a worker silent this long has failed (default 10);
                        workers send a heartbeat every S/2
-  --kv-max-entries N   keys and barriers one generation's rendezvous store
+  --kv-max-entries N   keys one generation's rendezvous store
                        may hold (default 262144); more is RESOURCE_EXHAUSTED
-  --kv-max-bytes N     bytes of keys, names and values it may hold (default
+  --kv-max-bytes N     bytes of keys and values it may hold (default
                        268435456, 256 MiB: a Gloo full mesh of ~1,400 ranks)
   --keep-finished-jobs N  finished jobs kept (default 1000); the oldest
                        beyond it are deleted, from memory and the state dir

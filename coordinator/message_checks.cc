@@ -262,14 +262,6 @@ absl::Status CheckKvGet(const v1::KvGetRequest& request) {
   Checker check("KvGet");
   Rendezvous(check, request.job_id(), request.generation(), "key",
              request.key());
-  check.Range("timeout_ms", request.timeout_ms(), 0, kMaxWaitMs);
-  return check.status();
-}
-
-absl::Status CheckBarrier(const v1::BarrierRequest& request) {
-  Checker check("Barrier");
-  Rendezvous(check, request.job_id(), request.generation(), "name",
-             request.name());
   check.Range("rank", request.rank(), 0, kMaxRank);
   check.Range("timeout_ms", request.timeout_ms(), 0, kMaxWaitMs);
   return check.status();

@@ -1,6 +1,6 @@
 // Range checks of every request the coordinator serves (docs/PROTOCOL.md):
 // what workers send up their sessions, their registrations, the key-value
-// and barrier calls of a rendezvous, and the job calls of the CLI. Every
+// calls of a rendezvous, and the job calls of the CLI. Every
 // number a coordinator uses (steps, counts, sizes, ranks, times) and every
 // name that becomes a path or a map key is checked before any of it
 // touches a job. A request is untrusted: a rank's bug or a hostile client
@@ -35,7 +35,7 @@ inline constexpr int64_t kMaxCheckpointFileBytes = int64_t{1} << 50;
 // Text that becomes part of a job's status (errors, reasons, notes).
 inline constexpr size_t kMaxTextBytes = 64 << 10;
 
-// Rendezvous requests: a key or barrier name of printable ASCII without
+// Rendezvous requests: a key of printable ASCII without
 // spaces, 1 to kMaxKeyBytes bytes; a value of at most kMaxKvValueBytes (a
 // Gloo rank publishes one address per peer, about 136 bytes each); a wait of
 // 0 to kMaxWaitMs.
@@ -72,7 +72,6 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request);
 // timeout, rank). Errors: InvalidArgument.
 absl::Status CheckKvSet(const v1::KvSetRequest& request);
 absl::Status CheckKvGet(const v1::KvGetRequest& request);
-absl::Status CheckBarrier(const v1::BarrierRequest& request);
 
 // A job id naming an existing job: 1 to kMaxJobIdBytes of letters, digits
 // and "-_.". With `may_be_empty`, "" (every job) passes. `call` names the

@@ -1,6 +1,5 @@
-// The Coordinator's rendezvous entry points: the key-value store and the
-// barriers of a job's live generation, and the fence that refuses every
-// other generation.
+// The Coordinator's rendezvous entry points: the key-value store of a job's
+// live generation, and the fence that refuses every other generation.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -78,7 +77,7 @@ absl::Status Coordinator::AuthorizeRankLocked(const Caller& caller, Call call,
   }
   return Denied(caller, call,
                 absl::StrCat("it holds no rank of ", which,
-                             "; a generation's store and barriers serve only "
+                             "; a generation's store serves only "
                              "its ranks, through their live sessions"));
 }
 
@@ -122,8 +121,7 @@ absl::Status Coordinator::KvSet(const Caller& caller,
       !full.ok()) {
     return Refused(full);
   }
-  WakeWaitersLocked(request.job_id(), request.generation(), false,
-                    request.key());
+  WakeWaitersLocked(request.job_id(), request.generation(), request.key());
   return absl::OkStatus();
 }
 
@@ -139,37 +137,6 @@ std::optional<absl::StatusOr<std::string>> Coordinator::KvGetReadyLocked(
   return std::nullopt;
 }
 
-absl::Status Coordinator::ArriveLocked(const v1::BarrierRequest& request) {
-  ASSIGN_OR_RETURN(
-      Generation * generation,
-      CurrentGenerationLocked(request.job_id(), request.generation()));
-  if (request.rank() < 0 || request.rank() >= generation->world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "barrier '", request.name(), "' of job ", request.job_id(),
-        " generation ", request.generation(), ": rank ", request.rank(),
-        " is not one of its ", generation->world_size(), " ranks"));
-  }
-  if (absl::Status full = generation->Arrive(request.name(), request.rank());
-      !full.ok()) {
-    return Refused(full);
-  }
-  if (generation->AllArrived(request.name())) {
-    WakeWaitersLocked(request.job_id(), request.generation(), true,
-                      request.name());
-  }
-  return absl::OkStatus();
-}
-
-std::optional<absl::Status> Coordinator::BarrierReadyLocked(
-    const std::string& job_id, int64_t generation_number,
-    const std::string& name) {
-  absl::StatusOr<Generation*> generation =
-      CurrentGenerationLocked(job_id, generation_number);
-  if (!generation.ok()) return generation.status();
-  if ((*generation)->AllArrived(name)) return absl::OkStatus();
-  return std::nullopt;
-}
-
 std::string Coordinator::KvTimeoutMessage(const std::string& job_id,
                                           int64_t generation,
                                           const std::string& key,
@@ -177,13 +144,6 @@ std::string Coordinator::KvTimeoutMessage(const std::string& job_id,
   return absl::StrCat("key '", key, "' of job ", job_id, " generation ",
                       generation, " was not set within ", timeout_ms,
                       " ms; a peer did not reach rendezvous");
-}
-
-std::string Coordinator::BarrierTimeoutMessage(
-    const std::string& name, int64_t timeout_ms,
-    const std::vector<std::string>& missing) const {
-  return absl::StrCat("barrier '", name, "' timed out after ", timeout_ms,
-                      " ms; missing: ", absl::StrJoin(missing, ", "));
 }
 
 // ---- the non-blocking forms
@@ -220,42 +180,6 @@ Coordinator::WaitId Coordinator::KvGetAsync(const Caller& caller,
   return AddWaiterAndCheckLocked(std::move(wait));
 }
 
-Coordinator::WaitId Coordinator::BarrierAsync(const Caller& caller,
-                                              const v1::BarrierRequest& request,
-                                              BarrierDone done) {
-  if (absl::Status refused = AuthorizeRole(caller, Call::kBarrier);
-      !refused.ok()) {
-    done(refused);
-    return 0;
-  }
-  if (absl::Status bad = CheckBarrier(request); !bad.ok()) {
-    done(Refused(bad));
-    return 0;
-  }
-  absl::MutexLock lock(&mu_);
-  if (absl::Status refused = AuthorizeRankLocked(
-          caller, Call::kBarrier, request.job_id(), request.generation(),
-          request.rank(), request.rank_token());
-      !refused.ok()) {
-    done(refused);
-    return 0;
-  }
-  absl::Status arrived = ArriveLocked(request);
-  if (!arrived.ok()) {
-    done(arrived);
-    return 0;
-  }
-  if (auto ready = BarrierReadyLocked(request.job_id(), request.generation(),
-                                      request.name())) {
-    done(*ready);
-    return 0;
-  }
-  RendezvousWaits::Wait wait = WaitFor(request.job_id(), request.generation(),
-                                       request.name(), request.timeout_ms());
-  wait.barrier_done = std::move(done);
-  return AddWaiterAndCheckLocked(std::move(wait));
-}
-
 RendezvousWaits::Wait Coordinator::WaitFor(const std::string& job_id,
                                            int64_t generation,
                                            const std::string& name,
@@ -287,9 +211,9 @@ void Coordinator::CancelWait(WaitId id) {
 }
 
 void Coordinator::WakeWaitersLocked(const std::string& job_id,
-                                    int64_t generation, bool barrier,
+                                    int64_t generation,
                                     const std::string& name) {
-  for (WaitId id : waits_.On(job_id, generation, barrier, name)) {
+  for (WaitId id : waits_.On(job_id, generation, name)) {
     FinishWaiterLocked(id, std::nullopt);
   }
 }
@@ -306,22 +230,11 @@ void Coordinator::FinishWaiterLocked(WaitId id,
                                      std::optional<absl::Status> forced) {
   RendezvousWaits::Wait* w = waits_.Find(id);
   if (w == nullptr) return;
-  const bool barrier = w->barrier();
   const bool expired = clock_->Now() >= w->deadline;
-  // What the call returns, if it is over: `status`, or for a KvGet `value`.
+  // What the call returns, if it is over: `status`, or `value`.
   std::optional<absl::Status> status = forced;
   std::string value;
   if (status.has_value()) {
-  } else if (barrier) {
-    status = BarrierReadyLocked(w->job_id, w->generation, w->name);
-    if (!status.has_value() && expired) {
-      absl::StatusOr<Generation*> generation =
-          CurrentGenerationLocked(w->job_id, w->generation);
-      status = absl::DeadlineExceededError(BarrierTimeoutMessage(
-          w->name, w->timeout_ms,
-          generation.ok() ? (*generation)->Missing(w->name)
-                          : std::vector<std::string>{}));
-    }
   } else if (auto ready = KvGetReadyLocked(w->job_id, w->generation, w->name)) {
     status = ready->status();
     if (ready->ok()) value = *std::move(*ready);
@@ -331,9 +244,7 @@ void Coordinator::FinishWaiterLocked(WaitId id,
   }
   if (!status.has_value()) return;  // still waiting
   RendezvousWaits::Wait done = waits_.Take(id);
-  if (barrier) {
-    done.barrier_done(*status);
-  } else if (status->ok()) {
+  if (status->ok()) {
     done.kv_done(std::move(value));
   } else {
     done.kv_done(*status);

@@ -9,8 +9,8 @@ namespace lockstep::coordinator {
 
 RendezvousWaits::WaitId RendezvousWaits::Add(Wait wait) {
   const WaitId id = next_id_++;
-  auto index = by_key_.emplace(
-      Key{wait.job_id, wait.generation, wait.barrier(), wait.name}, id);
+  auto index =
+      by_key_.emplace(Key{wait.job_id, wait.generation, wait.name}, id);
   waits_.emplace(id, Entry{std::move(wait), index});
   return id;
 }
@@ -29,11 +29,10 @@ RendezvousWaits::Wait RendezvousWaits::Take(WaitId id) {
 }
 
 std::vector<RendezvousWaits::WaitId> RendezvousWaits::On(
-    const std::string& job_id, int64_t generation, bool barrier,
+    const std::string& job_id, int64_t generation,
     const std::string& name) const {
   std::vector<WaitId> ids;
-  auto [begin, end] =
-      by_key_.equal_range(Key{job_id, generation, barrier, name});
+  auto [begin, end] = by_key_.equal_range(Key{job_id, generation, name});
   for (auto it = begin; it != end; ++it) ids.push_back(it->second);
   return ids;
 }
@@ -42,7 +41,7 @@ std::vector<RendezvousWaits::WaitId> RendezvousWaits::OfJob(
     const std::string& job_id) const {
   std::vector<WaitId> ids;
   for (auto it = by_key_.lower_bound(
-           Key{job_id, std::numeric_limits<int64_t>::min(), false, ""});
+           Key{job_id, std::numeric_limits<int64_t>::min(), ""});
        it != by_key_.end() && std::get<0>(it->first) == job_id; ++it) {
     ids.push_back(it->second);
   }

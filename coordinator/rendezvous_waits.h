@@ -1,12 +1,12 @@
-// The pending non-blocking rendezvous calls (Coordinator::KvGetAsync and
-// BarrierAsync): who waits on which key or barrier of which job's
-// generation, until when, and whom to call back. It only keeps them, indexed
+// The pending non-blocking rendezvous calls (Coordinator::KvGetAsync): who
+// waits on which key of which job's generation, until when, and whom to
+// call back. It only keeps them, indexed
 // by what they wait on; the Coordinator decides when one is over and calls
 // its callback.
 //
-// Each wait is keyed by (job, generation, barrier or key, name): two jobs'
-// waits never meet, and a job's waits are found without scanning the
-// others' (a fence wakes only its own job's).
+// Each wait is keyed by (job, generation, key): two jobs' waits never meet, and
+// a job's waits are found without scanning the others' (a fence wakes only its
+// own job's).
 //
 // Thread-compatible: the Coordinator calls it with its lock held.
 #ifndef LOCKSTEP_COORDINATOR_RENDEZVOUS_WAITS_H_
@@ -29,18 +29,15 @@ class RendezvousWaits {
  public:
   using WaitId = uint64_t;  // never 0
   using KvGetDone = absl::AnyInvocable<void(absl::StatusOr<std::string>)>;
-  using BarrierDone = absl::AnyInvocable<void(absl::Status)>;
 
   // One pending call.
   struct Wait {
     std::string job_id;
     int64_t generation = 0;
-    std::string name;  // the key or the barrier
+    std::string name;  // the key
     int64_t timeout_ms = 0;
-    absl::Time deadline;       // on the coordinator's clock
-    KvGetDone kv_done;         // set for a KvGet
-    BarrierDone barrier_done;  // set for a Barrier
-    bool barrier() const { return barrier_done != nullptr; }
+    absl::Time deadline;  // on the coordinator's clock
+    KvGetDone kv_done;
   };
 
   // Keeps `wait`; returns its id.
@@ -50,9 +47,9 @@ class RendezvousWaits {
   // Removes the wait and returns it, to be answered. It must exist.
   Wait Take(WaitId id);
 
-  // The waits on (job, generation, barrier?, name).
+  // The waits on (job, generation, key).
   std::vector<WaitId> On(const std::string& job_id, int64_t generation,
-                         bool barrier, const std::string& name) const;
+                         const std::string& name) const;
   // Every wait of `job_id`, of any generation.
   std::vector<WaitId> OfJob(const std::string& job_id) const;
   // Every wait.
@@ -61,7 +58,7 @@ class RendezvousWaits {
   size_t size() const { return waits_.size(); }
 
  private:
-  using Key = std::tuple<std::string, int64_t, bool, std::string>;
+  using Key = std::tuple<std::string, int64_t, std::string>;
   struct Entry {
     Wait wait;
     // Its place in by_key_: removed in O(1) however many ranks wait on

@@ -1,5 +1,5 @@
 // The Coordinator's gRPC methods on the callback API: the short ones answer
-// at once on gRPC's thread; KvGet and Barrier finish from the coordinator's
+// at once on gRPC's thread; KvGet finishes from the coordinator's
 // non-blocking waits; sessions and watches are reactors (grpc_streams.h).
 #include "coordinator/rpc/grpc_service.h"
 
@@ -21,7 +21,7 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// A KvGet or Barrier waiting in the coordinator. `done` finishes it; a
+// A KvGet waiting in the coordinator. `done` finishes it; a
 // client that gives up cancels the wait, so nothing waits past its caller.
 class RendezvousReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -112,17 +112,6 @@ grpc::ServerUnaryReactor* GrpcService::KvGet(
       [reactor, response](absl::StatusOr<std::string> value) {
         if (value.ok()) response->set_value(*std::move(value));
         reactor->Finish(ToGrpcStatus(value.status()));
-      }));
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* GrpcService::Barrier(
-    grpc::CallbackServerContext* context, const v1::BarrierRequest* request,
-    v1::BarrierResponse*) {
-  auto* reactor = new RendezvousReactor(coordinator_);
-  reactor->set_wait_id(coordinator_->BarrierAsync(
-      CallerFor(context), *request, [reactor](absl::Status status) {
-        reactor->Finish(ToGrpcStatus(status));
       }));
   return reactor;
 }

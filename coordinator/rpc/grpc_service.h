@@ -1,7 +1,7 @@
 // gRPC adapter for the Coordinator: translates protos and statuses, nothing
 // else. Every method is served on gRPC's callback API, so no call holds a
 // thread while it waits: worker sessions and job watches are reactors fed by
-// the coordinator (grpc_streams.h), and KvGet and Barrier finish from the
+// the coordinator (grpc_streams.h), and KvGet finishes from the
 // coordinator's non-blocking waits. The number of sessions and watches is
 // capped; over a cap a new one gets RESOURCE_EXHAUSTED naming the cap.
 //
@@ -52,9 +52,6 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
                                   const v1::KvGetRequest* request,
                                   v1::KvGetResponse* response) override;
-  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
-                                    const v1::BarrierRequest* request,
-                                    v1::BarrierResponse* response) override;
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override;

@@ -1,7 +1,7 @@
 // Fuzz target: the coordinator's logic driven by a random sequence of what
 // workers and clients can send it (no gRPC): registrations, sessions opened
 // and closed, every kind of WorkerMessage with fuzzed fields, job
-// submissions and stops, key-value and barrier calls that never wait
+// submissions and stops, key-value calls that never wait
 // (timeout 0), status queries, and a fake clock advanced between Sweep()s.
 // Messages are either protobuf-decoded from fuzz bytes or built from the
 // jobs and generations the coordinator has announced, so that fuzzed values
@@ -265,13 +265,17 @@ class Driver {
         break;
       }
       default: {
-        v1::BarrierRequest request;
+        // As a rank, with a token (a guessed one: the real ones are the
+        // assignments').
+        v1::KvGetRequest request;
         request.set_job_id(job);
         request.set_generation(generation);
-        request.set_name(in_.ConsumeBool() ? "b" : Text(8));
+        request.set_key(in_.ConsumeBool() ? "k" : Text(16));
         request.set_rank(in_.ConsumeIntegralInRange(-1, 4));
+        request.set_rank_token(Text(32));
         request.set_timeout_ms(in_.ConsumeIntegralInRange<int64_t>(-5, 0));
-        coordinator_->BarrierAsync(Who(), request, [](absl::Status) {});
+        coordinator_->KvGetAsync(Who(), request,
+                                 [](absl::StatusOr<std::string>) {});
         break;
       }
     }

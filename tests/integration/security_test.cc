@@ -302,15 +302,6 @@ TEST_F(SecurityTest, AStrangerCannotReadOrWriteTheRanksAddresses) {
     v1::KvSetResponse set_response;
     ExpectRefused(stub->KvSet(Context().get(), set, &set_response), stranger,
                   "writing rank 1's Gloo address");
-    v1::BarrierRequest barrier;
-    barrier.set_job_id(job);
-    barrier.set_generation(1);
-    barrier.set_name("gloo");
-    barrier.set_rank(1);
-    barrier.set_timeout_ms(0);
-    v1::BarrierResponse barrier_response;
-    ExpectRefused(stub->Barrier(Context().get(), barrier, &barrier_response),
-                  stranger, "entering a barrier as rank 1");
   }
   v1::JobStatus done = WatchUntil(job, Ended);
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.error();

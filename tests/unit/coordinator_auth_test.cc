@@ -78,7 +78,7 @@ std::vector<RoleCase> RoleCases() {
     cases.emplace_back(call, "spiffe://lockstep/admin/root", kNoIdentity);
   };
   for (Call call : {Call::kRegisterWorker, Call::kWorkerSession, Call::kKvSet,
-                    Call::kKvGet, Call::kBarrier}) {
+                    Call::kKvGet}) {
     add(call, kOk, kDenied, kDenied);
   }
   for (Call call : {Call::kSubmitJob, Call::kStopJob, Call::kDeleteJob}) {
@@ -105,8 +105,7 @@ TEST(RoleTable, InsecureDaemonsAllowEverything) {
 
 class CoordinatorAuthTest : public CoordinatorTest {
  protected:
-  // The waits of the fixture, beside the request builders of the same name.
-  using CoordinatorTest::Barrier;
+  // The wait of the fixture, beside the request builder of the same name.
   using CoordinatorTest::KvGet;
 
   // A static cluster of worker:0 and worker:1.
@@ -160,23 +159,10 @@ class CoordinatorAuthTest : public CoordinatorTest {
     request.set_key(key);
     return request;
   }
-  v1::BarrierRequest Barrier(int rank) const {
-    v1::BarrierRequest request;
-    request.set_job_id(job_);
-    request.set_generation(1);
-    request.set_name("ready");
-    request.set_rank(rank);
-    return request;
-  }
   // The same as rank `rank` sends them: with its assignment's token.
   v1::KvGetRequest KvGetAs(int rank, const std::string& key) const {
     v1::KvGetRequest request = KvGet(key);
     request.set_rank(rank);
-    request.set_rank_token(TokenOf(job_, 1, rank));
-    return request;
-  }
-  v1::BarrierRequest BarrierAs(int rank) const {
-    v1::BarrierRequest request = Barrier(rank);
     request.set_rank_token(TokenOf(job_, 1, rank));
     return request;
   }
@@ -372,7 +358,6 @@ TEST_F(CoordinatorAuthTest, TheRendezvousServesOnlyTheGenerationsRanks) {
     EXPECT_THAT(read.status().message(), Not(HasSubstr("10.0.0.1:9000")));
     EXPECT_TRUE(absl::IsPermissionDenied(
         coordinator_->KvSet(stranger, KvSet("rank0"))));
-    EXPECT_TRUE(absl::IsPermissionDenied(Barrier(stranger, Barrier(0))));
   }
   EXPECT_THAT(KvGet(Identity(kSpare), KvGet("rank0")).status().message(),
               HasSubstr("holds no rank of job"));
@@ -427,25 +412,29 @@ TEST_F(CoordinatorAuthTest, ARankSetsOnlyItsOwnRendezvousKeys) {
   EXPECT_TRUE(coordinator_->KvSet(Identity(kWorker0), Signed(KvSet("0"))).ok());
 }
 
-TEST_F(CoordinatorAuthTest, ARankArrivesAtABarrierOnlyForItself) {
+TEST_F(CoordinatorAuthTest, ARankReadsTheRendezvousOnlyAsItself) {
   StartJob();
-  absl::Status other = Barrier(Identity(kWorker1), Barrier(0));
-  EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
-  EXPECT_THAT(other.message(), HasSubstr("holds rank 1"));
-  // Rank 0 did not arrive through rank 1's call: the barrier times out
-  // naming it.
-  v1::BarrierRequest own = BarrierAs(1);
+  // Rank 1 naming rank 0, with rank 0's token or its own.
+  for (const std::string& token : {TokenOf(job_, 1, 0), TokenOf(job_, 1, 1)}) {
+    v1::KvGetRequest as_other = KvGet("0");
+    as_other.set_rank(0);
+    as_other.set_rank_token(token);
+    absl::Status other = KvGet(Identity(kWorker1), as_other).status();
+    EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
+    EXPECT_THAT(other.message(), HasSubstr("holds rank 1"));
+  }
+  // As itself it waits for the key.
+  v1::KvGetRequest own = KvGetAs(1, "0");
   own.set_timeout_ms(0);
-  absl::Status timed_out = Barrier(Identity(kWorker1), own);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(timed_out)) << timed_out;
-  EXPECT_THAT(timed_out.message(), HasSubstr("rank 0"));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(KvGet(Identity(kWorker1), own).status()));
 }
 
 // Issue 52 §3: workers may share one certificate (on Kubernetes every
 // task's certificate is in every pod). A worker of one job that shares its
 // identity with a rank of another job neither reads that job's rendezvous
-// (data-plane addresses, nccl_unique_id) nor arrives at its barriers: the
-// rank's token, which only its own assignment carried, decides.
+// (data-plane addresses, nccl_unique_id): the rank's token, which only its
+// own assignment carried, decides.
 TEST_F(CoordinatorAuthTest, JobsWhoseWorkersShareACertificateKeepApart) {
   Make();
   FakeSink sinks[2];
@@ -476,9 +465,6 @@ TEST_F(CoordinatorAuthTest, JobsWhoseWorkersShareACertificateKeepApart) {
     absl::StatusOr<std::string> got = KvGet(Identity(kPool), read);
     EXPECT_TRUE(absl::IsPermissionDenied(got.status())) << got.status();
     EXPECT_THAT(got.status().message(), Not(HasSubstr("b's id")));
-    v1::BarrierRequest arrive = Barrier(0);
-    arrive.set_rank_token(token);
-    EXPECT_TRUE(absl::IsPermissionDenied(Barrier(Identity(kPool), arrive)));
   }
   // B's rank reads its own.
   EXPECT_EQ(KvGet(Identity(kPool), KvGetAs(0, "nccl_unique_id")).value_or(""),
@@ -494,8 +480,11 @@ TEST_F(CoordinatorAuthTest, AsyncRendezvousRefusalsAnswerAtOnce) {
                                      }),
             0u);
   EXPECT_TRUE(absl::IsPermissionDenied(got));
-  EXPECT_EQ(coordinator_->BarrierAsync(Identity(kWorker0), Barrier(1),
-                                       [&](absl::Status s) { got = s; }),
+  // Rank 0 reading as rank 1.
+  EXPECT_EQ(coordinator_->KvGetAsync(Identity(kWorker0), KvGetAs(1, "rank0"),
+                                     [&](absl::StatusOr<std::string> value) {
+                                       got = value.status();
+                                     }),
             0u);
   EXPECT_TRUE(absl::IsPermissionDenied(got));
 }

@@ -100,15 +100,9 @@ TEST_F(BoundsTest, OutOfRangeRendezvousRequestsAreRefusedAndChangeNothing) {
     EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
     EXPECT_THAT(refused.status().message(), HasSubstr("timeout_ms is"));
   }
-  v1::BarrierRequest barrier;
-  barrier.set_job_id(job);
-  barrier.set_generation(1);
-  barrier.set_name("start");
-  barrier.set_rank(kMaxRank + 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
-  barrier.set_rank(0);
-  barrier.set_name("");
-  EXPECT_TRUE(absl::IsInvalidArgument(Barrier(Anyone(), barrier)));
+  v1::KvGetRequest far = Get(job, "k");
+  far.set_rank(kMaxRank + 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(KvGet(Anyone(), far).status()));
   // Nothing was stored and the job did not change.
   EXPECT_TRUE(
       absl::IsDeadlineExceeded(KvGet(Anyone(), Get(job, "k")).status()));
@@ -171,26 +165,16 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
   std::string id_a = Connect(1, &a);
   Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
-  for (int key = 0; key < 3; ++key) {
+  for (int key = 0; key < 4; ++key) {
     ASSERT_TRUE(
         coordinator_->KvSet(Anyone(), Signed(Set(job, absl::StrCat(key), "v")))
             .ok());
   }
-  v1::BarrierRequest barrier;
-  barrier.set_job_id(job);
-  barrier.set_generation(1);
-  barrier.set_name("start");
-  barrier.set_rank(0);
-  barrier.set_timeout_ms(0);
-  // The fourth entry: a barrier name (it times out: rank 1 never comes).
-  EXPECT_TRUE(absl::IsDeadlineExceeded(Barrier(Anyone(), barrier)));
 
-  absl::Status full = coordinator_->KvSet(Anyone(), Signed(Set(job, "3", "v")));
+  absl::Status full = coordinator_->KvSet(Anyone(), Signed(Set(job, "4", "v")));
   EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
   EXPECT_THAT(full.message(),
               AllOf(HasSubstr(job), HasSubstr("--kv-max-entries (4)")));
-  barrier.set_name("other");
-  EXPECT_TRUE(absl::IsResourceExhausted(Barrier(Anyone(), barrier)));
   absl::Status big = coordinator_->KvSet(
       Anyone(), Signed(Set(job, "1", std::string(2000, 'x'))));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
@@ -202,9 +186,6 @@ TEST_F(BoundsTest, KeyValueCapsRefuseOnceFullAndTheGenerationKeepsWorking) {
           ->KvSet(Anyone(), Signed(Set(job, "1", std::string(900, 'y'))))
           .ok());
   EXPECT_EQ(KvGet(Anyone(), Get(job, "1"))->size(), 900u);
-  barrier.set_name("start");
-  barrier.set_rank(1);
-  EXPECT_TRUE(Barrier(Anyone(), barrier).ok());
 
   // The generation ends (a worker fails); its store is dropped and the next
   // generation has the whole budget.
@@ -223,11 +204,11 @@ TEST(GenerationBoundsTest, AnEndedGenerationFreesItsStore) {
   Generation generation("job-1", 1, {"free:0", "free:1"},
                         KvLimits{/*max_entries=*/10, /*max_bytes=*/100});
   ASSERT_TRUE(generation.Set("k", std::string(50, 'v')).ok());
-  ASSERT_TRUE(generation.Arrive("start", 0).ok());
+  ASSERT_TRUE(generation.Set("other", "x").ok());
   EXPECT_EQ(generation.kv_entries(), 2);
-  EXPECT_EQ(generation.kv_bytes(), 1 + 50 + 5);
+  EXPECT_EQ(generation.kv_bytes(), 1 + 50 + 5 + 1);
   ASSERT_TRUE(generation.Set("k", "short").ok());  // replacing frees bytes
-  EXPECT_EQ(generation.kv_bytes(), 1 + 5 + 5);
+  EXPECT_EQ(generation.kv_bytes(), 1 + 5 + 5 + 1);
   generation.End();
   EXPECT_EQ(generation.kv_entries(), 0);
   EXPECT_EQ(generation.kv_bytes(), 0);

@@ -122,23 +122,6 @@ inline absl::StatusOr<std::string> KvGetOn(Coordinator& coordinator,
   return *std::move(result);
 }
 
-inline absl::Status BarrierOn(Coordinator& coordinator, FakeClock& clock,
-                              const Caller& caller,
-                              const v1::BarrierRequest& request) {
-  std::optional<absl::Status> result;
-  coordinator.BarrierAsync(caller, request, [&result](absl::Status got) {
-    result = std::move(got);
-  });
-  if (!result.has_value()) {
-    clock.Advance(absl::Milliseconds(request.timeout_ms()));
-    coordinator.Sweep();
-  }
-  if (!result.has_value()) {
-    return absl::InternalError("the Barrier wait never completed");
-  }
-  return *std::move(result);
-}
-
 // The job named (one element), or every job newest first when `job_id` is
 // empty, each with its full record: through the paged GetJobStatus.
 inline absl::StatusOr<std::vector<v1::JobStatus>> JobsOn(
@@ -266,10 +249,6 @@ class CoordinatorTest : public ::testing::Test {
   absl::StatusOr<std::string> KvGet(const Caller& caller,
                                     const v1::KvGetRequest& request) {
     return KvGetOn(*coordinator_, clock_, caller, request);
-  }
-  absl::Status Barrier(const Caller& caller,
-                       const v1::BarrierRequest& request) {
-    return BarrierOn(*coordinator_, clock_, caller, request);
   }
   absl::StatusOr<std::vector<v1::JobStatus>> GetJobStatus(
       const std::string& job_id, bool include_history) {

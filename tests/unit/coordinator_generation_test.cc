@@ -1,5 +1,5 @@
 // Unit tests of the pieces the Coordinator calls under its lock: one
-// generation (fence, key-value store, barriers, reports), the checkpoint
+// generation (fence, key-value store, reports), the checkpoint
 // commit tally, and the account of a final save in the job status.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -45,25 +45,10 @@ TEST(GenerationTest, KeyValueStore) {
 TEST(GenerationTest, AnEndedGenerationDropsWhatNoOneMayRead) {
   Generation generation = Two();
   ASSERT_TRUE(generation.Set("k", "v").ok());
-  ASSERT_TRUE(generation.Arrive("start", 0).ok());
   generation.End();
   EXPECT_EQ(generation.Get("k"), nullptr);
-  EXPECT_TRUE(generation.Missing("start").size() == 2u);
-}
-
-TEST(GenerationTest, BarrierCompletesWhenEveryRankArrived) {
-  Generation generation = Two();
-  EXPECT_FALSE(generation.AllArrived("start"));
-  EXPECT_THAT(generation.Missing("start"),
-              ElementsAre("rank 0 (worker:0)", "rank 1 (worker:1)"));
-  ASSERT_TRUE(generation.Arrive("start", 1).ok());
-  ASSERT_TRUE(generation.Arrive("start", 1).ok());  // twice counts once
-  EXPECT_FALSE(generation.AllArrived("start"));
-  EXPECT_THAT(generation.Missing("start"), ElementsAre("rank 0 (worker:0)"));
-  ASSERT_TRUE(generation.Arrive("start", 0).ok());
-  EXPECT_TRUE(generation.AllArrived("start"));
-  EXPECT_THAT(generation.Missing("start"), IsEmpty());
-  EXPECT_FALSE(generation.AllArrived("other"));
+  EXPECT_EQ(generation.kv_entries(), 0);
+  EXPECT_EQ(generation.kv_bytes(), 0);
 }
 
 TEST(GenerationTest, ResultsCountToTheWorldSizeOncePerRank) {

@@ -124,9 +124,9 @@ TEST_F(CoordinatorTest, ARecoveringJobKeepsItsWorkers) {
   EXPECT_EQ(Status(waiting).state(), v1::JOB_STATE_QUEUED);
 }
 
-// Keys and barriers belong to their job: a rank of one job cannot read or
-// meet another's, whatever the generation numbers.
-TEST_F(CoordinatorTest, TwoJobsKeysAndBarriersNeverMeet) {
+// Keys belong to their job: a rank of one job cannot read another's,
+// whatever the generation numbers.
+TEST_F(CoordinatorTest, TwoJobsKeysNeverMeet) {
   Make();
   FakeSink a, b;
   Connect(1, &a);

@@ -1,5 +1,5 @@
 // Coordinator tests: worker registration and sessions, failure detection,
-// the job queue and state machine, and the key-value store and barriers
+// the job queue and state machine, and the key-value store
 // fenced by generation.
 #include "coordinator/coordinator.h"
 
@@ -434,43 +434,18 @@ TEST_F(CoordinatorTest, KvGetWaitsForTheKey) {
   EXPECT_EQ(**got, "here");
 }
 
-TEST_F(CoordinatorTest, BarrierTimeoutNamesMissingRanks) {
+TEST_F(CoordinatorTest, KvGetRefusesANegativeRank) {
   Make();
-  FakeSink a, b;
+  FakeSink a;
   Connect(1, &a);
-  std::string id_b = Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(2));
-  v1::BarrierRequest request;
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  v1::KvGetRequest request;
   request.set_job_id(job);
   request.set_generation(1);
-  request.set_name("start");
-  request.set_rank(0);
-  request.set_timeout_ms(1);
-  absl::Status status = Barrier(Anyone(), request);
-  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), HasSubstr("rank 1 (" + id_b + ")"));
-}
-
-TEST_F(CoordinatorTest, BarrierRefusesARankOutsideTheGeneration) {
-  Make();
-  FakeSink a, b;
-  Connect(1, &a);
-  Connect(2, &b);
-  std::string job = *coordinator_->SubmitJob(Spec(2));
-  v1::BarrierRequest request;
-  request.set_job_id(job);
-  request.set_generation(1);
-  request.set_name("start");
-  request.set_timeout_ms(1);
-  for (int rank : {2, 7}) {
-    request.set_rank(rank);
-    absl::Status status = Barrier(Anyone(), request);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << rank;
-    EXPECT_THAT(status.message(), HasSubstr("is not one of its 2 ranks"));
-  }
-  // A negative rank is refused by the range check, before the generation.
+  request.set_key("start");
   request.set_rank(-1);
-  absl::Status negative = Barrier(Anyone(), request);
+  request.set_timeout_ms(1);
+  absl::Status negative = KvGet(Anyone(), request).status();
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(negative.message(), HasSubstr("rank is -1"));
 }
@@ -573,7 +548,7 @@ void ReplaceGeneration(Coordinator& coordinator, const std::string& id_b,
       coordinator.OpenSession(Anyone(), registered->worker_id(), 3, c).ok());
 }
 
-TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
+TEST_F(CoordinatorTest, KeysOfAnOlderGenerationDoNotCarryOver) {
   Make();
   FakeSink a, b, c;
   Connect(1, &a);
@@ -585,14 +560,6 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   set.set_key("rank_0");
   set.set_value("10.0.0.1:4000");
   ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(set)).ok());
-  v1::BarrierRequest barrier;
-  barrier.set_job_id(job);
-  barrier.set_generation(1);
-  barrier.set_name("start");
-  barrier.set_rank(1);
-  barrier.set_timeout_ms(1);
-  ASSERT_EQ(Barrier(Anyone(), barrier).code(),
-            absl::StatusCode::kDeadlineExceeded);
 
   ReplaceGeneration(*coordinator_, id_b, &b, &c);
   ASSERT_EQ(Status(job).generation(), 2);
@@ -603,12 +570,6 @@ TEST_F(CoordinatorTest, KeysAndBarriersOfAnOlderGenerationDoNotCarryOver) {
   get.set_timeout_ms(1);
   EXPECT_EQ(KvGet(Anyone(), get).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  // Rank 1's arrival was in generation 1: generation 2 still waits for it.
-  barrier.set_generation(2);
-  barrier.set_rank(0);
-  absl::Status waited = Barrier(Anyone(), barrier);
-  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(waited.message(), HasSubstr("missing: rank 1 (free:2)"));
 }
 
 TEST_F(CoordinatorTest, WaitsOnAReplacedGenerationAreAborted) {
@@ -618,7 +579,6 @@ TEST_F(CoordinatorTest, WaitsOnAReplacedGenerationAreAborted) {
   std::string id_b = Connect(2, &b);
   std::string job = *coordinator_->SubmitJob(Spec(2));
   std::optional<absl::StatusOr<std::string>> got;
-  std::optional<absl::Status> barrier_status;
   v1::KvGetRequest get;
   get.set_job_id(job);
   get.set_generation(1);
@@ -627,24 +587,12 @@ TEST_F(CoordinatorTest, WaitsOnAReplacedGenerationAreAborted) {
   coordinator_->KvGetAsync(
       Anyone(), get,
       [&](absl::StatusOr<std::string> value) { got = std::move(value); });
-  v1::BarrierRequest barrier;
-  barrier.set_job_id(job);
-  barrier.set_generation(1);
-  barrier.set_name("start");
-  barrier.set_rank(0);
-  barrier.set_timeout_ms(60000);
-  coordinator_->BarrierAsync(Anyone(), barrier, [&](absl::Status status) {
-    barrier_status = std::move(status);
-  });
   ASSERT_FALSE(got.has_value());
-  ASSERT_FALSE(barrier_status.has_value());
   ReplaceGeneration(*coordinator_, id_b, &b, &c);
   ASSERT_TRUE(got.has_value());
-  ASSERT_TRUE(barrier_status.has_value());
   ASSERT_EQ(Status(job).generation(), 2);
   EXPECT_EQ(got->status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(got->status().message(), HasSubstr("generation 1 is over"));
-  EXPECT_EQ(barrier_status->code(), absl::StatusCode::kAborted);
 }
 
 TEST_F(CoordinatorTest, ReportsOfAnEndedGenerationAreIgnored) {

@@ -255,16 +255,6 @@ class CoordinatorTlsTest : public ::testing::Test {
     request.set_rank_token(rank1_token_);
     return request;
   }
-  v1::BarrierRequest Barrier(int rank) const {
-    v1::BarrierRequest request;
-    request.set_job_id(job_a_);
-    request.set_generation(1);
-    request.set_name("ready");
-    request.set_rank(rank);
-    request.set_rank_token(rank == 0 ? rank0_token_ : rank1_token_);
-    request.set_timeout_ms(10000);
-    return request;
-  }
 
   static KeyAndCertificate* ca_;
   static std::map<std::string, TlsMaterial>* materials_;
@@ -365,37 +355,6 @@ TEST_F(CoordinatorTlsTest, KvSetAndKvGet) {
           {kWorker1, kOk}});
   // What the ranks read is what a rank wrote.
   EXPECT_EQ(value, absl::StrCat("address set by ", kWorker0));
-}
-
-TEST_F(CoordinatorTlsTest, Barrier) {
-  auto arrive = [&](const std::string& who, v1::BarrierRequest request) {
-    grpc::ClientContext context;
-    Deadline(&context);
-    v1::BarrierResponse response;
-    return StubOf(who)->Barrier(&context, request, &response);
-  };
-  Expect("Barrier",
-         [&](const std::string& who) {
-           if (who != kWorker0) return arrive(who, Barrier(0));
-           // No refused call arrived for rank 0: rank 1 alone times out.
-           v1::BarrierRequest alone = Barrier(1);
-           alone.set_timeout_ms(0);
-           grpc::Status waited = arrive(kWorker1, alone);
-           EXPECT_EQ(waited.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-           EXPECT_THAT(waited.error_message(), HasSubstr("rank 0"));
-           // Rank 0 and rank 1 arrive, each for itself.
-           grpc::Status rank1;
-           std::thread other([&] { rank1 = arrive(kWorker1, Barrier(1)); });
-           grpc::Status rank0 = arrive(kWorker0, Barrier(0));
-           other.join();
-           EXPECT_TRUE(rank1.ok()) << rank1.error_message();
-           return rank0;
-         },
-         {{kNone, kNoIdentity},
-          {kForeign, kHandshake},
-          {kViewer, kDenied},
-          {kWorker1, kDenied},  // a rank arriving for another rank
-          {kWorker0, kOk}});
 }
 
 TEST_F(CoordinatorTlsTest, SubmitStopAndDeleteJob) {

@@ -1,5 +1,5 @@
-// The Coordinator's non-blocking waits on the fake clock: KvGetAsync and
-// BarrierAsync complete on set, on arrival, on the fence, at the deadline
+// The Coordinator's non-blocking waits on the fake clock: KvGetAsync
+// completes on set, on the fence, at the deadline
 // (Sweep), on cancel and on shutdown, exactly once; job watchers see each
 // change until they are removed.
 #include <gmock/gmock.h>
@@ -38,16 +38,6 @@ v1::KvSetRequest Set(const std::string& job, const std::string& key,
   return set;
 }
 
-v1::BarrierRequest Arrive(const std::string& job, int rank) {
-  v1::BarrierRequest request;
-  request.set_job_id(job);
-  request.set_generation(1);
-  request.set_name("start");
-  request.set_rank(rank);
-  request.set_timeout_ms(5000);
-  return request;
-}
-
 // Records each completion of a KvGetAsync.
 struct KvResults {
   Coordinator::KvGetDone Callback() {
@@ -84,15 +74,7 @@ TEST_F(CoordinatorWaitTest, AZeroTimeoutIsAnsweredAtOnceWithoutASweep) {
   ASSERT_EQ(got.results.size(), 1u);
   EXPECT_EQ(got.results[0].status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::vector<absl::Status> arrived;
-  v1::BarrierRequest poll = Arrive(job_, 0);
-  poll.set_timeout_ms(0);
-  EXPECT_EQ(coordinator_->BarrierAsync(
-                Anyone(), poll, [&](absl::Status s) { arrived.push_back(s); }),
-            0);
-  ASSERT_EQ(arrived.size(), 1u);
-  EXPECT_EQ(arrived[0].code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(arrived[0].message(), HasSubstr("missing"));
+  EXPECT_THAT(got.results[0].status().message(), HasSubstr("key 'missing'"));
 }
 
 TEST_F(CoordinatorWaitTest, KvGetAsyncAnswersAtOnceWhenTheKeyIsSet) {
@@ -159,30 +141,6 @@ TEST_F(CoordinatorWaitTest, CancelWaitEndsAPendingWaitOnlyOnce) {
   coordinator_->CancelWait(id);
   ASSERT_TRUE(coordinator_->KvSet(Anyone(), Signed(Set(job_, "k", "v"))).ok());
   EXPECT_EQ(got.results.size(), 1u);
-}
-
-TEST_F(CoordinatorWaitTest, BarrierAsyncCompletesWhenTheLastRankArrives) {
-  StartJob();
-  std::vector<absl::Status> done;
-  auto record = [&done](absl::Status status) { done.push_back(status); };
-  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 0), record);
-  EXPECT_TRUE(done.empty());
-  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 1), record);
-  ASSERT_EQ(done.size(), 2u);  // the last rank's at once, then the waiter's
-  EXPECT_TRUE(done[0].ok()) << done[0];
-  EXPECT_TRUE(done[1].ok()) << done[1];
-}
-
-TEST_F(CoordinatorWaitTest, BarrierAsyncTimeoutNamesTheMissingRank) {
-  StartJob();
-  std::optional<absl::Status> done;
-  coordinator_->BarrierAsync(Anyone(), Arrive(job_, 0),
-                             [&done](absl::Status status) { done = status; });
-  clock_.Advance(absl::Seconds(5));
-  coordinator_->Sweep();
-  ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(done->message(), HasSubstr("rank 1 (" + id_b_ + ")"));
 }
 
 TEST_F(CoordinatorWaitTest, ShutdownCancelsWaitsAndWatches) {

@@ -23,33 +23,20 @@ RendezvousWaits::Wait KvWait(const std::string& job, int64_t generation,
   return wait;
 }
 
-RendezvousWaits::Wait BarrierWait(const std::string& job, int64_t generation,
-                                  const std::string& name) {
-  RendezvousWaits::Wait wait;
-  wait.job_id = job;
-  wait.generation = generation;
-  wait.name = name;
-  wait.barrier_done = [](absl::Status) {};
-  return wait;
-}
-
 TEST(RendezvousWaitsTest, WaitsAreFoundByWhatTheyWaitOn) {
   RendezvousWaits waits;
   const auto a = waits.Add(KvWait("job-1", 1, "addr/0"));
   const auto b = waits.Add(KvWait("job-1", 1, "addr/0"));
-  const auto c = waits.Add(BarrierWait("job-1", 1, "addr/0"));
+  const auto c = waits.Add(KvWait("job-1", 1, "addr/1"));
   const auto d = waits.Add(KvWait("job-1", 2, "addr/0"));
   const auto e = waits.Add(KvWait("job-2", 1, "addr/0"));
   EXPECT_NE(a, 0u);
-  EXPECT_THAT(waits.On("job-1", 1, false, "addr/0"),
-              UnorderedElementsAre(a, b));
-  EXPECT_THAT(waits.On("job-1", 1, true, "addr/0"), ElementsAre(c));
-  EXPECT_THAT(waits.On("job-1", 2, false, "addr/0"), ElementsAre(d));
-  EXPECT_THAT(waits.On("job-2", 1, false, "addr/0"), ElementsAre(e));
-  EXPECT_THAT(waits.On("job-3", 1, false, "addr/0"), IsEmpty());
+  EXPECT_THAT(waits.On("job-1", 1, "addr/0"), UnorderedElementsAre(a, b));
+  EXPECT_THAT(waits.On("job-1", 1, "addr/1"), ElementsAre(c));
+  EXPECT_THAT(waits.On("job-1", 2, "addr/0"), ElementsAre(d));
+  EXPECT_THAT(waits.On("job-2", 1, "addr/0"), ElementsAre(e));
+  EXPECT_THAT(waits.On("job-3", 1, "addr/0"), IsEmpty());
   EXPECT_EQ(waits.size(), 5u);
-  EXPECT_TRUE(waits.Find(c)->barrier());
-  EXPECT_FALSE(waits.Find(a)->barrier());
 }
 
 // A fence wakes its own job's waits, never another job's, even one whose
@@ -57,7 +44,7 @@ TEST(RendezvousWaitsTest, WaitsAreFoundByWhatTheyWaitOn) {
 TEST(RendezvousWaitsTest, AJobsWaitsAreItsOwn) {
   RendezvousWaits waits;
   const auto a = waits.Add(KvWait("job-1", 1, "k"));
-  const auto b = waits.Add(BarrierWait("job-1", 3, "setup"));
+  const auto b = waits.Add(KvWait("job-1", 3, "setup"));
   const auto c = waits.Add(KvWait("job-10", 1, "k"));
   const auto d = waits.Add(KvWait("job-", 1, "k"));
   EXPECT_THAT(waits.OfJob("job-1"), UnorderedElementsAre(a, b));
@@ -74,7 +61,7 @@ TEST(RendezvousWaitsTest, ATakenWaitIsGoneFromEveryIndex) {
   RendezvousWaits::Wait taken = waits.Take(a);
   EXPECT_EQ(taken.name, "k");
   EXPECT_EQ(waits.Find(a), nullptr);
-  EXPECT_THAT(waits.On("job-1", 1, false, "k"), ElementsAre(b));
+  EXPECT_THAT(waits.On("job-1", 1, "k"), ElementsAre(b));
   EXPECT_THAT(waits.OfJob("job-1"), ElementsAre(b));
   EXPECT_EQ(waits.size(), 1u);
   // Ids are not reused.
