@@ -15,8 +15,8 @@
 // Reports per policy: utilization (busy worker-time / total worker-time,
 // over the whole trace, over the time some job waits, and over the time
 // some waiting job would fit in the idle workers), mean and p99
-// queue wait per priority class and for the largest jobs (a third of the
-// pool or more), preemptions, and the scheduler's time per
+// queue wait per priority class and for the largest jobs (of 64 workers,
+// or the pool's size when smaller), preemptions, and the scheduler's time per
 // decision (Plan only, measured with the thread's CPU clock). Then the
 // decision time on a pool of W workers with Q queued jobs at once.
 //
@@ -24,6 +24,7 @@
 //                       [--load 0.95] [--stop-seconds 1] [--min-run 60]
 //                       [--age-after SECS (default 0: never)]
 //                       [--seed 1] [--seeds 1] [--overestimate 3]
+//                       [--quota-share F] [--cuda-share F] [--mtbf-hours H]
 //                       [--policies priority,no-reserve,fifo,one]
 #include <time.h>
 
@@ -56,6 +57,16 @@ struct Config {
   double stop_seconds = 1;  // a preempted job stops and saves in this long
   double min_run_seconds = 60;
   double age_after_seconds = 0;  // never, as the coordinator's default
+  // The pool's variety, all off by default: the heaviest owner's quota as a
+  // share of the pool; a share of the workers with GPUs, which as large a
+  // share of the jobs asks for (placement.device "cuda"; the others take
+  // any worker); each worker's mean time between failures (a failed
+  // worker's job goes back to the queue with no work lost, as a recovery
+  // from live state, and the worker returns after repair_minutes).
+  double quota_share = 0;
+  double cuda_share = 0;
+  double mtbf_hours = 0;
+  double repair_minutes = 10;
   // Time limits: the work times a factor from 1 to this, rounded up to
   // whole hours.
   double overestimate = 3;
@@ -83,6 +94,7 @@ struct SimJob {
   double work = 0;    // seconds of training it needs
   double limit = 0;   // its time limit, seconds
   bool saves = true;  // saves checkpoints: may be preempted
+  bool cuda = false;  // asks for GPU workers
 };
 
 double CpuMicros() {
@@ -134,6 +146,19 @@ std::vector<SimJob> Trace(const Config& config) {
     if (job.klass == 2) job.work = std::min(job.work, 3600.0);
     job.saves = job.klass == 2 || saves(rng);
     job.limit = std::ceil(job.work * overestimate(limits) / 3600) * 3600;
+    job.cuda = config.cuda_share > 0 &&
+               std::bernoulli_distribution(config.cuda_share)(limits);
+    // A job fits its owner's quota, and a GPU job the GPU workers.
+    if (config.quota_share > 0 && job.owner == "operator:user0") {
+      job.size = std::min(
+          job.size,
+          std::max(1, static_cast<int>(config.quota_share * config.workers)));
+    }
+    if (job.cuda) {
+      job.size = std::min(
+          job.size,
+          std::max(1, static_cast<int>(config.cuda_share * config.workers)));
+    }
     total_work += job.size * job.work;
   }
   const double span = total_work / (config.workers * config.load);
@@ -154,8 +179,9 @@ struct Outcome {
   // issue's "whenever the queue holds work that fits").
   double utilization_while_fits = 0;
   std::vector<std::vector<double>> waits{3};
-  std::vector<double> large_waits;  // jobs of a third of the pool or more
+  std::vector<double> large_waits;  // the jobs of the largest size
   int64_t preemptions = 0;
+  int64_t failures = 0;
   int64_t decisions = 0;
   std::vector<double> decision_us;
 };
@@ -166,6 +192,10 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   SchedulerPolicy policy;
   policy.order = order;
   policy.reserve = reserve;
+  if (config.quota_share > 0) {
+    policy.quotas["operator:user0"] =
+        std::max(1, static_cast<int>(config.quota_share * config.workers));
+  }
   policy.min_run_time = absl::Seconds(config.min_run_seconds);
   policy.age_after = config.age_after_seconds > 0
                          ? absl::Seconds(config.age_after_seconds)
@@ -190,12 +220,22 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   // The job that held the reservation after the last decision.
   std::string reserved;
 
-  // Events: (time, kind, job, generation); kinds: 0 arrival, 1 finish,
-  // 2 stopped (a preemption completed).
+  // Events: (time, kind, job or worker, generation); kinds: 0 arrival,
+  // 1 finish, 2 stopped (a preemption completed), 3 a worker fails, 4 it
+  // is back.
   using Event = std::tuple<double, int, size_t, int64_t>;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   for (size_t i = 0; i < trace.size(); ++i)
     events.push({trace[i].arrival, 0, i, 0});
+  std::vector<char> down(config.workers, 0);
+  std::mt19937_64 failures(config.seed + 2);
+  std::exponential_distribution<double> between(
+      config.mtbf_hours > 0 ? 1 / (config.mtbf_hours * 3600) : 1);
+  if (config.mtbf_hours > 0) {
+    for (int w = 0; w < config.workers; ++w) {
+      events.push({between(failures), 3, static_cast<size_t>(w), 0});
+    }
+  }
 
   Outcome out;
   double now = 0, busy = 0, busy_waiting = 0, time_waiting = 0;
@@ -205,9 +245,10 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
   int busy_workers = 0;
   size_t queued_count = 0, done = 0;
   std::vector<PoolWorker> pool(config.workers);
+  const int gpus = static_cast<int>(config.cuda_share * config.workers);
   for (int i = 0; i < config.workers; ++i) {
     pool[i].id = absl::StrCat("free:", i);
-    pool[i].device = "cpu";
+    pool[i].device = i < gpus ? "cuda" : "cpu";
   }
   auto advance = [&](double to) {
     const double dt = to - now;
@@ -228,14 +269,44 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     state[j].workers.clear();
     state[j].running = state[j].yielding = false;
   };
+  // Failures never stop coming: a trace that cannot finish (it should
+  // not) ends at a hundred times its arrivals' span.
+  const double give_up = 100 * std::max(1.0, trace.back().arrival);
   while (done < trace.size()) {
-    if (events.empty()) break;
+    if (events.empty() || std::get<0>(events.top()) > give_up) {
+      std::fprintf(stderr, "scheduling_sim: %zu jobs never finished\n",
+                   trace.size() - done);
+      break;
+    }
     // Every event at this instant, then one decision.
     const double t = std::get<0>(events.top());
     advance(t);
     while (!events.empty() && std::get<0>(events.top()) <= t) {
       auto [time, kind, j, generation] = events.top();
       events.pop();
+      if (kind == 3) {
+        // A worker fails: its job goes back to the queue (nothing lost).
+        const int w = static_cast<int>(j);
+        down[w] = 1;
+        ++out.failures;
+        if (holder[w] >= 0) {
+          const size_t held = static_cast<size_t>(holder[w]);
+          State& s = state[held];
+          s.remaining -= now - s.started;
+          s.used += now - s.started;
+          release(held);
+          s.queued = true;
+          s.queued_since = now;
+          ++queued_count;
+        }
+        events.push({now + config.repair_minutes * 60, 4, j, 0});
+        continue;
+      }
+      if (kind == 4) {
+        down[j] = 0;
+        events.push({now + between(failures), 3, j, 0});
+        continue;
+      }
       State& s = state[j];
       if (kind == 0) {
         s.queued = true;
@@ -261,7 +332,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     std::vector<size_t> queued_index;
     std::vector<RunningJob> running;
     std::vector<size_t> running_index;
-    for (int w = 0; w < config.workers; ++w) pool[w].free = holder[w] < 0;
+    for (int w = 0; w < config.workers; ++w) {
+      pool[w].free = holder[w] < 0 && !down[w];
+    }
     for (size_t j = 0; j < trace.size(); ++j) {
       const State& s = state[j];
       if (s.queued) {
@@ -274,6 +347,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         q.queued_at = absl::FromUnixSeconds(0) + absl::Seconds(s.queued_since);
         q.time_limit = absl::Seconds(trace[j].limit - s.used);
         q.reserved = q.id == reserved;
+        if (trace[j].cuda) q.placement.device = "cuda";
         queued.push_back(std::move(q));
         queued_index.push_back(j);
       } else if (s.running) {
@@ -334,11 +408,11 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       time_waiting > 0 ? busy_waiting / (config.workers * time_waiting) : 1;
   out.utilization_while_fits =
       time_fits > 0 ? busy_fits / (config.workers * time_fits) : -1;
+  int largest = 0;
+  for (const SimJob& job : trace) largest = std::max(largest, job.size);
   for (size_t j = 0; j < trace.size(); ++j) {
     out.waits[trace[j].klass].push_back(state[j].waited);
-    if (4 * trace[j].size >= config.workers) {
-      out.large_waits.push_back(state[j].waited);
-    }
+    if (trace[j].size == largest) out.large_waits.push_back(state[j].waited);
   }
   return out;
 }
@@ -418,13 +492,22 @@ int Run(const Config& config) {
                                       " (waits pooled, the rest averaged)")
                              .c_str()
                        : "");
-  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %7s %7s\n",
+  if (config.quota_share > 0 || config.cuda_share > 0 ||
+      config.mtbf_hours > 0) {
+    std::printf(
+        "variety: operator:user0's quota %.0f%% of the pool; %.0f%% of the "
+        "workers and of the jobs cuda; worker MTBF %.0f h (0: none), %.0f "
+        "min repair\n",
+        100 * config.quota_share, 100 * config.cuda_share, config.mtbf_hours,
+        config.repair_minutes);
+  }
+  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %7s %7s\n",
               "policy", "util", "util/wait", "util/fits", "makespan(d)",
               "batch wait", "normal wait", "urgent wait", "largest wait",
-              "preempt", "dec p50", "dec p99");
-  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %7s %7s\n", "",
-              "", "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)",
-              "mean/p99 (h)", "", "(us)", "(us)");
+              "preempt", "fail", "dec p50", "dec p99");
+  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %7s %7s\n",
+              "", "", "", "", "", "mean/p99 (h)", "mean/p99 (h)",
+              "mean/p99 (s)", "mean/p99 (h)", "", "", "(us)", "(us)");
   for (const std::string& name : config.policies) {
     SchedulerPolicy::Order order =
         name == "fifo"  ? SchedulerPolicy::Order::kFifo
@@ -454,6 +537,7 @@ int Run(const Config& config) {
       out.large_waits.insert(out.large_waits.end(), run.large_waits.begin(),
                              run.large_waits.end());
       out.preemptions += run.preemptions;
+      out.failures += run.failures;
       out.decision_us.insert(out.decision_us.end(), run.decision_us.begin(),
                              run.decision_us.end());
     }
@@ -466,7 +550,7 @@ int Run(const Config& config) {
     };
     std::printf(
         "%-10s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
-        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %7.0f %7.0f\n",
+        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %6lld %7.0f %7.0f\n",
         name.c_str(), 100 * out.utilization,
         100 * out.utilization_while_waiting,
         out.utilization_while_fits < 0
@@ -479,7 +563,8 @@ int Run(const Config& config) {
         Percentile(out.waits[2], 0.99), mean(out.large_waits) / 3600,
         Percentile(out.large_waits, 0.99) / 3600,
         static_cast<long long>(out.preemptions),
-        Percentile(out.decision_us, 0.5), Percentile(out.decision_us, 0.99));
+        static_cast<long long>(out.failures), Percentile(out.decision_us, 0.5),
+        Percentile(out.decision_us, 0.99));
   }
   DecisionTimeAtScale(config);
   return 0;
@@ -510,6 +595,15 @@ int main(int argc, char** argv) {
     } else if (flag == "--age-after") {
       ok = absl::SimpleAtod(value, &config.age_after_seconds) &&
            config.age_after_seconds >= 0;
+    } else if (flag == "--quota-share") {
+      ok = absl::SimpleAtod(value, &config.quota_share) &&
+           config.quota_share >= 0 && config.quota_share <= 1;
+    } else if (flag == "--cuda-share") {
+      ok = absl::SimpleAtod(value, &config.cuda_share) &&
+           config.cuda_share >= 0 && config.cuda_share <= 1;
+    } else if (flag == "--mtbf-hours") {
+      ok =
+          absl::SimpleAtod(value, &config.mtbf_hours) && config.mtbf_hours >= 0;
     } else if (flag == "--overestimate") {
       ok = absl::SimpleAtod(value, &config.overestimate) &&
            config.overestimate >= 1;
