@@ -184,6 +184,14 @@ class Pass {
   // Considers queued job `q`, whose owner holds `holds` workers; true when
   // it starts.
   bool Consider(size_t q, int holds) {
+    // The reservation is made before the first job of its holder's
+    // priority takes workers, from the free workers no one was promised
+    // (issue 52, simulation seed 319: made after this job's promised
+    // workers had joined the free ones, it took them from it).
+    while (target_ != SIZE_MAX && reservation_ == SIZE_MAX &&
+           queued_[q].priority <= queued_[target_].priority) {
+      Reserve();
+    }
     // Its turn: the workers promised to it are free for it (and, if it
     // does not keep them, for the jobs after it). A job of a higher
     // priority than a promisee may take that promisee's workers too, but
@@ -212,13 +220,6 @@ class Pass {
         released = true;
       }
       if (released) std::sort(free_.begin(), free_.end());
-    }
-    // The reservation is made before the first job of its holder's
-    // priority takes workers. The holder may use the workers held for it,
-    // and so may a job that ends before the holder starts.
-    while (target_ != SIZE_MAX && reservation_ == SIZE_MAX &&
-           queued_[q].priority <= queued_[target_].priority) {
-      Reserve();
     }
     const bool holder = reservation_ == q;
     ends_before_reservation_ =
