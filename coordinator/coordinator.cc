@@ -545,8 +545,10 @@ void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
     AddEventLocked(job, kind, worker, cause);
     EndJobLocked(
         job, v1::JOB_STATE_STOPPED,
-        absl::StrCat("stopped on request; generation ", status.generation(),
-                     " failed before its ranks stopped (", cause, ")"));
+        absl::StrCat(
+            job.stop_cause.empty() ? "stopped on request" : job.stop_cause,
+            "; generation ", status.generation(),
+            " failed before its ranks stopped (", cause, ")"));
     return;
   }
   if (job.yielding()) {

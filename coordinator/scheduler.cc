@@ -250,10 +250,12 @@ class Pass {
       Take(reserved_free_);
     }
     if (holder) {
-      const WaitReason reason =
-          started ? WaitReason::kPreempting : plan_.waiting[waiting].reason;
-      if (reason == WaitReason::kNoFit || reason == WaitReason::kPriority ||
-          reason == WaitReason::kWholePool) {
+      // It keeps the reservation while it waits for workers to come free.
+      const bool waits_for_workers =
+          !started && (plan_.waiting[waiting].reason == WaitReason::kNoFit ||
+                       plan_.waiting[waiting].reason == WaitReason::kPriority ||
+                       plan_.waiting[waiting].reason == WaitReason::kWholePool);
+      if (waits_for_workers) {
         QueueEntry& entry = plan_.waiting[waiting];
         entry.reservation = queued_[q].id;
         entry.reserved_start = reserved_start_;
