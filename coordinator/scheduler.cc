@@ -225,8 +225,11 @@ class Pass {
     ends_before_reservation_ =
         reservation_ != SIZE_MAX &&
         (holder || now_ + queued_[q].time_limit <= reserved_start_);
-    // (Only when they could make a difference: most jobs of a long queue
-    // fit neither way.)
+    // The holder may use the workers held for it, and so may a job whose
+    // time limit ends before the holder starts: they join the free ones
+    // for its decision (only when they could make a difference: most jobs
+    // of a long queue fit neither way), and those it does not take are
+    // held again.
     std::vector<int> reserved;
     if (ends_before_reservation_ && !reserved_free_.empty()) {
       const QueuedJob& job = queued_[q];
