@@ -269,6 +269,17 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     state[j].workers.clear();
     state[j].running = state[j].yielding = false;
   };
+  // It trained until now, and waits again (preempted, or its worker
+  // failed: nothing is lost).
+  auto requeue = [&](size_t j) {
+    State& s = state[j];
+    s.remaining -= now - s.started;
+    s.used += now - s.started;
+    release(j);
+    s.queued = true;
+    s.queued_since = now;
+    ++queued_count;
+  };
   // Failures never stop coming: a trace that cannot finish (it should
   // not) ends at a hundred times its arrivals' span.
   const double give_up = 100 * std::max(1.0, trace.back().arrival);
@@ -289,16 +300,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         const int w = static_cast<int>(j);
         down[w] = 1;
         ++out.failures;
-        if (holder[w] >= 0) {
-          const size_t held = static_cast<size_t>(holder[w]);
-          State& s = state[held];
-          s.remaining -= now - s.started;
-          s.used += now - s.started;
-          release(held);
-          s.queued = true;
-          s.queued_since = now;
-          ++queued_count;
-        }
+        if (holder[w] >= 0) requeue(static_cast<size_t>(holder[w]));
         events.push({now + config.repair_minutes * 60, 4, j, 0});
         continue;
       }
@@ -318,13 +320,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
           release(j);
           ++done;
         } else {
-          // It trained until it stopped, then waits again.
-          s.remaining -= now - s.started;
-          s.used += now - s.started;
-          release(j);
-          s.queued = true;
-          s.queued_since = now;
-          ++queued_count;
+          requeue(j);
         }
       }
     }
