@@ -8,9 +8,11 @@
 //
 // Every job has a time limit, as a user would give it: its work times a
 // factor from 1 to 3, rounded up to whole hours. The default policy
-// ("priority") reserves workers for the first job waiting for workers from
-// those limits (EASY backfill); "no-reserve" is the same without
-// reservations (the scheduler before them).
+// ("priority", the coordinator's defaults) reserves workers for the first
+// job waiting for workers from those limits (EASY backfill) and promotes a
+// job that has waited --starvation-bound hours (12) to the highest class;
+// "no-bound" is the same without the promotion, "no-reserve" without
+// either (the scheduler before issue 52).
 //
 // Reports per policy: utilization (busy worker-time / total worker-time,
 // over the whole trace, over the time some job waits, and over the time
@@ -23,9 +25,11 @@
 // Usage: scheduling_sim [--workers 1000] [--jobs 10000] [--queued 10000]
 //                       [--load 0.95] [--stop-seconds 1] [--min-run 60]
 //                       [--age-after SECS (default 0: never)]
+//                       [--starvation-bound HOURS (default 12; 0: never)]
+//                       [--starvation-priority N (default 100: urgent)]
 //                       [--seed 1] [--seeds 1] [--overestimate 3]
 //                       [--quota-share F] [--cuda-share F] [--mtbf-hours H]
-//                       [--policies priority,no-reserve,fifo,one]
+//                       [--policies priority,no-bound,no-reserve,fifo,one]
 #include <time.h>
 
 #include <algorithm>
@@ -56,7 +60,9 @@ struct Config {
   double load = 0.95;
   double stop_seconds = 1;  // a preempted job stops and saves in this long
   double min_run_seconds = 60;
-  double age_after_seconds = 0;  // never, as the coordinator's default
+  double age_after_seconds = 0;        // never, as the coordinator's default
+  double starvation_bound_hours = 12;  // the coordinator's default
+  int starvation_priority = 100;       // the urgent class's, as its default
   // The pool's variety, all off by default: the heaviest owner's quota as a
   // share of the pool; a share of the workers with GPUs, which as large a
   // share of the jobs asks for (placement.device "cuda"; the others take
@@ -72,7 +78,8 @@ struct Config {
   double overestimate = 3;
   uint64_t seed = 1;
   int seeds = 1;  // traces from seed on
-  std::vector<std::string> policies = {"priority", "no-reserve", "fifo", "one"};
+  std::vector<std::string> policies = {"priority", "no-bound", "no-reserve",
+                                       "fifo", "one"};
 };
 
 struct PriorityClass {
@@ -181,6 +188,7 @@ struct Outcome {
   std::vector<std::vector<double>> waits{3};
   std::vector<double> large_waits;  // the jobs of the largest size
   int64_t preemptions = 0;
+  int64_t promotions = 0;
   int64_t failures = 0;
   int64_t decisions = 0;
   std::vector<double> decision_us;
@@ -188,10 +196,17 @@ struct Outcome {
 
 // One policy over the trace.
 Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
-                 SchedulerPolicy::Order order, bool reserve) {
+                 const std::string& name) {
   SchedulerPolicy policy;
-  policy.order = order;
-  policy.reserve = reserve;
+  policy.order = name == "fifo"  ? SchedulerPolicy::Order::kFifo
+                 : name == "one" ? SchedulerPolicy::Order::kOneAtATime
+                                 : SchedulerPolicy::Order::kPriority;
+  policy.reserve = name != "no-reserve";
+  if (name == "priority" && config.starvation_bound_hours > 0) {
+    policy.starvation_bound =
+        absl::Seconds(config.starvation_bound_hours * 3600);
+    policy.top_priority = config.starvation_priority;
+  }
   if (config.quota_share > 0) {
     policy.quotas["operator:user0"] =
         std::max(1, static_cast<int>(config.quota_share * config.workers));
@@ -209,6 +224,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     double started = 0;  // of the current run
     double queued_since = 0;
     double waited = 0;
+    // It reached the starvation bound: it is scheduled at the top
+    // priority for the rest of its life.
+    bool promoted = false;
     std::vector<int> workers;
     std::string yielding_for;
     int64_t generation = 0;  // stale events are ignored
@@ -331,13 +349,21 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     for (int w = 0; w < config.workers; ++w) {
       pool[w].free = holder[w] < 0 && !down[w];
     }
+    const absl::Time at = absl::FromUnixSeconds(0) + absl::Seconds(now);
     for (size_t j = 0; j < trace.size(); ++j) {
-      const State& s = state[j];
+      State& s = state[j];
+      if (s.queued && !s.promoted &&
+          Starved(policy, trace[j].priority,
+                  absl::Seconds(s.waited + now - s.queued_since))) {
+        s.promoted = true;
+        ++out.promotions;
+      }
+      const int priority = s.promoted ? policy.top_priority : trace[j].priority;
       if (s.queued) {
         QueuedJob q;
         q.id = trace[j].id;
         q.seq = trace[j].seq;
-        q.priority = trace[j].priority;
+        q.priority = priority;
         q.owner = trace[j].owner;
         q.size = q.most = trace[j].size;
         q.queued_at = absl::FromUnixSeconds(0) + absl::Seconds(s.queued_since);
@@ -350,7 +376,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         RunningJob r;
         r.id = trace[j].id;
         r.seq = trace[j].seq;
-        r.priority = trace[j].priority;
+        r.priority = priority;
         r.owner = trace[j].owner;
         r.workers = s.workers;
         r.started = absl::FromUnixSeconds(0) + absl::Seconds(s.started);
@@ -363,8 +389,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       }
     }
     const double before = CpuMicros();
-    SchedulingPlan plan = scheduler.Plan(
-        pool, queued, running, absl::FromUnixSeconds(0) + absl::Seconds(now));
+    SchedulingPlan plan = scheduler.Plan(pool, queued, running, at);
     out.decision_us.push_back(CpuMicros() - before);
     ++out.decisions;
     reserved = plan.reservations.empty() ? "" : plan.reservations[0].job_id;
@@ -480,9 +505,11 @@ int Run(const Config& config) {
   std::printf(
       "scheduling simulation: %d workers, %d jobs over %.1f simulated days "
       "(offered load %.2f), preemption stop %.1f s, min run time %.0f s, "
-      "age after %.0f s, time limits up to %.1fx the work, seed %llu%s\n",
+      "age after %.0f s, starvation bound %.0f h to priority %d (priority), "
+      "time limits up to %.1fx the work, seed %llu%s\n",
       config.workers, config.jobs, trace.back().arrival / 86400, config.load,
       config.stop_seconds, config.min_run_seconds, config.age_after_seconds,
+      config.starvation_bound_hours, config.starvation_priority,
       config.overestimate, static_cast<unsigned long long>(config.seed),
       config.seeds > 1 ? absl::StrCat(" and the next ", config.seeds - 1,
                                       " (waits pooled, the rest averaged)")
@@ -497,18 +524,16 @@ int Run(const Config& config) {
         100 * config.quota_share, 100 * config.cuda_share, config.mtbf_hours,
         config.repair_minutes);
   }
-  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %7s %7s\n",
-              "policy", "util", "util/wait", "util/fits", "makespan(d)",
-              "batch wait", "normal wait", "urgent wait", "largest wait",
-              "preempt", "fail", "dec p50", "dec p99");
-  std::printf("%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %7s %7s\n",
-              "", "", "", "", "", "mean/p99 (h)", "mean/p99 (h)",
-              "mean/p99 (s)", "mean/p99 (h)", "", "", "(us)", "(us)");
+  std::printf(
+      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %8s %6s %7s %7s\n",
+      "policy", "util", "util/wait", "util/fits", "makespan(d)", "batch wait",
+      "normal wait", "urgent wait", "largest wait", "preempt", "promoted",
+      "fail", "dec p50", "dec p99");
+  std::printf(
+      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %8s %6s %7s %7s\n", "",
+      "", "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)",
+      "mean/p99 (h)", "", "", "", "(us)", "(us)");
   for (const std::string& name : config.policies) {
-    SchedulerPolicy::Order order =
-        name == "fifo"  ? SchedulerPolicy::Order::kFifo
-        : name == "one" ? SchedulerPolicy::Order::kOneAtATime
-                        : SchedulerPolicy::Order::kPriority;
     // Over --seeds traces: waits pooled, utilization and makespan
     // averaged, preemptions summed.
     Outcome out;
@@ -516,8 +541,7 @@ int Run(const Config& config) {
     for (int k = 0; k < config.seeds; ++k) {
       Config one = config;
       one.seed = config.seed + k;
-      Outcome run = Simulate(one, k == 0 ? trace : Trace(one), order,
-                             name != "no-reserve");
+      Outcome run = Simulate(one, k == 0 ? trace : Trace(one), name);
       out.utilization += run.utilization / config.seeds;
       out.utilization_while_waiting +=
           run.utilization_while_waiting / config.seeds;
@@ -533,6 +557,7 @@ int Run(const Config& config) {
       out.large_waits.insert(out.large_waits.end(), run.large_waits.begin(),
                              run.large_waits.end());
       out.preemptions += run.preemptions;
+      out.promotions += run.promotions;
       out.failures += run.failures;
       out.decision_us.insert(out.decision_us.end(), run.decision_us.begin(),
                              run.decision_us.end());
@@ -546,7 +571,7 @@ int Run(const Config& config) {
     };
     std::printf(
         "%-10s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
-        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %6lld %7.0f %7.0f\n",
+        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %8lld %6lld %7.0f %7.0f\n",
         name.c_str(), 100 * out.utilization,
         100 * out.utilization_while_waiting,
         out.utilization_while_fits < 0
@@ -559,6 +584,7 @@ int Run(const Config& config) {
         Percentile(out.waits[2], 0.99), mean(out.large_waits) / 3600,
         Percentile(out.large_waits, 0.99) / 3600,
         static_cast<long long>(out.preemptions),
+        static_cast<long long>(out.promotions),
         static_cast<long long>(out.failures), Percentile(out.decision_us, 0.5),
         Percentile(out.decision_us, 0.99));
   }
@@ -591,6 +617,11 @@ int main(int argc, char** argv) {
     } else if (flag == "--age-after") {
       ok = absl::SimpleAtod(value, &config.age_after_seconds) &&
            config.age_after_seconds >= 0;
+    } else if (flag == "--starvation-bound") {
+      ok = absl::SimpleAtod(value, &config.starvation_bound_hours) &&
+           config.starvation_bound_hours >= 0;
+    } else if (flag == "--starvation-priority") {
+      ok = absl::SimpleAtoi(value, &config.starvation_priority);
     } else if (flag == "--quota-share") {
       ok = absl::SimpleAtod(value, &config.quota_share) &&
            config.quota_share >= 0 && config.quota_share <= 1;

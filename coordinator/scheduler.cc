@@ -24,6 +24,12 @@ bool Matches(const Placement& placement, const PoolWorker& worker) {
   return true;
 }
 
+bool Starved(const SchedulerPolicy& policy, int priority,
+             absl::Duration waited) {
+  return policy.starvation_bound != absl::InfiniteDuration() &&
+         priority < policy.top_priority && waited >= policy.starvation_bound;
+}
+
 const char* WaitReasonName(WaitReason reason) {
   switch (reason) {
     case WaitReason::kNoFit:

@@ -30,6 +30,12 @@
 //     cannot pass a large one for ever. Without time limits (a running
 //     job's end unknown) there is no reservation: holding workers for an
 //     unknown time would leave them idle for as long as the others run.
+//   - Starvation bound (applied by the caller to the snapshot, Starved):
+//     a job that has waited starvation_bound is promoted to top_priority
+//     for good. Ahead of every class, it gets the reservation first; no
+//     job of a class passes it or, once it runs, preempts it. So even a
+//     steady stream of jobs of a higher class cannot keep a large job of a
+//     lower one waiting for ever.
 //   - Aging: a job that has waited age_after may preempt running jobs of
 //     its own priority submitted after it (those that passed it).
 //   - Quotas: an owner's running jobs hold at most its quota of workers;
@@ -165,7 +171,23 @@ struct SchedulerPolicy {
   // running jobs' time limits (EASY backfill); false: none (before issue
   // 52, and the simulation's reference).
   bool reserve = true;
+  // The starvation bound: a job that has waited this long in the queue,
+  // over all its times there (a preempted job's earlier waits count), is
+  // promoted to top_priority for the rest of its life (Starved; the caller
+  // changes its priority, which the coordinator stores). Infinite: never.
+  absl::Duration starvation_bound = absl::InfiniteDuration();
+  // The priority a starved job is promoted to: the highest the pool's
+  // classes give, so that no job of a class can pass it or preempt it,
+  // and it gets the reservation before any of them. (A raw priority
+  // above it, for admins only, still comes first.)
+  int top_priority = 0;
 };
+
+// Whether a job of `priority` that has waited `waited` in the queue in all
+// has reached the policy's starvation bound, to be promoted to
+// policy.top_priority (docs/DESIGN.md, "The starvation bound").
+bool Starved(const SchedulerPolicy& policy, int priority,
+             absl::Duration waited);
 
 // Why a queued job waits.
 enum class WaitReason {

@@ -608,5 +608,19 @@ TEST(SchedulerTest, NoJobPreemptsTheJobsAReservationCountsOn) {
   EXPECT_THAT(Preempted(plan), ElementsAre("r->aged"));
 }
 
+// The starvation bound promotes a job below the top priority once its
+// waits add up to the bound; without one, or at the top, never.
+TEST(SchedulerTest, AJobStarvesAtTheBoundBelowTheTopPriority) {
+  SchedulerPolicy policy;
+  policy.top_priority = 100;
+  EXPECT_FALSE(Starved(policy, 0, absl::Hours(24 * 365)));  // no bound
+  policy.starvation_bound = absl::Hours(12);
+  EXPECT_FALSE(Starved(policy, 0, absl::Hours(12) - absl::Seconds(1)));
+  EXPECT_TRUE(Starved(policy, 0, absl::Hours(12)));
+  EXPECT_TRUE(Starved(policy, -10, absl::Hours(13)));
+  EXPECT_FALSE(Starved(policy, 100, absl::Hours(13)));   // at the top
+  EXPECT_FALSE(Starved(policy, 1000, absl::Hours(13)));  // an admin's
+}
+
 }  // namespace
 }  // namespace lockstep::coordinator
