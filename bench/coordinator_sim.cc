@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   if (per_seed < 1) return Usage("--per-seed must be at least 1");
   if (trace) seeds = 1;
   int64_t total = 0, violations = 0, runs = 0, failed = 0;
-  int64_t submitted = 0, preemptions = 0, restarts = 0;
+  int64_t submitted = 0, preemptions = 0, restarts = 0, promotions = 0;
   const double start = Seconds();
   for (int64_t s = seed; seeds > 0 ? runs < seeds : total < events; ++s) {
     SimOptions options;
@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     submitted += result.jobs_submitted;
     preemptions += result.preemptions;
     restarts += result.restarts;
+    promotions += result.promotions;
     if (trace) {
       std::fputs(Describe(options, result, 1 << 30).c_str(), stdout);
     } else if (!result.violations.empty()) {
@@ -110,11 +111,12 @@ int main(int argc, char** argv) {
   std::printf(
       "coordinator_sim: %lld seeds from %lld, %lld events in %.1f s "
       "(%.0f events/s); %lld jobs submitted, %lld preemptions, %lld "
-      "coordinator restarts; %lld violations in %lld seeds\n",
+      "coordinator restarts, %lld promoted by the starvation bound; %lld "
+      "violations in %lld seeds\n",
       static_cast<long long>(runs), static_cast<long long>(seed),
       static_cast<long long>(total), elapsed, total / elapsed,
       static_cast<long long>(submitted), static_cast<long long>(preemptions),
-      static_cast<long long>(restarts), static_cast<long long>(violations),
-      static_cast<long long>(failed));
+      static_cast<long long>(restarts), static_cast<long long>(promotions),
+      static_cast<long long>(violations), static_cast<long long>(failed));
   return violations == 0 ? 0 : 1;
 }

@@ -77,7 +77,10 @@ the coordinator's --min-run-time). The reasons:
                 reservation (it has waited longest), and this job's
                 time_limit_seconds would run past that job's start
 A job's message also says when it holds the reservation, and when it
-starts at the latest.
+starts at the latest. A job that has waited the coordinator's
+--starvation-bound in all shows its new priority and the one it had:
+100 (was 0). Under the list: the priority classes and who may use each,
+the admins, and the starvation bound.
 
 Flags:
   --limit N   list the first N (default and most: 1000)
@@ -294,12 +297,20 @@ int RunQueue(const std::vector<std::string>& argv) {
       "; admins (any priority): ",
       response.admins().empty() ? std::string("none")
                                 : absl::StrJoin(response.admins(), ", "),
+      "; starvation bound: ",
+      response.starvation_bound_seconds() > 0
+          ? absl::StrCat("a job that has waited ",
+                         absl::FormatDuration(absl::Seconds(
+                             response.starvation_bound_seconds())),
+                         " in all is promoted to priority ",
+                         response.starvation_priority())
+          : std::string("none"),
       "\n"));
   if (response.jobs().empty()) {
     std::cout << "no queued jobs\n" << rights << std::flush;
     return kExitOk;
   }
-  std::cout << absl::StrFormat("%-4s %-28s %-8s %-18s %-7s %-9s %s\n", "POS",
+  std::cout << absl::StrFormat("%-4s %-28s %-12s %-18s %-7s %-9s %s\n", "POS",
                                "JOB", "PRIORITY", "OWNER", "NEEDS", "AGE",
                                "WHY");
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
@@ -308,8 +319,12 @@ int RunQueue(const std::vector<std::string>& argv) {
     const int needs =
         spec.min_workers() > 0 ? spec.min_workers() : spec.num_workers();
     std::cout << TerminalSafe(absl::StrFormat(
-        "%-4d %-28s %-8d %-18s %-7s %-9s %s: %s\n", job.queue().position(),
-        job.job_id(), job.priority(), job.owner().empty() ? "-" : job.owner(),
+        "%-4d %-28s %-12s %-18s %-7s %-9s %s: %s\n", job.queue().position(),
+        job.job_id(),
+        job.has_promoted_from()  // by the starvation bound
+            ? absl::StrCat(job.priority(), " (was ", job.promoted_from(), ")")
+            : absl::StrCat(job.priority()),
+        job.owner().empty() ? "-" : job.owner(),
         needs > 0 ? absl::StrCat(needs) : "all",
         absl::StrFormat("%.0f s", std::max(0.0, now - job.submit_time())),
         job.queue().reason(), job.queue().message()));

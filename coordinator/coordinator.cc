@@ -182,6 +182,24 @@ absl::StatusOr<v1::CoordinatorCommand> AssignmentFor(
 
 }  // namespace
 
+namespace {
+
+// The scheduler's policy with the priority a starved job is promoted to:
+// `chosen` (--starvation-priority), or the highest class's (0, the default
+// priority, without classes above it).
+SchedulerPolicy WithTopPriority(SchedulerPolicy policy,
+                                const std::map<std::string, int>& classes,
+                                std::optional<int> chosen) {
+  policy.top_priority = 0;
+  for (const auto& [name, priority] : classes) {
+    policy.top_priority = std::max(policy.top_priority, priority);
+  }
+  if (chosen.has_value()) policy.top_priority = *chosen;
+  return policy;
+}
+
+}  // namespace
+
 Coordinator::Coordinator(Options options)
     : cluster_(std::move(options.cluster)),
       clock_(options.clock),
@@ -193,7 +211,9 @@ Coordinator::Coordinator(Options options)
       finished_job_ttl_(options.finished_job_ttl),
       forget_workers_after_(options.forget_workers_after),
       revoked_(std::move(options.revoked)),
-      scheduler_(std::move(options.scheduling)),
+      scheduler_(WithTopPriority(std::move(options.scheduling),
+                                 options.priority_classes,
+                                 options.starvation_priority)),
       priority_classes_(std::move(options.priority_classes)),
       priority_grants_(std::move(options.priority_grants)),
       admins_(std::move(options.admins)),

@@ -127,9 +127,12 @@ class Coordinator {
     // Whether an identity has been revoked (--deny-identities; may be
     // empty): Sweep ends the sessions of revoked workers.
     std::function<bool(const std::string& identity)> revoked;
-    // The pool scheduler's quotas and minimum run time (--quota,
-    // --min-run-time).
+    // The pool scheduler's quotas, minimum run time, aging and starvation
+    // bound (--quota, --min-run-time, --age-after, --starvation-bound);
+    // its top_priority is starvation_priority when set, else the highest
+    // of priority_classes (--starvation-priority).
     SchedulerPolicy scheduling;
+    std::optional<int> starvation_priority;
     // Named priorities a spec may give as priority_class
     // (--priority-class urgent=100).
     std::map<std::string, int> priority_classes;
@@ -415,6 +418,11 @@ class Coordinator {
   // jobs), carries it out and keeps each waiting job's place for its status.
   void ScheduleQueuedLocked(const std::set<std::string>& reserved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The starvation bound: each queued job that has waited
+  // --starvation-bound in all is promoted to the top class's priority
+  // (event "promoted", persisted); next_promotion_ is when the next one
+  // is due.
+  void PromoteStarvedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the waiting jobs' order (`ids`) and shows each its place and
   // reason (`entries`, in the same order) in its status.
   void ShowWaitingLocked(const std::vector<std::string>& ids,
@@ -637,6 +645,9 @@ class Coordinator {
   // only for time to pass (a minimum run time).
   std::vector<std::string> waiting_ ABSL_GUARDED_BY(mu_);
   bool waiting_on_time_ ABSL_GUARDED_BY(mu_) = false;
+  // When the next queued job reaches --starvation-bound (Sweep schedules
+  // then); infinite future: none will.
+  absl::Time next_promotion_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // The non-blocking waits: pending KvGetAsync calls, indexed
   // by what they wait on, and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -206,6 +206,12 @@ absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
     }
   }
   for (const std::string& admin : admins_) response.add_admins(admin);
+  const SchedulerPolicy& policy = scheduler_.policy();
+  if (policy.starvation_bound != absl::InfiniteDuration()) {
+    response.set_starvation_bound_seconds(
+        absl::ToDoubleSeconds(policy.starvation_bound));
+    response.set_starvation_priority(policy.top_priority);
+  }
   size_t bytes = 0;
   for (const std::string& id : waiting_) {
     auto it = jobs_.find(id);

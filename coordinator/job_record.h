@@ -89,8 +89,34 @@ struct JobRecord {
       status.clear_run_start_time();
     }
   }
-  // The scheduler placed it from the queue at `now`: a run starts.
-  void Placed(absl::Time now) { status.set_run_start_time(EpochSeconds(now)); }
+  // The scheduler placed it from the queue at `now`: a run starts, and
+  // this wait joins its earlier ones.
+  void Placed(absl::Time now) {
+    status.set_run_start_time(EpochSeconds(now));
+    status.set_queued_seconds(status.queued_seconds() +
+                              absl::ToDoubleSeconds(QueuedFor(now)));
+  }
+  // ---- the starvation bound (--starvation-bound) ----
+  // How long its current wait in the queue has lasted at `now`.
+  absl::Duration QueuedFor(absl::Time now) const {
+    if (queued_at == absl::InfinitePast() || now < queued_at) {
+      return absl::ZeroDuration();
+    }
+    return now - queued_at;
+  }
+  // The time it has waited in the queue in all at `now`: its earlier
+  // waits, and the current one while it is queued.
+  absl::Duration Waited(absl::Time now) const {
+    absl::Duration waited = absl::Seconds(status.queued_seconds());
+    if (status.state() == v1::JOB_STATE_QUEUED) waited += QueuedFor(now);
+    return waited;
+  }
+  bool promoted() const { return status.has_promoted_from(); }
+  // It starved: it is scheduled at `top` from now on.
+  void Promote(int top) {
+    status.set_promoted_from(status.priority());
+    status.set_priority(top);
+  }
 
   // ---- the time limit (spec.time_limit_seconds; 0: none) ----
   bool has_time_limit() const { return status.spec().time_limit_seconds() > 0; }

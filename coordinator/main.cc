@@ -51,6 +51,7 @@ Usage:
                        [--priority-grant CLASS=OWNER[,OWNER]]...
                        [--quota OWNER=N]...
                        [--min-run-time SECS] [--age-after SECS]
+                       [--starvation-bound SECS] [--starvation-priority N]
                        [--admin OWNER]...
 
 Flags:
@@ -126,6 +127,18 @@ Flags:
                        (those that passed it), so that small jobs cannot
                        keep a large one waiting for ever (default 0: never;
                        docs/BENCHMARKS.md has the trade-off)
+  --starvation-bound S a queued job that has waited S seconds in all
+                       (counting its waits before earlier preemptions) is
+                       promoted to the highest --priority-class's priority
+                       until it ends: no job of a class passes it, preempts
+                       it or takes the workers reserved for it (default
+                       43200, 12 h; 0: never). It bounds how long a stream of
+                       higher-priority jobs can keep a large job waiting;
+                       the cost is that the top class may wait for it
+  --starvation-priority N  the priority a starved job is promoted to
+                       instead (default: the highest class's); one below
+                       the top class keeps that class ahead of everything,
+                       as a bound on every other class only
   --admin OWNER        an operator ("operator:bob") that may stop and delete
                        every job (repeatable); other operators stop and
                        delete only the jobs they submitted
@@ -242,7 +255,8 @@ absl::StatusOr<std::pair<std::string, int>> NamedNumber(const std::string& flag,
 }
 
 // The scheduling flags (--priority-class, --priority-grant, --quota,
-// --min-run-time, --age-after, --admin). Errors: InvalidArgument.
+// --min-run-time, --age-after, --starvation-bound, --starvation-priority,
+// --admin). Errors: InvalidArgument.
 absl::Status ApplySchedulingFlags(const Args& args,
                                   Coordinator::Options& options) {
   for (const std::string& text : args.GetAll("priority-class")) {
@@ -289,6 +303,17 @@ absl::Status ApplySchedulingFlags(const Args& args,
   if (!age_after.ok()) return age_after.status();
   options.scheduling.age_after =
       *age_after == 0 ? absl::InfiniteDuration() : absl::Seconds(*age_after);
+  auto starvation_bound = Bounded(args, "starvation-bound", 43200, 0, 1e8);
+  if (!starvation_bound.ok()) return starvation_bound.status();
+  options.scheduling.starvation_bound = *starvation_bound == 0
+                                            ? absl::InfiniteDuration()
+                                            : absl::Seconds(*starvation_bound);
+  if (args.Has("starvation-priority")) {
+    auto priority =
+        Bounded(args, "starvation-priority", 0, -1'000'000'000, 1'000'000'000);
+    if (!priority.ok()) return priority.status();
+    options.starvation_priority = static_cast<int>(*priority);
+  }
   for (const std::string& owner : args.GetAll("admin")) {
     if (owner.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(
@@ -358,6 +383,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
                            "quota",
                            "min-run-time",
                            "age-after",
+                           "starvation-bound",
+                           "starvation-priority",
                            "admin"},
                           {"help", "metrics-tls", kInsecureFlag});
   if (!args.ok() || args->Has("help")) return args;

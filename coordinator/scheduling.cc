@@ -290,7 +290,42 @@ std::set<std::string> Coordinator::WithUnplaceableLocked(
   return reserved;
 }
 
+void Coordinator::PromoteStarvedLocked() {
+  const SchedulerPolicy& policy = scheduler_.policy();
+  next_promotion_ = absl::InfiniteFuture();
+  if (policy.starvation_bound == absl::InfiniteDuration()) return;
+  const absl::Time now = clock_->Now();
+  for (const std::string& id : queue_) {
+    Job& job = jobs_[id];
+    if (job.status.state() != v1::JOB_STATE_QUEUED || job.promoted() ||
+        job.status.priority() >= policy.top_priority) {
+      continue;
+    }
+    const absl::Duration waited = job.Waited(now);
+    if (!Starved(policy, job.status.priority(), waited)) {
+      next_promotion_ =
+          std::min(next_promotion_, now + policy.starvation_bound - waited);
+      continue;
+    }
+    const int from = job.status.priority();
+    job.Promote(policy.top_priority);
+    AddEventLocked(
+        job, "promoted", nullptr,
+        absl::StrCat(
+            "it has waited ",
+            absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+            " in the queue in all, the coordinator's --starvation-bound: it "
+            "is scheduled at priority ",
+            policy.top_priority, " instead of ", from,
+            " until it ends, so that no job of priority ", policy.top_priority,
+            " or below passes it or preempts it"));
+    ChangedLocked(job);
+    PersistLocked(job);
+  }
+}
+
 void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
+  PromoteStarvedLocked();
   // The snapshot: every connected worker by registration order, the queued
   // jobs, and the active jobs with the workers they hold.
   std::vector<Worker*> connected = workers_.Connected();

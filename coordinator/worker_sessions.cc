@@ -301,8 +301,9 @@ void Coordinator::Sweep() {
   }
   EnforceTimeLimitsLocked();
   // A job waiting for running jobs to reach the minimum run time preempts
-  // them once they have: only time changed.
-  if (waiting_on_time_) MaybeStartJobLocked();
+  // them once they have, and a job that reached the starvation bound is
+  // promoted: only time changed.
+  if (waiting_on_time_ || now >= next_promotion_) MaybeStartJobLocked();
   ForgetFinishedJobsLocked();
   PersistWorkersLocked();
   for (const std::string& id :

@@ -343,9 +343,10 @@ TEST_F(PoolTest, QuotasAndOwnersHoldOverAQueueOfManyJobs) {
                                HasSubstr("operator:bob")));
   Result queue = RunCommand({kBin + "/lockstep", "queue"}, as("alice"));
   EXPECT_EQ(queue.code, 0) << queue.err;
-  EXPECT_THAT(queue.out, HasSubstr("priority classes: urgent=100 "
-                                   "(operator:bob); admins (any priority): "
-                                   "none"));
+  EXPECT_THAT(queue.out,
+              HasSubstr("priority classes: urgent=100 (operator:bob); admins "
+                        "(any priority): none; starvation bound: a job that "
+                        "has waited 12h in all is promoted to priority 100"));
 
   struct Span {
     double start, end;

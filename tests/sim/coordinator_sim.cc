@@ -101,6 +101,7 @@ struct SimJob {
   // when every rank's is, the job is done.
   int64_t ended_generation = 0;
   int ended_ranks = 0;
+  bool promoted = false;  // the starvation bound raised its priority
 };
 
 struct Pending {
@@ -144,6 +145,12 @@ class Simulation {
     options.error_grace = absl::Seconds(1);
     options.scheduling.quotas = Quotas();
     options.scheduling.min_run_time = absl::Seconds(20);
+    // Every other seed has a starvation bound, short enough to be reached
+    // (jobs run for minutes here): promoted jobs cross everything else.
+    if (options_.seed % 2 == 1) {
+      options.scheduling.starvation_bound =
+          absl::Seconds(60 + static_cast<int64_t>(options_.seed % 541));
+    }
     options.admins.insert("operator:admin");
     options.priority_classes = {{"high", 5}, {"urgent", 10}};
     options.priority_grants["high"] = {"*"};
@@ -764,6 +771,22 @@ class Simulation {
                                " and it is queued to train again"));
       }
       CheckPreemption(job, status, statuses);
+      // 2. Only the starvation bound raises a priority, and only to the
+      // top class's.
+      if (status.has_promoted_from() && !job.promoted) {
+        job.promoted = true;
+        ++result_.promotions;
+        Trace(absl::StrCat("(coordinator) ", job.id, " promoted from ",
+                           status.promoted_from(), " to ", status.priority()));
+        if (options_.seed % 2 == 0 || status.priority() != 10 ||
+            status.promoted_from() >= 10) {
+          Violation(absl::StrCat(
+              "invariant 2: job ", job.id, " was promoted from priority ",
+              status.promoted_from(), " to ", status.priority(),
+              " (only to the top class's 10, and only "
+              "with a starvation bound)"));
+        }
+      }
     }
     CheckIdlePool(statuses);
   }

@@ -10,7 +10,9 @@
 //
 //   1. no worker serves two jobs, and no rank is held by two workers;
 //   2. no owner's active jobs hold more workers than its quota, and nobody
-//      gets a priority above the default that was not granted to it;
+//      gets a priority above the default that was not granted to it (but
+//      for the starvation bound, which every other seed sets to minutes:
+//      it promotes a job to the top class's priority only);
 //   3. a preempted job resumes from the step it agreed and saved (no step
 //      lost, none repeated), and a job that reached its plan's end is never
 //      queued again;
@@ -64,6 +66,7 @@ struct SimResult {
   int64_t jobs_submitted = 0;
   int64_t preemptions = 0;
   int64_t restarts = 0;
+  int64_t promotions = 0;  // jobs the starvation bound promoted
 };
 
 SimResult RunSimulation(const SimOptions& options);
