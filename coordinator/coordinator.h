@@ -544,7 +544,8 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs past their time limit (JobSpec.time_limit_seconds) stop as a stop
   // on request does: a running one at an agreed step, saved; a recovering
-  // one at once, its newest checkpoint kept (from Sweep).
+  // one, or a queued one (its limit ran out while it yielded), at once,
+  // its newest checkpoint kept (from Sweep and before each pass).
   void EnforceTimeLimitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // CollectMetrics' part for the scheduler (coordinator_metrics.cc):

@@ -127,6 +127,26 @@ absl::Status Coordinator::StopJob(const std::string& job_id,
 
 void Coordinator::EnforceTimeLimitsLocked() {
   const absl::Time now = clock_->Now();
+  // A queued job whose limit ran out while it stopped for a preemption
+  // (or while the coordinator was down) ends: placed again, it would only
+  // be stopped at once.
+  std::vector<Job*> used_up;
+  for (const std::string& id : queue_) {
+    Job& job = jobs_[id];
+    if (job.status.state() == v1::JOB_STATE_QUEUED && job.has_time_limit() &&
+        job.TimeLimitLeft() <= absl::ZeroDuration()) {
+      used_up.push_back(&job);
+    }
+  }
+  for (Job* job : used_up) {
+    EndJobLocked(
+        *job, v1::JOB_STATE_STOPPED,
+        absl::StrCat("used up its time limit of ",
+                     absl::FormatDuration(absl::Seconds(
+                         job->status.spec().time_limit_seconds())),
+                     " (time_limit_seconds) before it could be placed again; "
+                     "it keeps its newest committed checkpoint"));
+  }
   std::vector<Job*> due;
   for (Job* job : ActiveJobsLocked()) {
     if (!job->stop_requested && now >= job->TimeLimitEnds()) {

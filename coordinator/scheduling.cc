@@ -325,6 +325,7 @@ void Coordinator::PromoteStarvedLocked() {
 }
 
 void Coordinator::ScheduleQueuedLocked(const std::set<std::string>& reserved) {
+  EnforceTimeLimitsLocked();
   PromoteStarvedLocked();
   // The snapshot: every connected worker by registration order, the queued
   // jobs, and the active jobs with the workers they hold.

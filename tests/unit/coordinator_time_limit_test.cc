@@ -116,6 +116,24 @@ TEST_F(TimeLimitTest, AJobWithoutALimitRunsOn) {
   EXPECT_EQ(Status(job_).state(), v1::JOB_STATE_RUNNING);
 }
 
+// A job whose limit runs out while it stops for a preemption ends with
+// its save: placed again, it would only be stopped at once.
+TEST_F(TimeLimitTest, AJobWhoseLimitRunsOutWhileItYieldsEnds) {
+  job_ = *coordinator_->SubmitJob(WithTimeLimit(SavingSpec(2), 3600));
+  Pass(absl::Minutes(59) + absl::Seconds(59));
+  const std::string urgent = *coordinator_->SubmitJob(Urgent(2));
+  ASSERT_EQ(Status(urgent).queue().reason(), "preempting");
+  clock_.Advance(absl::Seconds(2));  // its ranks stop within the next Sweep
+  Send(id_a_, PreemptedResult(job_, 1, 0));
+  Send(id_b_, PreemptedResult(job_, 1, 1));
+  const v1::JobStatus status = Status(job_);
+  EXPECT_EQ(status.state(), v1::JOB_STATE_STOPPED);
+  EXPECT_THAT(status.error(),
+              HasSubstr("used up its time limit of 1h (time_limit_seconds) "
+                        "before it could be placed again"));
+  EXPECT_EQ(Status(urgent).state(), v1::JOB_STATE_RUNNING);
+}
+
 TEST_F(TimeLimitTest, TheQueueShowsTheReservationTheLimitsMake) {
   // One worker runs a job of an hour; a job of both waits for it, and the
   // free worker is held for it but for a job that ends first.
