@@ -332,7 +332,19 @@ class Pass {
         take =
             std::max(job.size, std::min(take, entry.quota - entry.owner_holds));
       }
-      matching.resize(take);
+      if (job.placement.device.empty() &&
+          take < static_cast<int>(matching.size())) {
+        // A job that may run anywhere takes CPU workers first: the GPU
+        // workers stay for the jobs that need them (issue 52: in the
+        // simulation, jobs without placement held the GPUs while urgent
+        // GPU jobs waited hours).
+        std::stable_partition(matching.begin(), matching.end(),
+                              [&](int i) { return pool_[i].device == "cpu"; });
+        matching.resize(take);
+        std::sort(matching.begin(), matching.end());
+      } else {
+        matching.resize(take);
+      }
       return Start(q, std::move(matching));
     }
     if (policy_.order == SchedulerPolicy::Order::kPriority &&

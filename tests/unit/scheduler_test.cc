@@ -130,6 +130,23 @@ TEST(SchedulerTest, PlacementPicksOnlyMatchingWorkers) {
             "needs 2 workers; 0 free workers match its placement");
 }
 
+// A job that may run anywhere leaves the GPU workers to the jobs that
+// need them.
+TEST(SchedulerTest, AJobWithoutPlacementTakesCpuWorkersFirst) {
+  std::vector<PoolWorker> pool = Pool(4);
+  pool[0].device = pool[1].device = "cuda";
+  QueuedJob anywhere = Queued("anywhere", 1, 2);
+  QueuedJob gpus = Queued("gpus", 2, 2);
+  gpus.placement.device = "cuda";
+  Planned plan = PlanFor(Scheduler({}), pool, {anywhere, gpus}, {}, kNow);
+  ASSERT_THAT(Started(plan), ElementsAre("anywhere", "gpus"));
+  EXPECT_THAT(plan.starts[0].workers, ElementsAre(2, 3));
+  EXPECT_THAT(plan.starts[1].workers, ElementsAre(0, 1));
+  // With only GPU workers free, it takes them.
+  plan = PlanFor(Scheduler({}), pool, {Queued("wide", 1, 3)}, {}, kNow);
+  EXPECT_THAT(plan.starts[0].workers, ElementsAre(0, 2, 3));
+}
+
 TEST(SchedulerTest, SparesNeverTakeAFirstStartAndElasticJobsGrow) {
   std::vector<PoolWorker> pool = Pool(4);
   pool[3].spare = true;
