@@ -29,6 +29,7 @@
 //                       [--starvation-priority N (default 100: urgent)]
 //                       [--seed 1] [--seeds 1] [--overestimate 3]
 //                       [--quota-share F] [--cuda-share F] [--mtbf-hours H]
+//                       [--elastic-share F]
 //                       [--policies priority,no-bound,no-reserve,fifo,one]
 #include <time.h>
 
@@ -68,9 +69,14 @@ struct Config {
   // share of the jobs asks for (placement.device "cuda"; the others take
   // any worker); each worker's mean time between failures (a failed
   // worker's job goes back to the queue with no work lost, as a recovery
-  // from live state, and the worker returns after repair_minutes).
+  // from live state, and the worker returns after repair_minutes); the
+  // elastic share below.
   double quota_share = 0;
   double cuda_share = 0;
+  // The share of the jobs that are elastic: from half their size to all of
+  // it, faster on more workers; a preemption shrinks one (it keeps its
+  // first ranks and goes on) when that frees enough.
+  double elastic_share = 0;
   double mtbf_hours = 0;
   double repair_minutes = 10;
   // Time limits: the work times a factor from 1 to this, rounded up to
@@ -97,8 +103,9 @@ struct SimJob {
   int priority = 0;
   int klass = 0;
   int size = 1;
+  int most = 1;  // > size: elastic, from size to most workers
   double arrival = 0;
-  double work = 0;    // seconds of training it needs
+  double work = 0;    // seconds of training it needs on `most` workers
   double limit = 0;   // its time limit, seconds
   bool saves = true;  // saves checkpoints: may be preempted
   bool cuda = false;  // asks for GPU workers
@@ -155,6 +162,9 @@ std::vector<SimJob> Trace(const Config& config) {
     job.limit = std::ceil(job.work * overestimate(limits) / 3600) * 3600;
     job.cuda = config.cuda_share > 0 &&
                std::bernoulli_distribution(config.cuda_share)(limits);
+    const bool elastic =
+        config.elastic_share > 0 &&
+        std::bernoulli_distribution(config.elastic_share)(limits);
     // A job fits its owner's quota, and a GPU job the GPU workers.
     if (config.quota_share > 0 && job.owner == "operator:user0") {
       job.size = std::min(
@@ -166,7 +176,14 @@ std::vector<SimJob> Trace(const Config& config) {
           job.size,
           std::max(1, static_cast<int>(config.cuda_share * config.workers)));
     }
-    total_work += job.size * job.work;
+    job.most = job.size;
+    if (elastic && job.size > 1) {
+      // It may run on half its workers, and then takes twice as long: its
+      // limit allows for that.
+      job.size = job.most / 2;
+      job.limit = std::ceil(job.work * 2 * overestimate(limits) / 3600) * 3600;
+    }
+    total_work += job.most * job.work;
   }
   const double span = total_work / (config.workers * config.load);
   std::uniform_real_distribution<double> at(0, span);
@@ -189,6 +206,7 @@ struct Outcome {
   std::vector<double> large_waits;  // the jobs of the largest size
   int64_t preemptions = 0;
   int64_t promotions = 0;
+  int64_t shrinks = 0;  // of the preemptions
   int64_t failures = 0;
   int64_t decisions = 0;
   std::vector<double> decision_us;
@@ -219,9 +237,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
 
   struct State {
     bool queued = false, running = false, yielding = false;
-    double remaining = 0;
-    double used = 0;     // of its time limit, in earlier runs
-    double started = 0;  // of the current run
+    double remaining = 0;  // worker-seconds of work left
+    double used = 0;       // of its time limit, in earlier runs
+    double started = 0;    // of the current run
     double queued_since = 0;
     double waited = 0;
     // It reached the starvation bound: it is scheduled at the top
@@ -229,6 +247,7 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     bool promoted = false;
     std::vector<int> workers;
     std::string yielding_for;
+    int keeps = 0;           // > 0: it shrinks to its first `keeps` workers
     int64_t generation = 0;  // stale events are ignored
   };
   std::vector<State> state(trace.size());
@@ -286,12 +305,13 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
     busy_workers -= static_cast<int>(state[j].workers.size());
     state[j].workers.clear();
     state[j].running = state[j].yielding = false;
+    state[j].keeps = 0;
   };
   // It trained until now, and waits again (preempted, or its worker
   // failed: nothing is lost).
   auto requeue = [&](size_t j) {
     State& s = state[j];
-    s.remaining -= now - s.started;
+    s.remaining -= (now - s.started) * static_cast<double>(s.workers.size());
     s.used += now - s.started;
     release(j);
     s.queued = true;
@@ -331,12 +351,31 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       if (kind == 0) {
         s.queued = true;
         s.queued_since = now;
-        s.remaining = trace[j].work;
+        s.remaining = trace[j].work * trace[j].most;
         ++queued_count;
       } else if (s.generation == generation && s.running) {
         if (kind == 1) {
           release(j);
           ++done;
+        } else if (s.keeps > 0) {
+          // It shrank: its last workers go, and it goes on with the
+          // first ones as a new generation (a restart of its limit's
+          // count is not modelled: a run's time simply goes on).
+          s.remaining -=
+              (now - s.started) * static_cast<double>(s.workers.size());
+          s.used += now - s.started;
+          for (size_t k = s.keeps; k < s.workers.size(); ++k) {
+            holder[s.workers[k]] = -1;
+          }
+          busy_workers -= static_cast<int>(s.workers.size()) - s.keeps;
+          s.workers.resize(s.keeps);
+          s.keeps = 0;
+          s.yielding = false;
+          s.started = now;
+          ++s.generation;
+          events.push({now + std::min(s.remaining / s.workers.size(),
+                                      trace[j].limit - s.used),
+                       1, j, s.generation});
         } else {
           requeue(j);
         }
@@ -365,7 +404,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         q.seq = trace[j].seq;
         q.priority = priority;
         q.owner = trace[j].owner;
-        q.size = q.most = trace[j].size;
+        q.size = trace[j].size;
+        q.most = trace[j].most;
         q.queued_at = absl::FromUnixSeconds(0) + absl::Seconds(s.queued_since);
         q.time_limit = absl::Seconds(trace[j].limit - s.used);
         q.reserved = q.id == reserved;
@@ -382,6 +422,10 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
         r.started = absl::FromUnixSeconds(0) + absl::Seconds(s.started);
         r.ends = r.started + absl::Seconds(trace[j].limit - s.used);
         r.can_yield = trace[j].saves && !s.yielding;
+        r.min_workers = trace[j].most > trace[j].size ? trace[j].size : 0;
+        r.can_shrink = r.min_workers > 0 && !s.yielding &&
+                       static_cast<int>(s.workers.size()) > r.min_workers;
+        r.keeps = s.keeps;
         r.yielding = s.yielding;
         r.yielding_for = s.yielding_for;
         running.push_back(std::move(r));
@@ -397,6 +441,8 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       State& s = state[by_id[p.job_id]];
       s.yielding = true;
       s.yielding_for = p.for_job;
+      s.keeps = p.keep;
+      if (p.keep > 0) ++out.shrinks;
       ++out.preemptions;
       events.push(
           {now + config.stop_seconds, 2, by_id[p.job_id], s.generation});
@@ -415,8 +461,9 @@ Outcome Simulate(const Config& config, const std::vector<SimJob>& trace,
       busy_workers += static_cast<int>(start.workers.size());
       // Its limit stops it if the work does not end first (the trace's
       // limits are never shorter than the work).
-      events.push({now + std::min(s.remaining, trace[j].limit - s.used), 1, j,
-                   s.generation});
+      events.push({now + std::min(s.remaining / start.workers.size(),
+                                  trace[j].limit - s.used),
+                   1, j, s.generation});
     }
     smallest_queued = std::numeric_limits<int>::max();
     for (const QueueEntry& entry : plan.waiting) {
@@ -516,23 +563,25 @@ int Run(const Config& config) {
                              .c_str()
                        : "");
   if (config.quota_share > 0 || config.cuda_share > 0 ||
-      config.mtbf_hours > 0) {
+      config.mtbf_hours > 0 || config.elastic_share > 0) {
     std::printf(
         "variety: operator:user0's quota %.0f%% of the pool; %.0f%% of the "
         "workers and of the jobs cuda; worker MTBF %.0f h (0: none), %.0f "
-        "min repair\n",
+        "min repair; %.0f%% of the jobs elastic\n",
         100 * config.quota_share, 100 * config.cuda_share, config.mtbf_hours,
-        config.repair_minutes);
+        config.repair_minutes, 100 * config.elastic_share);
   }
   std::printf(
-      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %8s %6s %7s %7s\n",
+      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %8s %6s %7s "
+      "%7s\n",
       "policy", "util", "util/wait", "util/fits", "makespan(d)", "batch wait",
-      "normal wait", "urgent wait", "largest wait", "preempt", "promoted",
-      "fail", "dec p50", "dec p99");
+      "normal wait", "urgent wait", "largest wait", "preempt", "shrunk",
+      "promoted", "fail", "dec p50", "dec p99");
   std::printf(
-      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %8s %6s %7s %7s\n", "",
-      "", "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)",
-      "mean/p99 (h)", "", "", "", "(us)", "(us)");
+      "%-10s %7s %9s %9s %11s %16s %16s %16s %16s %7s %6s %8s %6s %7s "
+      "%7s\n",
+      "", "", "", "", "", "mean/p99 (h)", "mean/p99 (h)", "mean/p99 (s)",
+      "mean/p99 (h)", "", "", "", "", "(us)", "(us)");
   for (const std::string& name : config.policies) {
     // Over --seeds traces: waits pooled, utilization and makespan
     // averaged, preemptions summed.
@@ -558,6 +607,7 @@ int Run(const Config& config) {
                              run.large_waits.end());
       out.preemptions += run.preemptions;
       out.promotions += run.promotions;
+      out.shrinks += run.shrinks;
       out.failures += run.failures;
       out.decision_us.insert(out.decision_us.end(), run.decision_us.begin(),
                              run.decision_us.end());
@@ -571,7 +621,7 @@ int Run(const Config& config) {
     };
     std::printf(
         "%-10s %6.1f%% %8.1f%% %9s %11.2f %7.2f/%-8.2f %7.2f/%-8.2f "
-        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %8lld %6lld %7.0f %7.0f\n",
+        "%7.1f/%-8.1f %7.2f/%-8.2f %7lld %6lld %8lld %6lld %7.0f %7.0f\n",
         name.c_str(), 100 * out.utilization,
         100 * out.utilization_while_waiting,
         out.utilization_while_fits < 0
@@ -584,6 +634,7 @@ int Run(const Config& config) {
         Percentile(out.waits[2], 0.99), mean(out.large_waits) / 3600,
         Percentile(out.large_waits, 0.99) / 3600,
         static_cast<long long>(out.preemptions),
+        static_cast<long long>(out.shrinks),
         static_cast<long long>(out.promotions),
         static_cast<long long>(out.failures), Percentile(out.decision_us, 0.5),
         Percentile(out.decision_us, 0.99));
@@ -622,6 +673,9 @@ int main(int argc, char** argv) {
            config.starvation_bound_hours >= 0;
     } else if (flag == "--starvation-priority") {
       ok = absl::SimpleAtoi(value, &config.starvation_priority);
+    } else if (flag == "--elastic-share") {
+      ok = absl::SimpleAtod(value, &config.elastic_share) &&
+           config.elastic_share >= 0 && config.elastic_share <= 1;
     } else if (flag == "--quota-share") {
       ok = absl::SimpleAtod(value, &config.quota_share) &&
            config.quota_share >= 0 && config.quota_share <= 1;
