@@ -616,101 +616,148 @@ class Pass {
     reserved_free_ = std::move(held);
   }
 
+  // ---- preemption ----
+  // A running job asked to give workers to the job being considered: all
+  // of them (keep 0), or its ranks from `keep` on when it shrinks.
+  struct Victim {
+    size_t r;  // index into running_
+    int keep;
+    int gives;  // workers it frees that match the job's placement
+  };
+  // What a preemption for one job would take.
+  struct Victims {
+    std::vector<size_t> yielding;  // jobs already yielding to it (or anyone)
+    std::vector<Victim> chosen;    // jobs to ask now
+    std::vector<size_t> young;     // jobs it would ask once they have run
+                                   // min_run_time
+    int gained = 0;                // workers of `yielding` and `chosen`
+    int young_gain = 0;            // workers of `young`
+  };
+
   // Job `q` does not fit in the free workers: it waits for the workers of
   // jobs already yielding to it, or preempts more. Returns whether it
   // waits for a preemption (entry recorded).
   bool TryPreemption(size_t q, QueueEntry& entry) {
     const QueuedJob& job = queued_[q];
     std::vector<int> matching = FreeMatching(job.placement, free_);
-    int soon = 0;
-    std::vector<size_t> yielding;
-    for (const auto& [r, for_queued] : yielding_) {
-      if (for_queued != q && for_queued != SIZE_MAX) continue;
-      const int n = Released(running_[r], job.placement);
-      if (n == 0) continue;
-      soon += n;
-      yielding.push_back(r);
-    }
     const int need = job.size - static_cast<int>(matching.size());
-    // Aged, it may preempt its equals submitted after it too.
-    const bool aged = Aged(job);
-    // Each victim with what it gives: all its workers (keep 0), or its
-    // ranks from `keep` on when it shrinks.
-    struct Victim {
-      size_t r;
-      int keep;
-      int gives;
-    };
-    std::vector<Victim> chosen;
-    std::vector<size_t> young;
-    int gained = soon;
-    if (gained < need) {
-      int young_gain = 0;
-      for (size_t r : candidates_) {
-        const RunningJob& victim = running_[r];
-        if (victim.priority > job.priority ||
-            (victim.priority == job.priority && !aged)) {
-          break;
+    Victims victims = AlreadyYielding(q);
+    if (victims.gained < need) {
+      ChooseVictims(job, need, victims);
+      if (victims.gained < need) {
+        if (victims.gained + victims.young_gain < need) return false;
+        for (size_t r : victims.yielding) {
+          entry.preempts.push_back(running_[r].id);
         }
-        // An equal only if it was submitted later: it passed this job.
-        if (victim.priority == job.priority && victim.seq < job.seq) continue;
-        if (victim_[r]) continue;
-        // Not a job whose end the reservation counts on, unless this job
-        // ends before the reserved one starts.
-        if (counted_on_[r] && !ends_before_reservation_) continue;
-        Victim taken{r, 0, MatchingWorkersOf(victim, job.placement)};
-        if (victim.can_shrink) {
-          // Shrinking keeps its live state: preferred when it frees enough,
-          // the only way when the job cannot stop.
-          const int spare = static_cast<int>(victim.workers.size()) -
-                            std::max(victim.min_workers, 1);
-          int keep = static_cast<int>(victim.workers.size());
-          int gives = 0;
-          while (keep > static_cast<int>(victim.workers.size()) - spare &&
-                 gives < need - gained) {
-            --keep;
-            gives = MatchingWorkersOf(victim, job.placement, keep);
-          }
-          if (gives > 0 && (gives >= need - gained || !victim.can_yield)) {
-            taken = {r, keep, gives};
-          }
-        }
-        if (taken.gives == 0 || (taken.keep == 0 && !victim.can_yield)) {
-          continue;
-        }
-        if (now_ - victim.started < policy_.min_run_time) {
-          young.push_back(r);
-          young_gain += taken.gives;
-          continue;
-        }
-        chosen.push_back(taken);
-        gained += taken.gives;
-        if (gained >= need) break;
-      }
-      if (gained < need) {
-        if (gained + young_gain < need) return false;
-        for (size_t r : yielding) entry.preempts.push_back(running_[r].id);
-        for (const Victim& v : chosen) {
+        for (const Victim& v : victims.chosen) {
           entry.preempts.push_back(running_[v.r].id);
         }
-        for (size_t r : young) entry.preempts.push_back(running_[r].id);
+        for (size_t r : victims.young) entry.preempts.push_back(running_[r].id);
         Wait(entry, WaitReason::kMinRunTime);
         return true;
       }
-      // As few as needed: drop, highest priority first, each victim the
-      // others make unnecessary.
-      for (size_t k = chosen.size(); k-- > 0;) {
-        if (gained - chosen[k].gives >= need) {
-          gained -= chosen[k].gives;
-          chosen.erase(chosen.begin() + k);
-        }
+      DropUnneeded(need, victims);
+    }
+    Preempt(job, victims, entry);
+    // The free workers it counts on are held for it, and what it waits for
+    // counts against its owner's quota (issue 52).
+    matching.resize(std::min<size_t>(
+        matching.size(),
+        static_cast<size_t>(std::max(0, job.size - victims.gained))));
+    Take(matching);
+    if (!matching.empty()) plan_.holds.push_back({job.id, matching});
+    held_[job.owner] += job.size;
+    Wait(entry, WaitReason::kPreempting);
+    return true;
+  }
+
+  // The jobs already yielding whose workers go to queued job `q` (to it,
+  // or to whoever needs them) and match its placement.
+  Victims AlreadyYielding(size_t q) const {
+    Victims victims;
+    for (const auto& [r, for_queued] : yielding_) {
+      if (for_queued != q && for_queued != SIZE_MAX) continue;
+      const int n = Released(running_[r], queued_[q].placement);
+      if (n == 0) continue;
+      victims.gained += n;
+      victims.yielding.push_back(r);
+    }
+    return victims;
+  }
+
+  // Adds victims in candidates_ order (the lowest priority first) until
+  // they free `need` workers: jobs of a lower priority, or of its own
+  // submitted after it once `job` is aged; not the jobs a reservation
+  // counts on (unless `job` ends before it starts); those that have not
+  // run min_run_time go to `young`.
+  void ChooseVictims(const QueuedJob& job, int need, Victims& victims) const {
+    const bool aged = Aged(job);
+    for (size_t r : candidates_) {
+      const RunningJob& victim = running_[r];
+      if (victim.priority > job.priority ||
+          (victim.priority == job.priority && !aged)) {
+        break;
+      }
+      // An equal only if it was submitted later: it passed this job.
+      if (victim.priority == job.priority && victim.seq < job.seq) continue;
+      if (victim_[r]) continue;
+      if (counted_on_[r] && !ends_before_reservation_) continue;
+      const Victim taken = WhatItGives(r, job, need - victims.gained);
+      if (taken.gives == 0) continue;
+      if (now_ - victim.started < policy_.min_run_time) {
+        victims.young.push_back(r);
+        victims.young_gain += taken.gives;
+        continue;
+      }
+      victims.chosen.push_back(taken);
+      victims.gained += taken.gives;
+      if (victims.gained >= need) return;
+    }
+  }
+
+  // What running job `r` would give `job`, which still needs `short_by`
+  // workers: its last ranks when shrinking frees enough (it keeps its live
+  // state) or when it cannot stop, else all its workers; gives 0 when it
+  // can give nothing.
+  Victim WhatItGives(size_t r, const QueuedJob& job, int short_by) const {
+    const RunningJob& victim = running_[r];
+    const int size = static_cast<int>(victim.workers.size());
+    if (victim.can_shrink) {
+      const int spare = size - std::max(victim.min_workers, 1);
+      int keep = size;
+      int gives = 0;
+      while (keep > size - spare && gives < short_by) {
+        --keep;
+        gives = MatchingWorkersOf(victim, job.placement, keep);
+      }
+      if (gives > 0 && (gives >= short_by || !victim.can_yield)) {
+        return {r, keep, gives};
       }
     }
-    for (size_t r : yielding) {
+    if (!victim.can_yield) return {r, 0, 0};
+    return {r, 0, MatchingWorkersOf(victim, job.placement)};
+  }
+
+  // As few as needed: drops, highest priority first, each chosen victim
+  // the others make unnecessary.
+  static void DropUnneeded(int need, Victims& victims) {
+    for (size_t k = victims.chosen.size(); k-- > 0;) {
+      if (victims.gained - victims.chosen[k].gives >= need) {
+        victims.gained -= victims.chosen[k].gives;
+        victims.chosen.erase(victims.chosen.begin() + k);
+      }
+    }
+  }
+
+  // Promises the workers of the yielding jobs and of the victims to `job`,
+  // and asks the victims to yield (the plan's preemptions).
+  void Preempt(const QueuedJob& job, const Victims& victims,
+               QueueEntry& entry) {
+    for (size_t r : victims.yielding) {
       Promise(running_[r], running_[r].keeps);
       entry.preempts.push_back(running_[r].id);
     }
-    for (const Victim& v : chosen) {
+    for (const Victim& v : victims.chosen) {
       const RunningJob& victim = running_[v.r];
       victim_[v.r] = 1;
       yieldable_[victim.priority] -= static_cast<int>(victim.workers.size());
@@ -718,15 +765,6 @@ class Pass {
       entry.preempts.push_back(victim.id);
       plan_.preemptions.push_back({victim.id, job.id, v.keep});
     }
-    // The free workers it counts on are held for it, and what it waits for
-    // counts against its owner's quota (issue 52).
-    matching.resize(std::min<size_t>(
-        matching.size(), static_cast<size_t>(std::max(0, job.size - gained))));
-    Take(matching);
-    if (!matching.empty()) plan_.holds.push_back({job.id, matching});
-    held_[job.owner] += job.size;
-    Wait(entry, WaitReason::kPreempting);
-    return true;
   }
 
   const SchedulerPolicy& policy_;
