@@ -2,7 +2,7 @@
 // ending generations and jobs. The clients' other job calls and how jobs are
 // kept are in job_api.cc, workers' registration, sessions and failure
 // detection in worker_sessions.cc, what they report in worker_reports.cc,
-// the key-value store in rendezvous.cc.
+// the key-value store in rendezvous_api.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
@@ -218,6 +218,11 @@ Coordinator::Coordinator(Options options)
       priority_grants_(std::move(options.priority_grants)),
       admins_(std::move(options.admins)),
       workers_(cluster_, options.heartbeat_timeout, options.stall_after),
+      rendezvous_(clock_,
+                  [this](const std::string& job_id, int64_t number) {
+                    mu_.AssertHeld();  // Rendezvous is called under mu_
+                    return CurrentGenerationLocked(job_id, number);
+                  }),
       commit_seconds_(
           {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {}
 
@@ -549,7 +554,7 @@ void Coordinator::ReleaseGenerationLocked(Job& job, bool abort,
     }
     job.generation->End();
   }
-  WakeJobWaitersLocked(job.status.job_id());
+  rendezvous_.FenceMoved(job.status.job_id());
 }
 
 void Coordinator::FailGenerationLocked(Job& job, const std::string& kind,
@@ -627,7 +632,7 @@ void Coordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
   workers_.CloseAll();
-  WakeAllWaitersLocked();  // each is Cancelled by the fence
+  rendezvous_.AnswerDue();  // each is Cancelled by the fence
   EndWatchesLocked(std::nullopt,
                    absl::CancelledError("the coordinator is stopping"));
 }

@@ -6,9 +6,10 @@
 // passes that carry out scheduler.h's plans), preemption.cc (the
 // scheduler's preemptions: the stop, promises, calling off, the end of
 // one), worker_reports.cc (results,
-// progress, checkpoint and preemption reports) and rendezvous.cc (key-value
-// store, the generation fence). The pieces it calls under its lock
-// live in files of their own: the worker registry (worker_registry.h), the
+// progress, checkpoint and preemption reports) and rendezvous_api.cc
+// (key-value store, the generation fence, watchers). The pieces it calls
+// under its lock live in files of their own: the pending rendezvous calls
+// (rendezvous.h), the worker registry (worker_registry.h), the
 // job record with its preemption sub-state (job_record.h), one generation
 // of a job (generation.h) with its checkpoint commit tally
 // (checkpoint_tally.h), and the job status updates (job_status.h).
@@ -88,7 +89,7 @@
 #include "coordinator/generation.h"
 #include "coordinator/job_record.h"
 #include "coordinator/job_store.h"
-#include "coordinator/rendezvous_waits.h"
+#include "coordinator/rendezvous.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/session_sink.h"
 #include "coordinator/worker_registry.h"
@@ -202,8 +203,8 @@ class Coordinator {
   // The callbacks below run exactly once (watchers: once per change) with
   // the coordinator's lock held: like SessionSink::Send they must not block
   // and must not call back into the coordinator.
-  using WaitId = RendezvousWaits::WaitId;
-  using KvGetDone = RendezvousWaits::KvGetDone;
+  using WaitId = Rendezvous::WaitId;
+  using KvGetDone = Rendezvous::KvGetDone;
   // Waits for a key of the generation: `done` gets its value, at once when
   // the key is set or the call is fenced, else from the KvSet that sets it,
   // the fence (Aborted: the generation is over or replaced), Shutdown
@@ -293,7 +294,7 @@ class Coordinator {
   explicit Coordinator(Options options);
 
   // ---- authorization of the worker calls (worker_sessions.cc,
-  // rendezvous.cc) ----
+  // rendezvous_api.cc) ----
   // A worker identity may claim only the task its certificate names, or
   // none; a spare identity registers only as a spare, without a task; in a
   // static cluster only a spare identity (or a spare task's) may register
@@ -312,41 +313,6 @@ class Coordinator {
   absl::Status AuthorizeRankLocked(const Caller& caller, Call call,
                                    const std::string& job_id, int64_t number,
                                    int rank, absl::string_view token)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // ---- rendezvous (rendezvous.cc) ----
-  // What KvGet returns now, or nullopt while it must wait.
-  std::optional<absl::StatusOr<std::string>> KvGetReadyLocked(
-      const std::string& job_id, int64_t generation, const std::string& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string KvTimeoutMessage(const std::string& job_id, int64_t generation,
-                               const std::string& key,
-                               int64_t timeout_ms) const;
-  // A wait on key `name` of the generation, timing out
-  // `timeout_ms` from now on the injected clock; the caller sets its
-  // callback.
-  RendezvousWaits::Wait WaitFor(const std::string& job_id, int64_t generation,
-                                const std::string& name,
-                                int64_t timeout_ms) const;
-  // Keeps the wait, then completes it at once if it can (its deadline
-  // already passed); returns 0 when it completed.
-  WaitId AddWaiterAndCheckLocked(RendezvousWaits::Wait wait)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the waiters on (job, generation, key `name`) that can
-  // complete now.
-  void WakeWaitersLocked(const std::string& job_id, int64_t generation,
-                         const std::string& name)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes every waiter of `job_id` that can complete now (after its
-  // generation's fence).
-  void WakeJobWaitersLocked(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes every waiter that can complete now, or whose deadline passed
-  // (at Shutdown, from Sweep).
-  void WakeAllWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the waiter and completes it with `result` (nullopt: what it
-  // waits for is there, or its fence or deadline).
-  void FinishWaiterLocked(WaitId id, std::optional<absl::Status> forced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- the job queue and state machine (coordinator.cc) ----
@@ -466,7 +432,7 @@ class Coordinator {
   // The job whose live generation `number` holds `worker` as a rank, if any.
   Job* GenerationOfLocked(const Worker& worker, const std::string& job_id,
                           int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The fence (rendezvous.cc): the live generation `number` of `job_id`;
+  // The fence (rendezvous_api.cc): the live generation `number` of `job_id`;
   // Aborted when it is over or replaced, Cancelled on shutdown, NotFound
   // for an unknown job.
   absl::StatusOr<Generation*> CurrentGenerationLocked(const std::string& job_id,
@@ -568,7 +534,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the job's version and wakes its watchers.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls the job's watchers with its status (rendezvous.cc).
+  // Calls the job's watchers with its status (rendezvous_api.cc).
   void NotifyWatchersLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the watchers of `job_id` (of every job if nullopt) and calls each
   // a last time with `why`.
@@ -649,10 +615,10 @@ class Coordinator {
   // When the next queued job reaches --starvation-bound (Sweep schedules
   // then); infinite future: none will.
   absl::Time next_promotion_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  // The non-blocking waits: pending KvGetAsync calls, indexed
-  // by what they wait on, and the job watchers.
+  // The pending KvGetAsync calls (they call CurrentGenerationLocked under
+  // mu_), and the job watchers.
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
-  RendezvousWaits waits_ ABSL_GUARDED_BY(mu_);
+  Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   std::map<WaitId, Watch> watches_ ABSL_GUARDED_BY(mu_);
   // For CollectMetrics: the events that ended a generation or a save, by
   // kind, and the latency of each committed checkpoint.

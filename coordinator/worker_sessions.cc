@@ -317,7 +317,7 @@ void Coordinator::Sweep() {
             absl::FormatDuration(forget_workers_after_),
             " (--forget-workers-after)");
   }
-  WakeAllWaitersLocked();  // those past their deadline time out
+  rendezvous_.AnswerDue();  // those past their deadline time out
 }
 
 absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkers(
