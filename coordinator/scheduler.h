@@ -13,7 +13,9 @@
 //     for an elastic job, which then grows up to max_workers) or not at
 //     all. A job of the whole pool (no num_workers) starts only on a pool
 //     where no other job runs. Spares are never given to a first start.
-//   - Placement: only workers whose device kind and labels match.
+//   - Placement: only workers whose device kind and labels match. A job
+//     that names no device takes CPU workers first, leaving GPU workers to
+//     the jobs that need them.
 //   - Order: higher priority first; among equal priorities, the owner whose
 //     running jobs hold fewer workers first (so nobody starves the others
 //     by queueing many jobs); then submission order. A job that does not
