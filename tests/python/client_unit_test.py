@@ -12,6 +12,8 @@ import tempfile
 import threading
 import unittest
 
+import grpc
+
 import lockstep
 from lockstep import metrics
 from lockstep.v1 import coordinator_pb2, job_pb2
@@ -292,6 +294,65 @@ class ConnectionTest(unittest.TestCase):
     def test_state_names(self):
         self.assertEqual(lockstep.state_name(coordinator_pb2.JOB_STATE_RUNNING),
                          "running")
+
+
+class _Gone(grpc.RpcError):
+    """The RpcError of a coordinator that is not there."""
+
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "connection refused"
+
+
+class _AwayClient:
+    """A Client whose coordinator is gone: every WatchJob fails UNAVAILABLE,
+    and the identity check raises `check_error` (None: it passes)."""
+
+    def __init__(self, check_error=None):
+        self.address = "127.0.0.1:1"
+        self.timeout = 1.0
+        self.watches = 0
+        client = self
+
+        class Settings:
+            def check_server(self, timeout):
+                if check_error is not None:
+                    raise check_error
+
+        class Stub:
+            def WatchJob(self, request, timeout=None):
+                client.watches += 1
+                raise _Gone()
+
+        self._settings = Settings()
+        self._stub = Stub()
+
+
+class WatchTest(unittest.TestCase):
+    """Job.watch() when its coordinator goes away (issue 53 §2; the real
+    restart is tests/python/watch_restart_test.py)."""
+
+    def test_it_retries_until_its_timeout(self):
+        client = _AwayClient(lockstep.Unavailable("refused", "UNAVAILABLE"))
+        with self.assertRaises(lockstep.DeadlineExceeded) as caught:
+            list(lockstep.Job(client, "j-1").watch(display=False, timeout=0.5))
+        self.assertIn("was away for the last", str(caught.exception))
+        self.assertEqual(client.watches, 1)  # then the identity check fails
+
+    def test_without_a_timeout_it_gives_up_after_reconnect_timeout(self):
+        client = _AwayClient()
+        with self.assertRaises(lockstep.Unavailable) as caught:
+            list(lockstep.Job(client, "j-1").watch(display=False,
+                                                  reconnect_timeout=0.4))
+        self.assertIn("has not served the watch of job j-1", str(caught.exception))
+        self.assertGreater(client.watches, 1)
+
+    def test_another_identity_ends_it_at_once(self):
+        client = _AwayClient(lockstep.Unauthenticated("not the coordinator"))
+        with self.assertRaises(lockstep.Unauthenticated):
+            list(lockstep.Job(client, "j-1").watch(display=False, timeout=30))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ _TERMINAL = (coordinator_pb2.JOB_STATE_SUCCEEDED,
              coordinator_pb2.JOB_STATE_STOPPED)
 
 # A watch resumed this often in a row without a status gives up.
-_MAX_WATCH_RESUMES = 30
+# How long a watch without a timeout waits for a coordinator that went away
+# before it gives up (Job.watch's reconnect_timeout).
+_RECONNECT_SECONDS = 300.0
 
 # What Job.watch() yields: kind "event" with the JobEvent that happened, or
 # "progress" with the job's new status (event None). `status` is always the
@@ -160,33 +162,48 @@ class Job:
         self.client._call("StopJob", coordinator_pb2.StopJobRequest(
             job_id=self.id))
 
-    def watch(self, display=True, timeout=None):
+    def watch(self, display=True, timeout=None,
+              reconnect_timeout=_RECONNECT_SECONDS):
         """Follows the job until it ends, yielding Update("event", status,
         event) for each JobEvent (those before the watch began first) and
         Update("progress", status, None) for each new status. With
         display=True it also draws progress on stderr: a tqdm bar when tqdm
-        is installed, a plain line otherwise. A stream that breaks, or ends
-        before the job did (the coordinator restarted), is resumed after the
-        server's identity is checked again; `timeout` (seconds) bounds the
-        whole watch with DeadlineExceeded."""
+        is installed, a plain line otherwise.
+
+        A coordinator that goes away (a restart, a network cut) does not end
+        the watch: the server's identity is checked again (with TLS) and the
+        stream reopened, with backoff (0.1 s doubling to 2 s), until
+        `timeout` (seconds, the whole watch: DeadlineExceeded) or, without
+        one, until the coordinator has been away `reconnect_timeout` seconds
+        in a row (Unavailable). A server that presents another identity ends
+        it at once (Unauthenticated). Each event is yielded once: a reopened
+        stream sends the job's events again, and those already yielded are
+        known by their content (time, generation, kind, worker, rank,
+        message). Not by their place in the list: a coordinator killed
+        before it saved its newest events comes back with fewer, and its
+        next event takes a place already seen."""
         deadline = None if timeout is None else time.monotonic() + timeout
         view = _Display(self.id) if display else None
         seen = _SeenEvents()
-        failures = 0
+        away_since = None
+        attempts = 0
         stream = None
         try:
             while True:
                 remaining = None if deadline is None else max(
                     0.0, deadline - time.monotonic())
-                if failures > 0:
-                    self.client._settings.check_server(self.client.timeout)
-                stream = self.client._stub.WatchJob(
-                    coordinator_pb2.WatchJobRequest(job_id=self.id),
-                    timeout=remaining)
                 error = None
                 try:
+                    if away_since is not None:
+                        self.client._settings.check_server(
+                            self.client.timeout if remaining is None
+                            else max(0.1, min(self.client.timeout, remaining)))
+                    stream = self.client._stub.WatchJob(
+                        coordinator_pb2.WatchJobRequest(job_id=self.id),
+                        timeout=remaining)
                     for status in stream:
-                        failures = 0
+                        away_since = None
+                        attempts = 0
                         for event in status.events:
                             if seen.first_time(event):
                                 if view:
@@ -198,23 +215,42 @@ class Job:
                         if status.state in _TERMINAL:
                             return
                 except grpc.RpcError as rpc_error:
-                    error = rpc_error
-                finally:
-                    stream.cancel()
-                # The stream broke, or ended before the job did.
-                if error is not None and error.code() != grpc.StatusCode.UNAVAILABLE:
-                    if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    if rpc_error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                         raise errors.DeadlineExceeded(
                             "job %s did not end within %s s"
                             % (self.id, timeout)) from None
-                    raise errors.from_rpc(error, self.client.address) from None
-                failures += 1
-                if failures > _MAX_WATCH_RESUMES:
+                    if rpc_error.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise errors.from_rpc(rpc_error,
+                                              self.client.address) from None
+                    error = errors.from_rpc(rpc_error, self.client.address)
+                except errors.Unavailable as unreachable:
+                    error = unreachable  # the identity check's connection
+                finally:
+                    if stream is not None:
+                        stream.cancel()
+                # The coordinator went away, or the stream ended before the
+                # job did (it restarted): try again until the deadline.
+                now = time.monotonic()
+                if away_since is None:
+                    away_since = now
+                if deadline is not None and now >= deadline:
+                    raise errors.DeadlineExceeded(
+                        "job %s did not end within %s s; the coordinator at "
+                        "%s was away for the last %.1f s"
+                        % (self.id, timeout, self.client.address,
+                           now - away_since))
+                if deadline is None and now - away_since > reconnect_timeout:
                     raise errors.Unavailable(
-                        "the watch of job %s broke %d times in a row; the "
-                        "coordinator at %s is not serving it"
-                        % (self.id, failures - 1, self.client.address))
-                time.sleep(min(2.0, 0.1 * 2 ** failures))
+                        "the coordinator at %s has not served the watch of "
+                        "job %s for %.0f s%s" % (
+                            self.client.address, self.id, now - away_since,
+                            "" if error is None else ": %s" % error),
+                        "UNAVAILABLE")
+                attempts += 1
+                pause = min(2.0, 0.1 * 2 ** attempts)
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - now))
+                time.sleep(pause)
         finally:
             if view:
                 view.close()
