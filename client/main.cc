@@ -28,6 +28,7 @@ Usage:
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
   lockstep health HOST:PORT [--timeout SECS] [--json]
   lockstep data inspect PATH... [--format F] | data check JOB.json
+  lockstep --version
 
 The coordinator address comes from --coordinator HOST:PORT or
 $LOCKSTEP_COORDINATOR. `lockstep COMMAND --help` explains each command.
@@ -64,6 +65,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "--help" || command == "-h" || command == "help") {
     std::cout << kUsage;
+    return kExitOk;
+  }
+  if (command == "--version" || command == "version") {
+    std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return kExitOk;
   }
   if (command == "local") return RunLocal(rest, BinaryDirectory());

@@ -9,6 +9,7 @@ lockstep cluster, and read their curves as pandas DataFrames.
 
 README.md ("From Python") lists the calls.
 """
+from lockstep._version import __version__
 from lockstep.client import Client, Job, Update
 from lockstep.compare import Comparison, compare
 from lockstep.errors import (Aborted, DeadlineExceeded, FailedPrecondition,
@@ -24,5 +25,5 @@ __all__ = [
     "FailedPrecondition", "InvalidArgument", "Job", "JobEnded", "JobFailed",
     "JobStopped", "LocalCluster", "LockstepError", "NotFound",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",
-    "Update", "compare", "job_spec", "state_name",
+    "Update", "__version__", "compare", "job_spec", "state_name",
 ]

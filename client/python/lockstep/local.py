@@ -7,7 +7,6 @@ import signal
 import subprocess
 import threading
 
-from lockstep import _paths
 from lockstep.client import Client
 from lockstep.errors import LockstepError, Unavailable
 
@@ -15,17 +14,30 @@ from lockstep.errors import LockstepError, Unavailable
 _START_TIMEOUT_SECONDS = 120
 
 
+def _built_binaries():
+    """Where the build tree or `make install` put the binaries (_paths.py,
+    which CMake writes); None for a package pip installed."""
+    try:
+        from lockstep import _paths  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    return _paths.BIN_DIR
+
+
 def _lockstep_binary(bin_dir):
-    for folder in (bin_dir, os.environ.get("LOCKSTEP_BIN_DIR"), _paths.BIN_DIR):
-        if folder and os.access(os.path.join(folder, "lockstep"), os.X_OK):
+    folders = [folder for folder in (bin_dir, os.environ.get("LOCKSTEP_BIN_DIR"),
+                                     _built_binaries()) if folder]
+    for folder in folders:
+        if os.access(os.path.join(folder, "lockstep"), os.X_OK):
             return os.path.join(folder, "lockstep")
     found = shutil.which("lockstep")
     if found:
         return found
     raise LockstepError(
-        "cannot find the lockstep binary (looked in %s, LOCKSTEP_BIN_DIR and "
-        "PATH): build lockstep (make build) or install it (make install)"
-        % _paths.BIN_DIR)
+        "cannot find the lockstep binary (looked in %s): build lockstep "
+        "(make build) or install it (make install), and give its bin folder "
+        "as bin_dir or LOCKSTEP_BIN_DIR, or put it on PATH"
+        % ", ".join(folders + ["PATH"]))
 
 
 class LocalCluster:
