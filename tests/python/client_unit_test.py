@@ -2,6 +2,7 @@
 """The lockstep Python package without a cluster (CTest: python_client_unit):
 job specs and overrides, the learning-rate rule, the connection settings and
 the typed errors. Runs on Debian's python3 with PYTHONPATH=build/python."""
+import asyncio
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import unittest
 import grpc
 
 import lockstep
+import lockstep.aio
 from lockstep import metrics
 from lockstep.v1 import coordinator_pb2, job_pb2
 
@@ -353,6 +355,27 @@ class WatchTest(unittest.TestCase):
         client = _AwayClient(lockstep.Unauthenticated("not the coordinator"))
         with self.assertRaises(lockstep.Unauthenticated):
             list(lockstep.Job(client, "j-1").watch(display=False, timeout=30))
+
+    def test_the_async_watch_retries_as_the_other_does(self):
+        client = _AwayClient(lockstep.Unavailable("refused", "UNAVAILABLE"))
+        client._checked = True
+
+        async def check_server(timeout=None):
+            client._settings.check_server(timeout)
+
+        client.check_server = check_server
+
+        async def watch(**kwargs):
+            return [u async for u in lockstep.aio.Job(client, "j-1").watch(
+                **kwargs)]
+
+        with self.assertRaises(lockstep.DeadlineExceeded):
+            asyncio.run(watch(timeout=0.5))
+        client = _AwayClient(lockstep.Unauthenticated("not the coordinator"))
+        client._checked = True
+        client.check_server = check_server
+        with self.assertRaises(lockstep.Unauthenticated):
+            asyncio.run(watch(timeout=30))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 """A watch that outlives its coordinator (CTest: python_watch_restart, issue
 53 §2): a real coordinator and two workers on 127.0.0.1 with mutual TLS
 (certificates from scripts/lockstep-certs); a job is watched from Python
-while the coordinator is killed with SIGKILL and, a second later, started
-again on its state folder and port. The watch and wait() reach the job's
-end, every event of the final status was yielded, and none twice.
+by lockstep.Client and by lockstep.aio while the coordinator is killed
+with SIGKILL and, a second later, started again on its state folder and
+port. Both watches and wait() reach the job's end, every event of the
+final status was yielded, and none twice.
 
     LOCKSTEP_BIN_DIR=build/bin PYTHONPATH=build/python \\
         /usr/bin/python3 tests/python/watch_restart_test.py
 """
+import asyncio
 import os
 import shutil
 import signal
@@ -19,6 +21,7 @@ import time
 import unittest
 
 import lockstep
+import lockstep.aio
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -87,52 +90,80 @@ class WatchRestartTest(unittest.TestCase):
         self.assertIn("listening on 127.0.0.1:", line)
         return line.split()[-1]
 
-    def test_a_watch_outlives_a_coordinator_restart(self):
-        client = lockstep.Client(
-            self.address, os.path.join(self.certs, "operator-alice.crt"),
-            os.path.join(self.certs, "operator-alice.key"),
-            os.path.join(self.certs, "ca.crt"))
-        job = client.submit(MLP, SPEC, name="watched")
-        updates = []
-        failure = []
-        running = threading.Event()
+    def operator(self):
+        return (os.path.join(self.certs, "operator-alice.crt"),
+                os.path.join(self.certs, "operator-alice.key"),
+                os.path.join(self.certs, "ca.crt"))
 
-        def follow():
+    def test_a_watch_outlives_a_coordinator_restart(self):
+        client = lockstep.Client(self.address, *self.operator())
+        job = client.submit(MLP, SPEC, name="watched")
+        # The same job watched by lockstep.Client and by lockstep.aio.
+        watches = {"sync": [], "aio": []}
+        failures = []
+        running = {name: threading.Event() for name in watches}
+
+        def follow_sync():
             try:
                 for update in job.watch(display=False, timeout=WAIT_SECONDS):
-                    updates.append(update)
+                    watches["sync"].append(update)
                     if update.status.step >= 20:
-                        running.set()
+                        running["sync"].set()
             except Exception as error:  # pylint: disable=broad-except
-                failure.append(error)
-            running.set()
+                failures.append(("sync", error))
+            running["sync"].set()
 
-        watcher = threading.Thread(target=follow)
-        watcher.start()
-        self.assertTrue(running.wait(WAIT_SECONDS), "the job never ran")
-        self.assertFalse(failure, failure)
+        async def follow_aio():
+            async with lockstep.aio.Client(self.address,
+                                           *self.operator()) as aio_client:
+                watched = aio_client.job(job.id)
+                async for update in watched.watch(timeout=WAIT_SECONDS):
+                    watches["aio"].append(update)
+                    if update.status.step >= 20:
+                        running["aio"].set()
+                final = await watched.wait(timeout=60)
+                self.assertEqual(final.step, watches["aio"][-1].status.step)
+
+        def run_aio():
+            try:
+                asyncio.run(follow_aio())
+            except Exception as error:  # pylint: disable=broad-except
+                failures.append(("aio", error))
+            running["aio"].set()
+
+        threads = [threading.Thread(target=follow_sync),
+                   threading.Thread(target=run_aio)]
+        for thread in threads:
+            thread.start()
+        for name, event in running.items():
+            self.assertTrue(event.wait(WAIT_SECONDS), "%s never ran" % name)
+        self.assertFalse(failures, failures)
         self.coordinator.send_signal(signal.SIGKILL)
         self.coordinator.wait()
         # Away for a second: five times what gave up before (issue 53).
         time.sleep(1.0)
         self.start_coordinator(self.address)
-        watcher.join(WAIT_SECONDS)
-        self.assertFalse(watcher.is_alive(), "the watch did not end")
-        self.assertFalse(failure, failure)
-        final = updates[-1].status
-        self.assertEqual(lockstep.state_name(final.state), "succeeded",
-                         final.error)
-        yielded = [u.event for u in updates if u.kind == "event"]
-        keys = [e.SerializeToString(deterministic=True) for e in yielded]
-        self.assertEqual(len(keys), len(set(keys)), "an event came twice")
-        kinds = [e.kind for e in yielded]
-        self.assertIn("coordinator_restarted", kinds)
-        for event in final.events:
-            self.assertIn(event.SerializeToString(deterministic=True), keys,
-                          "event %s of the final status was not yielded"
-                          % event.kind)
+        for thread in threads:
+            thread.join(WAIT_SECONDS)
+            self.assertFalse(thread.is_alive(), "a watch did not end")
+        self.assertFalse(failures, failures)
+        for name, updates in watches.items():
+            final = updates[-1].status
+            self.assertEqual(lockstep.state_name(final.state), "succeeded",
+                             "%s: %s" % (name, final.error))
+            yielded = [u.event for u in updates if u.kind == "event"]
+            keys = [e.SerializeToString(deterministic=True) for e in yielded]
+            self.assertEqual(len(keys), len(set(keys)),
+                             "%s: an event came twice" % name)
+            self.assertIn("coordinator_restarted", [e.kind for e in yielded],
+                          name)
+            for event in final.events:
+                self.assertIn(event.SerializeToString(deterministic=True),
+                              keys, "%s: event %s of the final status was "
+                              "not yielded" % (name, event.kind))
         # wait() on the finished job, through the restarted coordinator.
-        self.assertEqual(job.wait(timeout=60).step, final.step)
+        self.assertEqual(job.wait(timeout=60).step,
+                         watches["sync"][-1].status.step)
         client.close()
 
 

@@ -72,16 +72,20 @@ class Settings:
                 "CA; missing: %s (or insecure=True / LOCKSTEP_INSECURE=1 for "
                 "a coordinator run with --insecure)" % ", ".join(missing))
 
-    def channel(self):
+    def channel(self, aio=False):
+        """A channel to the coordinator: grpc's, or with aio=True
+        grpc.aio's (made inside a running event loop)."""
+        module = grpc.aio if aio else grpc
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
         if self.insecure:
-            return grpc.insecure_channel(self.address, options=options)
+            return module.insecure_channel(self.address, options=options)
         credentials = grpc.ssl_channel_credentials(
             root_certificates=_read_pem("CA", self.ca),
             private_key=_read_pem("key", self.key),
             certificate_chain=_read_pem("certificate", self.cert))
-        return grpc.secure_channel(self.address, credentials, options=options)
+        return module.secure_channel(self.address, credentials,
+                                     options=options)
 
     def check_server(self, timeout):
         """Raises unless the server at the address presents the

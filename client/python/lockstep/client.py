@@ -17,7 +17,6 @@ _TERMINAL = (coordinator_pb2.JOB_STATE_SUCCEEDED,
              coordinator_pb2.JOB_STATE_FAILED,
              coordinator_pb2.JOB_STATE_STOPPED)
 
-# A watch resumed this often in a row without a status gives up.
 # How long a watch without a timeout waits for a coordinator that went away
 # before it gives up (Job.watch's reconnect_timeout).
 _RECONNECT_SECONDS = 300.0
@@ -182,75 +181,34 @@ class Job:
         message). Not by their place in the list: a coordinator killed
         before it saved its newest events comes back with fewer, and its
         next event takes a place already seen."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        reconnect = _Reconnect(self, timeout, reconnect_timeout)
         view = _Display(self.id) if display else None
         seen = _SeenEvents()
-        away_since = None
-        attempts = 0
         stream = None
         try:
             while True:
-                remaining = None if deadline is None else max(
-                    0.0, deadline - time.monotonic())
                 error = None
                 try:
-                    if away_since is not None:
+                    if reconnect.away():
                         self.client._settings.check_server(
-                            self.client.timeout if remaining is None
-                            else max(0.1, min(self.client.timeout, remaining)))
+                            reconnect.check_timeout())
                     stream = self.client._stub.WatchJob(
                         coordinator_pb2.WatchJobRequest(job_id=self.id),
-                        timeout=remaining)
+                        timeout=reconnect.remaining())
                     for status in stream:
-                        away_since = None
-                        attempts = 0
-                        for event in status.events:
-                            if seen.first_time(event):
-                                if view:
-                                    view.event(event)
-                                yield Update("event", status, event)
-                        if view:
-                            view.progress(status)
-                        yield Update("progress", status, None)
+                        reconnect.served()
+                        for update in _updates(status, seen, view):
+                            yield update
                         if status.state in _TERMINAL:
                             return
                 except grpc.RpcError as rpc_error:
-                    if rpc_error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                        raise errors.DeadlineExceeded(
-                            "job %s did not end within %s s"
-                            % (self.id, timeout)) from None
-                    if rpc_error.code() != grpc.StatusCode.UNAVAILABLE:
-                        raise errors.from_rpc(rpc_error,
-                                              self.client.address) from None
-                    error = errors.from_rpc(rpc_error, self.client.address)
+                    error = reconnect.resumable(rpc_error)
                 except errors.Unavailable as unreachable:
                     error = unreachable  # the identity check's connection
                 finally:
                     if stream is not None:
                         stream.cancel()
-                # The coordinator went away, or the stream ended before the
-                # job did (it restarted): try again until the deadline.
-                now = time.monotonic()
-                if away_since is None:
-                    away_since = now
-                if deadline is not None and now >= deadline:
-                    raise errors.DeadlineExceeded(
-                        "job %s did not end within %s s; the coordinator at "
-                        "%s was away for the last %.1f s"
-                        % (self.id, timeout, self.client.address,
-                           now - away_since))
-                if deadline is None and now - away_since > reconnect_timeout:
-                    raise errors.Unavailable(
-                        "the coordinator at %s has not served the watch of "
-                        "job %s for %.0f s%s" % (
-                            self.client.address, self.id, now - away_since,
-                            "" if error is None else ": %s" % error),
-                        "UNAVAILABLE")
-                attempts += 1
-                pause = min(2.0, 0.1 * 2 ** attempts)
-                if deadline is not None:
-                    pause = min(pause, max(0.0, deadline - now))
-                time.sleep(pause)
+                time.sleep(reconnect.lost(error))
         finally:
             if view:
                 view.close()
@@ -264,17 +222,7 @@ class Job:
         final = None
         for update in self.watch(display=display, timeout=timeout):
             final = update.status
-        if final is None or final.state not in _TERMINAL:
-            raise errors.Unavailable("the watch of job %s ended before the job "
-                                     "did" % self.id)
-        if final.state == coordinator_pb2.JOB_STATE_FAILED:
-            raise errors.JobFailed("job %s failed: %s" % (self.id, final.error),
-                                   final)
-        if final.state == coordinator_pb2.JOB_STATE_STOPPED:
-            raise errors.JobStopped(
-                "job %s was stopped%s" % (
-                    self.id, ": " + final.error if final.error else ""), final)
-        return final
+        return _outcome(self.id, final)
 
     def metrics(self):
         """The training curve as a pandas DataFrame: columns step,
@@ -282,6 +230,111 @@ class Job:
         test set was evaluated (test_accuracy, test_loss, ...; NaN
         elsewhere) and the epoch of each evaluation."""
         return metrics_lib.frame(self.status(history=True))
+
+
+def _updates(status, seen, view):
+    """What a watch yields for one status from its stream: an Update per
+    event not yielded before, then the progress Update; drawn on `view`
+    (None: no display)."""
+    for event in status.events:
+        if seen.first_time(event):
+            if view:
+                view.event(event)
+            yield Update("event", status, event)
+    if view:
+        view.progress(status)
+    yield Update("progress", status, None)
+
+
+def _outcome(job_id, final):
+    """Job.wait()'s result from the last status its watch saw."""
+    if final is None or final.state not in _TERMINAL:
+        raise errors.Unavailable("the watch of job %s ended before the job "
+                                 "did" % job_id)
+    if final.state == coordinator_pb2.JOB_STATE_FAILED:
+        raise errors.JobFailed("job %s failed: %s" % (job_id, final.error),
+                               final)
+    if final.state == coordinator_pb2.JOB_STATE_STOPPED:
+        raise errors.JobStopped(
+            "job %s was stopped%s" % (
+                job_id, ": " + final.error if final.error else ""), final)
+    return final
+
+
+class _Reconnect:
+    """When a watch (sync or lockstep.aio) tries its coordinator again:
+    after a pause from 0.1 s doubling to 2 s, until the watch's deadline
+    (DeadlineExceeded) or, without one, until the coordinator has been away
+    reconnect_timeout seconds in a row (Unavailable)."""
+
+    def __init__(self, job, timeout, reconnect_timeout):
+        self.job = job
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.reconnect_timeout = reconnect_timeout
+        self.away_since = None
+        self.attempts = 0
+
+    def remaining(self):
+        """What is left of the watch's timeout (None: no timeout)."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check_timeout(self):
+        """The timeout of one identity check of the server."""
+        remaining = self.remaining()
+        if remaining is None:
+            return self.job.client.timeout
+        return max(0.1, min(self.job.client.timeout, remaining))
+
+    def away(self):
+        return self.away_since is not None
+
+    def served(self):
+        """A status arrived: the coordinator is back."""
+        self.away_since = None
+        self.attempts = 0
+
+    def resumable(self, rpc_error):
+        """The error of a broken stream when trying again may help (the
+        coordinator is unavailable); raises the others."""
+        code = rpc_error.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise errors.DeadlineExceeded(
+                "job %s did not end within %s s"
+                % (self.job.id, self.timeout)) from None
+        error = errors.from_rpc(rpc_error, self.job.client.address)
+        if code != grpc.StatusCode.UNAVAILABLE:
+            raise error from None
+        return error
+
+    def lost(self, error):
+        """The stream broke with `error` (None: it ended before the job
+        did): the seconds to pause before the next try, or the error that
+        ends the watch."""
+        now = time.monotonic()
+        if self.away_since is None:
+            self.away_since = now
+        if self.deadline is not None and now >= self.deadline:
+            raise errors.DeadlineExceeded(
+                "job %s did not end within %s s; the coordinator at %s was "
+                "away for the last %.1f s"
+                % (self.job.id, self.timeout, self.job.client.address,
+                   now - self.away_since))
+        if self.deadline is None and (now - self.away_since >
+                                      self.reconnect_timeout):
+            raise errors.Unavailable(
+                "the coordinator at %s has not served the watch of job %s "
+                "for %.0f s%s" % (
+                    self.job.client.address, self.job.id,
+                    now - self.away_since,
+                    "" if error is None else ": %s" % error), "UNAVAILABLE")
+        self.attempts += 1
+        pause = min(2.0, 0.1 * 2 ** self.attempts)
+        if self.deadline is not None:
+            pause = min(pause, max(0.0, self.deadline - now))
+        return pause
 
 
 class _SeenEvents:

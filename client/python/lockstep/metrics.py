@@ -56,20 +56,21 @@ def lr_at(status, step):
     return scaled
 
 
-def fetch_history(get_status, job_id):
-    """The job's status with its whole loss history in step_losses.
-    `get_status(request)` makes one GetJobStatus call. A history that
-    changes under the reader (thinned to a new stride, or rewritten by a
-    resume) is read again from the start, a few times at most."""
+def history_reader(job_id):
+    """Reads a job's whole loss history, without doing the calls itself (so
+    that lockstep.Client and lockstep.aio share it): a generator that yields
+    each GetJobStatusRequest it needs, is sent each answer's JobStatus, and
+    returns the status with the whole history in step_losses. A history
+    that changes under the reader (thinned to a new stride, or rewritten by
+    a resume) is read again from the start, a few times at most."""
     for _ in range(_HISTORY_RETRIES):
         losses = []
         status = None
         offset = 0
         size = 0  # a history only grows while steps are trained
         while True:
-            request = coordinator_pb2.GetJobStatusRequest(
+            page = yield coordinator_pb2.GetJobStatusRequest(
                 job_id=job_id, include_history=True, history_offset=offset)
-            page = get_status(request).jobs[0]
             if status is None:
                 status = page
             elif (page.loss_stride != status.loss_stride or
@@ -85,6 +86,18 @@ def fetch_history(get_status, job_id):
                 return status
     raise Aborted("the loss history of %s kept changing while it was read; "
                   "try again" % job_id)
+
+
+def fetch_history(get_status, job_id):
+    """The job's status with its whole loss history in step_losses.
+    `get_status(request)` makes one GetJobStatus call."""
+    reader = history_reader(job_id)
+    request = next(reader)
+    while True:
+        try:
+            request = reader.send(get_status(request).jobs[0])
+        except StopIteration as done:
+            return done.value
 
 
 def frame(status):
