@@ -91,6 +91,21 @@ class ClusterTest(unittest.TestCase):
             job.wait(timeout=WATCH_SECONDS)
         self.assertEqual(lockstep.state_name(caught.exception.status.state),
                          "stopped")
+        # What a user reaches for next (issue 53 §5).
+        self.assertEqual(job.checkpoints(), [])  # it saves none
+        lines = list(job.logs(follow=False))
+        self.assertTrue(any("generation_started" in line for line in lines),
+                        lines)
+        self.assertIn("py-stop", lines[-1])
+        self.assertIn("stopped", lines[-1])
+        self.assertIn("<table>", job._repr_html_())
+        self.assertIn(job.id, [j.job_id for j in self.client.jobs(
+            state="stopped", name="py-stop")])
+        self.assertNotIn(job.id, [j.job_id for j in self.client.jobs(
+            state="running")])
+        job.delete()
+        with self.assertRaises(lockstep.NotFound):
+            job.status()
 
     def test_errors_carry_the_servers_message(self):
         # The coordinator's validation, not the library's.
@@ -130,13 +145,15 @@ class ClusterTest(unittest.TestCase):
         self.assertFalse(result.same_function())
         again = self.client.submit(MLP, SHORT, num_workers=2, name="py-2w-again")
         again.wait(timeout=WATCH_SECONDS)
-        same = lockstep.compare([two, again], plot=False)
+        same = lockstep.compare([two.id, again.id], plot=False,
+                                client=self.client)
         self.assertTrue(same.same_function())
         self.assertIn("bit-identical", same.verdicts[0])
         self.assertIsNone(same.figure)
         self.assertEqual(set(result.frame.index.get_level_values("job")),
                          {one.id, two.id, other.id})
         self.assertEqual(result.summary.loc[one.id, "replicas"], 1)
+        self.assertIn("data:image/png;base64,", result._repr_html_())
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "compare.png")
             result.save(path)

@@ -282,16 +282,65 @@ class ConnectionTest(unittest.TestCase):
 
             thread = threading.Thread(target=serve_one, daemon=True)
             thread.start()
+            thread2 = threading.Thread(target=serve_one, daemon=True)
+            thread2.start()
             try:
                 with self.assertRaises(lockstep.Unauthenticated) as caught:
                     lockstep.Client("127.0.0.1:%d" % port,
                                     path("operator-alice.crt"),
                                     path("operator-alice.key"), path("ca.crt"),
                                     timeout=10)
+                # The same files given as PEM bytes: the same check.
+                def read(name):
+                    with open(path(name), "rb") as f:
+                        return f.read()
+
+                with self.assertRaises(lockstep.Unauthenticated) as again:
+                    lockstep.Client("127.0.0.1:%d" % port,
+                                    read("operator-alice.crt"),
+                                    read("operator-alice.key"), read("ca.crt"),
+                                    timeout=10)
             finally:
                 thread.join(timeout=10)
+                thread2.join(timeout=10)
                 listener.close()
         self.assertIn("spiffe://lockstep/worker/mallory", str(caught.exception))
+        self.assertIn("spiffe://lockstep/worker/mallory", str(again.exception))
+        with self.assertRaises(lockstep.InvalidArgument) as caught:
+            lockstep.Client("127.0.0.1:1", b"not a certificate", b"x", b"y")
+        self.assertIn("given as bytes is not PEM data", str(caught.exception))
+
+    def test_jobs_are_filtered_by_state_owner_and_name(self):
+        pages = [coordinator_pb2.GetJobStatusResponse(
+            jobs=[coordinator_pb2.JobStatus(
+                job_id="a-%d" % i, owner="operator:%s" % who,
+                state=coordinator_pb2.JOB_STATE_RUNNING if i % 2
+                else coordinator_pb2.JOB_STATE_SUCCEEDED,
+                spec=job_pb2.JobSpec(name="a" if i < 3 else "b"))
+                  for i, who in enumerate(["alice", "bob", "alice", "bob"])])]
+
+        class Paged:
+            def _call(self, method, request, timeout=None):
+                return pages[0]
+
+        client = Paged()
+        jobs = lambda **kw: [j.job_id for j in lockstep.Client.jobs(client, **kw)]
+        self.assertEqual(jobs(), ["a-0", "a-1", "a-2", "a-3"])
+        self.assertEqual(jobs(state="running"), ["a-1", "a-3"])
+        self.assertEqual(jobs(state=("running", "succeeded"), owner="operator:alice"),
+                         ["a-0", "a-2"])
+        self.assertEqual(jobs(name="b"), ["a-3"])
+        self.assertEqual(jobs(limit=1, owner="operator:bob"), ["a-1"])
+        with self.assertRaises(lockstep.InvalidArgument) as caught:
+            jobs(state="done")
+        self.assertIn("'done'", str(caught.exception))
+
+    def test_errors_are_lockstep_errors(self):
+        with self.assertRaises(lockstep.InvalidArgument):
+            lockstep.compare(["job-1", "job-2"])  # ids need client=
+        result = lockstep.Comparison(None, [], [], None)
+        with self.assertRaises(lockstep.FailedPrecondition):
+            result.save("/tmp/unused.png")
 
     def test_state_names(self):
         self.assertEqual(lockstep.state_name(coordinator_pb2.JOB_STATE_RUNNING),

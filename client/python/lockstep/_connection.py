@@ -2,8 +2,11 @@
 arguments or from the CLI's environment variables, and the check that the
 server is a lockstep coordinator (as the CLI makes, common/tls.cc)."""
 import os
+import shutil
 import socket
 import ssl
+import tempfile
+import weakref
 
 import grpc
 
@@ -21,6 +24,14 @@ def _env(name):
 
 
 def _read_pem(what, path):
+    """The PEM data of `path`, or `path` itself when it is bytes (the PEM
+    data given directly)."""
+    if isinstance(path, (bytes, bytearray)):
+        data = bytes(path)
+        if len(data) > _MAX_PEM_BYTES or b"-----BEGIN" not in data:
+            raise InvalidArgument("the %s given as bytes is not PEM data"
+                                  % what)
+        return data
     try:
         with open(path, "rb") as f:
             data = f.read(_MAX_PEM_BYTES + 1)
@@ -57,6 +68,9 @@ class Settings:
         if insecure is None:
             insecure = os.environ.get("LOCKSTEP_INSECURE", "") in ("1", "true")
         self.insecure = bool(insecure)
+        # Each a path, or the PEM data itself as bytes.
+        self._files = None
+        self._folder = None
         self.cert = cert or _env("LOCKSTEP_TLS_CERT")
         self.key = key or _env("LOCKSTEP_TLS_KEY")
         self.ca = ca or _env("LOCKSTEP_TLS_CA")
@@ -97,12 +111,18 @@ class Settings:
         if self.insecure:
             return
         host, port = split_address(self.address)
-        context = ssl.create_default_context(cafile=self.ca)
         try:
-            context.load_cert_chain(self.cert, self.key)
+            context = ssl.create_default_context(
+                cadata=_read_pem("CA", self.ca).decode("ascii", "replace"))
+        except ssl.SSLError as error:
+            raise InvalidArgument("cannot load the CA %s: %s"
+                                  % (_name(self.ca), error)) from None
+        try:
+            cert, key = self._key_files()
+            context.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as error:
-            raise InvalidArgument("cannot load the certificate %s with key %s: "
-                                  "%s" % (self.cert, self.key, error)) from None
+            raise InvalidArgument("cannot load the certificate %s with its key: "
+                                  "%s" % (_name(self.cert), error)) from None
         context.set_alpn_protocols(["h2"])
         try:
             with socket.create_connection((host, port), timeout=timeout) as raw:
@@ -112,7 +132,7 @@ class Settings:
             raise Unavailable(
                 "the TLS handshake with the coordinator at %s failed (%s): "
                 "its certificate must come from the CA %s and name the host "
-                "dialed" % (self.address, error, self.ca),
+                "dialed" % (self.address, error, _name(self.ca)),
                 "UNAVAILABLE") from None
         except OSError as error:
             raise Unavailable(
@@ -128,6 +148,34 @@ class Settings:
                 "it. Check the address, or that the server runs with a "
                 "certificate made for its role (lockstep-certs)"
                 % (self.address, ", ".join(uris) or "no SPIFFE ID"))
+
+
+    def _key_files(self):
+        """The certificate and key as files for Python's ssl, which loads
+        them from files only: the paths given, or for PEM bytes private
+        copies (mode 0600 in a folder of mode 0700), removed when these
+        Settings are."""
+        if self._files is None:
+            files = []
+            for what, value in (("certificate", self.cert), ("key", self.key)):
+                if not isinstance(value, (bytes, bytearray)):
+                    files.append(value)
+                    continue
+                if self._folder is None:
+                    self._folder = tempfile.mkdtemp(prefix="lockstep-tls-")
+                    weakref.finalize(self, shutil.rmtree, self._folder, True)
+                path = os.path.join(self._folder, what + ".pem")
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT |
+                                       os.O_EXCL, 0o600), "wb") as out:
+                    out.write(_read_pem(what, value))
+                files.append(path)
+            self._files = tuple(files)
+        return self._files
+
+
+def _name(value):
+    """How an error names a PEM source: its path, or that it was bytes."""
+    return "(given as bytes)" if isinstance(value, (bytes, bytearray)) else value
 
 
 def _is_coordinator(uri):

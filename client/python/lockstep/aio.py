@@ -22,7 +22,8 @@ from lockstep import errors
 from lockstep import metrics as metrics_lib
 from lockstep._connection import Settings
 from lockstep.client import (_TERMINAL, _RECONNECT_SECONDS, Update, _Display,
-                             _outcome, _Reconnect, _SeenEvents, _updates)
+                             _JobFilter, _outcome, _Reconnect, _SeenEvents,
+                             _updates)
 from lockstep.spec import job_spec, keyword_overrides
 from lockstep.v1 import coordinator_pb2
 from lockstep.v1 import coordinator_pb2_grpc
@@ -88,20 +89,26 @@ class Client:
         """The Job of an existing job id."""
         return Job(self, job_id)
 
-    async def jobs(self, limit=None):
-        """The jobs' summaries, newest first; at most `limit`."""
+    async def jobs(self, limit=None, state=None, owner=None, name=None):
+        """The jobs' summaries, newest first; at most `limit` of those that
+        match `state`, `owner` and `name` (as lockstep.Client.jobs)."""
+        keep = _JobFilter(state, owner, name)
         out = []
         token = ""
         while limit is None or len(out) < limit:
             page = await self._call(
                 "GetJobStatus", coordinator_pb2.GetJobStatusRequest(
-                    page_token=token, page_size=1000 if limit is None else
-                    min(1000, limit - len(out))))
-            out.extend(page.jobs)
+                    page_token=token, page_size=1000))
+            out.extend(job for job in page.jobs if keep(job))
             token = page.next_page_token
             if not token:
                 break
         return out if limit is None else out[:limit]
+
+    async def delete(self, job_id):
+        """Deletes a finished job's record (as lockstep.Client.delete)."""
+        await self._call("DeleteJob",
+                         coordinator_pb2.DeleteJobRequest(job_id=job_id))
 
     async def workers(self):
         """Every registered worker, in worker id order."""
@@ -159,6 +166,13 @@ class Job:
     async def stop(self):
         await self.client._call("StopJob", coordinator_pb2.StopJobRequest(
             job_id=self.id))
+
+    async def delete(self):
+        await self.client.delete(self.id)
+
+    async def checkpoints(self):
+        """The job's committed checkpoints, oldest first."""
+        return list((await self.status()).checkpoints)
 
     async def watch(self, display=False, timeout=None,
                     reconnect_timeout=_RECONNECT_SECONDS):

@@ -1,6 +1,7 @@
 """Client and Job: the coordinator's calls from Python (the CLI's submit,
 status, watch, stop, jobs and workers)."""
 import collections
+import html
 import sys
 import time
 
@@ -90,20 +91,28 @@ class Client:
         there is none)."""
         return Job(self, job_id)
 
-    def jobs(self, limit=None):
+    def jobs(self, limit=None, state=None, owner=None, name=None):
         """Summaries (JobStatus without history, events or evaluations) of
-        the coordinator's jobs, newest first; at most `limit`."""
+        the coordinator's jobs, newest first; at most `limit` of those that
+        match: `state` ("running", or several: ("queued", "running")),
+        `owner` ("operator:alice"), `name` (the spec's name)."""
+        keep = _JobFilter(state, owner, name)
         out = []
         token = ""
         while limit is None or len(out) < limit:
             page = self._call("GetJobStatus", coordinator_pb2.GetJobStatusRequest(
-                page_token=token, page_size=1000 if limit is None else
-                min(1000, limit - len(out))))
-            out.extend(page.jobs)
+                page_token=token, page_size=1000))
+            out.extend(job for job in page.jobs if keep(job))
             token = page.next_page_token
             if not token:
                 break
         return out if limit is None else out[:limit]
+
+    def delete(self, job_id):
+        """Deletes a finished job's record (DeleteJob: its owner or an
+        admin; a job still queued or running is refused, FailedPrecondition:
+        stop it first)."""
+        self._call("DeleteJob", coordinator_pb2.DeleteJobRequest(job_id=job_id))
 
     def workers(self):
         """Every registered worker (WorkerInfo: id, host, state, job, rank,
@@ -160,6 +169,42 @@ class Job:
         job's owner or an admin)."""
         self.client._call("StopJob", coordinator_pb2.StopJobRequest(
             job_id=self.id))
+
+    def delete(self):
+        """Deletes the job's record once it ended (Client.delete)."""
+        self.client.delete(self.id)
+
+    def checkpoints(self):
+        """The job's committed checkpoints (CheckpointInfo: name, step,
+        epoch, generation, time, bytes), oldest first."""
+        return list(self.status().checkpoints)
+
+    def logs(self, follow=True, timeout=None):
+        """The job's events and progress as text lines, as `lockstep watch`
+        prints them piped: each event, and its progress at most every 2 s
+        and at each change of state. follow=False: the events so far, and
+        the current progress, then stop."""
+        if not follow:
+            status = self.status()
+            for event in status.events:
+                yield _event_line(event)
+            yield _progress_line(status)
+            return
+        last = (None, 0.0)
+        for update in self.watch(display=False, timeout=timeout):
+            if update.kind == "event":
+                yield _event_line(update.event)
+                continue
+            status = update.status
+            now = time.monotonic()
+            if (status.state != last[0] or now - last[1] >= 2.0 or
+                    status.state in _TERMINAL):
+                last = (status.state, now)
+                yield _progress_line(status)
+
+    def _repr_html_(self):
+        """A table of the job's state in a notebook."""
+        return _status_html(self.status())
 
     def watch(self, display=True, timeout=None,
               reconnect_timeout=_RECONNECT_SECONDS):
@@ -230,6 +275,72 @@ class Job:
         test set was evaluated (test_accuracy, test_loss, ...; NaN
         elsewhere) and the epoch of each evaluation."""
         return metrics_lib.frame(self.status(history=True))
+
+
+class _JobFilter:
+    """Which job summaries Client.jobs() keeps."""
+
+    def __init__(self, state, owner, name):
+        if isinstance(state, str):
+            state = (state,)
+        names = {metrics_lib.state_name(value): value
+                 for value in coordinator_pb2.JobState.values()}
+        unknown = [s for s in state or () if s not in names]
+        if unknown:
+            raise errors.InvalidArgument(
+                "no job state %s; the states are %s"
+                % (", ".join(map(repr, unknown)), ", ".join(sorted(names))))
+        self.states = None if state is None else {names[s] for s in state}
+        self.owner = owner
+        self.name = name
+
+    def __call__(self, job):
+        return ((self.states is None or job.state in self.states) and
+                (self.owner is None or job.owner == self.owner) and
+                (self.name is None or job.spec.name == self.name))
+
+
+def _when(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def _event_line(event):
+    """One event as `lockstep watch` prints it."""
+    where = " rank %d" % event.rank if event.worker_id else ""
+    return _terminal_safe("%s %s gen %d%s: %s" % (
+        _when(event.time), event.kind, event.generation, where, event.message))
+
+
+def _progress_line(status):
+    """The job's progress in one line."""
+    line = "%s %s step %d/%d loss %.4f gen %d" % (
+        status.job_id, metrics_lib.state_name(status.state), status.step,
+        status.total_steps, status.loss, status.generation)
+    for name, value in sorted(status.test_metrics.items()):
+        line += " %s %.4g" % (name, value)
+    if status.error:
+        line += ": " + status.error
+    return _terminal_safe(line)
+
+
+def _status_html(status):
+    """A JobStatus as a small HTML table (Job._repr_html_)."""
+    rows = [("job", status.job_id),
+            ("state", metrics_lib.state_name(status.state)),
+            ("owner", status.owner or "-"),
+            ("priority", status.priority),
+            ("workers", status.world_size),
+            ("step", "%d / %d" % (status.step, status.total_steps)),
+            ("loss", "%.4f" % status.loss),
+            ("samples/s", "%.0f" % status.samples_per_second)]
+    rows += [(name, "%.4g" % value)
+             for name, value in sorted(status.test_metrics.items())]
+    if status.error:
+        rows.append(("error", status.error))
+    cells = "".join("<tr><th style='text-align:left'>%s</th><td>%s</td></tr>"
+                    % (html.escape(str(k)), html.escape(str(v)))
+                    for k, v in rows)
+    return "<table>%s</table>" % cells
 
 
 def _updates(status, seen, view):

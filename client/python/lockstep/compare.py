@@ -1,12 +1,16 @@
 """Runs compared side by side: one DataFrame of their curves keyed by job
 and step, a matplotlib figure, and for each pair whether the runs computed
 the same function or what differs (the CLI's `lockstep compare`)."""
+import base64
+import html
+import io
 import itertools
 import json
 
 from google.protobuf import json_format
 
 from lockstep import metrics as metrics_lib
+from lockstep.errors import FailedPrecondition, InvalidArgument
 
 # Fields of a job spec that do not change the function a run computes: where
 # and how it runs, saves and reports (the steps it trains are compared on
@@ -46,7 +50,24 @@ class Comparison:
 
     def save(self, path):
         """Writes the figure (PNG, SVG or PDF by the file's extension)."""
+        if self.figure is None:
+            raise FailedPrecondition(
+                "this comparison has no figure: compare(..., plot=False) "
+                "made none; compare again with plot=True to save one")
         self.figure.savefig(path)
+
+    def _repr_html_(self):
+        """The verdicts, the summary table and the figure, in a notebook."""
+        parts = ["<p>lockstep.Comparison of %d jobs</p><ul>%s</ul>" % (
+            len(self.summary), "".join("<li>%s</li>" % html.escape(text)
+                                       for text in self.verdicts)),
+                 self.summary.to_html()]
+        if self.figure is not None:
+            png = io.BytesIO()
+            self.figure.savefig(png, format="png")
+            parts.append("<img src='data:image/png;base64,%s'/>"
+                         % base64.b64encode(png.getvalue()).decode("ascii"))
+        return "".join(parts)
 
     def __repr__(self):
         return "\n".join(["lockstep.Comparison of %d jobs" % len(self.summary)]
@@ -164,15 +185,24 @@ def verdict(a, b):
         % (names, workers, da[:16], db[:16], gap, cause))
 
 
-def compare(jobs, plot=True):
+def compare(jobs, plot=True, client=None):
     """Compares finished runs: `jobs` are Job objects (of one Client or
-    several). Returns a Comparison with the curves in one DataFrame keyed by
+    several), or job ids of `client`. Returns a Comparison with the curves in one DataFrame keyed by
     (job, step), a per-job summary, a verdict for each pair and, unless
     plot=False, a matplotlib Figure of the loss by step and by samples seen
     and of the test loss at each evaluation."""
     import pandas  # pylint: disable=import-outside-toplevel
 
-    statuses = [job.status(history=True) for job in jobs]
+    resolved = []
+    for job in jobs:
+        if isinstance(job, str):
+            if client is None:
+                raise InvalidArgument(
+                    "compare(): %r is a job id; pass client= to say whose "
+                    "(or Job objects)" % job)
+            job = client.job(job)
+        resolved.append(job)
+    statuses = [job.status(history=True) for job in resolved]
     frames = []
     rows = []
     for status in statuses:

@@ -46,7 +46,8 @@ class LocalCluster:
     block). Jobs may read data below `data_roots` (Fashion-MNIST's Debian
     folder is always allowed), keep checkpoints below `backup_roots` and
     export below `export_roots`. `threads` compute threads per worker
-    (default: cores / workers).
+    (default: cores / workers). gpus=True trains on this machine's GPUs,
+    worker i on GPU i mod G (`lockstep local --gpus`).
 
         with lockstep.LocalCluster(workers=2) as cluster:
             job = cluster.client().submit("examples/fashion_mnist_cnn.json")
@@ -55,9 +56,11 @@ class LocalCluster:
 
     def __init__(self, workers=2, spares=0, threads=None, data_roots=(),
                  backup_roots=(), export_roots=(), bin_dir=None,
-                 keep_logs=False):
+                 keep_logs=False, gpus=False):
         command = [_lockstep_binary(bin_dir), "local", "--serve", "--json",
                    "--workers", str(workers), "--spares", str(spares)]
+        if gpus:
+            command.append("--gpus")
         if threads is not None:
             command += ["--threads", str(threads)]
         for flag, roots in (("--data-root", data_roots),

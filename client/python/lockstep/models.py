@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from lockstep.errors import InvalidArgument
+
 # worker/data/task_layout.cc: the published statistics of Fashion-MNIST's
 # training pixels in [0, 1].
 FASHION_MNIST_MEAN = 0.2860
@@ -176,8 +178,8 @@ def build(name, **sizes):
     needs vocab_size and block_size)."""
     models = {"mlp": MLP, "cnn": CNN, "resnet": ResNet, "gpt": GPT}
     if name not in models:
-        raise ValueError("no built-in model %r; choose %s"
-                         % (name, ", ".join(sorted(models))))
+        raise InvalidArgument("no built-in model %r; choose %s"
+                              % (name, ", ".join(sorted(models))))
     return models[name](**sizes)
 
 
