@@ -13,6 +13,10 @@ namespace lockstep {
 
 inline constexpr int kMaxRpcMessageBytes = (4 << 20) + (64 << 10);
 
+// The bytes of one message of an artifact's upload or download
+// (UploadArtifact, DownloadArtifact): well below the limit above.
+inline constexpr int kMaxArtifactChunkBytes = 1 << 20;
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_RPC_LIMITS_H_
