@@ -51,6 +51,8 @@ int RunCompare(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);
 int RunHealth(const std::vector<std::string>& argv);
 int RunData(const std::vector<std::string>& argv);
+// lockstep artifacts list|get: the models the coordinator keeps.
+int RunArtifacts(const std::vector<std::string>& argv);
 
 }  // namespace lockstep::client
 

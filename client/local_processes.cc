@@ -148,13 +148,12 @@ absl::Status LocalRun::StartProcesses() {
   int coordinator_stdout = -1;
   // This command's identity owns the machine: the local pool's admin, who
   // may give any priority (a cluster grants it, issue 52).
-  std::vector<std::string> command = {bin_dir_ + "/lockstep-coordinator",
-                                      "--listen",
-                                      "127.0.0.1:0",
-                                      "--state-dir",
-                                      run_dir_ + "/state",
-                                      "--admin",
-                                      "operator:local"};
+  std::vector<std::string> command = {
+      bin_dir_ + "/lockstep-coordinator", "--listen", "127.0.0.1:0",
+      "--state-dir", run_dir_ + "/state", "--admin", "operator:local",
+      // Exported models come back through
+      // the coordinator (issue 53).
+      "--artifact-dir", run_dir_ + "/artifacts"};
   ASSIGN_OR_RETURN(std::vector<std::string> tls,
                    TlsFlags("coordinator", "spiffe://lockstep/coordinator"));
   command.insert(command.end(), tls.begin(), tls.end());

@@ -24,6 +24,7 @@ Usage:
   lockstep queue [--limit N] [--json]
   lockstep events JOB [--json]
   lockstep checkpoints JOB [--json]
+  lockstep artifacts list JOB [--json] | artifacts get JOB [NAME] [-o FILE]
   lockstep metrics JOB [--csv | --json]
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
   lockstep health HOST:PORT [--timeout SECS] [--json]
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   if (command == "compare") return RunCompare(rest);
   if (command == "health") return RunHealth(rest);
   if (command == "data") return RunData(rest);
+  if (command == "artifacts") return RunArtifacts(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

@@ -300,6 +300,14 @@ std::vector<v1::ArtifactInfo> ArtifactStore::List(
   return out;
 }
 
+std::vector<std::string> ArtifactStore::Jobs() const {
+  std::vector<std::string> jobs;
+  for (std::string& name : Entries(dir_)) {
+    if (SafeFolderName(name)) jobs.push_back(std::move(name));
+  }
+  return jobs;
+}
+
 absl::StatusOr<std::pair<int, v1::ArtifactInfo>> ArtifactStore::Read(
     const std::string& job_id, const std::string& name) const {
   if (!SafeFolderName(job_id) || !IsArtifactName(name)) {

@@ -94,6 +94,8 @@ class ArtifactStore {
 
   // The artifacts kept for `job_id`, by name.
   std::vector<v1::ArtifactInfo> List(const std::string& job_id) const;
+  // The jobs with a folder here.
+  std::vector<std::string> Jobs() const;
 
   // Opens artifact `name` of `job_id` for reading: the descriptor (the
   // caller closes it) and its info. Errors: NotFound.

@@ -22,6 +22,7 @@ unsigned AllowedRoles(Call call) {
     case Call::kWorkerSession:
     case Call::kKvSet:
     case Call::kKvGet:
+    case Call::kUploadArtifact:
       return Bit(Role::kWorker) | Bit(Role::kSpare);
     case Call::kSubmitJob:
     case Call::kStopJob:
@@ -31,6 +32,8 @@ unsigned AllowedRoles(Call call) {
     case Call::kWatchJob:
     case Call::kListWorkers:
     case Call::kListQueue:
+    case Call::kListArtifacts:
+    case Call::kDownloadArtifact:
       return Bit(Role::kOperator) | Bit(Role::kViewer);
     case Call::kHealthCheck:
       return Bit(Role::kWorker) | Bit(Role::kSpare) | Bit(Role::kOperator) |
@@ -118,6 +121,12 @@ absl::string_view CallName(Call call) {
       return "ListWorkers";
     case Call::kListQueue:
       return "ListQueue";
+    case Call::kUploadArtifact:
+      return "UploadArtifact";
+    case Call::kListArtifacts:
+      return "ListArtifacts";
+    case Call::kDownloadArtifact:
+      return "DownloadArtifact";
     case Call::kHealthCheck:
       return "grpc.health.v1.Health/Check";
   }

@@ -5,17 +5,20 @@
 //
 //   call                              roles allowed
 //   RegisterWorker, WorkerSession,    worker
-//   KvSet, KvGet
+//   KvSet, KvGet, UploadArtifact
 //   SubmitJob, StopJob, DeleteJob     operator
 //   GetJobStatus, WatchJob,           operator, viewer
-//   ListWorkers, ListQueue
+//   ListWorkers, ListQueue,
+//   ListArtifacts, DownloadArtifact
 //   grpc.health.v1 Check              any known identity
 //
 // A daemon running --insecure authenticates nobody: Role::kInsecure may make
 // every call, as before TLS.
 //
 // An operator stops and deletes only the jobs it submitted, unless the
-// coordinator names its owner with --admin (Coordinator::StopJob).
+// coordinator names its owner with --admin (Coordinator::StopJob); it
+// lists and downloads the artifacts of those only, a viewer of every job.
+// A worker uploads only as rank 0 of its job's live generation.
 //
 // Refusals: a caller without a known identity gets UNAUTHENTICATED, a known
 // identity whose role may not make the call PERMISSION_DENIED. The message
@@ -48,6 +51,9 @@ enum class Call {
   kDeleteJob,
   kListWorkers,
   kListQueue,
+  kUploadArtifact,
+  kListArtifacts,
+  kDownloadArtifact,
   kHealthCheck,
 };
 

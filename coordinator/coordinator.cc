@@ -231,8 +231,19 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (options.cluster.has_value()) {
     RETURN_IF_ERROR(ValidateCluster(*options.cluster));
   }
+  std::unique_ptr<ArtifactStore> artifacts;
+  if (!options.artifact_dir.empty()) {
+    ASSIGN_OR_RETURN(artifacts, ArtifactStore::Open(options.artifact_dir,
+                                                    options.artifact_limits));
+  }
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
-  if (coordinator->store_ == nullptr) return coordinator;
+  coordinator->artifacts_ = std::move(artifacts);
+  if (coordinator->store_ == nullptr) {
+    // No job survives: neither do their artifacts.
+    absl::MutexLock lock(&coordinator->mu_);
+    coordinator->ForgetOrphanArtifactsLocked();
+    return coordinator;
+  }
   ASSIGN_OR_RETURN(std::vector<v1::JobStatus> saved,
                    coordinator->store_->LoadAll());
   ASSIGN_OR_RETURN(std::vector<JobStore::WorkerRecord> workers,
@@ -311,6 +322,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   c.next_job_seq_ = c.job_order_.empty() ? 1 : c.job_order_.rbegin()->first + 1;
   c.ForgetFinishedJobsLocked();
+  c.ForgetOrphanArtifactsLocked();
   return coordinator;
 }
 
@@ -479,6 +491,11 @@ void Coordinator::StartGenerationLocked(Job& job,
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     absl::StatusOr<v1::CoordinatorCommand> assignment =
         AssignmentFor(status, static_cast<int>(rank), *job.generation);
+    // The chief hands the export over when the coordinator keeps it.
+    if (assignment.ok() && rank == 0 && artifacts_ != nullptr &&
+        !status.spec().export_path().empty()) {
+      assignment->mutable_assignment()->set_upload_export(true);
+    }
     if (!assignment.ok()) {
       job.generation->End();
       EndJobLocked(job, v1::JOB_STATE_FAILED,

@@ -85,6 +85,7 @@
 #include "common/caller.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "coordinator/artifact_store.h"
 #include "coordinator/authorization.h"
 #include "coordinator/generation.h"
 #include "coordinator/job_record.h"
@@ -144,6 +145,10 @@ class Coordinator {
     // Owners ("operator:bob") who may stop and delete any job
     // (--admin); other operators only their own.
     std::set<std::string> admins;
+    // Where the models jobs export are kept (--artifact-dir; empty: none),
+    // and their bounds (--max-artifact-bytes, --max-owner-artifact-bytes).
+    std::string artifact_dir;
+    ArtifactStore::Limits artifact_limits;
   };
 
   // Loads the jobs the store holds. A job that was running when the previous
@@ -260,6 +265,28 @@ class Coordinator {
   // Errors: InvalidArgument (a bad page size).
   absl::StatusOr<v1::ListQueueResponse> ListQueue(
       const v1::ListQueueRequest& request);
+
+  // ---- artifacts (artifacts.cc, issue 53) ----
+  // Starts the upload `header` describes: the caller holds rank 0 of the
+  // job's live generation (its token), the job exports, and the info names
+  // the export's file and format. Errors, naming the job and rank:
+  // FailedPrecondition (no --artifact-dir, nothing exported), the fence's
+  // (Aborted, NotFound), PermissionDenied, InvalidArgument,
+  // ResourceExhausted.
+  absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> BeginArtifactUpload(
+      const Caller& caller, const v1::ArtifactUpload::Header& header);
+  // How the upload of rank `rank` of `job_id` ended: the event
+  // "artifact_kept", or "artifact_not_kept" with why.
+  void ArtifactUploadEnded(const std::string& job_id, int rank,
+                           const absl::StatusOr<v1::ArtifactInfo>& kept);
+  // What is kept for a job, for its owner, an admin or a viewer. Errors:
+  // InvalidArgument, NotFound, PermissionDenied.
+  absl::StatusOr<std::vector<v1::ArtifactInfo>> ListArtifacts(
+      const Caller& caller, const std::string& job_id);
+  // Opens artifact `name` of a job for the same callers: its descriptor
+  // (the caller closes it) and info. Errors: those of ListArtifacts.
+  absl::StatusOr<std::pair<int, v1::ArtifactInfo>> OpenArtifact(
+      const Caller& caller, const std::string& job_id, const std::string& name);
   // A page of the workers in id order: at most page_size (0: and at most
   // kMaxWorkerPage, message_checks.h), after the worker named by page_token,
   // with next_page_token set when more follow. Errors: InvalidArgument.
@@ -552,8 +579,17 @@ class Coordinator {
   // Adds a job (new or loaded) to jobs_ and job_order_ under `seq`.
   Job& AddJobLocked(const std::string& id, int64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a finished job from memory and the store; watchers see NotFound.
+  // Removes a finished job from memory, the store and the artifacts;
+  // watchers see NotFound.
   void EraseJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the artifacts of jobs the coordinator no longer has (a crash
+  // between forgetting a job and removing its artifacts). From Create.
+  void ForgetOrphanArtifactsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reader of a job's artifacts: a viewer, or an operator that owns the
+  // job or is an admin. Errors: PermissionDenied.
+  absl::Status AuthorizeArtifactReaderLocked(const Caller& caller,
+                                             const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes the oldest finished jobs past keep_finished_jobs_ and those that
   // ended longer than finished_job_ttl_ ago. Called only where no Job& is
   // held (Sweep, SubmitJob, Create).
@@ -574,6 +610,9 @@ class Coordinator {
   const std::map<std::string, int> priority_classes_;
   const std::map<std::string, std::set<std::string>> priority_grants_;
   const std::set<std::string> admins_;
+  // The artifacts (--artifact-dir); null without. Set once by Create;
+  // thread-safe itself.
+  std::unique_ptr<ArtifactStore> artifacts_;
 
   mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;

@@ -282,6 +282,12 @@ void Coordinator::EraseJobLocked(const std::string& id) {
                "; the job comes back on a coordinator restart");
     }
   }
+  if (artifacts_ != nullptr) {
+    if (absl::Status deleted = artifacts_->Delete(id); !deleted.ok()) {
+      LogError("the artifacts of job ", id, ": ", deleted.message(),
+               "; they are removed at the next coordinator start");
+    }
+  }
   EndWatchesLocked(id, absl::NotFoundError(absl::StrCat(
                            "job ", id,
                            " was deleted (`lockstep delete` or "

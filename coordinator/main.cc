@@ -53,11 +53,22 @@ Usage:
                        [--min-run-time SECS] [--age-after SECS]
                        [--starvation-bound SECS] [--starvation-priority N]
                        [--admin OWNER]...
+                       [--artifact-dir DIR [--max-artifact-bytes N]
+                        [--max-owner-artifact-bytes N]]
 
 Flags:
   --listen HOST:PORT   address to serve gRPC on; port 0 picks a free port
                        (the chosen address is printed on stdout)
   --state-dir DIR      where job state is kept (SQLite); created if missing
+  --artifact-dir DIR   keep each job's exported model here (created if
+                       missing): the chief uploads it when the job succeeds
+                       and its owner, an admin or a viewer downloads it
+                       (lockstep artifacts get); it is deleted with the job.
+                       Off by default: the export stays where the job wrote it
+  --max-artifact-bytes N  the largest artifact kept (default 1073741824,
+                       1 GiB); a larger one is refused before it is sent
+  --max-owner-artifact-bytes N  what one owner's artifacts may hold in all
+                       (default 10737418240, 10 GiB)
   --tls-cert FILE      the coordinator's certificate (PEM): the identity
                        spiffe://DOMAIN/coordinator, and DNS or IP names that
                        match the address clients dial (clients check both).
@@ -213,7 +224,8 @@ absl::StatusOr<int64_t> Bounded(const Args& args, const std::string& flag,
 }
 
 // The caps and retention flags (--kv-max-*, --keep-finished-jobs,
-// --finished-job-ttl, --forget-workers-after). Errors: InvalidArgument.
+// --finished-job-ttl, --forget-workers-after) and the artifacts'
+// (--artifact-dir, --max-*artifact-bytes). Errors: InvalidArgument.
 absl::Status ApplyLimitFlags(const Args& args, Coordinator::Options& options) {
   const KvLimits defaults;
   auto entries = Bounded(args, "kv-max-entries", defaults.max_entries, 1, 1e9);
@@ -231,6 +243,17 @@ absl::Status ApplyLimitFlags(const Args& args, Coordinator::Options& options) {
   options.finished_job_ttl =
       *ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(*ttl);
   options.forget_workers_after = absl::Seconds(*forget);
+  const ArtifactStore::Limits artifact_defaults;
+  auto artifact_bytes =
+      Bounded(args, "max-artifact-bytes",
+              static_cast<double>(artifact_defaults.artifact_bytes), 0, 1e15);
+  if (!artifact_bytes.ok()) return artifact_bytes.status();
+  auto owner_bytes =
+      Bounded(args, "max-owner-artifact-bytes",
+              static_cast<double>(artifact_defaults.owner_bytes), 0, 1e15);
+  if (!owner_bytes.ok()) return owner_bytes.status();
+  options.artifact_dir = args.Get("artifact-dir");
+  options.artifact_limits = {*artifact_bytes, *owner_bytes};
   return absl::OkStatus();
 }
 
@@ -362,6 +385,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   auto args = Args::Parse(std::vector<std::string>(argv + 1, argv + argc),
                           {"listen",
                            "state-dir",
+                           "artifact-dir",
+                           "max-artifact-bytes",
+                           "max-owner-artifact-bytes",
                            "cluster",
                            "heartbeat-timeout",
                            "kv-max-entries",

@@ -267,6 +267,32 @@ absl::Status CheckKvGet(const v1::KvGetRequest& request) {
   return check.status();
 }
 
+absl::Status CheckArtifactHeader(const v1::ArtifactUpload::Header& header) {
+  Checker check("UploadArtifact");
+  JobId(check, header.job_id(), /*may_be_empty=*/false);
+  check.Range("generation", header.generation(), 0, kMaxGeneration);
+  check.Range("rank", header.rank(), 0, kMaxRank);
+  check.Range("rank_token size",
+              static_cast<int64_t>(header.rank_token().size()), 0, 64);
+  const v1::ArtifactInfo& info = header.info();
+  check.Printable("info.name", info.name(), 32, false);
+  check.Printable("info.file_name", info.file_name(), 255, false);
+  check.Printable("info.format", info.format(), 32, false);
+  check.Printable("info.sha256", info.sha256(), 64, false);
+  check.Range("info.bytes", info.bytes(), 0, kMaxCheckpointFileBytes);
+  check.Range("info.step", info.step(), 0, kMaxStep);
+  return check.status();
+}
+
+absl::Status CheckArtifactRequest(absl::string_view call,
+                                  const std::string& job_id,
+                                  const std::string& name) {
+  Checker check(call, kClientHint);
+  JobId(check, job_id, /*may_be_empty=*/false);
+  check.Printable("name", name, 32, false);
+  return check.status();
+}
+
 absl::Status CheckJobId(absl::string_view call, const std::string& job_id,
                         bool may_be_empty) {
   Checker check(call, kClientHint);

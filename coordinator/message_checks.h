@@ -90,6 +90,15 @@ absl::Status CheckStatusRequest(const v1::GetJobStatusRequest& request);
 // that could be a worker id. Errors: InvalidArgument.
 absl::Status CheckListWorkers(const v1::ListWorkersRequest& request);
 
+// Artifacts (issue 53): an upload's header (job id, generation, rank, a
+// token of at most 64 bytes, the info's printable names and a size of 0
+// to 2^50 bytes); a list or download request (job id, the name).
+// Errors: InvalidArgument.
+absl::Status CheckArtifactHeader(const v1::ArtifactUpload::Header& header);
+absl::Status CheckArtifactRequest(absl::string_view call,
+                                  const std::string& job_id,
+                                  const std::string& name);
+
 // Logs a refused request (which call, why) once and passes the refusal on,
 // for the entry points above to return.
 absl::Status Refused(absl::Status refusal);

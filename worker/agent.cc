@@ -13,6 +13,9 @@
 namespace lockstep::worker {
 namespace {
 
+// The most an export's upload may take (a model of 1 GiB over a slow link).
+constexpr absl::Duration kUploadTimeout = absl::Minutes(10);
+
 // Registration retries back off to this at most. Besides an unreachable
 // coordinator, Unavailable is how a coordinator refuses a restarted worker
 // while its old process's session is still live (docs/DESIGN.md, "Roles and
@@ -227,11 +230,42 @@ void Agent::StartTask(const v1::Assignment& assignment,
   session->Send(joined);
   task_thread_ = std::thread([this, task, session] {
     v1::TaskResult result = RunIfPathsAllowed(*task);
+    UploadExport(*task, result);
     v1::WorkerMessage message;
     *message.mutable_result() = std::move(result);
     session->Send(message);
     task->MarkDone();
   });
+}
+
+void Agent::UploadExport(const TaskContext& task,
+                         const v1::TaskResult& result) {
+  const v1::Assignment& assignment = task.assignment;
+  if (!assignment.upload_export() || !result.ok() || result.stopped() ||
+      assignment.spec().export_path().empty()) {
+    return;
+  }
+  const std::string& path = assignment.spec().export_path();
+  v1::ArtifactUpload::Header header;
+  header.set_job_id(assignment.job_id());
+  header.set_generation(assignment.generation());
+  header.set_rank(assignment.rank());
+  header.set_rank_token(assignment.rank_token());
+  v1::ArtifactInfo* info = header.mutable_info();
+  info->set_name("model");
+  info->set_file_name(path.substr(path.rfind('/') + 1));
+  info->set_format(assignment.spec().export_format().empty()
+                       ? "archive"
+                       : assignment.spec().export_format());
+  info->set_step(result.steps());
+  auto kept = control_->UploadArtifact(std::move(header), path, kUploadTimeout);
+  if (kept.ok()) {
+    LogInfo("job ", assignment.job_id(), ": the coordinator keeps its export ",
+            path, " (", kept->bytes(), " bytes)");
+  } else {
+    LogWarning("job ", assignment.job_id(), ": the coordinator did not keep ",
+               "its export ", path, ": ", kept.status().message());
+  }
 }
 
 v1::TaskResult Agent::RunIfPathsAllowed(TaskContext& task) {

@@ -108,6 +108,11 @@ class Agent {
              absl::Duration heartbeat_interval);
   // The runner's result, or the path check's refusal without running it.
   v1::TaskResult RunIfPathsAllowed(TaskContext& task);
+  // The chief of a job that succeeded hands its export to the coordinator
+  // when the assignment asks (Assignment.upload_export), before it reports
+  // its result, while the generation is live. A failed upload is logged
+  // (the coordinator records why on the job); the result stands.
+  void UploadExport(const TaskContext& task, const v1::TaskResult& result);
   void StartTask(const v1::Assignment& assignment,
                  const std::shared_ptr<Session>& session);
   void AbortTask(const std::string& why);

@@ -58,6 +58,15 @@ class ControlPlane {
   virtual std::unique_ptr<KeyValueClient> KeyValue(
       const std::string& job_id, int64_t generation, int rank,
       const std::string& rank_token) = 0;
+  // Streams the file at `path` to the coordinator as the artifact `header`
+  // declares (its info's size and SHA-256 are this function's to fill),
+  // within `timeout`. Returns what the coordinator kept. Errors: the
+  // coordinator's (it names the job and rank), or the file's.
+  virtual absl::StatusOr<v1::ArtifactInfo> UploadArtifact(
+      v1::ArtifactUpload::Header header, const std::string& path,
+      absl::Duration timeout) {
+    return absl::UnimplementedError("this control plane uploads nothing");
+  }
 };
 
 }  // namespace lockstep::worker

@@ -3,12 +3,15 @@
 // non-blocking waits; sessions and watches are reactors (grpc_streams.h).
 #include "coordinator/rpc/grpc_service.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <utility>
 
 #include "common/caller.h"
 #include "common/grpc_status.h"
 #include "coordinator/authorization.h"
+#include "coordinator/rpc/artifact_streams.h"
 
 namespace lockstep::coordinator {
 namespace {
@@ -56,7 +59,12 @@ GrpcService::GrpcService(Coordinator* coordinator, Limits limits, bool insecure,
                 "--max-sessions-per-identity",
                 limits.max_sessions_per_identity),
       watches_("WatchJob streams", "--max-watches", limits.max_watches,
-               "--max-watches-per-identity", limits.max_watches_per_identity) {}
+               "--max-watches-per-identity", limits.max_watches_per_identity),
+      uploads_("artifact uploads", "(built in)", limits.max_artifact_streams,
+               "(built in)", limits.max_artifact_streams_per_identity),
+      downloads_("artifact downloads", "(built in)",
+                 limits.max_artifact_streams, "(built in)",
+                 limits.max_artifact_streams_per_identity) {}
 
 Caller GrpcService::CallerFor(
     const grpc::CallbackServerContext* context) const {
@@ -209,6 +217,58 @@ grpc::ServerUnaryReactor* GrpcService::ListQueue(
   auto page = coordinator_->ListQueue(*request);
   if (page.ok()) *response = *std::move(page);
   return Answer(context, page.status());
+}
+
+grpc::ServerReadReactor<v1::ArtifactUpload>* GrpcService::UploadArtifact(
+    grpc::CallbackServerContext* context,
+    v1::UploadArtifactResponse* response) {
+  Caller caller = CallerFor(context);
+  if (absl::Status refused = AuthorizeRole(caller, Call::kUploadArtifact);
+      !refused.ok()) {
+    return new Refused<grpc::ServerReadReactor<v1::ArtifactUpload>>(
+        ToGrpcStatus(refused));
+  }
+  std::string identity = OwnerIdOf(caller);
+  grpc::Status slot = uploads_.Take(identity);
+  if (!slot.ok()) {
+    return new Refused<grpc::ServerReadReactor<v1::ArtifactUpload>>(slot);
+  }
+  return new UploadReactor(coordinator_, &uploads_, std::move(caller),
+                           std::move(identity), response);
+}
+
+grpc::ServerUnaryReactor* GrpcService::ListArtifacts(
+    grpc::CallbackServerContext* context,
+    const v1::ListArtifactsRequest* request,
+    v1::ListArtifactsResponse* response) {
+  auto listed =
+      coordinator_->ListArtifacts(CallerFor(context), request->job_id());
+  if (listed.ok()) {
+    for (v1::ArtifactInfo& info : *listed) {
+      *response->add_artifacts() = std::move(info);
+    }
+  }
+  return Answer(context, listed.status());
+}
+
+grpc::ServerWriteReactor<v1::ArtifactDownload>* GrpcService::DownloadArtifact(
+    grpc::CallbackServerContext* context,
+    const v1::DownloadArtifactRequest* request) {
+  const Caller caller = CallerFor(context);
+  std::string identity = OwnerIdOf(caller);
+  auto opened =
+      coordinator_->OpenArtifact(caller, request->job_id(), request->name());
+  if (!opened.ok()) {
+    return new Refused<grpc::ServerWriteReactor<v1::ArtifactDownload>>(
+        ToGrpcStatus(opened.status()));
+  }
+  grpc::Status slot = downloads_.Take(identity);
+  if (!slot.ok()) {
+    close(opened->first);
+    return new Refused<grpc::ServerWriteReactor<v1::ArtifactDownload>>(slot);
+  }
+  return new DownloadReactor(&downloads_, std::move(identity), opened->first,
+                             std::move(opened->second));
 }
 
 }  // namespace lockstep::coordinator

@@ -30,6 +30,10 @@ class GrpcService final : public v1::Coordinator::CallbackService {
     // needs one, a few while it reconnects; --max-watches-per-identity).
     int max_sessions_per_identity = 8;
     int max_watches_per_identity = 100;
+    // Artifact uploads and downloads open at once, in all and per
+    // identity (a chief uploads one export; a script downloads a few).
+    int max_artifact_streams = 64;
+    int max_artifact_streams_per_identity = 4;
   };
 
   // `coordinator` must outlive the service and every call it serves.
@@ -75,6 +79,16 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListQueue(grpc::CallbackServerContext* context,
                                       const v1::ListQueueRequest* request,
                                       v1::ListQueueResponse* response) override;
+  grpc::ServerReadReactor<v1::ArtifactUpload>* UploadArtifact(
+      grpc::CallbackServerContext* context,
+      v1::UploadArtifactResponse* response) override;
+  grpc::ServerUnaryReactor* ListArtifacts(
+      grpc::CallbackServerContext* context,
+      const v1::ListArtifactsRequest* request,
+      v1::ListArtifactsResponse* response) override;
+  grpc::ServerWriteReactor<v1::ArtifactDownload>* DownloadArtifact(
+      grpc::CallbackServerContext* context,
+      const v1::DownloadArtifactRequest* request) override;
 
  private:
   // Who makes the call (Role::kInsecure for every caller with --insecure;
@@ -91,6 +105,8 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   DenyList* const deny_;
   StreamSlots sessions_;
   StreamSlots watches_;
+  StreamSlots uploads_;
+  StreamSlots downloads_;
 };
 
 }  // namespace lockstep::coordinator

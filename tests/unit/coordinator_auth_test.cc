@@ -5,6 +5,8 @@
 // incarnations shown to nobody.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <set>
 #include <string>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/sha256.h"
 #include "common/tf_config.h"
 #include "coordinator/authorization.h"
 #include "coordinator/coordinator.h"
@@ -78,13 +82,15 @@ std::vector<RoleCase> RoleCases() {
     cases.emplace_back(call, "spiffe://lockstep/admin/root", kNoIdentity);
   };
   for (Call call : {Call::kRegisterWorker, Call::kWorkerSession, Call::kKvSet,
-                    Call::kKvGet}) {
+                    Call::kKvGet, Call::kUploadArtifact}) {
     add(call, kOk, kDenied, kDenied);
   }
   for (Call call : {Call::kSubmitJob, Call::kStopJob, Call::kDeleteJob}) {
     add(call, kDenied, kOk, kDenied);
   }
-  for (Call call : {Call::kGetJobStatus, Call::kWatchJob, Call::kListWorkers}) {
+  for (Call call :
+       {Call::kGetJobStatus, Call::kWatchJob, Call::kListWorkers,
+        Call::kListQueue, Call::kListArtifacts, Call::kDownloadArtifact}) {
     add(call, kDenied, kOk, kOk);
   }
   add(Call::kHealthCheck, kOk, kOk, kOk);
@@ -582,6 +588,108 @@ TEST_F(CoordinatorAuthTest, IncarnationsAreShownToNobody) {
     EXPECT_THAT(info.DebugString(),
                 Not(HasSubstr(absl::StrCat(kSecretIncarnation))));
   }
+}
+
+// Issue 53: only rank 0 of the live generation uploads its job's export,
+// with its token and as the export it is; only the job's owner, an admin or
+// a viewer lists and reads it.
+TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
+  std::string tmpl = ::testing::TempDir() + "artifact_auth_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  configure_ = [&](Coordinator::Options& options) {
+    options.artifact_dir = dir + "/artifacts";
+  };
+  MakeCluster();
+  JoinAs(0, 10, &sink0_);
+  JoinAs(1, 11, &sink1_);
+  v1::JobSpec spec = Spec(0);
+  spec.set_export_path("/exports/mnist/model.pt");
+  spec.set_export_format("torchscript");
+  job_ = *coordinator_->SubmitJob(spec, kOperator);
+  ASSERT_EQ(Status(job_).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(AssignmentOf(job_, 1, 0)->upload_export());
+  EXPECT_FALSE(AssignmentOf(job_, 1, 1)->upload_export());
+
+  auto header = [&](int rank, int token_of) {
+    v1::ArtifactUpload::Header header;
+    header.set_job_id(job_);
+    header.set_generation(1);
+    header.set_rank(rank);
+    header.set_rank_token(TokenOf(job_, 1, token_of));
+    v1::ArtifactInfo* info = header.mutable_info();
+    info->set_name("model");
+    info->set_file_name("model.pt");
+    info->set_format("torchscript");
+    info->set_bytes(3);
+    info->set_sha256(*Sha256Hex("abc"));
+    return header;
+  };
+  // Worker 1 may not upload as rank 0, nor as itself.
+  EXPECT_EQ(coordinator_->BeginArtifactUpload(Identity(kWorker1), header(0, 0))
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  auto not_chief =
+      coordinator_->BeginArtifactUpload(Identity(kWorker1), header(1, 1));
+  EXPECT_EQ(not_chief.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(not_chief.status().message(), HasSubstr("is not the chief"));
+  // Nor may the chief upload another file as the export.
+  v1::ArtifactUpload::Header other = header(0, 0);
+  other.mutable_info()->set_file_name("other.pt");
+  EXPECT_EQ(coordinator_->BeginArtifactUpload(Identity(kWorker0), other)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto upload =
+      coordinator_->BeginArtifactUpload(Identity(kWorker0), header(0, 0));
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  ASSERT_TRUE((*upload)->Append("abc").ok());
+  auto kept = (*upload)->Finish();
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->owner(), "operator:alice");
+  coordinator_->ArtifactUploadEnded(job_, 0, kept);
+  EXPECT_EQ(EventsOf(Status(job_), "artifact_kept").size(), 1u);
+
+  auto listed = coordinator_->ListArtifacts(Identity(kOperator), job_);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].sha256(), *Sha256Hex("abc"));
+  EXPECT_TRUE(coordinator_->ListArtifacts(Identity(kViewer), job_).ok());
+  auto stranger = coordinator_->ListArtifacts(
+      Identity("spiffe://lockstep/operator/carol"), job_);
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      coordinator_->ListArtifacts(Identity(kWorker0), job_).status().code(),
+      absl::StatusCode::kPermissionDenied);
+  auto opened = coordinator_->OpenArtifact(Identity(kViewer), job_, "model");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  char bytes[4] = {};
+  EXPECT_EQ(read(opened->first, bytes, sizeof(bytes)), 3);
+  close(opened->first);
+  EXPECT_EQ(std::string(bytes), "abc");
+  coordinator_.reset();
+  ASSERT_TRUE(RemoveRecursively(dir).ok());
+}
+
+TEST_F(CoordinatorAuthTest, WithoutAnArtifactDirNothingIsUploaded) {
+  MakeCluster();
+  JoinAs(0, 10, &sink0_);
+  JoinAs(1, 11, &sink1_);
+  v1::JobSpec spec = Spec(0);
+  spec.set_export_path("/exports/mnist/model.pt");
+  job_ = *coordinator_->SubmitJob(spec);
+  EXPECT_FALSE(AssignmentOf(job_, 1, 0)->upload_export());
+  v1::ArtifactUpload::Header header;
+  header.set_job_id(job_);
+  header.set_generation(1);
+  header.set_rank(0);
+  header.set_rank_token(TokenOf(job_, 1, 0));
+  auto refused = coordinator_->BeginArtifactUpload(Identity(kWorker0), header);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("job " + job_ +
+                        " rank 0: this coordinator keeps no "
+                        "artifacts"));
 }
 
 }  // namespace

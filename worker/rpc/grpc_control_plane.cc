@@ -2,12 +2,20 @@
 // (grpc_control_plane.h).
 #include "worker/rpc/grpc_control_plane.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/files.h"
 #include "common/grpc_status.h"
 #include "common/rpc_limits.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
 
 namespace lockstep::worker {
 namespace {
@@ -215,6 +223,68 @@ std::unique_ptr<KeyValueClient> GrpcControlPlane::KeyValue(
     const std::string& rank_token) {
   return std::make_unique<GrpcKeyValue>(stub_.get(), address_, job_id,
                                         generation, rank, rank_token);
+}
+
+absl::StatusOr<v1::ArtifactInfo> GrpcControlPlane::UploadArtifact(
+    v1::ArtifactUpload::Header header, const std::string& path,
+    absl::Duration timeout) {
+  const std::string what =
+      absl::StrCat("uploading ", path, " (job ", header.job_id(), " rank ",
+                   header.rank(), ")");
+  // Its size and digest first: the coordinator checks the bytes against
+  // them, so a file that changes meanwhile is refused, never kept torn.
+  int64_t size = 0;
+  {
+    ASSIGN_OR_RETURN(int fd, OpenRegularFile(path, &size));
+    Sha256 sha;
+    std::string chunk(kMaxArtifactChunkBytes, '\0');
+    for (;;) {
+      const ssize_t n = read(fd, chunk.data(), chunk.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        close(fd);
+        return absl::InternalError(
+            absl::StrCat(what, ": ", std::strerror(errno)));
+      }
+      if (n == 0) break;
+      sha.Update(chunk.data(), static_cast<size_t>(n));
+    }
+    close(fd);
+    ASSIGN_OR_RETURN(*header.mutable_info()->mutable_sha256(), sha.HexDigest());
+  }
+  header.mutable_info()->set_bytes(size);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::UploadArtifactResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ArtifactUpload>> stream =
+      stub_->UploadArtifact(&context, &response);
+  v1::ArtifactUpload message;
+  *message.mutable_header() = header;
+  bool sent = stream->Write(message);
+  int64_t size_now = 0;
+  absl::StatusOr<int> fd = OpenRegularFile(path, &size_now);
+  if (!fd.ok()) {
+    context.TryCancel();
+    stream->Finish();
+    return fd.status();
+  }
+  message.Clear();
+  std::string* data = message.mutable_data();
+  while (sent) {
+    data->resize(kMaxArtifactChunkBytes);
+    ssize_t n;
+    do {
+      n = read(*fd, data->data(), data->size());
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) break;
+    data->resize(static_cast<size_t>(n));
+    sent = stream->Write(message);
+  }
+  close(*fd);
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return Annotate(status, address_, what);
+  return response.info();
 }
 
 }  // namespace lockstep::worker

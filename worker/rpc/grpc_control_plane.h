@@ -26,6 +26,9 @@ class GrpcControlPlane : public ControlPlane {
   std::unique_ptr<KeyValueClient> KeyValue(
       const std::string& job_id, int64_t generation, int rank,
       const std::string& rank_token) override;
+  absl::StatusOr<v1::ArtifactInfo> UploadArtifact(
+      v1::ArtifactUpload::Header header, const std::string& path,
+      absl::Duration timeout) override;
 
  private:
   const std::string address_;
