@@ -9,13 +9,18 @@ For each built-in model, trained briefly on Fashion-MNIST:
 - torch.jit.load of the TorchScript export gives that module's outputs on
   the test images within 1e-6;
 - that module's test loss and accuracy over the 10,000 test images are the
-  ones the job reported (lockstep's own evaluation).
+  ones the job reported (lockstep's own evaluation);
+- the exports come back through the coordinator (its --artifact-dir, which
+  LocalCluster sets): the same bytes, Job.load_model() gives the job's test
+  loss and digest, lockstep.aio downloads them too.
 gpt is checked the same way on a Markov chain's tokens (digest, outputs).
 And a model written in plain PyTorch, wrapped by
 lockstep.script_training_step, trains on 2 workers; its export is the
 trained model (digest) and gives the plain module's outputs.
 """
+import asyncio
 import gzip
+import hashlib
 import os
 import subprocess
 import tempfile
@@ -25,6 +30,7 @@ import numpy
 import torch
 
 import lockstep
+import lockstep.aio
 import lockstep.models
 from lockstep.torchscript import script_training_step
 
@@ -69,11 +75,11 @@ class ExportTest(unittest.TestCase):
         cls.cluster.close()
         subprocess.run(["rm", "-rf", cls.work], check=False)
 
-    def export(self, name, form, spec=None, **fields):
-        path = os.path.join(self.work, "%s-%s.pt" % (name, form))
+    def export(self, name, form, spec=None, tag="", **fields):
+        path = os.path.join(self.work, "%s-%s%s.pt" % (name, form, tag))
         job = self.client.submit(spec or {"model": name}, SHORT, export=path,
-                                 export_format=form, name="%s-%s" % (name, form),
-                                 **fields)
+                                 export_format=form,
+                                 name="%s-%s%s" % (name, form, tag), **fields)
         return job, path
 
     def test_built_in_models(self):
@@ -101,6 +107,43 @@ class ExportTest(unittest.TestCase):
             self.assertAlmostEqual(loss, final.test_loss, delta=1e-5, msg=name)
             self.assertAlmostEqual(accuracy, final.test_accuracy, delta=1e-4,
                                    msg=name)
+            # The same models back through the coordinator (issue 53): kept
+            # byte for byte, loaded without the workers' folders.
+            (kept,) = ts_job.artifacts()
+            with open(ts_path, "rb") as f:
+                self.assertEqual(kept.sha256,
+                                 hashlib.sha256(f.read()).hexdigest(), name)
+            self.assertEqual((kept.name, kept.format, kept.step),
+                             ("model", "torchscript", 20))
+            back = ts_job.load_model()
+            with torch.no_grad():
+                back_logits = torch.cat([back(chunk)
+                                         for chunk in images.split(256)])
+            self.assertAlmostEqual(
+                torch.nn.functional.cross_entropy(back_logits, labels).item(),
+                final.test_loss, delta=1e-5, msg=name)
+            self.assertEqual(lockstep.models.digest(sd_job.load_model()),
+                             final.ranks[0].model_digest, name)
+
+    def test_a_model_comes_back_through_lockstep_aio(self):
+        job, path = self.export("mlp", "torchscript", tag="-aio")
+        job.wait(timeout=WAIT_SECONDS)
+
+        async def download(target):
+            async with lockstep.aio.Client(self.cluster.address,
+                                           self.cluster.cert, self.cluster.key,
+                                           self.cluster.ca) as client:
+                return await client.job(job.id).download_model(target)
+
+        target = os.path.join(self.work, "back-aio.pt")
+        self.assertEqual(asyncio.run(download(target)), target)
+        with open(path, "rb") as a, open(target, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # An archive (LibTorch's C++ format) is not Python's to load.
+        archive, _ = self.export("mlp", "archive", tag="-aio")
+        archive.wait(timeout=WAIT_SECONDS)
+        with self.assertRaises(lockstep.FailedPrecondition):
+            archive.load_model()
 
     def test_gpt(self):
         data = os.path.join(self.work, "markov")

@@ -12,7 +12,8 @@ README.md ("From Python") lists the calls.
 from lockstep._version import __version__
 from lockstep.client import Client, Job, Update
 from lockstep.compare import Comparison, compare
-from lockstep.errors import (Aborted, DeadlineExceeded, FailedPrecondition,
+from lockstep.errors import (Aborted, DataLoss, DeadlineExceeded,
+                             FailedPrecondition,
                              InvalidArgument, JobEnded, JobFailed, JobStopped,
                              LockstepError, NotFound, PermissionDenied,
                              ResourceExhausted, Unauthenticated, Unavailable)
@@ -21,7 +22,7 @@ from lockstep.metrics import state_name
 from lockstep.spec import job_spec
 
 __all__ = [
-    "Aborted", "Client", "Comparison", "DeadlineExceeded",
+    "Aborted", "Client", "Comparison", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "InvalidArgument", "Job", "JobEnded", "JobFailed",
     "JobStopped", "LocalCluster", "LockstepError", "NotFound",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",

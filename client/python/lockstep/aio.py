@@ -15,6 +15,8 @@ The server's identity is checked (with Python's ssl, in a thread) before
 the first call and before a broken watch resumes, as lockstep.Client does.
 """
 import asyncio
+import os
+import tempfile
 
 import grpc
 
@@ -22,8 +24,8 @@ from lockstep import errors
 from lockstep import metrics as metrics_lib
 from lockstep._connection import Settings
 from lockstep.client import (_TERMINAL, _RECONNECT_SECONDS, Update, _Display,
-                             _JobFilter, _outcome, _Reconnect, _SeenEvents,
-                             _updates)
+                             _JobFilter, _check_loadable, _load, _outcome,
+                             _Receiver, _Reconnect, _SeenEvents, _updates)
 from lockstep.spec import job_spec, keyword_overrides
 from lockstep.v1 import coordinator_pb2
 from lockstep.v1 import coordinator_pb2_grpc
@@ -169,6 +171,49 @@ class Job:
 
     async def delete(self):
         await self.client.delete(self.id)
+
+    async def artifacts(self):
+        """What the coordinator keeps of the job (Job.artifacts)."""
+        response = await self.client._call(
+            "ListArtifacts",
+            coordinator_pb2.ListArtifactsRequest(job_id=self.id))
+        return list(response.artifacts)
+
+    async def download_model(self, path=None, timeout=3600):
+        """Downloads the exported model to `path`, checked (as
+        Job.download_model); returns the path. The file is written in a
+        thread."""
+        if not self.client._checked:
+            await self.client.check_server()
+        call = self.client._stub.DownloadArtifact(
+            coordinator_pb2.DownloadArtifactRequest(job_id=self.id,
+                                                    name="model"),
+            timeout=timeout)
+        receiver = None
+        try:
+            async for message in call:
+                if receiver is None:
+                    receiver = _Receiver(message.info,
+                                         path or message.info.file_name,
+                                         self.id)
+                else:
+                    receiver.add(message.data)  # 1 MiB: a short write
+        except grpc.RpcError as error:
+            if receiver is not None:
+                receiver.abort()
+            raise errors.from_rpc(error, self.client.address) from None
+        if receiver is None:
+            raise errors.DataLoss("the download of job %s's model ended at "
+                                  "once" % self.id)
+        return receiver.finish()
+
+    async def load_model(self, **sizes):
+        """The exported model in PyTorch (as Job.load_model)."""
+        status = await self.status()
+        _check_loadable(status)
+        with tempfile.TemporaryDirectory(prefix="lockstep-model-") as folder:
+            path = await self.download_model(os.path.join(folder, "model.pt"))
+            return await asyncio.to_thread(_load, status.spec, path, sizes)
 
     async def checkpoints(self):
         """The job's committed checkpoints, oldest first."""

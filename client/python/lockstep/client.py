@@ -1,8 +1,11 @@
 """Client and Job: the coordinator's calls from Python (the CLI's submit,
 status, watch, stop, jobs and workers)."""
 import collections
+import hashlib
 import html
+import os
 import sys
+import tempfile
 import time
 
 import grpc
@@ -179,6 +182,57 @@ class Job:
         epoch, generation, time, bytes), oldest first."""
         return list(self.status().checkpoints)
 
+    def artifacts(self):
+        """What the coordinator keeps of the job (ArtifactInfo: name,
+        file_name, format, bytes, sha256, step, time, owner): its exported
+        model once it succeeded, when the coordinator runs with
+        --artifact-dir (LocalCluster does)."""
+        return list(self.client._call(
+            "ListArtifacts",
+            coordinator_pb2.ListArtifactsRequest(job_id=self.id)).artifacts)
+
+    def download_model(self, path=None, timeout=3600):
+        """Downloads the job's exported model from the coordinator to
+        `path` (default: the export's file name in the current folder) and
+        returns the path. It is written to a temporary file beside `path`,
+        its size and SHA-256 checked against the coordinator's record
+        (DataLoss when they differ), then moved into place."""
+        stream = self.client._stub.DownloadArtifact(
+            coordinator_pb2.DownloadArtifactRequest(job_id=self.id,
+                                                    name="model"),
+            timeout=timeout)
+        receiver = None
+        try:
+            info = next(stream).info
+            receiver = _Receiver(info, path or info.file_name, self.id)
+            for message in stream:
+                receiver.add(message.data)
+            return receiver.finish()
+        except grpc.RpcError as error:
+            if receiver is not None:
+                receiver.abort()
+            raise errors.from_rpc(error, self.client.address) from None
+        except StopIteration:
+            raise errors.DataLoss("the download of job %s's model ended at "
+                                  "once" % self.id) from None
+        finally:
+            stream.cancel()
+
+    def load_model(self, **sizes):
+        """The job's exported model in PyTorch (needs python3-torch),
+        downloaded from the coordinator: a "torchscript" export as
+        torch.jit.load gives it; a "state_dict" export loaded (strictly)
+        into lockstep.models' module of the job's model, its sizes from the
+        job's spec and the weights (`sizes` overrides them, as
+        lockstep.models.build takes them). An "archive" export is LibTorch's
+        C++ format, which Python does not read: FailedPrecondition."""
+        status = self.status()
+        _check_loadable(status)
+        with tempfile.TemporaryDirectory(prefix="lockstep-model-") as folder:
+            return _load(status.spec,
+                         self.download_model(os.path.join(folder, "model.pt")),
+                         sizes)
+
     def logs(self, follow=True, timeout=None):
         """The job's events and progress as text lines, as `lockstep watch`
         prints them piped: each event, and its progress at most every 2 s
@@ -341,6 +395,99 @@ def _status_html(status):
                     % (html.escape(str(k)), html.escape(str(v)))
                     for k, v in rows)
     return "<table>%s</table>" % cells
+
+
+class _Receiver:
+    """Where a downloaded artifact goes (Job.download_model and
+    lockstep.aio's): a temporary file beside `path`, checked against the
+    info's size and SHA-256 by finish(), then renamed to `path`."""
+
+    def __init__(self, info, path, job_id):
+        self.info = info
+        self.path = path
+        self.job_id = job_id
+        self.digest = hashlib.sha256()
+        self.received = 0
+        handle, self.temp = tempfile.mkstemp(
+            prefix=".%s.part-" % os.path.basename(path),
+            dir=os.path.dirname(os.path.abspath(path)))
+        self.out = os.fdopen(handle, "wb")
+
+    def add(self, data):
+        self.received += len(data)
+        if self.received <= self.info.bytes:
+            self.digest.update(data)
+            self.out.write(data)
+
+    def finish(self):
+        """Returns the path; DataLoss (nothing written) when the bytes are
+        not the coordinator's."""
+        try:
+            self.out.flush()
+            os.fsync(self.out.fileno())
+            self.out.close()
+            if (self.received != self.info.bytes or
+                    self.digest.hexdigest() != self.info.sha256):
+                raise errors.DataLoss(
+                    "the model of job %s came with %d bytes and SHA-256 %s; "
+                    "the coordinator keeps %d bytes with SHA-256 %s: nothing "
+                    "was written" % (self.job_id, self.received,
+                                     self.digest.hexdigest(), self.info.bytes,
+                                     self.info.sha256))
+            os.replace(self.temp, self.path)
+            return self.path
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self):
+        self.out.close()
+        if os.path.exists(self.temp):
+            os.unlink(self.temp)
+
+
+def _check_loadable(status):
+    """FailedPrecondition unless Python can load the job's export."""
+    if (status.spec.export_format or "archive") == "archive":
+        raise errors.FailedPrecondition(
+            "job %s exported an \"archive\" (LibTorch's C++ format); Python "
+            "loads export_format \"torchscript\" or \"state_dict\""
+            % status.job_id)
+
+
+def _load(spec, path, sizes):
+    """The model of the export at `path` (Job.load_model)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if spec.export_format == "torchscript":
+        return torch.jit.load(path).eval()
+    return _built_model(spec, torch.load(path), sizes)
+
+
+def _built_model(spec, state, sizes):
+    """lockstep.models' module of `spec`'s built-in model with `state`
+    loaded: its sizes from the spec and the weights, then `sizes`."""
+    from lockstep import models  # pylint: disable=import-outside-toplevel
+
+    name = spec.model.name
+    if not name:
+        raise errors.FailedPrecondition(
+            "the job trains a model.torchscript module; its state_dict loads "
+            "into that module, not one of lockstep.models: export "
+            "\"torchscript\" instead")
+    found = {"dropout": spec.model.dropout}
+    if name == "gpt":
+        found.update(vocab_size=state["wte.weight"].shape[0],
+                     block_size=state["wpe.weight"].shape[0],
+                     n_layer=spec.model.n_layer or 4,
+                     n_head=spec.model.n_head or 4,
+                     n_embd=spec.model.n_embd or 128)
+    elif spec.task.num_classes:
+        found["outputs"] = spec.task.num_classes
+    found.update(sizes)
+    model = models.build(name, **found)
+    model.load_state_dict(state)
+    return model.eval()
 
 
 def _updates(status, seen, view):

@@ -58,6 +58,12 @@ class ResourceExhausted(LockstepError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class DataLoss(LockstepError):
+    """Bytes that do not match what was declared: an artifact whose size or
+    SHA-256 differs from the coordinator's record."""
+    code = "DATA_LOSS"
+
+
 class Aborted(LockstepError):
     code = "ABORTED"
 
@@ -94,6 +100,7 @@ _BY_CODE = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.ABORTED: Aborted,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
 }
 
