@@ -112,47 +112,37 @@ void Coordinator::ArtifactUploadEnded(
   PersistLocked(job);
 }
 
-absl::Status Coordinator::AuthorizeArtifactReaderLocked(const Caller& caller,
-                                                        const Job& job) const {
+absl::Status Coordinator::AuthorizeArtifactReader(const Caller& caller,
+                                                  Call call,
+                                                  const std::string& job_id,
+                                                  const std::string& name) {
+  RETURN_IF_ERROR(AuthorizeRole(caller, call));
+  if (absl::Status bad = CheckArtifactRequest(CallName(call), job_id, name);
+      !bad.ok()) {
+    return Refused(bad);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
   if (caller.role == Role::kViewer) return absl::OkStatus();
   const std::string by = caller.role == Role::kInsecure ? "" : caller.id;
-  return AuthorizeOwnerLocked(job, by, "read the artifacts of");
+  return AuthorizeOwnerLocked(it->second, by, "read the artifacts of");
 }
 
 absl::StatusOr<std::vector<v1::ArtifactInfo>> Coordinator::ListArtifacts(
     const Caller& caller, const std::string& job_id) {
-  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kListArtifacts));
-  if (absl::Status bad = CheckArtifactRequest("ListArtifacts", job_id, "");
-      !bad.ok()) {
-    return Refused(bad);
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    }
-    RETURN_IF_ERROR(AuthorizeArtifactReaderLocked(caller, it->second));
-  }
+  RETURN_IF_ERROR(
+      AuthorizeArtifactReader(caller, Call::kListArtifacts, job_id, ""));
   if (artifacts_ == nullptr) return std::vector<v1::ArtifactInfo>();
   return artifacts_->List(job_id);
 }
 
 absl::StatusOr<std::pair<int, v1::ArtifactInfo>> Coordinator::OpenArtifact(
     const Caller& caller, const std::string& job_id, const std::string& name) {
-  RETURN_IF_ERROR(AuthorizeRole(caller, Call::kDownloadArtifact));
-  if (absl::Status bad = CheckArtifactRequest("DownloadArtifact", job_id, name);
-      !bad.ok()) {
-    return Refused(bad);
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    }
-    RETURN_IF_ERROR(AuthorizeArtifactReaderLocked(caller, it->second));
-  }
+  RETURN_IF_ERROR(
+      AuthorizeArtifactReader(caller, Call::kDownloadArtifact, job_id, name));
   if (artifacts_ == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("job ", job_id, " has no artifact \"", name,

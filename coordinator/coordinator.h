@@ -585,11 +585,13 @@ class Coordinator {
   // Removes the artifacts of jobs the coordinator no longer has (a crash
   // between forgetting a job and removing its artifacts). From Create.
   void ForgetOrphanArtifactsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A reader of a job's artifacts: a viewer, or an operator that owns the
-  // job or is an admin. Errors: PermissionDenied.
-  absl::Status AuthorizeArtifactReaderLocked(const Caller& caller,
-                                             const Job& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reader of a job's artifacts making `call` for `name` ("" to list):
+  // a viewer, or an operator that owns the job or is an admin. Errors:
+  // InvalidArgument, NotFound, PermissionDenied, Unauthenticated.
+  absl::Status AuthorizeArtifactReader(const Caller& caller, Call call,
+                                       const std::string& job_id,
+                                       const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the oldest finished jobs past keep_finished_jobs_ and those that
   // ended longer than finished_job_ttl_ ago. Called only where no Job& is
   // held (Sweep, SubmitJob, Create).
