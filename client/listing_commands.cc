@@ -29,7 +29,10 @@ accuracy, samples/s, and why a job failed. --json gives the full status of
 one job, or the summaries of the jobs listed (without loss history, events,
 checkpoints and evaluations).
 
-Without JOB it lists the newest 100 jobs and says when there are more.
+Without JOB it lists the newest 100 jobs and says when there are more. A
+job the starvation bound promoted says so. The last line says who may use
+which priority class, the admins and the starvation bound (as `lockstep
+queue` does).
 
 Flags:
   --limit N   list the newest N jobs
@@ -164,6 +167,35 @@ std::string WorkerJob(const v1::WorkerInfo& w) {
 
 }  // namespace
 
+// Who may use which priority, the admins and the starvation bound
+// (issue 52), as `lockstep queue` and `lockstep status` end.
+std::string RightsLine(const v1::ListQueueResponse& response) {
+  std::vector<std::string> grants;
+  for (const v1::PriorityClass& named : response.priority_classes()) {
+    grants.push_back(absl::StrCat(named.name(), "=", named.priority(), " (",
+                                  named.priority() <= 0 ? std::string("anyone")
+                                  : named.granted_to().empty()
+                                      ? std::string("admins")
+                                      : absl::StrJoin(named.granted_to(), ", "),
+                                  ")"));
+  }
+  return TerminalSafe(absl::StrCat(
+      "priority classes: ",
+      grants.empty() ? std::string("none") : absl::StrJoin(grants, ", "),
+      "; admins (any priority): ",
+      response.admins().empty() ? std::string("none")
+                                : absl::StrJoin(response.admins(), ", "),
+      "; starvation bound: ",
+      response.starvation_bound_seconds() > 0
+          ? absl::StrCat("a job that has waited ",
+                         absl::FormatDuration(absl::Seconds(
+                             response.starvation_bound_seconds())),
+                         " in all is promoted to priority ",
+                         response.starvation_priority())
+          : std::string("none"),
+      "\n"));
+}
+
 int RunStatus(const std::vector<std::string>& argv) {
   int exit = kExitOk;
   auto call =
@@ -220,6 +252,22 @@ int RunStatus(const std::vector<std::string>& argv) {
                                              "): ", job.queue().message()))
                 << "\n";
     }
+    if (job.has_promoted_from()) {
+      std::cout << "  "
+                << absl::StrCat("priority ", job.priority(), " (was ",
+                                job.promoted_from(),
+                                ": promoted by the starvation bound)")
+                << "\n";
+    }
+  }
+  // Who may use which priority, as the queue says it (one small call).
+  v1::ListQueueRequest request;
+  request.set_page_size(1);
+  v1::ListQueueResponse queue;
+  grpc::ClientContext context;
+  SetDeadline(&context, 10);
+  if (call->stub->ListQueue(&context, request, &queue).ok()) {
+    std::cout << RightsLine(queue);
   }
   return kExitOk;
 }
@@ -282,30 +330,7 @@ int RunQueue(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   // Who may use which priority (issue 52), under the list or alone.
-  std::vector<std::string> grants;
-  for (const v1::PriorityClass& named : response.priority_classes()) {
-    grants.push_back(absl::StrCat(named.name(), "=", named.priority(), " (",
-                                  named.priority() <= 0 ? std::string("anyone")
-                                  : named.granted_to().empty()
-                                      ? std::string("admins")
-                                      : absl::StrJoin(named.granted_to(), ", "),
-                                  ")"));
-  }
-  const std::string rights = TerminalSafe(absl::StrCat(
-      "priority classes: ",
-      grants.empty() ? std::string("none") : absl::StrJoin(grants, ", "),
-      "; admins (any priority): ",
-      response.admins().empty() ? std::string("none")
-                                : absl::StrJoin(response.admins(), ", "),
-      "; starvation bound: ",
-      response.starvation_bound_seconds() > 0
-          ? absl::StrCat("a job that has waited ",
-                         absl::FormatDuration(absl::Seconds(
-                             response.starvation_bound_seconds())),
-                         " in all is promoted to priority ",
-                         response.starvation_priority())
-          : std::string("none"),
-      "\n"));
+  const std::string rights = RightsLine(response);
   if (response.jobs().empty()) {
     std::cout << "no queued jobs\n" << rights << std::flush;
     return kExitOk;

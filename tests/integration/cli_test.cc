@@ -54,7 +54,9 @@ TEST_F(ClusterTest, TwoWorkersTrainFiftyStepsToTheSameModel) {
 
   Result table =
       RunCommand({kBin + "/lockstep", "status", "--coordinator", address_});
-  EXPECT_THAT(table.out, AllOf(HasSubstr(job), HasSubstr("succeeded")));
+  EXPECT_THAT(table.out, AllOf(HasSubstr(job), HasSubstr("succeeded"),
+                               HasSubstr("priority classes: none; admins "
+                                         "(any priority): none")));
   Result workers =
       RunCommand({kBin + "/lockstep", "workers", "--coordinator", address_});
   EXPECT_THAT(workers.out, AllOf(HasSubstr("worker:0"), HasSubstr("worker:1"),
