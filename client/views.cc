@@ -93,20 +93,6 @@ std::string ThroughputText(const v1::JobStatus& status) {
   return absl::StrFormat("%.0f samples/s", status.samples_per_second());
 }
 
-int64_t HistoryStep(const v1::JobStatus& status, int index) {
-  return index * std::max<int64_t>(1, status.loss_stride()) + 1;
-}
-
-int GlobalBatch(const v1::JobStatus& status) {
-  if (status.plan().global_batch_size() > 0) {
-    return status.plan().global_batch_size();
-  }
-  const v1::JobSpec& spec = status.spec();
-  return spec.has_global_batch_size()
-             ? spec.global_batch_size()
-             : spec.per_replica_batch_size() * std::max(1, status.world_size());
-}
-
 std::string FormatProgress(const v1::JobStatus& status) {
   if (status.state() == v1::JOB_STATE_QUEUED) {
     if (!status.has_queue()) {

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/job_state.h"  // StateName, which the views use
+#include "common/job_state.h"       // StateName, which the views use
+#include "common/run_comparison.h"  // GlobalBatch, HistoryStep
 #include "lockstep/v1/coordinator.pb.h"
 
 namespace lockstep::client {
@@ -61,12 +62,7 @@ std::string MetricsText(const v1::JobStatus& status);
 // "2310 samples/s".
 std::string ThroughputText(const v1::JobStatus& status);
 
-// The job's global batch: its plan's, else what its spec asks for.
-int GlobalBatch(const v1::JobStatus& status);
-
-// The step whose loss is the history's `index`th (JobStatus.loss_stride:
-// past 2^20 steps the history keeps every second loss, then every fourth...).
-int64_t HistoryStep(const v1::JobStatus& status, int index);
+// GlobalBatch and HistoryStep: common/run_comparison.h.
 
 }  // namespace lockstep::client
 

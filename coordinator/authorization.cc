@@ -34,6 +34,7 @@ unsigned AllowedRoles(Call call) {
     case Call::kListQueue:
     case Call::kListArtifacts:
     case Call::kDownloadArtifact:
+    case Call::kCompareJobs:
       return Bit(Role::kOperator) | Bit(Role::kViewer);
     case Call::kHealthCheck:
       return Bit(Role::kWorker) | Bit(Role::kSpare) | Bit(Role::kOperator) |
@@ -127,6 +128,8 @@ absl::string_view CallName(Call call) {
       return "ListArtifacts";
     case Call::kDownloadArtifact:
       return "DownloadArtifact";
+    case Call::kCompareJobs:
+      return "CompareJobs";
     case Call::kHealthCheck:
       return "grpc.health.v1.Health/Check";
   }

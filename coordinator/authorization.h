@@ -9,7 +9,8 @@
 //   SubmitJob, StopJob, DeleteJob     operator
 //   GetJobStatus, WatchJob,           operator, viewer
 //   ListWorkers, ListQueue,
-//   ListArtifacts, DownloadArtifact
+//   ListArtifacts, DownloadArtifact,
+//   CompareJobs
 //   grpc.health.v1 Check              any known identity
 //
 // A daemon running --insecure authenticates nobody: Role::kInsecure may make
@@ -54,6 +55,7 @@ enum class Call {
   kUploadArtifact,
   kListArtifacts,
   kDownloadArtifact,
+  kCompareJobs,
   kHealthCheck,
 };
 

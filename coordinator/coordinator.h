@@ -265,6 +265,10 @@ class Coordinator {
   // Errors: InvalidArgument (a bad page size).
   absl::StatusOr<v1::ListQueueResponse> ListQueue(
       const v1::ListQueueRequest& request);
+  // Whether 2 to 16 jobs computed the same function
+  // (common/run_comparison.h). Errors: InvalidArgument, NotFound.
+  absl::StatusOr<v1::CompareJobsResponse> CompareJobs(
+      const v1::CompareJobsRequest& request);
 
   // ---- artifacts (artifacts.cc, issue 53) ----
   // Starts the upload `header` describes: the caller holds rank 0 of the

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/job_state.h"
 #include "common/log.h"
+#include "common/run_comparison.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
@@ -257,6 +258,45 @@ absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
     }
   }
   response.set_queued(queued);
+  return response;
+}
+
+absl::StatusOr<v1::CompareJobsResponse> Coordinator::CompareJobs(
+    const v1::CompareJobsRequest& request) {
+  if (request.job_ids_size() < 2 || request.job_ids_size() > 16) {
+    return Refused(absl::InvalidArgumentError(absl::StrCat(
+        "CompareJobs: ", request.job_ids_size(), " jobs; compare 2 to 16")));
+  }
+  std::vector<v1::JobStatus> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : request.job_ids()) {
+      if (absl::Status bad = CheckJobId("CompareJobs", id); !bad.ok()) {
+        return Refused(bad);
+      }
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) {
+        return absl::NotFoundError(absl::StrCat("no job ", id));
+      }
+      jobs.push_back(it->second.status);  // with its loss history
+    }
+  }
+  // The comparison itself outside the lock.
+  v1::CompareJobsResponse response;
+  const std::vector<RunVerdict> verdicts = CompareAllRuns(jobs);
+  size_t k = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    for (size_t j = i + 1; j < jobs.size(); ++j, ++k) {
+      v1::CompareJobsResponse::Verdict* verdict = response.add_verdicts();
+      verdict->set_job_a(jobs[i].job_id());
+      verdict->set_job_b(jobs[j].job_id());
+      verdict->set_same_function(verdicts[k].same_function);
+      verdict->set_text(verdicts[k].text);
+    }
+  }
+  for (std::string& warning : CompareWarnings(jobs)) {
+    response.add_warnings(std::move(warning));
+  }
   return response;
 }
 

@@ -271,4 +271,17 @@ grpc::ServerWriteReactor<v1::ArtifactDownload>* GrpcService::DownloadArtifact(
                              std::move(opened->second));
 }
 
+grpc::ServerUnaryReactor* GrpcService::CompareJobs(
+    grpc::CallbackServerContext* context, const v1::CompareJobsRequest* request,
+    v1::CompareJobsResponse* response) {
+  if (absl::Status refused =
+          AuthorizeRole(CallerFor(context), Call::kCompareJobs);
+      !refused.ok()) {
+    return Answer(context, refused);
+  }
+  auto compared = coordinator_->CompareJobs(*request);
+  if (compared.ok()) *response = *std::move(compared);
+  return Answer(context, compared.status());
+}
+
 }  // namespace lockstep::coordinator

@@ -89,6 +89,10 @@ class GrpcService final : public v1::Coordinator::CallbackService {
   grpc::ServerWriteReactor<v1::ArtifactDownload>* DownloadArtifact(
       grpc::CallbackServerContext* context,
       const v1::DownloadArtifactRequest* request) override;
+  grpc::ServerUnaryReactor* CompareJobs(
+      grpc::CallbackServerContext* context,
+      const v1::CompareJobsRequest* request,
+      v1::CompareJobsResponse* response) override;
 
  private:
   // Who makes the call (Role::kInsecure for every caller with --insecure;

@@ -154,6 +154,28 @@ class ClusterTest(unittest.TestCase):
                          {one.id, two.id, other.id})
         self.assertEqual(result.summary.loc[one.id, "replicas"], 1)
         self.assertIn("data:image/png;base64,", result._repr_html_())
+        # One implementation (issue 53 §4): the CLI's verdicts and warnings
+        # are Python's, on pairs of every kind: 1 vs 2 workers, another
+        # learning rate, another seed, another lr_scaling, bf16 vs fp32.
+        seed = self.client.submit(MLP, SHORT, seed=7, name="py-seed")
+        linear = self.client.submit(MLP, SHORT, num_workers=2,
+                                    lr_scaling="linear", name="py-linear")
+        bf16 = self.client.submit(MLP, SHORT, precision="bf16", name="py-bf16")
+        for job in (seed, linear, bf16):
+            job.wait(timeout=WATCH_SECONDS)
+        ids = [one.id, two.id, other.id, seed.id, linear.id, bf16.id]
+        python = lockstep.compare(ids, plot=False, client=self.client)
+        cli = json.loads(self.cli("compare", *ids, "--json", "--svg",
+                                  os.path.join(tempfile.gettempdir(),
+                                               "py-compare.svg")))
+        self.assertEqual([v["text"] for v in cli["verdicts"]], python.verdicts)
+        self.assertEqual([v["same_function"] for v in cli["verdicts"]],
+                         python._same)
+        self.assertEqual(cli["warnings"], python.warnings)
+        self.assertEqual(len(python.verdicts), 15)
+        self.assertTrue(any("lr_scaling" in w for w in python.warnings))
+        self.assertTrue(any('precision ("fp32" vs "bf16")' in v
+                            for v in python.verdicts), python.verdicts)
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "compare.png")
             result.save(path)

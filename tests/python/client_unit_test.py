@@ -167,60 +167,6 @@ class HistoryTest(unittest.TestCase):
             metrics.fetch_history(get_status, "j")
 
 
-def finished(job_id, replicas, digest, losses, **spec):
-    status = coordinator_pb2.JobStatus(
-        job_id=job_id, step=len(losses), spec=job_pb2.JobSpec(**spec),
-        step_losses=losses)
-    status.plan.CopyFrom(coordinator_pb2.TrainingPlan(
-        replicas=replicas, global_batch_size=64, scaled_lr=0.1,
-        total_steps=len(losses)))
-    status.ranks.add(rank=0, model_digest=digest)
-    return status
-
-
-class VerdictTest(unittest.TestCase):
-    """lockstep.compare's sentence for a pair of finished runs (the same
-    rule as `lockstep compare`'s, client/curve_commands.cc)."""
-
-    def test_verdicts(self):
-        from lockstep.compare import verdict
-        base = dict(seed=1, base_lr=0.1)
-        a = finished("a", 1, "d1" * 32, [2.0, 1.0], **base)
-        same, text = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **base))
-        self.assertTrue(same)
-        self.assertIn("bit-identical", text)
-        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.5], **base))
-        self.assertTrue(same)
-        self.assertIn("same function on 1 and 2 workers", text)
-        self.assertIn("at most 0.5 over 2 common steps", text)
-        # Anything of the spec that shapes training, however deep.
-        other = dict(base, optimizer=job_pb2.OptimizerSpec(weight_decay=0.1))
-        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.0], **other))
-        self.assertFalse(same)
-        self.assertIn("optimizer.weight_decay (unset vs 0.1)", text)
-        # Not where it ran, saved or reported.
-        elsewhere = dict(base, name="x", checkpoint=job_pb2.CheckpointSpec(
-            backup_dir="/b"), log_every_steps=7)
-        same, _ = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **elsewhere))
-        self.assertTrue(same)
-        # How gradients travel is not the function, except their rounding.
-        ring = dict(base, communication=job_pb2.CommunicationSpec(
-            algorithm="ring", bucket_mb=4, compression="none"))
-        same, _ = verdict(a, finished("b", 1, "d1" * 32, [2.0, 1.0], **ring))
-        self.assertTrue(same)
-        bf16 = dict(base, communication=job_pb2.CommunicationSpec(
-            compression="bf16"))
-        same, text = verdict(a, finished("b", 2, "d2" * 32, [2.0, 1.0], **bf16))
-        self.assertFalse(same)
-        self.assertIn('communication.compression ("none" vs "bf16")', text)
-        same, text = verdict(a, finished("b", 1, "d3" * 32, [2.0, 1.0], **base))
-        self.assertFalse(same)
-        self.assertIn("CPU kernels", text)
-        same, text = verdict(a, finished("b", 1, "", [2.0], **base))
-        self.assertFalse(same)
-        self.assertIn("cannot tell yet", text)
-
-
 class ConnectionTest(unittest.TestCase):
 
     def setUp(self):

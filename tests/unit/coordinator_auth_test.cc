@@ -88,9 +88,9 @@ std::vector<RoleCase> RoleCases() {
   for (Call call : {Call::kSubmitJob, Call::kStopJob, Call::kDeleteJob}) {
     add(call, kDenied, kOk, kDenied);
   }
-  for (Call call :
-       {Call::kGetJobStatus, Call::kWatchJob, Call::kListWorkers,
-        Call::kListQueue, Call::kListArtifacts, Call::kDownloadArtifact}) {
+  for (Call call : {Call::kGetJobStatus, Call::kWatchJob, Call::kListWorkers,
+                    Call::kListQueue, Call::kListArtifacts,
+                    Call::kDownloadArtifact, Call::kCompareJobs}) {
     add(call, kDenied, kOk, kOk);
   }
   add(Call::kHealthCheck, kOk, kOk, kOk);

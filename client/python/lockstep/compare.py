@@ -1,28 +1,15 @@
 """Runs compared side by side: one DataFrame of their curves keyed by job
 and step, a matplotlib figure, and for each pair whether the runs computed
-the same function or what differs (the CLI's `lockstep compare`)."""
+the same function or what differs, with the warnings that explain diverging
+curves. The verdicts and warnings are the coordinator's (CompareJobs,
+common/run_comparison.h): `lockstep compare` shows the same ones."""
 import base64
 import html
 import io
-import itertools
-import json
-
-from google.protobuf import json_format
 
 from lockstep import metrics as metrics_lib
 from lockstep.errors import FailedPrecondition, InvalidArgument
-
-# Fields of a job spec that do not change the function a run computes: where
-# and how it runs, saves and reports (the steps it trains are compared on
-# their own, and the schedule's length through the plan's total steps). The
-# same list as client/curve_commands.cc's.
-_NOT_THE_FUNCTION = (
-    "name", "num_workers", "per_replica_batch_size", "global_batch_size",
-    "min_workers", "max_workers", "max_restarts", "communication",
-    "checkpoint", "export_path", "export_format", "priority", "priority_class",
-    "placement", "log_every_steps", "eval_every_steps", "eval_batches",
-    "reproducible", "epochs", "max_steps")
-
+from lockstep.v1 import coordinator_pb2
 
 class Comparison:
     """What compare() returns.
@@ -34,14 +21,17 @@ class Comparison:
         test metrics, samples/s, digest.
     verdicts: one sentence per pair of jobs (in the order of
         itertools.combinations): "same function" or what differs.
+    warnings: what explains diverging curves (another global batch,
+        lr_scaling, or learning rate), as `lockstep compare` warns.
     figure: the matplotlib Figure of the curves (None with plot=False).
     """
 
-    def __init__(self, frame, summary, pairs, figure):
+    def __init__(self, frame, summary, pairs, figure, warnings=()):
         self.frame = frame
         self.summary = summary
         self._same = [same for same, _ in pairs]
         self.verdicts = [text for _, text in pairs]
+        self.warnings = list(warnings)
         self.figure = figure
 
     def same_function(self):
@@ -57,10 +47,13 @@ class Comparison:
         self.figure.savefig(path)
 
     def _repr_html_(self):
-        """The verdicts, the summary table and the figure, in a notebook."""
+        """The verdicts, the warnings, the summary table and the figure, in a
+        notebook."""
         parts = ["<p>lockstep.Comparison of %d jobs</p><ul>%s</ul>" % (
             len(self.summary), "".join("<li>%s</li>" % html.escape(text)
-                                       for text in self.verdicts)),
+                                       for text in self.verdicts +
+                                       ["warning: " + w
+                                        for w in self.warnings])),
                  self.summary.to_html()]
         if self.figure is not None:
             png = io.BytesIO()
@@ -71,7 +64,8 @@ class Comparison:
 
     def __repr__(self):
         return "\n".join(["lockstep.Comparison of %d jobs" % len(self.summary)]
-                         + self.verdicts)
+                         + self.verdicts +
+                         ["warning: " + w for w in self.warnings])
 
 
 def _digest(status):
@@ -95,102 +89,13 @@ def _settings(status):
     ]
 
 
-def _flatten(tree, prefix, out):
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            _flatten(value, prefix + key + ".", out)
-        else:
-            out[prefix + key] = json.dumps(value, sort_keys=True)
-
-
-def _function_settings(status):
-    """{dotted field: JSON value} of every setting that decides the
-    function a run computes: the job spec without _NOT_THE_FUNCTION, the
-    gradient's wire format (the one part of communication that rounds it),
-    and the global batch, scaled LR and total steps of its plan."""
-    tree = json_format.MessageToDict(status.spec,
-                                     preserving_proto_field_name=True)
-    for name in _NOT_THE_FUNCTION:
-        tree.pop(name, None)
-    flat = {}
-    _flatten(tree, "", flat)
-    flat["communication.compression"] = json.dumps(
-        status.spec.communication.compression or "none")
-    flat["global batch"] = str(metrics_lib.global_batch(status))
-    flat["scaled LR"] = "%.6g" % status.plan.scaled_lr
-    flat["total steps"] = str(status.plan.total_steps)
-    return flat
-
-
-def _loss_gap(a, b):
-    """(the largest difference of the two loss histories over their common
-    steps, how many steps they share)."""
-    losses_a = {metrics_lib.history_step(a, i): loss
-                for i, loss in enumerate(a.step_losses)}
-    gaps = [abs(losses_a[metrics_lib.history_step(b, i)] - loss)
-            for i, loss in enumerate(b.step_losses)
-            if metrics_lib.history_step(b, i) in losses_a]
-    return (max(gaps) if gaps else 0.0), len(gaps)
-
-
-def verdict(a, b):
-    """(whether two finished runs computed the same function, one sentence
-    saying so or what differs). `a` and `b` are final JobStatus with their
-    loss histories. The same function: every setting of the job spec but
-    where and how it runs, saves and reports (_NOT_THE_FUNCTION), the same
-    global batch, scaled LR and schedule length, trained for the same
-    steps. Then on one world size the models are bit-identical
-    (the same digest); across world sizes the gradient is summed in another
-    floating-point order (docs/DESIGN.md, "Determinism"), so the digests
-    differ and the sentence gives the largest gap between the loss curves.
-    """
-    names = "%s and %s" % (a.job_id, b.job_id)
-    if a.plan.replicas != b.plan.replicas:
-        workers = "%d and %d workers" % (a.plan.replicas, b.plan.replicas)
-    else:
-        workers = "%d workers each" % a.plan.replicas
-    da, db = _digest(a), _digest(b)
-    if not da or not db:
-        return False, ("%s: cannot tell yet: %s has no final model digest "
-                       "(it has not succeeded)"
-                       % (names, a.job_id if not da else b.job_id))
-    sa, sb = _function_settings(a), _function_settings(b)
-    differs = ["%s (%s vs %s)" % (name, sa.get(name, "unset"),
-                                  sb.get(name, "unset"))
-               for name in sorted(set(sa) | set(sb))
-               if sa.get(name) != sb.get(name)]
-    if a.step != b.step:
-        differs.insert(0, "steps trained (%d vs %d)" % (a.step, b.step))
-    if differs:
-        return False, ("%s: different functions: %s (on %s)"
-                       % (names, "; ".join(differs), workers))
-    if da == db:
-        return True, ("%s: same function, bit-identical: the same model "
-                      "(digest %s) after %d steps on %s"
-                      % (names, da[:16], a.step, workers))
-    gap, common = _loss_gap(a, b)
-    if a.plan.replicas != b.plan.replicas:
-        return True, (
-            "%s: same function on %s: the same seed, global batch and "
-            "settings; the models differ only by the floating-point order of "
-            "the gradient sum across world sizes (digests %s vs %s), the "
-            "losses by at most %.3g over %d common steps"
-            % (names, workers, da[:16], db[:16], gap, common))
-    cause = ("although both ran with reproducible: true; report it"
-             if a.spec.reproducible and b.spec.reproducible else
-             "replicas on different CPU kernels? Set reproducible: true")
-    return False, (
-        "%s: the same settings on %s, yet different models (digests %s vs "
-        "%s; losses up to %.3g apart): %s"
-        % (names, workers, da[:16], db[:16], gap, cause))
-
-
 def compare(jobs, plot=True, client=None):
-    """Compares finished runs: `jobs` are Job objects (of one Client or
-    several), or job ids of `client`. Returns a Comparison with the curves in one DataFrame keyed by
-    (job, step), a per-job summary, a verdict for each pair and, unless
-    plot=False, a matplotlib Figure of the loss by step and by samples seen
-    and of the test loss at each evaluation."""
+    """Compares finished runs: `jobs` are Job objects of one coordinator,
+    or job ids of `client`. Returns a Comparison with the curves in one
+    DataFrame keyed by (job, step), a per-job summary, the coordinator's
+    verdict for each pair and warnings, and, unless plot=False, a matplotlib
+    Figure of the loss by step and by samples seen and of the test loss at
+    each evaluation."""
     import pandas  # pylint: disable=import-outside-toplevel
 
     resolved = []
@@ -222,9 +127,18 @@ def compare(jobs, plot=True, client=None):
         rows.append(row)
     frame = pandas.concat(frames, ignore_index=True).set_index(["job", "step"])
     summary = pandas.DataFrame(rows).set_index("job")
-    pairs = [verdict(a, b) for a, b in itertools.combinations(statuses, 2)]
+    addresses = {job.client.address for job in resolved}
+    if len(addresses) > 1:
+        raise InvalidArgument(
+            "compare(): the jobs are on %d coordinators (%s); the verdicts "
+            "are a coordinator's, so compare jobs of one"
+            % (len(addresses), ", ".join(sorted(addresses))))
+    compared = resolved[0].client._call(
+        "CompareJobs", coordinator_pb2.CompareJobsRequest(
+            job_ids=[status.job_id for status in statuses]), timeout=60)
+    pairs = [(v.same_function, v.text) for v in compared.verdicts]
     figure = _plot(statuses, frames) if plot else None
-    return Comparison(frame, summary, pairs, figure)
+    return Comparison(frame, summary, pairs, figure, compared.warnings)
 
 
 def _plot(statuses, frames):
