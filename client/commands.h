@@ -46,6 +46,9 @@ int RunQueue(const std::vector<std::string>& argv);
 int RunEvents(const std::vector<std::string>& argv);
 int RunCheckpoints(const std::vector<std::string>& argv);
 int RunWatch(const std::vector<std::string>& argv);
+// lockstep logs: a job's events and progress as plain lines, followed
+// with --follow.
+int RunLogs(const std::vector<std::string>& argv);
 int RunMetrics(const std::vector<std::string>& argv);
 int RunCompare(const std::vector<std::string>& argv);
 int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir);

@@ -48,6 +48,20 @@ Examples:
   lockstep watch fashion-mnist-cnn-3 --json | jq .step
 )";
 
+constexpr char kLogsUsage[] = R"(Usage: lockstep logs JOB [--follow]
+
+A job's log as plain lines, for a file or a pipe: each event (a placement,
+a failed worker, a resume, a checkpoint, a preemption) and each evaluation
+on a line of its own, then its progress. --follow keeps going until the job
+ends, with a progress line every 2 s (what `lockstep watch` prints when its
+output is not a terminal) and exits as watch does: 0 if the job succeeded,
+1 otherwise. Without --follow it prints what happened so far and exits 0.
+
+Examples:
+  lockstep logs fashion-mnist-cnn-3
+  lockstep logs fashion-mnist-cnn-3 --follow > cnn-3.log
+)";
+
 constexpr char kStopUsage[] = R"(Usage: lockstep stop JOB [--json]
 
 Stops a job: a queued job at once, a running job at a step all ranks agree on.
@@ -140,15 +154,13 @@ int RunSubmit(const std::vector<std::string>& argv) {
                                                           : kExitJobFailed;
 }
 
-int RunWatch(const std::vector<std::string>& argv) {
-  int exit = kExitOk;
-  auto call = Begin(argv, {}, {"json"}, kWatchUsage, 1, 1, &exit);
-  if (!call) return exit;
-  const std::string& job = call->args.positional()[0];
-  const bool json = call->args.Has("json");
-  ProgressView view(std::cout, isatty(STDOUT_FILENO));
+namespace {
+
+// Follows `job` to its end on `view` (or as JSON lines); the exit code.
+int Follow(Invocation& call, const std::string& job, bool json,
+           ProgressView& view) {
   grpc::ClientContext context;
-  auto final_status = WatchJob(call->stub.get(), job, &context,
+  auto final_status = WatchJob(call.stub.get(), job, &context,
                                [&](const v1::JobStatus& status) {
                                  if (json) {
                                    std::cout << ToJson(status) << std::endl;
@@ -159,7 +171,7 @@ int RunWatch(const std::vector<std::string>& argv) {
   if (!final_status.ok()) {
     if (absl::IsUnavailable(final_status.status())) {
       return Fail(absl::UnavailableError(absl::StrCat(
-          "cannot reach the coordinator at ", call->address, " (",
+          "cannot reach the coordinator at ", call.address, " (",
           final_status.status().message(),
           "); is lockstep-coordinator running? Set --coordinator or "
           "LOCKSTEP_COORDINATOR")));
@@ -169,6 +181,30 @@ int RunWatch(const std::vector<std::string>& argv) {
   if (!json) view.Finish(*final_status);
   return final_status->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk
                                                           : kExitJobFailed;
+}
+
+}  // namespace
+
+int RunWatch(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"json"}, kWatchUsage, 1, 1, &exit);
+  if (!call) return exit;
+  ProgressView view(std::cout, isatty(STDOUT_FILENO));
+  return Follow(*call, call->args.positional()[0], call->args.Has("json"),
+                view);
+}
+
+int RunLogs(const std::vector<std::string>& argv) {
+  int exit = kExitOk;
+  auto call = Begin(argv, {}, {"follow"}, kLogsUsage, 1, 1, &exit);
+  if (!call) return exit;
+  const std::string& job = call->args.positional()[0];
+  ProgressView view(std::cout, /*tty=*/false);
+  if (call->args.Has("follow")) return Follow(*call, job, false, view);
+  auto status = GetJob(*call, job, /*history=*/false);
+  if (!status.ok()) return Fail(status.status());
+  view.Update(*status);
+  return kExitOk;
 }
 
 int RunStop(const std::vector<std::string>& argv) {

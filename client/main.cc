@@ -18,6 +18,7 @@ Usage:
   lockstep submit JOB.json [--set field=value ...] [--watch] [--json]
   lockstep status [JOB] [--limit N | --all] [--json]
   lockstep watch JOB [--json]
+  lockstep logs JOB [--follow]
   lockstep stop JOB [--json]
   lockstep delete JOB [--json]
   lockstep workers [--json]
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   if (command == "events") return RunEvents(rest);
   if (command == "checkpoints") return RunCheckpoints(rest);
   if (command == "watch") return RunWatch(rest);
+  if (command == "logs") return RunLogs(rest);
   if (command == "metrics") return RunMetrics(rest);
   if (command == "compare") return RunCompare(rest);
   if (command == "health") return RunHealth(rest);

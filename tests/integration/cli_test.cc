@@ -264,6 +264,13 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
           .ok());
   EXPECT_GE(event_list.values_size(), 2);
 
+  // Its log as plain lines: the events, then where it stands.
+  Result logs = RunCommand({kBin + "/lockstep", "logs", job}, env);
+  ASSERT_EQ(logs.code, 0) << logs.err;
+  EXPECT_THAT(logs.out, AllOf(HasSubstr("generation_started"),
+                              HasSubstr("job_succeeded")));
+  EXPECT_THAT(logs.out, ::testing::Not(HasSubstr("\r")));
+
   // On a terminal (a pty from script(1)) the progress bar is redrawn.
   std::string running = Submit({"max_steps=300", "global_batch_size=64"});
   Result tty = RunCommand({"/usr/bin/script", "-qec",
@@ -286,8 +293,8 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
 
   // Every command: --help with an example, exit 3 without a coordinator.
   for (const char* command :
-       {"submit", "status", "watch", "stop", "delete", "workers", "events",
-        "checkpoints", "metrics", "compare"}) {
+       {"submit", "status", "watch", "logs", "stop", "delete", "workers",
+        "events", "checkpoints", "metrics", "compare", "artifacts"}) {
     Result help = RunCommand({kBin + "/lockstep", command, "--help"});
     EXPECT_EQ(help.code, 0) << command;
     EXPECT_THAT(help.out, AllOf(HasSubstr("Usage: lockstep"),
@@ -301,6 +308,8 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
       argv.push_back("job-1");
     }
     if (std::string(command) == "compare") argv.push_back("job-2");
+    if (std::string(command) == "artifacts")
+      argv.insert(argv.end() - 1, "list");
     argv.insert(argv.end(), {"--coordinator", "127.0.0.1:1"});
     Result unreachable = RunCommand(argv);
     EXPECT_EQ(unreachable.code, 3) << command << ": " << unreachable.err;
