@@ -287,6 +287,12 @@ class ConnectionTest(unittest.TestCase):
         result = lockstep.Comparison(None, [], [], None)
         with self.assertRaises(lockstep.FailedPrecondition):
             result.save("/tmp/unused.png")
+        # A download into a folder that is not there.
+        from lockstep.client import _Receiver
+        info = coordinator_pb2.ArtifactInfo(bytes=0, sha256="0" * 64)
+        with self.assertRaises(lockstep.FailedPrecondition) as caught:
+            _Receiver(info, "/no/such/folder/model.pt", "job-1")
+        self.assertIn("job-1", str(caught.exception))
 
     def test_state_names(self):
         self.assertEqual(lockstep.state_name(coordinator_pb2.JOB_STATE_RUNNING),

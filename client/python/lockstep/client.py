@@ -408,9 +408,14 @@ class _Receiver:
         self.job_id = job_id
         self.digest = hashlib.sha256()
         self.received = 0
-        handle, self.temp = tempfile.mkstemp(
-            prefix=".%s.part-" % os.path.basename(path),
-            dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            handle, self.temp = tempfile.mkstemp(
+                prefix=".%s.part-" % os.path.basename(path),
+                dir=os.path.dirname(os.path.abspath(path)))
+        except OSError as error:
+            raise errors.FailedPrecondition(
+                "cannot write the model of job %s to %s: %s"
+                % (job_id, path, error.strerror or error)) from None
         self.out = os.fdopen(handle, "wb")
 
     def add(self, data):
@@ -436,6 +441,11 @@ class _Receiver:
                                      self.info.sha256))
             os.replace(self.temp, self.path)
             return self.path
+        except OSError as error:
+            self.abort()
+            raise errors.FailedPrecondition(
+                "cannot write the model of job %s to %s: %s"
+                % (self.job_id, self.path, error.strerror or error)) from None
         except BaseException:
             self.abort()
             raise
