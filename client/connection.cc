@@ -67,6 +67,8 @@ absl::StatusOr<v1::JobStatus> FetchJob(v1::Coordinator::Stub* stub,
     } else {
       status.mutable_step_losses()->Add(page.step_losses().begin(),
                                         page.step_losses().end());
+      status.mutable_step_lrs()->Add(page.step_lrs().begin(),
+                                     page.step_lrs().end());
     }
     const int64_t next = request.history_offset() + got;
     if (!history || got == 0 || next >= size) {

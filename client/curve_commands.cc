@@ -77,6 +77,9 @@ std::string MetricsJson(const v1::JobStatus& status) {
     row["step"].set_number_value(step);
     row["samples_seen"].set_number_value(step * global);
     row["loss"].set_number_value(status.step_losses(i));
+    if (const std::optional<double> lr = HistoryLr(status, i)) {
+      row["lr"].set_number_value(*lr);
+    }
   }
   auto* evals = f["evals"].mutable_list_value();
   for (const v1::EvalPoint& eval : status.evals()) {
@@ -99,15 +102,17 @@ std::string MetricsJson(const v1::JobStatus& status) {
 }
 
 // `lockstep metrics --csv`: one row per step of the loss history (every
-// step's until 2^20, then every loss_stride-th), the test columns filled at
-// the steps where the test set was evaluated; an evaluation at a step the
-// history thinned out gets its own row with an empty loss.
+// step's until 2^20, then every loss_stride-th) with the learning rate the
+// workers reported for it, the test columns filled at the steps where the
+// test set was evaluated; an evaluation at a step the history thinned out
+// gets its own row with an empty loss and learning rate.
 void PrintMetricsCsv(const v1::JobStatus& status) {
   const int global = GlobalBatch(status);
   std::map<int64_t, const v1::EvalPoint*> evals;
   for (const v1::EvalPoint& eval : status.evals()) evals[eval.step()] = &eval;
-  auto row = [&](int64_t step, std::string loss, const v1::EvalPoint* eval) {
-    std::cout << step << "," << step * global << "," << loss;
+  auto row = [&](int64_t step, std::string loss_and_lr,
+                 const v1::EvalPoint* eval) {
+    std::cout << step << "," << step * global << "," << loss_and_lr;
     if (eval != nullptr) {
       std::cout << absl::StrFormat(",%.6f,%.6f", eval->test_accuracy(),
                                    eval->test_loss());
@@ -116,22 +121,26 @@ void PrintMetricsCsv(const v1::JobStatus& status) {
     }
     std::cout << "\n";
   };
-  std::cout << "step,samples_seen,loss,test_accuracy,test_loss\n";
+  std::cout << "step,samples_seen,loss,lr,test_accuracy,test_loss\n";
   auto next_eval = evals.begin();
   for (int i = 0; i < status.step_losses_size(); ++i) {
     const int64_t step = HistoryStep(status, i);
     for (; next_eval != evals.end() && next_eval->first < step; ++next_eval) {
-      row(next_eval->first, "", next_eval->second);
+      row(next_eval->first, ",", next_eval->second);
     }
     const v1::EvalPoint* eval = nullptr;
     if (next_eval != evals.end() && next_eval->first == step) {
       eval = next_eval->second;
       ++next_eval;
     }
-    row(step, absl::StrFormat("%.9g", status.step_losses(i)), eval);
+    const std::optional<double> lr = HistoryLr(status, i);
+    row(step,
+        absl::StrFormat("%.9g,%s", status.step_losses(i),
+                        lr ? absl::StrFormat("%.9g", *lr) : ""),
+        eval);
   }
   for (; next_eval != evals.end(); ++next_eval) {
-    row(next_eval->first, "", next_eval->second);
+    row(next_eval->first, ",", next_eval->second);
   }
   std::cout.flush();
 }

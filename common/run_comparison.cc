@@ -19,6 +19,14 @@ int64_t HistoryStep(const v1::JobStatus& status, int index) {
   return index * std::max<int64_t>(1, status.loss_stride()) + 1;
 }
 
+std::optional<double> HistoryLr(const v1::JobStatus& status, int index) {
+  if (status.step_lrs_size() != status.step_losses_size() || index < 0 ||
+      index >= status.step_lrs_size() || std::isnan(status.step_lrs(index))) {
+    return std::nullopt;
+  }
+  return status.step_lrs(index);
+}
+
 int GlobalBatch(const v1::JobStatus& status) {
   if (status.plan().global_batch_size() > 0) {
     return status.plan().global_batch_size();

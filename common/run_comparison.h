@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ int GlobalBatch(const v1::JobStatus& status);
 // The step whose loss is the history's `index`th (JobStatus.loss_stride:
 // past 2^20 steps the history keeps every second loss, then every fourth...).
 int64_t HistoryStep(const v1::JobStatus& status, int index);
+
+// The learning rate the workers reported for the history's `index`th loss
+// (JobStatus.step_lrs); none where they reported none (older workers).
+std::optional<double> HistoryLr(const v1::JobStatus& status, int index);
 
 // {dotted field: JSON value} of every setting that decides the function a
 // run computes: the job spec without the fields that do not, the gradient's

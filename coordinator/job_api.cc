@@ -367,13 +367,23 @@ v1::JobStatus Coordinator::ReportLocked(const Job& job, bool include_history,
                                         int history_limit) const {
   v1::JobStatus status = job.status;
   status.clear_step_losses();
+  status.clear_step_lrs();
   if (include_history) {
     const auto& history = job.status.step_losses();
+    const auto& lrs = job.status.step_lrs();
     const int64_t size = history.size();
     const int64_t from = std::min(history_offset, size);
-    const int64_t to = std::min<int64_t>(size, from + history_limit);
+    // A page holds at most kMaxHistoryPage floats: with learning rates
+    // beside the losses, half as many steps.
+    const int64_t limit =
+        lrs.empty() ? history_limit
+                    : std::min<int64_t>(history_limit, kMaxHistoryPage / 2);
+    const int64_t to = std::min<int64_t>(size, from + limit);
     status.mutable_step_losses()->Add(history.begin() + from,
                                       history.begin() + to);
+    if (lrs.size() == history.size()) {
+      status.mutable_step_lrs()->Add(lrs.begin() + from, lrs.begin() + to);
+    }
     status.set_history_offset(from);
     status.set_history_size(size);
     status.set_loss_stride(LossStride(job.status));

@@ -2,6 +2,7 @@
 #include "coordinator/job_status.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,20 +71,33 @@ void AddEval(v1::JobStatus& status, const v1::ProgressReport& report,
   eval->set_time(now);
 }
 
-// Keeps every second loss of the history and doubles its stride.
+// Keeps every second value of a history.
+void Halve(google::protobuf::RepeatedField<float>& history) {
+  const int kept = (history.size() + 1) / 2;
+  for (int i = 1; i < kept; ++i) history.Set(i, history.Get(2 * i));
+  history.Truncate(kept);
+}
+
+// Keeps every second loss (and learning rate) of the history and doubles
+// its stride.
 void HalveLossHistory(v1::JobStatus& status) {
-  auto* losses = status.mutable_step_losses();
-  const int kept = (losses->size() + 1) / 2;
-  for (int i = 1; i < kept; ++i) losses->Set(i, losses->Get(2 * i));
-  losses->Truncate(kept);
+  Halve(*status.mutable_step_losses());
+  Halve(*status.mutable_step_lrs());
   status.set_loss_stride(LossStride(status) * 2);
 }
 
-// Writes the report's losses into the history from its first_step, which
-// may repeat steps (a resume) or skip some (a job resumed from another's
-// backup starts past step 1): skipped steps are recorded as 0.
+// Writes the report's losses (and learning rates) into the history from
+// its first_step, which may repeat steps (a resume) or skip some (a job
+// resumed from another's backup starts past step 1): skipped steps are
+// recorded as loss 0 and learning rate NaN. The learning rates are kept
+// beside the losses once a report carries them; NaN where one did not.
 void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
+  constexpr float kUnknown = std::numeric_limits<float>::quiet_NaN();
   auto* losses = status.mutable_step_losses();
+  auto* lrs = status.mutable_step_lrs();
+  if (report.step_lrs_size() > 0 && lrs->empty()) {
+    lrs->Resize(losses->size(), kUnknown);
+  }
   // The history's index of the first loss at or after first_step. A job
   // that starts far along (resumed from another job's backup) thins the
   // history until that index fits: at most 20 halvings, steps being below
@@ -95,16 +109,19 @@ void RecordLosses(v1::JobStatus& status, const v1::ProgressReport& report) {
   int64_t stride = LossStride(status);
   const int64_t from = (report.first_step() + stride - 1) / stride;
   losses->Resize(static_cast<int>(from), 0.0f);
+  const bool keep_lrs = report.step_lrs_size() > 0 || !lrs->empty();
+  if (keep_lrs) lrs->Resize(static_cast<int>(from), kUnknown);
+  const bool reported_lrs = report.step_lrs_size() == report.step_losses_size();
   int64_t step = report.first_step();
-  for (float loss : report.step_losses()) {
-    if (step % stride == 0) {
-      if (losses->size() == kMaxLossHistory) {
-        HalveLossHistory(status);
-        stride = LossStride(status);
-      }
-      if (step % stride == 0) losses->Add(loss);
+  for (int i = 0; i < report.step_losses_size(); ++i, ++step) {
+    if (step % stride != 0) continue;
+    if (losses->size() == kMaxLossHistory) {
+      HalveLossHistory(status);
+      stride = LossStride(status);
+      if (step % stride != 0) continue;
     }
-    ++step;
+    losses->Add(report.step_losses(i));
+    if (keep_lrs) lrs->Add(reported_lrs ? report.step_lrs(i) : kUnknown);
   }
 }
 

@@ -17,8 +17,9 @@
 
 namespace lockstep::coordinator {
 
-// Losses a job's loss history keeps (4 MiB of floats): every step's for
-// the first 2^20 steps; past that every second one, then every fourth, ...
+// Losses a job's loss history keeps (4 MiB of floats, and as much again
+// for the learning rates beside them): every step's for the first 2^20
+// steps; past that every second one, then every fourth, ...
 // (JobStatus.loss_stride), so the curve always spans the whole job.
 inline constexpr int kMaxLossHistory = 1 << 20;
 
@@ -51,8 +52,8 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
 // epoch, throughput, the loss history (a report rewrites it from its
 // first_step, so the history holds one loss per step trained, or per
 // loss_stride steps, never more; a report that starts past its end leaves
-// zeros between, thinning the history first if they would not fit),
-// evaluations, warnings and, in a generation's first report, where it
+// zeros between, thinning the history first if they would not fit), the
+// learning rates beside the losses (JobStatus.step_lrs), evaluations, warnings and, in a generation's first report, where it
 // resumed.
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
                    double now);

@@ -127,6 +127,12 @@ absl::Status CheckProgress(const v1::ProgressReport& report) {
       absl::StrCat("holds ", report.step_losses_size(), " losses, but steps ",
                    report.first_step() + 1, " to ", report.step(), " are ",
                    report.step() - report.first_step()));
+  check.That(report.step_lrs_size() == 0 ||
+                 report.step_lrs_size() == report.step_losses_size(),
+             "step_lrs",
+             absl::StrCat("holds ", report.step_lrs_size(),
+                          " learning rates for ", report.step_losses_size(),
+                          " losses; send one per loss or none"));
   if (report.has_resumed_at_step()) {
     check.Range("resumed_at_step", report.resumed_at_step(), 0, report.step());
   }

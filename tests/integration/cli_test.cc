@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -206,7 +207,8 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
   const std::vector<std::string> env = {"LOCKSTEP_COORDINATOR=" + address_};
   Result submit = RunCommand(
       {kBin + "/lockstep", "submit", kMlp, "--set", "max_steps=40", "--set",
-       "global_batch_size=64", "--set", "log_every_steps=1", "--json"},
+       "global_batch_size=64", "--set", "log_every_steps=1", "--set",
+       "lr_decay=cosine", "--set", "warmup_steps=0", "--json"},
       env);
   ASSERT_EQ(submit.code, 0) << submit.err;
   google::protobuf::Struct submitted = LastJsonLine(submit.out);
@@ -241,13 +243,27 @@ TEST_F(ClusterTest, CliCommandsShowAJobTheirWay) {
   std::vector<std::string> rows =
       absl::StrSplit(csv.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(rows.size(), 41u);
-  EXPECT_EQ(rows[0], "step,samples_seen,loss,test_accuracy,test_loss");
+  EXPECT_EQ(rows[0], "step,samples_seen,loss,lr,test_accuracy,test_loss");
   EXPECT_THAT(rows[1], ::testing::StartsWith("1,64,"));
   std::vector<std::string> last = absl::StrSplit(rows[40], ',');
-  ASSERT_EQ(last.size(), 5u);
+  ASSERT_EQ(last.size(), 6u);
   EXPECT_EQ(last[0], "40");
   EXPECT_EQ(last[1], "2560");
-  EXPECT_FALSE(last[3].empty());  // evaluated at the end
+  // The learning rates the workers reported: the plan's scaled LR at step
+  // 1, then down the cosine.
+  auto lr_at = [&](int row) {
+    std::vector<std::string> cells = absl::StrSplit(rows[row], ',');
+    double lr = -1;
+    EXPECT_TRUE(cells.size() > 3 && absl::SimpleAtod(cells[3], &lr))
+        << rows[row];
+    return lr;
+  };
+  const double scaled = final_status.plan().scaled_lr();
+  EXPECT_NEAR(lr_at(1), scaled, 1e-6 * scaled);
+  EXPECT_LT(lr_at(20), lr_at(1));
+  EXPECT_LT(lr_at(40), lr_at(20));
+  EXPECT_GT(lr_at(40), 0);
+  EXPECT_FALSE(last[4].empty());  // evaluated at the end
   Result metrics =
       RunCommand({kBin + "/lockstep", "metrics", job, "--json"}, env);
   ASSERT_EQ(metrics.code, 0);

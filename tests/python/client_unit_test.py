@@ -85,31 +85,26 @@ def status_with(plan, **spec):
     return status
 
 
-class LearningRateTest(unittest.TestCase):
-    """lr_at follows worker/train/lr_schedule.cc."""
+class FrameTest(unittest.TestCase):
+    """frame() builds the table from the history the coordinator kept."""
 
     PLAN = dict(global_batch_size=256, base_lr=0.1, scaled_lr=0.2,
                 warmup_steps=10, total_steps=110)
 
-    def test_warmup_then_constant(self):
+    def test_learning_rates_are_the_reported_ones(self):
         status = status_with(self.PLAN)
-        self.assertAlmostEqual(metrics.lr_at(status, 1), 0.1)
-        self.assertAlmostEqual(metrics.lr_at(status, 6), 0.15)
-        self.assertAlmostEqual(metrics.lr_at(status, 11), 0.2)
-        self.assertAlmostEqual(metrics.lr_at(status, 100), 0.2)
+        status.step_losses.extend([3.0, 2.0, 1.0])
+        status.step_lrs.extend([0.125, 0.25, 0.5])
+        table = metrics.frame(status)
+        self.assertEqual(list(table["lr"]), [0.125, 0.25, 0.5])
 
-    def test_cosine_and_step(self):
-        cosine = status_with(self.PLAN, lr_decay="cosine", min_lr=0.0)
-        self.assertAlmostEqual(metrics.lr_at(cosine, 11), 0.2)
-        self.assertAlmostEqual(metrics.lr_at(cosine, 61), 0.1)
-        self.assertAlmostEqual(metrics.lr_at(cosine, 111), 0.0)
-        step = status_with(self.PLAN, lr_decay="step", lr_decay_steps=20)
-        self.assertAlmostEqual(metrics.lr_at(step, 31), 0.2 * 0.1)
-        step.spec.lr_decay_rate = 0.5
-        self.assertAlmostEqual(metrics.lr_at(step, 51), 0.2 * 0.25)
-
-    def test_no_plan_yet(self):
-        self.assertTrue(math.isnan(metrics.lr_at(coordinator_pb2.JobStatus(), 1)))
+    def test_no_learning_rates_reported(self):
+        # A coordinator or workers older than JobStatus.step_lrs: NaN, not
+        # a guess from the spec.
+        status = status_with(self.PLAN)
+        status.step_losses.extend([3.0, 2.0])
+        table = metrics.frame(status)
+        self.assertTrue(table["lr"].isna().all())
 
     def test_frame_of_a_thinned_history(self):
         status = status_with(self.PLAN)
@@ -140,7 +135,8 @@ class HistoryTest(unittest.TestCase):
             start = request.history_offset
             page = coordinator_pb2.JobStatus(
                 job_id="j", loss_stride=stride, history_offset=start,
-                history_size=len(losses), step_losses=losses[start:start + 2])
+                history_size=len(losses), step_losses=losses[start:start + 2],
+                step_lrs=[loss / 8 for loss in losses[start:start + 2]])
             return coordinator_pb2.GetJobStatusResponse(jobs=[page])
         return get_status, calls
 
@@ -148,6 +144,8 @@ class HistoryTest(unittest.TestCase):
         get_status, calls = self.pages([(1, [5.0, 4.0, 3.0, 2.0, 1.0])])
         status = metrics.fetch_history(get_status, "j")
         self.assertEqual(list(status.step_losses), [5.0, 4.0, 3.0, 2.0, 1.0])
+        self.assertEqual(list(status.step_lrs),
+                         [0.625, 0.5, 0.375, 0.25, 0.125])
         self.assertEqual(calls, [0, 2, 4])
 
     def test_a_history_thinned_or_shortened_while_read_is_read_again(self):

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,15 +20,18 @@ namespace {
 class PagingTest : public CoordinatorTest {
  protected:
   // The chief reports `steps` losses (loss i at index i) in reports of
-  // kMaxHistoryPage losses.
+  // kMaxHistoryPage losses; `with_lrs`: each with learning rate -i.
   void ReportLosses(const std::string& worker, const std::string& job,
-                    int64_t steps) {
+                    int64_t steps, bool with_lrs = false) {
     for (int64_t first = 0; first < steps; first += kMaxHistoryPage) {
       const int64_t last = std::min<int64_t>(steps, first + kMaxHistoryPage);
       v1::WorkerMessage message = Progress(job, 1, last, steps);
       message.mutable_progress()->set_first_step(first);
       for (int64_t i = first; i < last; ++i) {
         message.mutable_progress()->add_step_losses(static_cast<float>(i));
+        if (with_lrs) {
+          message.mutable_progress()->add_step_lrs(-static_cast<float>(i));
+        }
       }
       ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, message).ok());
     }
@@ -125,6 +129,88 @@ TEST_F(PagingTest, ALongerHistoryIsThinnedAndSpansTheJob) {
   EXPECT_THAT(resumed_page->jobs(0).step_losses(),
               ::testing::ElementsAre(resumed - 5, resumed - 1, -(resumed + 3),
                                      -(resumed + 7)));
+}
+
+// The learning rates the workers report stay beside their losses: thinned
+// with them, paged with them (in pages of half as many steps, so that a page
+// holds no more floats), NaN for steps reported without one; a report whose
+// counts differ is refused.
+TEST_F(PagingTest, LearningRatesStayBesideTheirLosses) {
+  Make();
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  const int64_t steps = int64_t{kMaxLossHistory} + 5;
+  ReportLosses(worker, job, steps, /*with_lrs=*/true);
+  int64_t offset = 0;
+  while (true) {
+    auto page = HistoryPage(job, offset, kMaxHistoryPage);
+    ASSERT_TRUE(page.ok()) << page.status();
+    const v1::JobStatus& status = page->jobs(0);
+    EXPECT_EQ(status.loss_stride(), 2);
+    ASSERT_LE(status.step_losses_size(), kMaxHistoryPage / 2);
+    ASSERT_EQ(status.step_lrs_size(), status.step_losses_size());
+    for (int i = 0; i < status.step_losses_size(); ++i) {
+      ASSERT_EQ(status.step_lrs(i), -status.step_losses(i));
+      ASSERT_EQ(status.step_losses(i), static_cast<float>(2 * (offset + i)));
+    }
+    offset += status.step_losses_size();
+    if (status.step_losses_size() == 0 || offset >= status.history_size()) {
+      break;
+    }
+  }
+  EXPECT_EQ(offset, (steps + 1) / 2);
+
+  // Two more steps from a worker that reports no learning rate.
+  v1::WorkerMessage older = Progress(job, 1, steps + 2, steps + 2);
+  older.mutable_progress()->set_first_step(steps);
+  older.mutable_progress()->add_step_losses(1);
+  older.mutable_progress()->add_step_losses(2);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, older).ok());
+  auto tail = HistoryPage(job, (steps + 1) / 2 - 1, 0);
+  ASSERT_TRUE(tail.ok());
+  ASSERT_EQ(tail->jobs(0).step_lrs_size(), 2);
+  EXPECT_EQ(tail->jobs(0).step_lrs(0), -static_cast<float>(steps - 1));
+  EXPECT_TRUE(std::isnan(tail->jobs(0).step_lrs(1)));
+
+  v1::WorkerMessage uneven = Progress(job, 1, steps + 4, steps + 4);
+  uneven.mutable_progress()->set_first_step(steps + 2);
+  uneven.mutable_progress()->add_step_losses(1);
+  uneven.mutable_progress()->add_step_losses(2);
+  uneven.mutable_progress()->add_step_lrs(0.5);
+  absl::Status refused = coordinator_->HandleWorkerMessage(worker, uneven);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("step_lrs"));
+}
+
+// A history begun by workers that reported no learning rates gets NaN for
+// those steps once one does.
+TEST_F(PagingTest, LearningRatesStartedLateAreNaNBefore) {
+  Make();
+  FakeSink a;
+  std::string worker = Connect(1, &a);
+  std::string job = *coordinator_->SubmitJob(Spec(1));
+  ReportLosses(worker, job, 3);
+  v1::WorkerMessage newer = Progress(job, 1, 5, 5);
+  newer.mutable_progress()->set_first_step(3);
+  newer.mutable_progress()->add_step_losses(3);
+  newer.mutable_progress()->add_step_losses(4);
+  newer.mutable_progress()->add_step_lrs(0.25);
+  newer.mutable_progress()->add_step_lrs(0.5);
+  ASSERT_TRUE(coordinator_->HandleWorkerMessage(worker, newer).ok());
+  auto page = HistoryPage(job, 0, 0);
+  ASSERT_TRUE(page.ok());
+  const v1::JobStatus& status = page->jobs(0);
+  ASSERT_EQ(status.step_lrs_size(), 5);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(status.step_lrs(i)));
+  EXPECT_EQ(status.step_lrs(3), 0.25f);
+  EXPECT_EQ(status.step_lrs(4), 0.5f);
+  // A status without the history has neither.
+  v1::GetJobStatusRequest plain;
+  plain.set_job_id(job);
+  auto summary = coordinator_->GetJobStatus(plain);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->jobs(0).step_lrs_size(), 0);
 }
 
 TEST_F(PagingTest, OutOfRangePagesAreRefused) {

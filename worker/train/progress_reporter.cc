@@ -21,10 +21,12 @@ ProgressReporter::ProgressReporter(const v1::Assignment& assignment,
       agreed_(std::move(agreed)),
       pending_first_step_(first_step) {}
 
-void ProgressReporter::StepDone(int64_t step, double loss, bool force,
+void ProgressReporter::StepDone(int64_t step, double loss, double lr,
+                                bool force,
                                 const std::optional<Evaluation>& evaluation,
                                 absl::Duration training_time) {
   pending_losses_.push_back(static_cast<float>(loss));
+  pending_lrs_.push_back(static_cast<float>(lr));
   const absl::Time now = absl::Now();
   const int log_every = assignment_.spec().log_every_steps();
   const bool due = log_every > 0 ? step % log_every == 0
@@ -37,7 +39,9 @@ void ProgressReporter::StepDone(int64_t step, double loss, bool force,
   report.set_epoch(static_cast<int>((step - 1) / plan_.steps_per_epoch()));
   report.set_total_steps(plan_.total_steps());
   report.set_first_step(pending_first_step_);
-  for (float pending : pending_losses_) report.add_step_losses(pending);
+  report.mutable_step_losses()->Add(pending_losses_.begin(),
+                                    pending_losses_.end());
+  report.mutable_step_lrs()->Add(pending_lrs_.begin(), pending_lrs_.end());
   for (std::string& warning : warnings_) {
     report.add_warnings(std::move(warning));
   }
@@ -71,6 +75,7 @@ void ProgressReporter::StepDone(int64_t step, double loss, bool force,
   }
   send_(report);
   pending_losses_.clear();
+  pending_lrs_.clear();
   pending_first_step_ = step;
   last_report_ = now;
 }

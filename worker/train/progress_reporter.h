@@ -43,11 +43,12 @@ class ProgressReporter {
   // Goes into the next report (and becomes a "warning" event).
   void Warn(std::string warning) { warnings_.push_back(std::move(warning)); }
 
-  // After each step: records its global mean loss and sends a report when
+  // After each step: records its global mean loss and the learning rate it
+  // was taken with, and sends a report when
   // one is due, when `force`d (after an evaluation, with its results), or
   // when it is the generation's first. `training_time` is the time the
   // generation has trained so far, evaluations excluded.
-  void StepDone(int64_t step, double loss, bool force,
+  void StepDone(int64_t step, double loss, double lr, bool force,
                 const std::optional<Evaluation>& evaluation,
                 absl::Duration training_time);
 
@@ -62,6 +63,7 @@ class ProgressReporter {
   AgreedState agreed_;
   std::vector<std::string> warnings_;
   std::vector<float> pending_losses_;
+  std::vector<float> pending_lrs_;
   int64_t pending_first_step_;
   absl::Time last_report_ = absl::InfinitePast();
 };

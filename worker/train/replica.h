@@ -34,6 +34,9 @@ struct Replica {
   // a generation on another world size re-slices it.
   int global_batch = 0;
   double last_loss = 0;
+  // The learning rate of the last step: its schedule's value (also for a
+  // step the loss scaler skipped, which applied nothing).
+  double last_lr = 0;
   // The last evaluation: classification's accuracy, the test loss and the
   // task's metrics by name.
   double last_accuracy = 0;

@@ -547,6 +547,7 @@ torch::Tensor TrainingGeneration::MicroBatchLoss(const Batch& batch,
 }
 
 absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
+  replica_.last_lr = lr_->At(replica_.applied_steps());
   LossScaler& scaler = replica_.scaler;
   if (scaler.enabled()) {
     // Every rank holds the same averaged gradients: an overflow on any rank
@@ -581,7 +582,7 @@ absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
     // The averaged gradients are the same on every rank, so is the clip.
     torch::nn::utils::clip_grad_norm_(params_, spec_.clip_grad_norm());
   }
-  SetLearningRate(*replica_.optimizer, lr_->At(replica_.applied_steps()));
+  SetLearningRate(*replica_.optimizer, replica_.last_lr);
   replica_.optimizer->step();
   return absl::OkStatus();
 }
@@ -673,7 +674,8 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
         evaluation = Evaluation{replica_.last_test_loss, replica_.last_metrics,
                                 eval_samples};
       }
-      reporter_->StepDone(step, replica_.last_loss, evaluated, evaluation,
+      reporter_->StepDone(step, replica_.last_loss, replica_.last_lr,
+                          evaluated, evaluation,
                           absl::Now() - train_start_ - eval_time_);
     }
     RETURN_IF_ERROR(MaybeSave(step, epoch_end, stop));

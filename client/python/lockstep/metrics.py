@@ -1,6 +1,6 @@
 """A job's training curve as a pandas DataFrame: the loss history (paged
-from the coordinator), the learning rate of each step, and the test-set
-evaluations."""
+from the coordinator), the learning rate each step was taken with (as the
+workers reported it), and the test-set evaluations."""
 import math
 
 from lockstep.errors import Aborted
@@ -31,40 +31,18 @@ def history_step(status, index):
     return index * max(1, status.loss_stride) + 1
 
 
-def lr_at(status, step):
-    """The learning rate of optimizer step `step` (1-based), by the rule of
-    worker/train/lr_schedule.cc: a linear warmup from base_lr to the scaled
-    LR over warmup_steps, then constant, cosine to min_lr, or step decay.
-    NaN before the job has a plan."""
-    plan, spec = status.plan, status.spec
-    if plan.global_batch_size <= 0:
-        return math.nan
-    index = step - 1  # the schedule counts from 0
-    base, scaled = plan.base_lr, plan.scaled_lr
-    warmup = plan.warmup_steps
-    if index < warmup:
-        return base + (scaled - base) * index / warmup
-    after = index - warmup
-    if spec.lr_decay == "cosine":
-        span = max(1, plan.total_steps - warmup)
-        progress = min(1.0, after / span)
-        return spec.min_lr + (scaled - spec.min_lr) * 0.5 * (
-            1 + math.cos(math.pi * progress))
-    if spec.lr_decay == "step" and spec.lr_decay_steps > 0:
-        rate = spec.lr_decay_rate if spec.HasField("lr_decay_rate") else 0.1
-        return scaled * rate ** (after // spec.lr_decay_steps)
-    return scaled
-
-
 def history_reader(job_id):
     """Reads a job's whole loss history, without doing the calls itself (so
     that lockstep.Client and lockstep.aio share it): a generator that yields
     each GetJobStatusRequest it needs, is sent each answer's JobStatus, and
-    returns the status with the whole history in step_losses. A history
+    returns the status with the whole history in step_losses (and the
+    learning rates beside the losses in step_lrs, where the job's workers
+    reported them). A history
     that changes under the reader (thinned to a new stride, or rewritten by
     a resume) is read again from the start, a few times at most."""
     for _ in range(_HISTORY_RETRIES):
         losses = []
+        lrs = []
         status = None
         offset = 0
         size = 0  # a history only grows while steps are trained
@@ -79,10 +57,14 @@ def history_reader(job_id):
                 break  # thinned, or shortened by a resume: start over
             size = page.history_size
             losses.extend(page.step_losses)
+            lrs.extend(page.step_lrs)
             offset = page.history_offset + len(page.step_losses)
             if not page.step_losses or offset >= page.history_size:
                 del status.step_losses[:]
                 status.step_losses.extend(losses)
+                del status.step_lrs[:]
+                if len(lrs) == len(losses):
+                    status.step_lrs.extend(lrs)
                 return status
     raise Aborted("the loss history of %s kept changing while it was read; "
                   "try again" % job_id)
@@ -103,7 +85,9 @@ def fetch_history(get_status, job_id):
 def frame(status):
     """The DataFrame of `status` (with its whole history): one row per step
     of the history (every step's until 2^20 steps, then every
-    loss_stride-th), columns step, samples_seen, loss, lr and the test
+    loss_stride-th), columns step, samples_seen, loss, lr (the learning rate
+    the workers reported for the step; NaN where they reported none) and
+    the test
     metrics at the steps where the test set was evaluated (test_accuracy,
     test_loss, test_perplexity, ...; NaN elsewhere). An evaluation at a step
     the history thinned out gets its own row with a NaN loss."""
@@ -111,9 +95,12 @@ def frame(status):
 
     batch = global_batch(status)
     rows = {}
+    lrs = status.step_lrs if len(status.step_lrs) == len(
+        status.step_losses) else None
     for index, loss in enumerate(status.step_losses):
         step = history_step(status, index)
-        rows[step] = {"step": step, "loss": float(loss)}
+        rows[step] = {"step": step, "loss": float(loss),
+                      "lr": float(lrs[index]) if lrs else math.nan}
     metric_names = []
     for point in status.evals:
         row = rows.setdefault(point.step, {"step": point.step,
@@ -133,7 +120,7 @@ def frame(status):
     ordered = [rows[step] for step in sorted(rows)]
     for row in ordered:
         row["samples_seen"] = row["step"] * batch
-        row["lr"] = lr_at(status, row["step"])
+        row.setdefault("lr", math.nan)
     table = pandas.DataFrame(ordered, columns=columns)
     table.attrs["job_id"] = status.job_id
     return table
