@@ -80,6 +80,11 @@ absl::Status ValidateOptimizerAndCheckpoints(const v1::JobSpec& spec) {
         "checkpoint.save_every_steps/save_every_epoch need "
         "checkpoint.backup_dir: a shared folder every worker can write");
   }
+  if (ckpt.backup_dir().empty() && ckpt.upload_last()) {
+    return Invalid(
+        "checkpoint.upload_last needs checkpoint.backup_dir: the job saves "
+        "no checkpoint to upload without one");
+  }
   if (spec.has_per_replica_batch_size() &&
       int64_t{spec.per_replica_batch_size()} *
               std::max(1, spec.accumulation_steps()) >

@@ -73,7 +73,9 @@ absl::StatusOr<v1::ArtifactInfo> ReadInfo(const std::string& path) {
 
 }  // namespace
 
-bool IsArtifactName(absl::string_view name) { return name == "model"; }
+bool IsArtifactName(absl::string_view name) {
+  return name == "model" || name == "checkpoint";
+}
 
 absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(
     std::string dir, Limits limits) {
@@ -120,8 +122,9 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::Begin(
         absl::StrCat("artifact: job id \"", job_id, "\" is not a name"));
   }
   if (!IsArtifactName(info.name())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, " is named \"", info.name(), "\"; the names are: model"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " is named \"", info.name(),
+                     "\"; the names are: model, checkpoint"));
   }
   const std::string& file = info.file_name();
   if (file.empty() || file.size() > 255 || !SafeFolderName(file)) {
@@ -131,10 +134,10 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> ArtifactStore::Begin(
         "'.')"));
   }
   if (info.format() != "archive" && info.format() != "torchscript" &&
-      info.format() != "state_dict") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": format \"", info.format().substr(0, 32),
-                     "\" is none of archive, torchscript, state_dict"));
+      info.format() != "state_dict" && info.format() != "checkpoint") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": format \"", info.format().substr(0, 32),
+        "\" is none of archive, torchscript, state_dict, checkpoint"));
   }
   if (!IsHexDigest(info.sha256())) {
     return absl::InvalidArgumentError(

@@ -127,7 +127,8 @@ class ArtifactStore {
   std::map<std::string, int64_t> owner_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
-// "model": the names an artifact may have.
+// "model" and "checkpoint": the names an artifact may have (the files in a
+// job's folder; their .info beside them).
 bool IsArtifactName(absl::string_view name);
 
 }  // namespace lockstep::coordinator

@@ -21,6 +21,53 @@ std::string BaseName(const std::string& path) {
   return path.substr(path.rfind('/') + 1);
 }
 
+// OK when `info` declares an artifact the job makes: its export ("model",
+// the export's file name and format) or, when it asks for it
+// (checkpoint.upload_last), its checkpoint ("checkpoint",
+// ckpt-<step>.tar, format "checkpoint"). `who` names the uploader.
+absl::Status CheckDeclared(const std::string& who, const v1::JobSpec& spec,
+                           const v1::ArtifactInfo& info) {
+  if (info.name() == "checkpoint") {
+    if (!spec.checkpoint().upload_last() ||
+        spec.checkpoint().backup_dir().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who,
+          ": the job does not ask for its checkpoint "
+          "(checkpoint.upload_last), so the coordinator keeps none"));
+    }
+    const std::string& file = info.file_name();
+    // checkpoint::ArchiveName(step).
+    const bool tar_name = file == absl::StrFormat("ckpt-%09d.tar", info.step());
+    if (!tar_name || info.format() != "checkpoint") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the upload declares a checkpoint file \"%s\" of format "
+          "\"%s\" at step %d; a checkpoint is uploaded as "
+          "ckpt-<step, 9 digits>.tar of format \"checkpoint\"",
+          who, file, info.format(), info.step()));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.export_path().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who,
+                     ": the job exports nothing (no `export` in its "
+                     "spec), so there is nothing to keep"));
+  }
+  const std::string format =
+      spec.export_format().empty() ? "archive" : spec.export_format();
+  if (info.name() != "model" ||
+      info.file_name() != BaseName(spec.export_path()) ||
+      info.format() != format) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the upload declares artifact \"%s\", file \"%s\", format "
+        "\"%s\"; the job's export is \"model\", file \"%s\", format "
+        "\"%s\"",
+        who, info.name(), info.file_name(), info.format(),
+        BaseName(spec.export_path()), format));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>>
@@ -53,27 +100,10 @@ Coordinator::BeginArtifactUpload(const Caller& caller,
       return Denied(caller, Call::kUploadArtifact,
                     absl::StrCat(who,
                                  " is not the chief: only rank 0 "
-                                 "uploads its job's export"));
+                                 "uploads its job's artifacts"));
     }
     const Job& job = jobs_[header.job_id()];
-    const v1::JobSpec& spec = job.status.spec();
-    if (spec.export_path().empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(who,
-                       ": the job exports nothing (no `export` in its "
-                       "spec), so there is nothing to keep"));
-    }
-    const std::string format =
-        spec.export_format().empty() ? "archive" : spec.export_format();
-    if (info.name() != "model" ||
-        info.file_name() != BaseName(spec.export_path()) ||
-        info.format() != format) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: the upload declares artifact \"%s\", file \"%s\", format "
-          "\"%s\"; the job's export is \"model\", file \"%s\", format \"%s\"",
-          who, info.name(), info.file_name(), info.format(),
-          BaseName(spec.export_path()), format));
-    }
+    RETURN_IF_ERROR(CheckDeclared(who, job.status.spec(), info));
     owner = job.status.owner();
     info.set_generation(header.generation());
     info.set_rank(header.rank());
@@ -84,8 +114,10 @@ Coordinator::BeginArtifactUpload(const Caller& caller,
 }
 
 void Coordinator::ArtifactUploadEnded(
-    const std::string& job_id, int rank,
+    const std::string& job_id, int rank, const std::string& name,
     const absl::StatusOr<v1::ArtifactInfo>& kept) {
+  // "export" for the model, as the spec calls it.
+  const std::string what = name == "model" ? "export" : name;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
@@ -93,20 +125,21 @@ void Coordinator::ArtifactUploadEnded(
   if (kept.ok()) {
     AddEventLocked(
         job, "artifact_kept", nullptr,
-        absl::StrFormat("the coordinator keeps the export %s (%s, %d bytes, "
+        absl::StrFormat("the coordinator keeps the %s %s (%s, %d bytes, "
                         "step %d, SHA-256 %s) from rank %d: `lockstep "
-                        "artifacts get %s`",
-                        kept->file_name(), kept->format(), kept->bytes(),
+                        "artifacts get %s%s`",
+                        what, kept->file_name(), kept->format(), kept->bytes(),
                         kept->step(), kept->sha256().substr(0, 16), rank,
-                        job_id));
+                        job_id, name == "model" ? "" : " " + name));
   } else {
-    LogWarning("job ", job_id, " rank ", rank,
-               ": its export was not kept: ", kept.status().message());
-    AddEventLocked(job, "artifact_not_kept", nullptr,
-                   absl::StrCat("the coordinator did not keep the export of "
-                                "rank ",
-                                rank, ": ", kept.status().message(),
-                                "; it stays where the job wrote it"));
+    LogWarning("job ", job_id, " rank ", rank, ": its ", what,
+               " was not kept: ", kept.status().message());
+    AddEventLocked(
+        job, "artifact_not_kept", nullptr,
+        absl::StrCat(
+            "the coordinator did not keep the ", what, " of rank ", rank, ": ",
+            kept.status().message(),
+            name == "model" ? "; it stays where the job wrote it" : ""));
   }
   ChangedLocked(job);
   PersistLocked(job);

@@ -491,10 +491,15 @@ void Coordinator::StartGenerationLocked(Job& job,
   for (size_t rank = 0; rank < workers.size(); ++rank) {
     absl::StatusOr<v1::CoordinatorCommand> assignment =
         AssignmentFor(status, static_cast<int>(rank), *job.generation);
-    // The chief hands the export over when the coordinator keeps it.
-    if (assignment.ok() && rank == 0 && artifacts_ != nullptr &&
-        !status.spec().export_path().empty()) {
-      assignment->mutable_assignment()->set_upload_export(true);
+    // The chief hands the export (and the checkpoint, when the job asks)
+    // over when the coordinator keeps artifacts.
+    if (assignment.ok() && rank == 0 && artifacts_ != nullptr) {
+      const v1::JobSpec& spec = status.spec();
+      assignment->mutable_assignment()->set_upload_export(
+          !spec.export_path().empty());
+      assignment->mutable_assignment()->set_upload_checkpoint(
+          spec.checkpoint().upload_last() &&
+          !spec.checkpoint().backup_dir().empty());
     }
     if (!assignment.ok()) {
       job.generation->End();

@@ -279,9 +279,10 @@ class Coordinator {
   // ResourceExhausted.
   absl::StatusOr<std::unique_ptr<ArtifactStore::Upload>> BeginArtifactUpload(
       const Caller& caller, const v1::ArtifactUpload::Header& header);
-  // How the upload of rank `rank` of `job_id` ended: the event
-  // "artifact_kept", or "artifact_not_kept" with why.
+  // How rank `rank`'s upload of artifact `name` of `job_id` ended: the
+  // event "artifact_kept", or "artifact_not_kept" with why.
   void ArtifactUploadEnded(const std::string& job_id, int rank,
+                           const std::string& name,
                            const absl::StatusOr<v1::ArtifactInfo>& kept);
   // What is kept for a job, for its owner, an admin or a viewer. Errors:
   // InvalidArgument, NotFound, PermissionDenied.

@@ -3,10 +3,14 @@
 #include "worker/agent.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "checkpoint/archive.h"
+#include "checkpoint/store.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -231,6 +235,7 @@ void Agent::StartTask(const v1::Assignment& assignment,
   task_thread_ = std::thread([this, task, session] {
     v1::TaskResult result = RunIfPathsAllowed(*task);
     UploadExport(*task, result);
+    UploadCheckpoint(*task, result);
     v1::WorkerMessage message;
     *message.mutable_result() = std::move(result);
     session->Send(message);
@@ -265,6 +270,64 @@ void Agent::UploadExport(const TaskContext& task,
   } else {
     LogWarning("job ", assignment.job_id(), ": the coordinator did not keep ",
                "its export ", path, ": ", kept.status().message());
+  }
+}
+
+void Agent::UploadCheckpoint(const TaskContext& task,
+                             const v1::TaskResult& result) {
+  const v1::Assignment& assignment = task.assignment;
+  const v1::CheckpointSpec& ckpt = assignment.spec().checkpoint();
+  // A preempted job is not over: it goes on from this checkpoint.
+  if (!assignment.upload_checkpoint() || !result.ok() || result.preempted() ||
+      ckpt.backup_dir().empty()) {
+    return;
+  }
+  const std::string& job = assignment.job_id();
+  absl::Status uploaded = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        checkpoint::Found found,
+        checkpoint::FindNewest(ckpt.backup_dir(), [&](const std::string& name,
+                                                      const absl::Status& why) {
+          LogWarning("job ", job, ": checkpoint ", name,
+                     " is not uploaded: ", why.message());
+        }));
+    const int64_t step = found.manifest.step();
+    const std::string temp_dir = ckpt.backup_dir() + "/.tmp";
+    RETURN_IF_ERROR(MakeDirectories(temp_dir));
+    const std::string path = temp_dir + "/" + checkpoint::ArchiveName(step);
+    absl::Status written = checkpoint::WriteArchive(found, path);
+    v1::ArtifactUpload::Header header;
+    header.set_job_id(job);
+    header.set_generation(assignment.generation());
+    header.set_rank(assignment.rank());
+    header.set_rank_token(assignment.rank_token());
+    v1::ArtifactInfo* info = header.mutable_info();
+    info->set_name("checkpoint");
+    info->set_file_name(checkpoint::ArchiveName(step));
+    info->set_format("checkpoint");
+    info->set_step(step);
+    absl::StatusOr<v1::ArtifactInfo> kept =
+        written.ok()
+            ? control_->UploadArtifact(std::move(header), path, kUploadTimeout)
+            : absl::StatusOr<v1::ArtifactInfo>(written);
+    std::remove(path.c_str());
+    if (!kept.ok()) return kept.status();
+    LogInfo("job ", job, ": the coordinator keeps its checkpoint ",
+            checkpoint::CheckpointName(step), " (", kept->bytes(), " bytes)");
+    return absl::OkStatus();
+  }();
+  if (!uploaded.ok()) {
+    LogWarning("job ", job, ": the coordinator did not keep its checkpoint: ",
+               uploaded.message());
+  }
+  // A job that succeeded removes its checkpoints here rather than in
+  // TrainingGeneration::Finalize, which left them for this upload.
+  if (!result.stopped() && !ckpt.keep_backups()) {
+    absl::Status removed = checkpoint::RemoveAll(ckpt.backup_dir());
+    if (!removed.ok()) {
+      LogWarning("job ", job, ": could not remove the checkpoints after ",
+                 "success: ", removed.message());
+    }
   }
 }
 

@@ -113,6 +113,12 @@ class Agent {
   // its result, while the generation is live. A failed upload is logged
   // (the coordinator records why on the job); the result stands.
   void UploadExport(const TaskContext& task, const v1::TaskResult& result);
+  // The chief of a job that succeeded or stopped hands its newest committed
+  // checkpoint to the coordinator as a tar when the assignment asks
+  // (Assignment.upload_checkpoint), then removes the checkpoints of a job
+  // that succeeded unless it keeps them (checkpoint.keep_backups). Failures
+  // are logged as UploadExport's.
+  void UploadCheckpoint(const TaskContext& task, const v1::TaskResult& result);
   void StartTask(const v1::Assignment& assignment,
                  const std::shared_ptr<Session>& session);
   void AbortTask(const std::string& why);

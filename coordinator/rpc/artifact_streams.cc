@@ -37,7 +37,7 @@ void UploadReactor::OnReadDone(bool ok) {
     }
     absl::StatusOr<v1::ArtifactInfo> kept = upload_->Finish();
     upload_.reset();
-    coordinator_->ArtifactUploadEnded(job_id_, rank_, kept);
+    coordinator_->ArtifactUploadEnded(job_id_, rank_, name_, kept);
     if (kept.ok()) *response_->mutable_info() = *kept;
     End(kept.status());
     return;
@@ -53,9 +53,9 @@ void UploadReactor::OnReadDone(bool ok) {
       // A bound reached by a rank that may upload is the job's news; other
       // refusals (a stranger, a generation that is over) are only logged.
       if (begun.status().code() == absl::StatusCode::kResourceExhausted) {
-        coordinator_->ArtifactUploadEnded(incoming_.header().job_id(),
-                                          incoming_.header().rank(),
-                                          begun.status());
+        coordinator_->ArtifactUploadEnded(
+            incoming_.header().job_id(), incoming_.header().rank(),
+            incoming_.header().info().name(), begun.status());
       }
       End(begun.status());
       return;
@@ -63,6 +63,7 @@ void UploadReactor::OnReadDone(bool ok) {
     upload_ = *std::move(begun);
     job_id_ = incoming_.header().job_id();
     rank_ = incoming_.header().rank();
+    name_ = incoming_.header().info().name();
   } else if (incoming_.has_header()) {
     End(absl::InvalidArgumentError(absl::StrCat("UploadArtifact of job ",
                                                 job_id_, " rank ", rank_,
@@ -91,7 +92,7 @@ void UploadReactor::End(const absl::Status& status) {
     // Cut off before its end: nothing is kept (the destructor removes the
     // temporary file).
     upload_.reset();
-    coordinator_->ArtifactUploadEnded(job_id_, rank_, status);
+    coordinator_->ArtifactUploadEnded(job_id_, rank_, name_, status);
   }
   Finish(ToGrpcStatus(status));
 }

@@ -47,6 +47,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::ArtifactUpload> {
   std::unique_ptr<ArtifactStore::Upload> upload_;
   std::string job_id_;
   int rank_ = 0;
+  std::string name_;  // the artifact's, from the header
 };
 
 // One DownloadArtifact stream: the ArtifactInfo, then the file's bytes a

@@ -12,7 +12,10 @@ For each built-in model, trained briefly on Fashion-MNIST:
   ones the job reported (lockstep's own evaluation);
 - the exports come back through the coordinator (its --artifact-dir, which
   LocalCluster sets): the same bytes, Job.load_model() gives the job's test
-  loss and digest, lockstep.aio downloads them too.
+  loss and digest, lockstep.aio downloads them too;
+- a job's last checkpoint (checkpoint.upload_last) comes back as a
+  backup_dir that another job resumes from, ending with the digest of a job
+  run straight through.
 gpt is checked the same way on a Markov chain's tokens (digest, outputs).
 And a model written in plain PyTorch, wrapped by
 lockstep.script_training_step, trains on 2 workers; its export is the
@@ -144,6 +147,58 @@ class ExportTest(unittest.TestCase):
         archive.wait(timeout=WAIT_SECONDS)
         with self.assertRaises(lockstep.FailedPrecondition):
             archive.load_model()
+
+    def test_the_last_checkpoint_comes_back(self):
+        # A job that asks for its checkpoint (checkpoint.upload_last): the
+        # chief uploads its final state; unpacked, it is a backup_dir that
+        # another job resumes from, ending where a job run straight through
+        # would (the same model digest).
+        backups = os.path.join(self.work, "backups-upload")
+        base = dict(SHORT, num_workers=2, name="ckpt-upload")
+        job = self.client.submit({"model": "mlp"}, base, checkpoint={
+            "backup_dir": backups, "upload_last": True,
+            "save_every_steps": 10})
+        job.wait(timeout=WAIT_SECONDS)
+        kept = {a.name: a for a in job.artifacts()}
+        self.assertEqual((kept["checkpoint"].file_name,
+                          kept["checkpoint"].format, kept["checkpoint"].step),
+                         ("ckpt-000000020.tar", "checkpoint", 20))
+        # Uploaded, the job's own checkpoints are gone (keep_backups unset).
+        self.assertFalse(os.path.exists(os.path.join(backups, "LATEST")))
+        resumed_dir = job.download_checkpoint(
+            os.path.join(self.work, "resumed-backups"))
+        with open(os.path.join(resumed_dir, "LATEST")) as f:
+            self.assertEqual(f.read().strip(), "ckpt-000000020")
+        with self.assertRaises(lockstep.FailedPrecondition):  # not empty
+            job.download_checkpoint(resumed_dir)
+
+        longer = dict(base, max_steps=30, name="ckpt-resumed")
+        resumed = self.client.submit({"model": "mlp"}, longer, checkpoint={
+            "backup_dir": resumed_dir})
+        straight = self.client.submit({"model": "mlp"},
+                                      dict(longer, name="ckpt-straight"))
+        final = resumed.wait(timeout=WAIT_SECONDS)
+        self.assertEqual(final.step, 30)
+        self.assertTrue(any("after step 20" in e.message
+                            for e in final.events if e.kind == "resumed"),
+                        [e.message for e in final.events])
+        self.assertEqual(final.ranks[0].model_digest,
+                         straight.wait(timeout=WAIT_SECONDS)
+                         .ranks[0].model_digest)
+
+    def test_a_hostile_checkpoint_archive_is_not_unpacked(self):
+        import io
+        import tarfile
+        from lockstep.client import unpack_checkpoint
+        tar = os.path.join(self.work, "hostile.tar")
+        with tarfile.open(tar, "w") as archive:
+            info = tarfile.TarInfo("../escaped")
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"x"))
+        target = os.path.join(self.work, "hostile-out")
+        with self.assertRaisesRegex(lockstep.DataLoss, "escaped"):
+            unpack_checkpoint(tar, target, "job-x")
+        self.assertFalse(os.path.exists(os.path.join(self.work, "escaped")))
 
     def test_gpt(self):
         data = os.path.join(self.work, "markov")

@@ -640,6 +640,17 @@ TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // Nor a checkpoint the job did not ask for.
+  EXPECT_FALSE(AssignmentOf(job_, 1, 0)->upload_checkpoint());
+  v1::ArtifactUpload::Header checkpoint = header(0, 0);
+  checkpoint.mutable_info()->set_name("checkpoint");
+  checkpoint.mutable_info()->set_file_name("ckpt-000000000.tar");
+  checkpoint.mutable_info()->set_format("checkpoint");
+  auto unasked =
+      coordinator_->BeginArtifactUpload(Identity(kWorker0), checkpoint);
+  EXPECT_EQ(unasked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unasked.status().message(),
+              HasSubstr("does not ask for its checkpoint"));
   auto upload =
       coordinator_->BeginArtifactUpload(Identity(kWorker0), header(0, 0));
   ASSERT_TRUE(upload.ok()) << upload.status();
@@ -647,7 +658,7 @@ TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
   auto kept = (*upload)->Finish();
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->owner(), "operator:alice");
-  coordinator_->ArtifactUploadEnded(job_, 0, kept);
+  coordinator_->ArtifactUploadEnded(job_, 0, "model", kept);
   EXPECT_EQ(EventsOf(Status(job_), "artifact_kept").size(), 1u);
 
   auto listed = coordinator_->ListArtifacts(Identity(kOperator), job_);
@@ -667,6 +678,58 @@ TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
   EXPECT_EQ(read(opened->first, bytes, sizeof(bytes)), 3);
   close(opened->first);
   EXPECT_EQ(std::string(bytes), "abc");
+  coordinator_.reset();
+  ASSERT_TRUE(RemoveRecursively(dir).ok());
+}
+
+// A job that asks for its checkpoint (checkpoint.upload_last): the chief
+// uploads it as ckpt-<step>.tar of format "checkpoint", and nothing else
+// under that name.
+TEST_F(CoordinatorAuthTest, TheChiefUploadsTheCheckpointAJobAsksFor) {
+  std::string tmpl = ::testing::TempDir() + "artifact_ckpt_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  configure_ = [&](Coordinator::Options& options) {
+    options.artifact_dir = dir + "/artifacts";
+  };
+  MakeCluster();
+  JoinAs(0, 10, &sink0_);
+  JoinAs(1, 11, &sink1_);
+  v1::JobSpec spec = Spec(0);
+  spec.mutable_checkpoint()->set_backup_dir("/backups/mnist");
+  spec.mutable_checkpoint()->set_upload_last(true);
+  job_ = *coordinator_->SubmitJob(spec, kOperator);
+  ASSERT_TRUE(AssignmentOf(job_, 1, 0)->upload_checkpoint());
+  EXPECT_FALSE(AssignmentOf(job_, 1, 0)->upload_export());
+  EXPECT_FALSE(AssignmentOf(job_, 1, 1)->upload_checkpoint());
+  v1::ArtifactUpload::Header header;
+  header.set_job_id(job_);
+  header.set_generation(1);
+  header.set_rank(0);
+  header.set_rank_token(TokenOf(job_, 1, 0));
+  v1::ArtifactInfo* info = header.mutable_info();
+  info->set_name("checkpoint");
+  info->set_file_name("ckpt-000000012.tar");
+  info->set_format("checkpoint");
+  info->set_step(20);  // not the file's step
+  info->set_bytes(3);
+  info->set_sha256(*Sha256Hex("abc"));
+  auto mismatched =
+      coordinator_->BeginArtifactUpload(Identity(kWorker0), header);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(),
+              HasSubstr("ckpt-<step, 9 digits>.tar"));
+  info->set_step(12);
+  auto upload = coordinator_->BeginArtifactUpload(Identity(kWorker0), header);
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  ASSERT_TRUE((*upload)->Append("abc").ok());
+  auto kept = (*upload)->Finish();
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  coordinator_->ArtifactUploadEnded(job_, 0, "checkpoint", kept);
+  std::vector<v1::JobEvent> events = EventsOf(Status(job_), "artifact_kept");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].message(),
+              AllOf(HasSubstr("keeps the checkpoint ckpt-000000012.tar"),
+                    HasSubstr("artifacts get " + job_ + " checkpoint")));
   coordinator_.reset();
   ASSERT_TRUE(RemoveRecursively(dir).ok());
 }

@@ -589,14 +589,18 @@ absl::Status TrainingGeneration::ApplyGradients(int64_t step) {
 
 absl::Status TrainingGeneration::MaybeSave(int64_t step, bool epoch_end,
                                            bool stop) {
-  if (checkpointer_ == nullptr || step == total_steps_) {
+  // The last step is exported, not saved, unless the job asks for its
+  // final state as a checkpoint (checkpoint.upload_last): every rank
+  // decides by the spec alone, so all of them save the same steps.
+  const bool save_last = spec_.checkpoint().upload_last();
+  if (checkpointer_ == nullptr || (step == total_steps_ && !save_last)) {
     return absl::OkStatus();
   }
   const v1::CheckpointSpec& ckpt = spec_.checkpoint();
   // Stopped or preempted: save this step before leaving, so the job
   // resumes exactly here.
   const bool save =
-      stop ||
+      stop || step == total_steps_ ||
       (ckpt.save_every_steps() > 0 && step % ckpt.save_every_steps() == 0) ||
       (ckpt.save_every_epoch() && epoch_end);
   if (!save) return absl::OkStatus();
@@ -618,7 +622,10 @@ absl::Status TrainingGeneration::Finalize() {
   RETURN_IF_ERROR(
       ExportModel({task_.assignment.job_id(), task_.assignment.submitted_by()},
                   spec_, replica_));
-  if (checkpointer_ != nullptr && !spec_.checkpoint().keep_backups()) {
+  // A checkpoint to upload stays until the agent has uploaded it
+  // (Agent::UploadCheckpoint removes it then).
+  if (checkpointer_ != nullptr && !spec_.checkpoint().keep_backups() &&
+      !task_.assignment.upload_checkpoint()) {
     absl::Status removed = checkpoint::RemoveAll(checkpointer_->backup_dir());
     if (!removed.ok()) {
       LogWarning("could not remove the checkpoints after success: ",
@@ -674,9 +681,8 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
         evaluation = Evaluation{replica_.last_test_loss, replica_.last_metrics,
                                 eval_samples};
       }
-      reporter_->StepDone(step, replica_.last_loss, replica_.last_lr,
-                          evaluated, evaluation,
-                          absl::Now() - train_start_ - eval_time_);
+      reporter_->StepDone(step, replica_.last_loss, replica_.last_lr, evaluated,
+                          evaluation, absl::Now() - train_start_ - eval_time_);
     }
     RETURN_IF_ERROR(MaybeSave(step, epoch_end, stop));
   }

@@ -25,7 +25,8 @@ from lockstep import metrics as metrics_lib
 from lockstep._connection import Settings
 from lockstep.client import (_TERMINAL, _RECONNECT_SECONDS, Update, _Display,
                              _JobFilter, _check_loadable, _load, _outcome,
-                             _Receiver, _Reconnect, _SeenEvents, _updates)
+                             _Receiver, _Reconnect, _SeenEvents, _updates,
+                             unpack_checkpoint)
 from lockstep.spec import job_spec, keyword_overrides
 from lockstep.v1 import coordinator_pb2
 from lockstep.v1 import coordinator_pb2_grpc
@@ -179,15 +180,15 @@ class Job:
             coordinator_pb2.ListArtifactsRequest(job_id=self.id))
         return list(response.artifacts)
 
-    async def download_model(self, path=None, timeout=3600):
-        """Downloads the exported model to `path`, checked (as
-        Job.download_model); returns the path. The file is written in a
+    async def download(self, name="model", path=None, timeout=3600):
+        """Downloads the artifact `name` to `path`, checked (as
+        Job.download); returns the path. The file is written in a
         thread."""
         if not self.client._checked:
             await self.client.check_server()
         call = self.client._stub.DownloadArtifact(
             coordinator_pb2.DownloadArtifactRequest(job_id=self.id,
-                                                    name="model"),
+                                                    name=name),
             timeout=timeout)
         receiver = None
         try:
@@ -203,9 +204,22 @@ class Job:
                 receiver.abort()
             raise errors.from_rpc(error, self.client.address) from None
         if receiver is None:
-            raise errors.DataLoss("the download of job %s's model ended at "
-                                  "once" % self.id)
+            raise errors.DataLoss("the download of job %s's %s ended at "
+                                  "once" % (self.id, name))
         return receiver.finish()
+
+    async def download_model(self, path=None, timeout=3600):
+        """Downloads the exported model (download("model"))."""
+        return await self.download("model", path, timeout)
+
+    async def download_checkpoint(self, folder, timeout=3600):
+        """Downloads the last checkpoint and unpacks it into `folder` (as
+        Job.download_checkpoint); returns the folder."""
+        with tempfile.TemporaryDirectory(prefix="lockstep-ckpt-") as temp:
+            tar = await self.download("checkpoint",
+                                      os.path.join(temp, "ckpt.tar"), timeout)
+            return await asyncio.to_thread(unpack_checkpoint, tar, folder,
+                                           self.id)
 
     async def load_model(self, **sizes):
         """The exported model in PyTorch (as Job.load_model)."""

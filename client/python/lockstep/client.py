@@ -5,6 +5,7 @@ import hashlib
 import html
 import os
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -191,15 +192,17 @@ class Job:
             "ListArtifacts",
             coordinator_pb2.ListArtifactsRequest(job_id=self.id)).artifacts)
 
-    def download_model(self, path=None, timeout=3600):
-        """Downloads the job's exported model from the coordinator to
-        `path` (default: the export's file name in the current folder) and
-        returns the path. It is written to a temporary file beside `path`,
-        its size and SHA-256 checked against the coordinator's record
-        (DataLoss when they differ), then moved into place."""
+    def download(self, name="model", path=None, timeout=3600):
+        """Downloads the artifact `name` the coordinator keeps of the job
+        ("model": its export; "checkpoint": its last checkpoint, when the
+        job asked for it with checkpoint.upload_last) to `path` (default:
+        the artifact's file name in the current folder) and returns the
+        path. It is written to a temporary file beside `path`, its size and
+        SHA-256 checked against the coordinator's record (DataLoss when they
+        differ), then moved into place."""
         stream = self.client._stub.DownloadArtifact(
             coordinator_pb2.DownloadArtifactRequest(job_id=self.id,
-                                                    name="model"),
+                                                    name=name),
             timeout=timeout)
         receiver = None
         try:
@@ -213,10 +216,24 @@ class Job:
                 receiver.abort()
             raise errors.from_rpc(error, self.client.address) from None
         except StopIteration:
-            raise errors.DataLoss("the download of job %s's model ended at "
-                                  "once" % self.id) from None
+            raise errors.DataLoss("the download of job %s's %s ended at "
+                                  "once" % (self.id, name)) from None
         finally:
             stream.cancel()
+
+    def download_model(self, path=None, timeout=3600):
+        """Downloads the job's exported model (download("model"))."""
+        return self.download("model", path, timeout)
+
+    def download_checkpoint(self, folder, timeout=3600):
+        """Downloads the job's last checkpoint (the job asked for it with
+        checkpoint.upload_last) and unpacks it into `folder` (created; it
+        must be empty), which is then a checkpoint.backup_dir a job resumes
+        from. Returns the folder."""
+        with tempfile.TemporaryDirectory(prefix="lockstep-ckpt-") as temp:
+            tar = self.download("checkpoint", os.path.join(temp, "ckpt.tar"),
+                                timeout)
+            return unpack_checkpoint(tar, folder, self.id)
 
     def load_model(self, **sizes):
         """The job's exported model in PyTorch (needs python3-torch),
@@ -414,8 +431,8 @@ class _Receiver:
                 dir=os.path.dirname(os.path.abspath(path)))
         except OSError as error:
             raise errors.FailedPrecondition(
-                "cannot write the model of job %s to %s: %s"
-                % (job_id, path, error.strerror or error)) from None
+                "cannot write the %s of job %s to %s: %s"
+                % (info.name, job_id, path, error.strerror or error)) from None
         self.out = os.fdopen(handle, "wb")
 
     def add(self, data):
@@ -434,18 +451,19 @@ class _Receiver:
             if (self.received != self.info.bytes or
                     self.digest.hexdigest() != self.info.sha256):
                 raise errors.DataLoss(
-                    "the model of job %s came with %d bytes and SHA-256 %s; "
+                    "the %s of job %s came with %d bytes and SHA-256 %s; "
                     "the coordinator keeps %d bytes with SHA-256 %s: nothing "
-                    "was written" % (self.job_id, self.received,
-                                     self.digest.hexdigest(), self.info.bytes,
-                                     self.info.sha256))
+                    "was written" % (self.info.name, self.job_id,
+                                     self.received, self.digest.hexdigest(),
+                                     self.info.bytes, self.info.sha256))
             os.replace(self.temp, self.path)
             return self.path
         except OSError as error:
             self.abort()
             raise errors.FailedPrecondition(
-                "cannot write the model of job %s to %s: %s"
-                % (self.job_id, self.path, error.strerror or error)) from None
+                "cannot write the %s of job %s to %s: %s"
+                % (self.info.name, self.job_id, self.path,
+                   error.strerror or error)) from None
         except BaseException:
             self.abort()
             raise
@@ -454,6 +472,43 @@ class _Receiver:
         self.out.close()
         if os.path.exists(self.temp):
             os.unlink(self.temp)
+
+
+def unpack_checkpoint(tar, folder, job_id):
+    """Unpacks a checkpoint archive (ckpt-<step>.tar: one ckpt-<step>/
+    folder of regular files and a LATEST) into `folder`, created if need
+    be and required empty, and returns it. Anything else in the archive (a
+    link, a device, a path outside the folder) is DataLoss and nothing is
+    unpacked."""
+    try:
+        with tarfile.open(tar, "r:") as archive:
+            members = archive.getmembers()
+            for member in members:
+                parts = member.name.rstrip("/").split("/")
+                safe = (not member.name.startswith("/") and ".." not in parts
+                        and len(parts) <= 2 and
+                        (member.isfile() or (member.isdir() and len(parts) == 1)))
+                if not safe:
+                    raise errors.DataLoss(
+                        "the checkpoint of job %s holds %r, which is not a "
+                        "file of a checkpoint: nothing was unpacked"
+                        % (job_id, member.name))
+            os.makedirs(folder, exist_ok=True)
+            if os.listdir(folder):
+                raise errors.FailedPrecondition(
+                    "cannot unpack the checkpoint of job %s into %s: the "
+                    "folder is not empty; give an empty or new one"
+                    % (job_id, folder))
+            for member in members:
+                archive.extract(member, folder, set_attrs=False)
+        return folder
+    except tarfile.TarError as error:
+        raise errors.DataLoss("the checkpoint of job %s is not a readable "
+                              "archive: %s" % (job_id, error)) from None
+    except OSError as error:
+        raise errors.FailedPrecondition(
+            "cannot unpack the checkpoint of job %s into %s: %s"
+            % (job_id, folder, error.strerror or error)) from None
 
 
 def _check_loadable(status):
