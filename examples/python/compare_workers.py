@@ -11,7 +11,9 @@ the example's full 2 epochs.
 """
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 
 import lockstep
 
@@ -30,10 +32,16 @@ def main():
 
     # A coordinator and two workers on this machine (`lockstep local
     # --serve`); on a cluster, lockstep.Client() reads LOCKSTEP_COORDINATOR
-    # and LOCKSTEP_TLS_* as the CLI does.
-    with lockstep.LocalCluster(workers=2) as cluster, cluster.client() as client:
-        # The same job, the same global batch, on 1 and on 2 workers.
-        one = client.submit(spec, overrides, num_workers=1, name="cnn-1w")
+    # and LOCKSTEP_TLS_* as the CLI does. The workers may export below
+    # `exports`.
+    exports = tempfile.mkdtemp(prefix="lockstep-tour-")
+    with lockstep.LocalCluster(workers=2, export_roots=[exports]) as cluster, \
+            cluster.client() as client:
+        # The same job, the same global batch, on 1 and on 2 workers; the
+        # first exports its model for PyTorch.
+        one = client.submit(spec, overrides, num_workers=1, name="cnn-1w",
+                            export=os.path.join(exports, "cnn-1w.pt"),
+                            export_format="torchscript")
         two = client.submit(spec, overrides, num_workers=2, name="cnn-2w")
         for job in (one, two):
             final = job.wait(display=True)
@@ -52,6 +60,13 @@ def main():
             print(line)
         result.save(args.plot)
         print("plot: %s" % args.plot)
+
+        # The trained model, through the coordinator: no access to the
+        # workers' disks needed (torch.jit.load gives the same module).
+        model = one.load_model()
+        print("model: %s with %d parameters" % (
+            type(model).__name__, sum(p.numel() for p in model.parameters())))
+    shutil.rmtree(exports, ignore_errors=True)
     return 0 if result.same_function() else 1
 
 

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/sha256.h"
 #include "common/tls.h"
 #include "tests/integration/harness.h"
 #include "worker/rpc/grpc_control_plane.h"
@@ -26,6 +28,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A client holding a real worker certificate of the cluster's CA that
 // speaks the worker protocol itself: it registers as its task, opens a
@@ -160,6 +163,77 @@ TEST_F(RogueWorkerTest, TwoRogueWorkersCannotForgeAJobsOutcome) {
   EXPECT_THAT(status.out, HasSubstr("failed")) << status.err;
 }
 
+// Issue 53, over real gRPC with the chief's certificate and token: an
+// upload cut short and one whose bytes are not those declared are refused
+// (DATA_LOSS naming the job and the rank), nothing of them is kept, and the
+// job's events say why; the same upload whole is kept.
+TEST_F(RogueWorkerTest, ATruncatedOrCorruptUploadIsRefusedAndNotKept) {
+  coordinator_flags_ = {"--artifact-dir", TempDir("artifacts")};
+  StartCoordinatorAlone(1);
+  RogueWorker chief(address_, 0);
+  const std::string job = Submit(
+      {"max_steps=1000", "global_batch_size=64", "export=/exports/model.pt"});
+  ASSERT_FALSE(job.empty());
+  const v1::Assignment assigned = chief.NextAssignment();
+  ASSERT_EQ(assigned.job_id(), job);
+  ASSERT_TRUE(assigned.upload_export());
+  const std::string model(3 << 20, 'm');  // three messages of 1 MiB
+  auto upload = [&](const std::string& sent) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::UploadArtifactResponse response;
+    auto writer = chief.stub()->UploadArtifact(&context, &response);
+    v1::ArtifactUpload header;
+    v1::ArtifactUpload::Header* h = header.mutable_header();
+    h->set_job_id(job);
+    h->set_generation(assigned.generation());
+    h->set_rank(0);
+    h->set_rank_token(assigned.rank_token());
+    h->mutable_info()->set_name("model");
+    h->mutable_info()->set_file_name("model.pt");
+    h->mutable_info()->set_format("archive");
+    h->mutable_info()->set_bytes(static_cast<int64_t>(model.size()));
+    h->mutable_info()->set_sha256(*Sha256Hex(model));
+    writer->Write(header);
+    for (size_t at = 0; at < sent.size(); at += 1 << 20) {
+      v1::ArtifactUpload chunk;
+      chunk.set_data(sent.substr(at, 1 << 20));
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  grpc::Status truncated = upload(model.substr(0, model.size() - 100));
+  EXPECT_EQ(truncated.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(truncated.error_message(),
+              AllOf(HasSubstr("job " + job + " rank 0"),
+                    HasSubstr(absl::StrCat(model.size() - 100))));
+  std::string flipped = model;
+  flipped[123456] ^= 1;
+  grpc::Status corrupt = upload(flipped);
+  EXPECT_EQ(corrupt.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(corrupt.error_message(),
+              AllOf(HasSubstr("job " + job + " rank 0"), HasSubstr("SHA-256")));
+  Result none = RunCommand({kBin + "/lockstep", "artifacts", "list", job},
+                           {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_THAT(none.out, Not(HasSubstr("model.pt")));
+  v1::JobStatus refused = WatchUntil(job, [](const v1::JobStatus& s) {
+    return std::count_if(s.events().begin(), s.events().end(),
+                         [](const v1::JobEvent& e) {
+                           return e.kind() == "artifact_not_kept";
+                         }) >= 2;
+  });
+  EXPECT_THAT(FindEvent(refused, "artifact_not_kept")->message(),
+              AllOf(HasSubstr("export of rank 0"), HasSubstr("bytes")));
+
+  ASSERT_TRUE(upload(model).ok());
+  Result kept = RunCommand({kBin + "/lockstep", "artifacts", "list", job},
+                           {"LOCKSTEP_COORDINATOR=" + address_});
+  EXPECT_THAT(kept.out, HasSubstr("model.pt")) << kept.err;
+}
+
 // Issue 14, through real gRPC: a rank writing its generation's store without
 // bound (100 values of 4 MB under keys of its own, with its token) is
 // refused past --kv-max-bytes, naming the flag and the job.
@@ -250,9 +324,11 @@ TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
     p->set_first_step(first);
     p->set_step(last);
     p->set_total_steps(steps + 1000);
-    // Loss of step s (from 1): s, exact in a float below 2^24.
+    // Loss of step s (from 1): s, exact in a float below 2^24; its
+    // learning rate s / 1024, exact too.
     for (int64_t s = first + 1; s <= last; ++s) {
       p->add_step_losses(static_cast<float>(s));
+      p->add_step_lrs(static_cast<float>(s) / 1024);
     }
     chief.Send(message);
   }
@@ -266,12 +342,16 @@ TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
   ASSERT_EQ(csv.code, 0) << csv.err;
   const std::vector<std::string> rows =
       absl::StrSplit(csv.out, '\n', absl::SkipEmpty());
-  // A header, then steps 1, 5, 9, ..., 3 x 2^20 + 5.
+  // A header, then steps 1, 5, 9, ..., 3 x 2^20 + 5, each with its
+  // learning rate (paged beside the losses).
   ASSERT_EQ(rows.size(), 1 + (steps + 3) / 4);
-  EXPECT_EQ(rows[1], "1,64,1,,");
-  EXPECT_EQ(rows[2], "5,320,5,,");
-  EXPECT_EQ(rows.back(),
-            absl::StrCat(steps, ",", steps * 64, ",", steps, ",,"));
+  auto row = [](int64_t step) {
+    return absl::StrCat(step, ",", step * 64, ",", step, ",",
+                        absl::StrFormat("%.9g", step / 1024.0), ",,");
+  };
+  EXPECT_EQ(rows[1], row(1));
+  EXPECT_EQ(rows[2], row(5));
+  EXPECT_EQ(rows.back(), row(steps));
   Result json = RunCommand({kBin + "/lockstep", "metrics", job, "--json"},
                            {"LOCKSTEP_COORDINATOR=" + address_});
   ASSERT_EQ(json.code, 0) << json.err;
@@ -281,6 +361,7 @@ TEST_F(RogueWorkerTest, AJobOfThreeMillionStepsStillShowsItsLossCurve) {
   const auto& last = points.rbegin()->struct_value().fields();
   EXPECT_EQ(last.at("step").number_value(), steps);
   EXPECT_EQ(last.at("loss").number_value(), steps);
+  EXPECT_EQ(last.at("lr").number_value(), steps / 1024.0);
   // And the comparison, plotted to the job's last step.
   const std::string svg = TempDir("compare") + "/curves.svg";
   Result compare =
