@@ -191,7 +191,8 @@ TEST_F(TokenMemoryTest, AWorkersMemoryDoesNotGrowWithTheTokenFile) {
 // The JPEG (and PNG) TFRecords Pillow wrote: `lockstep data inspect` sees
 // the images, the first records decode to Pillow's pixels exactly, a
 // 10-class MLP learns them with random crops and flips, the same on 1 and
-// 2 workers, and a truncated JPEG fails the job naming its file and record.
+// 2 workers; the CNN and the ResNet train on them (channels first); and a
+// truncated JPEG fails the job naming its file and record.
 TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
   const std::string dir = TempDir("jpeg-records");
   Result made = RunCommand({"/usr/bin/python3",
@@ -237,14 +238,17 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
   ASSERT_TRUE(
       (*split)->ReadColumn((*split)->Find("image"), first, pixels.data()).ok());
   for (int i = 0; i < 16; ++i) {
-    const size_t size = 36 * 36 * 3;
+    // Pillow's [H, W, C] against lockstep's channels-first [C, H, W].
+    const size_t plane = 36 * 36, size = plane * 3;
     int differ = 0, largest = 0;
-    for (size_t k = 0; k < size; ++k) {
-      const int d =
-          std::abs(int{static_cast<uint8_t>(pixels[i * size + k])} -
-                   int{static_cast<uint8_t>(expected->data[i * size + k])});
-      differ += d != 0;
-      largest = std::max(largest, d);
+    for (size_t p = 0; p < plane; ++p) {
+      for (size_t c = 0; c < 3; ++c) {
+        const int d = std::abs(
+            int{static_cast<uint8_t>(pixels[i * size + c * plane + p])} -
+            int{static_cast<uint8_t>(expected->data[i * size + p * 3 + c])});
+        differ += d != 0;
+        largest = std::max(largest, d);
+      }
     }
     EXPECT_EQ(differ, 0) << "record " << i << ": " << differ
                          << " values differ from Pillow's, by up to "
@@ -277,6 +281,21 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
   ASSERT_EQ(losses[1].size(), losses[2].size());
   for (size_t i = 0; i < losses[1].size(); ++i) {
     EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i] + 1e-6) << i;
+  }
+
+  // The convolutional models take the decoded images as they are (issue
+  // 54: they were [H, W, C], which cnn and resnet refused), with the
+  // README's ImageNet features: resized, then cropped and flipped.
+  for (const char* model : {"cnn", "resnet"}) {
+    Result conv = Local(
+        2, With(job, {absl::StrCat("model.name=", model), "max_steps=10",
+                      R"(data.features={"image": {"from": "image/encoded",)"
+                      R"( "encoding": "auto", "dtype": "uint8",)"
+                      R"( "shape": [32, 32, 3], "resize": [40, 40],)"
+                      R"( "random_crop": true, "random_flip": true},)"
+                      R"( "label": {"from": "image/class/label",)"
+                      R"( "dtype": "int64", "shape": []}})"}));
+    EXPECT_EQ(conv.code, 0) << model << ": " << conv.err;
   }
 
   Result corrupt = RunCommand(

@@ -373,9 +373,11 @@ TEST(TfExampleTest, RecordKeysOptionalListsAndImages) {
   std::vector<absl::Span<char>> outs = {
       absl::MakeSpan(pixels), absl::MakeSpan(list), absl::MakeSpan(flag)};
   ASSERT_TRUE(decoder->Decode(record, outs, "r").ok());
-  // Centred: rows 1-2, columns 2-3.
-  EXPECT_EQ(pixels, std::string("\x01\x02\x07\x01\x03\x07\x02\x02\x07"
-                                "\x02\x03\x07",
+  // Centred: rows 1-2, columns 2-3; channels first ([C, H, W], as
+  // torchvision's ToTensor): the rows' plane, the columns', the 7s.
+  EXPECT_EQ(pixels, std::string("\x01\x01\x02\x02"
+                                "\x02\x03\x02\x03"
+                                "\x07\x07\x07\x07",
                                 12));
   float values[4];
   std::memcpy(values, list.data(), 16);

@@ -260,7 +260,15 @@ class FeatureDecoder {
     if (augment_ != nullptr && spec_.random_flip && draw(2) == 1) {
       FlipImage(&image);
     }
-    std::memcpy(out_, image.pixels.data(), image.pixels.size());
+    // Channels first, [C, H, W], as torchvision's ToTensor and the
+    // convolutional models take them.
+    const int64_t plane = height * width;
+    auto* out = reinterpret_cast<uint8_t*>(out_);
+    for (int64_t p = 0; p < plane; ++p) {
+      for (int c = 0; c < channels; ++c) {
+        out[c * plane + p] = image.pixels[p * channels + c];
+      }
+    }
     return absl::OkStatus();
   }
 

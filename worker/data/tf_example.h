@@ -63,11 +63,12 @@ struct FeatureSpec {
   bool optional = false;
   // A list of up to shape[0] numbers, zero-padded.
   bool variable_length = false;
-  // An encoded image in a bytes_list, decoded into uint8 [H, W, C]
-  // (image_decode.h): resized to resize_height x resize_width first when
-  // they are set, then cropped to [H, W] (centred; at random with
+  // An encoded image in a bytes_list, decoded (image_decode.h) into the
+  // [H, W, C] of `shape`: resized to resize_height x resize_width first
+  // when they are set, then cropped to [H, W] (centred; at random with
   // random_crop under an Augmentation), flipped half of the time with
-  // random_flip under one.
+  // random_flip under one; written channels first, uint8 [C, H, W], as
+  // torchvision's ToTensor lays an image out.
   bool image = false;
   ImageEncoding encoding = ImageEncoding::kAuto;
   int64_t resize_height = 0;

@@ -200,11 +200,16 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     column.dtype = DtypeFromName(declared.dtype()).value_or(Dtype::kFloat32);
     column.shape.assign(declared.shape().begin(), declared.shape().end());
     if (declared.max_len() > 0) column.shape = {declared.max_len()};
-    columns.push_back(column);
     FeatureSpec feature;
     feature.name = name;
     ASSIGN_OR_RETURN(feature.dtype, ParseDType(declared.dtype()));
     feature.shape = column.shape;
+    // An image is declared [H, W, C] and delivered [C, H, W] (the decoder
+    // checks the declared shape).
+    if (!declared.encoding().empty() && column.shape.size() == 3) {
+      column.shape = {column.shape[2], column.shape[0], column.shape[1]};
+    }
+    columns.push_back(column);
     feature.key = declared.from();
     feature.optional = declared.optional();
     feature.variable_length = declared.max_len() > 0;
