@@ -9,13 +9,20 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/data/npy.h"
 
 namespace lockstep::worker {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A [height, width, 3] gradient with some structure.
@@ -157,6 +164,138 @@ TEST(ImageDecodeTest, AnOversizedImageIsRefusedFromItsHeader) {
               crc32(0, reinterpret_cast<const Bytef*>(png.data() + 12), 17)));
   EXPECT_THAT(DecodeImage(png, ImageEncoding::kPng, 3).status().message(),
               HasSubstr("40000x40000, more than 67108864 pixels"));
+}
+
+// Files Pillow wrote (tests/scripts/write_reference_images.py) and the
+// pixels its Image.convert gives them, in a fresh folder.
+class PillowImagesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = ::testing::TempDir() + "pillow_images_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = new std::string(tmpl);
+    const std::string command =
+        absl::StrCat("/usr/bin/python3 ", LOCKSTEP_SOURCE_DIR,
+                     "/tests/scripts/write_reference_images.py ", *dir_);
+    ASSERT_EQ(std::system(command.c_str()), 0)
+        << command << " (needs python3-pil and python3-numpy)";
+  }
+  static void TearDownTestSuite() {
+    std::system(absl::StrCat("rm -rf ", *dir_).c_str());
+    delete dir_;
+  }
+
+  static std::string Read(const std::string& name) {
+    std::ifstream in(*dir_ + "/" + name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Decodes `file` into `channels` and compares with Pillow's pixels.
+  static void ExpectPillowsPixels(const std::string& file,
+                                  const std::string& name, int channels) {
+    SCOPED_TRACE(absl::StrCat(file, " into ", channels, " channels"));
+    auto image = DecodeImage(Read(file), ImageEncoding::kAuto, channels);
+    ASSERT_TRUE(image.ok()) << image.status();
+    auto expected =
+        ReadNpy(absl::StrCat(*dir_, "/", name, "-", channels, ".npy"));
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_EQ(expected->shape,
+              (std::vector<int64_t>{image->height, image->width, channels}));
+    int differ = 0, largest = 0;
+    for (size_t i = 0; i < image->pixels.size(); ++i) {
+      const int d = std::abs(int{image->pixels[i]} -
+                             int{static_cast<uint8_t>(expected->data[i])});
+      differ += d != 0;
+      largest = std::max(largest, d);
+    }
+    EXPECT_EQ(differ, 0) << differ << " values differ, by up to " << largest;
+  }
+
+  static std::string* dir_;
+};
+
+std::string* PillowImagesTest::dir_ = nullptr;
+
+// Grey, RGB, RGBA, palette and interlaced PNGs and grey, RGB and
+// progressive JPEGs decode into 1, 3 and 4 channels exactly as Pillow's
+// Image.open(...).convert("L" / "RGB" / "RGBA") gives them: alpha dropped
+// (not composited on black), grey by ITU-R 601-2 luma.
+TEST_F(PillowImagesTest, EveryFormDecodesAsPillowConvertsIt) {
+  for (const char* name :
+       {"png-grey", "png-rgb", "png-rgba", "png-palette", "png-interlaced"}) {
+    for (int channels : {1, 3, 4}) {
+      ExpectPillowsPixels(absl::StrCat(name, ".png"), name, channels);
+    }
+  }
+  for (const char* name : {"jpg-grey", "jpg-rgb", "jpg-progressive"}) {
+    for (int channels : {1, 3, 4}) {
+      ExpectPillowsPixels(absl::StrCat(name, ".jpg"), name, channels);
+    }
+  }
+}
+
+// 16 bits per sample become v / 257 rounded, as TensorFlow's decode_png to
+// uint8 and OpenCV give them (libpng's simplified API took them for linear
+// light: a mid grey of 32896 became 188).
+TEST_F(PillowImagesTest, SixteenBitPngsScaleToEightBits) {
+  for (const char* name : {"png16-grey", "png16-rgb"}) {
+    for (int channels : {1, 3, 4}) {
+      ExpectPillowsPixels(absl::StrCat(name, ".png"), name, channels);
+    }
+  }
+}
+
+// A warning about an ancillary chunk (a damaged colour profile) leaves the
+// pixels as they are; one about the image data is an error.
+TEST_F(PillowImagesTest, PngWarningsAboutTheImageDataAreErrors) {
+  auto profile = DecodeImage(Read("png-bad-iccp.png"), ImageEncoding::kPng, 3);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  auto plain = DecodeImage(Read("png-rgb.png"), ImageEncoding::kPng, 3);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(profile->pixels, plain->pixels);
+  auto extra = DecodeImage(Read("png-extra-data.png"), ImageEncoding::kPng, 3);
+  EXPECT_EQ(extra.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(extra.status().message(), HasSubstr("corrupt PNG"));
+}
+
+// A few-KB progressive JPEG declaring 8000 x 8000 pixels needs ~570 MiB to
+// decode: refused with its size against a 256 MiB budget, before anything
+// is allocated; within the budget, decodes that do not fit together wait
+// for each other instead of holding it all.
+TEST(ImageDecodeTest, DecodeMemoryIsBoundedAndShared) {
+  std::string jpeg = Jpeg(Pattern(16, 16, 3), 16, 16);
+  // Make it progressive in name (SOF2) and 8000 x 8000: the header is
+  // refused before any scan is read.
+  const size_t sof = jpeg.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  jpeg[sof + 1] = static_cast<char>(0xC2);
+  for (size_t at : {sof + 5, sof + 7}) {
+    jpeg[at] = static_cast<char>(8000 >> 8);
+    jpeg[at + 1] = static_cast<char>(8000 & 0xFF);
+  }
+  DecodeBudget budget(int64_t{256} << 20);
+  auto refused = DecodeImage(jpeg, ImageEncoding::kJpeg, 3, budget);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("8000x8000"), HasSubstr("256 MiB")));
+  EXPECT_EQ(budget.held(), 0);
+
+  DecodeBudget small(1000);
+  auto first = small.Reserve(600, 10, 20);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(small.held(), 600);
+  std::atomic<bool> got{false};
+  std::thread second([&] {
+    auto reserved = small.Reserve(600, 10, 20);
+    EXPECT_TRUE(reserved.ok());
+    got = true;
+  });
+  // The second waits for the first's bytes; it cannot have them yet.
+  EXPECT_FALSE(got.load());
+  { auto released = std::move(*first); }
+  second.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_EQ(small.held(), 0);
 }
 
 TEST(ImageDecodeTest, ResizeCropAndFlipPlaceThePixels) {

@@ -5,12 +5,17 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace lockstep::worker {
 namespace {
@@ -52,6 +57,33 @@ absl::Status TooLarge(int64_t height, int64_t width) {
                                                  kMaxImagePixels, " pixels"));
 }
 
+// Converts `native` (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA) 8-bit pixels to
+// `channels` as Pillow's Image.convert does: grey from RGB by ITU-R 601-2
+// luma, L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; alpha dropped, or
+// 255 where there was none.
+void ConvertChannels(const uint8_t* in, int native, int64_t pixels,
+                     int channels, uint8_t* out) {
+  for (int64_t i = 0; i < pixels; ++i, in += native, out += channels) {
+    const bool colour = native >= 3;
+    const uint8_t r = in[0], g = colour ? in[1] : in[0],
+                  b = colour ? in[2] : in[0];
+    const uint8_t alpha = native == 2   ? in[1]
+                          : native == 4 ? in[3]
+                                        : uint8_t{255};
+    if (channels == 1) {
+      out[0] = colour
+                   ? static_cast<uint8_t>(
+                         (19595u * r + 38470u * g + 7471u * b + 0x8000u) >> 16)
+                   : r;
+    } else {
+      out[0] = r;
+      out[1] = g;
+      out[2] = b;
+      if (channels == 4) out[3] = alpha;
+    }
+  }
+}
+
 // libjpeg reports errors and corrupt-data warnings through these: both end
 // the decode (longjmp back to the caller's setjmp) with the message kept.
 struct JpegErrors {
@@ -70,6 +102,23 @@ void JpegMessage(j_common_ptr info, int level) {
   if (level < 0) JpegFail(info);  // a warning: the data is damaged
 }
 
+// Scans of a progressive JPEG: a real one has about ten; thousands of
+// tiny scans make a small file cost minutes of CPU.
+constexpr int kMaxJpegScans = 1000;
+
+void JpegProgress(j_common_ptr info) {
+  if (!info->is_decompressor) return;
+  auto* decompress = reinterpret_cast<j_decompress_ptr>(info);
+  if (decompress->input_scan_number > kMaxJpegScans) {
+    auto* errors = reinterpret_cast<JpegErrors*>(info->err);
+    std::snprintf(errors->message, sizeof(errors->message),
+                  "more than %d scans (a progressive JPEG built to cost "
+                  "CPU time)",
+                  kMaxJpegScans);
+    std::longjmp(errors->jump, 1);
+  }
+}
+
 // A decompressor over `bytes`, destroyed whatever happens.
 class Jpeg {
  public:
@@ -79,9 +128,16 @@ class Jpeg {
     errors_.manager.emit_message = JpegMessage;
     errors_.message[0] = '\0';
     jpeg_create_decompress(&info_);
+    progress_.progress_monitor = JpegProgress;
+    info_.progress = &progress_;
     jpeg_mem_src(&info_, reinterpret_cast<const unsigned char*>(bytes.data()),
                  static_cast<unsigned long>(bytes.size()));
   }
+
+  // libjpeg's own buffers (a progressive image's coefficients) may take at
+  // most `bytes`; past that the decode fails ("Backing store not
+  // supported").
+  void LimitMemory(int64_t bytes) { info_.mem->max_memory_to_use = bytes; }
   ~Jpeg() { jpeg_destroy_decompress(&info_); }
   Jpeg(const Jpeg&) = delete;
   Jpeg& operator=(const Jpeg&) = delete;
@@ -93,11 +149,9 @@ class Jpeg {
     jpeg_read_header(&info_, TRUE);
     return true;
   }
-  bool Decode(int channels, uint8_t* out) {
+  bool Decode(J_COLOR_SPACE space, int channels, uint8_t* out) {
     if (setjmp(errors_.jump) != 0) return false;
-    info_.out_color_space = channels == 1   ? JCS_GRAYSCALE
-                            : channels == 3 ? JCS_RGB
-                                            : JCS_EXT_RGBA;
+    info_.out_color_space = space;
     jpeg_start_decompress(&info_);
     const size_t stride = static_cast<size_t>(info_.output_width) * channels;
     while (info_.output_scanline < info_.output_height) {
@@ -114,6 +168,7 @@ class Jpeg {
  private:
   jpeg_decompress_struct info_;
   JpegErrors errors_;
+  jpeg_progress_mgr progress_{};
 };
 
 absl::Status JpegError(const Jpeg& jpeg) {
@@ -121,7 +176,8 @@ absl::Status JpegError(const Jpeg& jpeg) {
       absl::StrCat("corrupt JPEG: ", jpeg.message()));
 }
 
-absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels) {
+absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
+                                 DecodeBudget& budget) {
   Jpeg jpeg(bytes);
   if (!jpeg.ReadHeader()) return JpegError(jpeg);
   jpeg_decompress_struct& info = jpeg.info();
@@ -131,50 +187,173 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels) {
     return absl::InvalidArgumentError(
         "a CMYK JPEG: store the images as RGB or greyscale");
   }
+  // libjpeg's buffers: a progressive image keeps every DCT coefficient
+  // (2 bytes a sample) until its last scan; a baseline one a few rows.
+  const int64_t components = std::max(1, info.num_components);
+  const int64_t coefficients =
+      info.progressive_mode ? height * width * components * 2 : 0;
+  const int64_t libjpeg = coefficients + (int64_t{16} << 20);
+  jpeg.LimitMemory(libjpeg);
+  // Grey from a colour JPEG as Pillow's convert("L") makes it: from the
+  // decoded RGB, not libjpeg's luma channel.
+  const bool grey_from_colour = channels == 1 && components >= 3;
+  const int decoded_channels = grey_from_colour ? 3 : channels;
+  const int64_t pixels = height * width;
+  ASSIGN_OR_RETURN(
+      DecodeBudget::Reservation reserved,
+      budget.Reserve(
+          libjpeg + pixels * (decoded_channels + (grey_from_colour ? 1 : 0)),
+          height, width));
   Image image;
   image.height = height;
   image.width = width;
-  image.channels = channels;
-  image.pixels.resize(static_cast<size_t>(height * width * channels));
-  if (!jpeg.Decode(channels, image.pixels.data())) return JpegError(jpeg);
+  image.channels = decoded_channels;
+  image.pixels.resize(static_cast<size_t>(pixels * decoded_channels));
+  const J_COLOR_SPACE space = decoded_channels == 1   ? JCS_GRAYSCALE
+                              : decoded_channels == 3 ? JCS_RGB
+                                                      : JCS_EXT_RGBA;
+  if (!jpeg.Decode(space, decoded_channels, image.pixels.data())) {
+    return JpegError(jpeg);
+  }
+  if (grey_from_colour) {
+    std::vector<uint8_t> grey(static_cast<size_t>(pixels));
+    ConvertChannels(image.pixels.data(), 3, pixels, 1, grey.data());
+    image.pixels = std::move(grey);
+    image.channels = 1;
+  }
   return image;
 }
 
-absl::StatusOr<Image> DecodePng(absl::string_view bytes, int channels) {
-  png_image png;
-  std::memset(&png, 0, sizeof(png));
-  png.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
-    const absl::Status error =
-        absl::InvalidArgumentError(absl::StrCat("corrupt PNG: ", png.message));
-    png_image_free(&png);
-    return error;
+// libpng's reader over `bytes`: errors end the read (longjmp back to the
+// caller's setjmp) with the message kept; warnings are collected.
+struct PngReader {
+  absl::string_view bytes;
+  size_t at = 0;
+  char error[256] = {};
+  std::vector<std::string> warnings;
+};
+
+void PngRead(png_structp png, png_bytep out, size_t size) {
+  auto* reader = static_cast<PngReader*>(png_get_io_ptr(png));
+  if (size > reader->bytes.size() - reader->at) {
+    png_error(png, "the data ends inside a chunk (a truncated PNG)");
   }
-  const int64_t height = png.height, width = png.width;
-  if (height * width > kMaxImagePixels) {
-    png_image_free(&png);
-    return TooLarge(height, width);
+  std::memcpy(out, reader->bytes.data() + reader->at, size);
+  reader->at += size;
+}
+
+[[noreturn]] void PngFail(png_structp png, png_const_charp message) {
+  auto* reader = static_cast<PngReader*>(png_get_error_ptr(png));
+  std::snprintf(reader->error, sizeof(reader->error), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void PngWarn(png_structp png, png_const_charp message) {
+  auto* reader = static_cast<PngReader*>(png_get_error_ptr(png));
+  if (reader->warnings.size() < 8) reader->warnings.emplace_back(message);
+}
+
+// A warning about an ancillary chunk ("iCCP: known incorrect sRGB
+// profile": a chunk name whose first letter is lower case) leaves the
+// pixels intact; any other (extra or damaged image data) means they are
+// not the file's.
+bool DamagesPixels(const std::string& warning) {
+  return !(warning.size() > 5 && warning[4] == ':' &&
+           std::islower(static_cast<unsigned char>(warning[0])));
+}
+
+// A libpng reader over `bytes`, destroyed whatever happens. As Jpeg's, its
+// steps return false with error() set; only C data lives between their
+// setjmp and a longjmp.
+class Png {
+ public:
+  explicit Png(absl::string_view bytes) {
+    reader_.bytes = bytes;
+    png_ = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader_, PngFail,
+                                  PngWarn);
+    if (png_ != nullptr) info_ = png_create_info_struct(png_);
   }
-  png.format = channels == 1   ? PNG_FORMAT_GRAY
-               : channels == 3 ? PNG_FORMAT_RGB
-                               : PNG_FORMAT_RGBA;
+  ~Png() { png_destroy_read_struct(&png_, &info_, nullptr); }
+  Png(const Png&) = delete;
+  Png& operator=(const Png&) = delete;
+
+  bool started() const { return png_ != nullptr && info_ != nullptr; }
+
+  // Reads the header and sets the transforms: palette and low bit depths
+  // expanded, transparency as alpha, 16-bit samples scaled to 8 by v / 257
+  // rounded, interlacing undone.
+  bool ReadInfo() {
+    if (setjmp(png_jmpbuf(png_)) != 0) return false;
+    png_set_read_fn(png_, &reader_, PngRead);
+    png_set_user_limits(png_, 1 << 20, 1 << 20);
+    png_read_info(png_, info_);
+    const int colour = png_get_color_type(png_, info_);
+    const int depth = png_get_bit_depth(png_, info_);
+    if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png_);
+    if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) {
+      png_set_expand_gray_1_2_4_to_8(png_);
+    }
+    if (png_get_valid(png_, info_, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png_);
+    if (depth == 16) png_set_scale_16(png_);
+    png_set_interlace_handling(png_);
+    png_read_update_info(png_, info_);
+    return true;
+  }
+  int64_t height() const { return png_get_image_height(png_, info_); }
+  int64_t width() const { return png_get_image_width(png_, info_); }
+  int channels() const { return png_get_channels(png_, info_); }
+  size_t stride() const { return png_get_rowbytes(png_, info_); }
+
+  // Reads every row (rows[y] holds stride() bytes) and the chunks after.
+  bool ReadRows(png_bytepp rows) {
+    if (setjmp(png_jmpbuf(png_)) != 0) return false;
+    png_read_image(png_, rows);
+    png_read_end(png_, nullptr);
+    return true;
+  }
+
+  const char* error() const { return reader_.error; }
+  const std::vector<std::string>& warnings() const { return reader_.warnings; }
+
+ private:
+  PngReader reader_;
+  png_structp png_ = nullptr;
+  png_infop info_ = nullptr;
+};
+
+// Decodes with libpng's full API (Png) and converts to `channels` as
+// Pillow does. libpng's simplified API, used before, took 16-bit data
+// without gAMA or sRGB for linear light and brightened it (a mid grey of
+// 32896 became 188, not 128), and flattened alpha onto black.
+absl::StatusOr<Image> DecodePng(absl::string_view bytes, int channels,
+                                DecodeBudget& budget) {
+  Png png(bytes);
+  if (!png.started()) return absl::InternalError("libpng cannot start");
+  auto corrupt = [](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("corrupt PNG: ", why));
+  };
+  if (!png.ReadInfo()) return corrupt(png.error());
+  const int64_t height = png.height(), width = png.width();
+  if (height * width > kMaxImagePixels) return TooLarge(height, width);
+  const size_t stride = png.stride();
+  ASSIGN_OR_RETURN(DecodeBudget::Reservation reserved,
+                   budget.Reserve(static_cast<int64_t>(stride) * height +
+                                      height * width * channels,
+                                  height, width));
+  std::vector<uint8_t> native(stride * static_cast<size_t>(height));
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  for (int64_t y = 0; y < height; ++y) rows[y] = native.data() + y * stride;
+  if (!png.ReadRows(rows.data())) return corrupt(png.error());
+  for (const std::string& warning : png.warnings()) {
+    if (DamagesPixels(warning)) return corrupt(warning);
+  }
   Image image;
   image.height = height;
   image.width = width;
   image.channels = channels;
   image.pixels.resize(static_cast<size_t>(height * width * channels));
-  // The background of a transparent image flattened to grey or RGB: black.
-  png_color black = {0, 0, 0};
-  if (!png_image_finish_read(&png, &black, image.pixels.data(), 0, nullptr)) {
-    const absl::Status error =
-        absl::InvalidArgumentError(absl::StrCat("corrupt PNG: ", png.message));
-    png_image_free(&png);
-    return error;
-  }
-  if ((png.warning_or_error & 2) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("corrupt PNG: ", png.message));
-  }
+  ConvertChannels(native.data(), png.channels(), height * width, channels,
+                  image.pixels.data());
   return image;
 }
 
@@ -234,15 +413,16 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view bytes) {
 }
 
 absl::StatusOr<Image> DecodeImage(absl::string_view bytes,
-                                  ImageEncoding encoding, int channels) {
+                                  ImageEncoding encoding, int channels,
+                                  DecodeBudget& budget) {
   if (channels != 1 && channels != 3 && channels != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("an image decodes to 1, 3 or 4 channels, not ", channels));
   }
   absl::StatusOr<ImageEncoding> format = Detect(bytes, encoding);
   if (!format.ok()) return format.status();
-  return *format == ImageEncoding::kJpeg ? DecodeJpeg(bytes, channels)
-                                         : DecodePng(bytes, channels);
+  return *format == ImageEncoding::kJpeg ? DecodeJpeg(bytes, channels, budget)
+                                         : DecodePng(bytes, channels, budget);
 }
 
 Image ResizeImage(const Image& image, int64_t height, int64_t width) {
@@ -310,6 +490,51 @@ void FlipImage(Image* image) {
       for (int64_t k = 0; k < c; ++k) std::swap(row[l * c + k], row[r * c + k]);
     }
   }
+}
+
+DecodeBudget::DecodeBudget(int64_t bytes) : bytes_(bytes) {}
+
+DecodeBudget& DecodeBudget::Default() {
+  static DecodeBudget* const budget = new DecodeBudget(kDefaultDecodeBudget);
+  return *budget;
+}
+
+absl::StatusOr<DecodeBudget::Reservation> DecodeBudget::Reserve(int64_t bytes,
+                                                                int64_t height,
+                                                                int64_t width) {
+  if (bytes > bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the image is ", width, "x", height,
+        " (width x height): decoding it takes ", bytes >> 20,
+        " MiB, more than the ", bytes_ >> 20,
+        " MiB a worker's decode threads may hold at once; store smaller "
+        "images"));
+  }
+  absl::MutexLock lock(&mu_);
+  while (held_ + bytes > bytes_) released_.Wait(&mu_);
+  held_ += bytes;
+  return Reservation(this, bytes);
+}
+
+int64_t DecodeBudget::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
+void DecodeBudget::Release(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  held_ -= bytes;
+  released_.SignalAll();
+}
+
+DecodeBudget::Reservation::Reservation(DecodeBudget* budget, int64_t bytes)
+    : budget_(budget), bytes_(bytes) {}
+
+DecodeBudget::Reservation::Reservation(Reservation&& other) noexcept
+    : budget_(std::exchange(other.budget_, nullptr)), bytes_(other.bytes_) {}
+
+DecodeBudget::Reservation::~Reservation() {
+  if (budget_ != nullptr) budget_->Release(bytes_);
 }
 
 }  // namespace lockstep::worker

@@ -6,8 +6,9 @@
 // The bytes are untrusted: the header is read first and an image above
 // kMaxImagePixels is refused before anything is allocated for it; a
 // corrupt or truncated image is an error (InvalidArgument, the caller says
-// which file and record), never a crash. libjpeg's and libpng's warnings
-// about recoverable damage are errors too: a half-grey picture is not data.
+// which file and record), never a crash. libjpeg's warnings about
+// recoverable damage are errors too, and libpng's except those about an
+// ancillary chunk (a bad colour profile): a half-grey picture is not data.
 //
 // Thread-safe: every call has its own decoder state.
 #ifndef LOCKSTEP_WORKER_DATA_IMAGE_DECODE_H_
@@ -18,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lockstep::worker {
 
@@ -45,12 +47,63 @@ struct ImageInfo {
 };
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view bytes);
 
+// The memory a worker's decode threads may hold at once for images: each
+// decode reserves what the header says it will take (the pixels, and
+// libjpeg's buffers: a progressive JPEG keeps every coefficient) before it
+// allocates, and waits while others hold the rest; an image that alone
+// needs more is refused. A few-KB file can declare 64 Mpixel, 256 MB of
+// output, times the decode threads.
+//
+// Thread-safe.
+inline constexpr int64_t kDefaultDecodeBudget = int64_t{1} << 30;  // 1 GiB
+
+class DecodeBudget {
+ public:
+  explicit DecodeBudget(int64_t bytes);
+  // The process's, of kDefaultDecodeBudget: what DecodeImage uses.
+  static DecodeBudget& Default();
+
+  // Bytes held until it is destroyed.
+  class Reservation {
+   public:
+    Reservation(Reservation&& other) noexcept;
+    Reservation& operator=(Reservation&&) = delete;
+    ~Reservation();
+
+   private:
+    friend class DecodeBudget;
+    Reservation(DecodeBudget* budget, int64_t bytes);
+    DecodeBudget* budget_;
+    int64_t bytes_;
+  };
+
+  // Waits until `bytes` fit beside what others hold. ResourceExhausted,
+  // naming the image's size, when they exceed the whole budget.
+  absl::StatusOr<Reservation> Reserve(int64_t bytes, int64_t height,
+                                      int64_t width);
+  // What reservations hold now.
+  int64_t held() const;
+
+ private:
+  void Release(int64_t bytes);
+
+  const int64_t bytes_;
+  mutable absl::Mutex mu_;
+  absl::CondVar released_;
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // Decodes `bytes` (of `encoding`; kAuto: by its signature) into `channels`
-// channels: 1 (grey), 3 (RGB) or 4 (RGBA; JPEG gets an opaque alpha).
-// libjpeg's defaults (islow DCT, fancy upsampling) as Pillow uses them,
-// so a baseline JPEG decodes to the same pixels as PIL.Image.open.
-absl::StatusOr<Image> DecodeImage(absl::string_view bytes,
-                                  ImageEncoding encoding, int channels);
+// channels, as Pillow's Image.open(...).convert() gives them: 1 (grey; from
+// colour by ITU-R 601-2 luma), 3 (RGB; alpha dropped) or 4 (RGBA; opaque
+// where the image has no alpha). libjpeg's defaults (islow DCT, fancy
+// upsampling) as Pillow uses them, so a baseline JPEG decodes to the same
+// pixels as PIL.Image.open. A 16-bit PNG is scaled to 8 bits by v / 257
+// rounded (TensorFlow's decode_png to uint8, OpenCV). A JPEG of more than
+// 1000 scans is refused. Memory comes from `budget`.
+absl::StatusOr<Image> DecodeImage(
+    absl::string_view bytes, ImageEncoding encoding, int channels,
+    DecodeBudget& budget = DecodeBudget::Default());
 
 // Bilinear resize to `height` x `width` (pixel centres aligned, as
 // OpenCV's INTER_LINEAR and TensorFlow's half_pixel_centers).
