@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/commands.h"
 #include "common/args.h"
 #include "common/job_spec.h"
@@ -123,11 +124,13 @@ std::string InspectCsv(const std::string& path) {
   absl::string_view line;
   std::vector<absl::string_view> fields;
   std::string storage;
-  if (!next(&line) || !worker::SplitCsvRecord(line, &fields, &storage).ok()) {
+  if (!next(&line)) return absl::StrCat(path, ": no header row");
+  absl::ConsumePrefix(&line, "\xEF\xBB\xBF");  // Excel's byte order mark
+  if (!worker::SplitCsvRecord(line, &fields, &storage).ok()) {
     return absl::StrCat(path, ": no header row");
   }
   std::vector<std::string> names(fields.begin(), fields.end());
-  // 0: int64, 1: float64, 2: text.
+  // 0: int64, 1: float64, 2: whole numbers beyond int64, 3: text.
   std::vector<int> kind(names.size(), 0);
   int64_t rows = 0, line_number = 1;
   std::string problem;
@@ -145,7 +148,10 @@ std::string InspectCsv(const std::string& path) {
       bool integer;
       int64_t whole;
       if (!worker::ParseCsvNumber(fields[c], &value, &integer, &whole).ok()) {
-        kind[c] = 2;
+        const bool rounded =
+            worker::ParseCsvNumber(fields[c], &value, &integer, &whole, true)
+                .ok();
+        kind[c] = std::max(kind[c], rounded ? 2 : 3);
       } else if (!integer) {
         kind[c] = std::max(kind[c], 1);
       }
@@ -154,7 +160,10 @@ std::string InspectCsv(const std::string& path) {
   }
   std::string out = absl::StrCat(path, ": ", rows, rows == kCsvRows ? "+" : "",
                                  " rows, ", names.size(), " columns", problem);
-  const char* kKinds[] = {"int64", "float64", "text (not a number)"};
+  const char* kKinds[] = {
+      "int64", "float64",
+      "whole numbers beyond int64 (declare dtype float64 to read them)",
+      "text (not a number)"};
   for (size_t c = 0; c < names.size() && c < 256; ++c) {
     absl::StrAppendFormat(&out, "\n    %-24s %s",
                           std::string(names[c].substr(0, 64)), kKinds[kind[c]]);

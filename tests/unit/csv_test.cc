@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "google/protobuf/struct.pb.h"
 #include "worker/data/npy.h"
@@ -179,7 +180,7 @@ TEST(CsvTest, ASplitIsConvertedOnceAndReadLikeNpy) {
     return inodes;
   };
   const std::vector<ino_t> first = stores();
-  EXPECT_EQ(first.size(), 2u);
+  EXPECT_EQ(first.size(), 3u);  // an array per group, and the summary
   auto again = OpenSplit(CsvSpec(dir), true);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(stores(), first);
@@ -191,6 +192,96 @@ TEST(CsvTest, ASplitIsConvertedOnceAndReadLikeNpy) {
   EXPECT_EQ((*changed)->size(), 1);
   EXPECT_EQ((*changed)->columns()[(*changed)->Find("y")].dtype,
             Dtype::kFloat64);
+}
+
+// Issue 54: a.csv read together with a b.csv of fractions is stored as
+// float64; a job reading a.csv alone still trains on int64, as a fresh run
+// would, and neither job rewrites the other's store.
+TEST(CsvTest, TheInferredDtypeDoesNotDependOnTheCache) {
+  const std::string dir = TempDir();
+  Write(dir + "/a.csv", "f0,f1,f2,label\n1,2,3,0\n4,5,6,1\n");
+  Write(dir + "/b.csv", "f0,f1,f2,label\n1.5,2,3,0\n4,5,6,1\n");
+  v1::DataSpec both = CsvSpec(dir);
+  both.set_train("*.csv");
+  v1::DataSpec alone = CsvSpec(dir);
+  alone.set_train("a.csv");
+  auto dtype = [](const v1::DataSpec& spec) {
+    auto split = OpenSplit(spec, true);
+    EXPECT_TRUE(split.ok()) << split.status();
+    return split.ok() ? (*split)->columns()[(*split)->Find("x")].dtype
+                      : Dtype::kBool;
+  };
+  EXPECT_EQ(dtype(both), Dtype::kFloat64);
+  EXPECT_EQ(dtype(alone), Dtype::kInt64);
+  // Again, in the other order and repeatedly: the same answers, and the
+  // stores stay as they were written.
+  struct stat before {};
+  ASSERT_EQ(stat((dir + "/a.csv").c_str(), &before), 0);
+  std::vector<std::string> names;
+  auto listing = [&] {
+    names.clear();
+    DIR* d = opendir(dir.c_str());
+    while (dirent* entry = readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name.rfind("a.csv.lockstep-csv-", 0) == 0) {
+        struct stat st {};
+        stat((dir + "/" + name).c_str(), &st);
+        names.push_back(absl::StrCat(name, "@", st.st_ino));
+      }
+    }
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> first = listing();
+  // x as float64 and as int64, y as int64 for both, and the summary.
+  EXPECT_EQ(first.size(), 4u) << absl::StrJoin(first, " ");
+  EXPECT_EQ(dtype(alone), Dtype::kInt64);
+  EXPECT_EQ(dtype(both), Dtype::kFloat64);
+  EXPECT_EQ(listing(), first);
+}
+
+// Issue 54: what spreadsheets and pandas produce. Excel's byte order mark
+// is dropped from the first name; a whole number past int64, a value past
+// float32 and a blank line inside a one-column file are errors naming the
+// line (a column declared float64 reads the big whole number rounded).
+TEST(CsvTest, SpreadsheetFilesAreReadOrRefusedClearly) {
+  auto scan = [](const std::string& text, const std::vector<CsvGroup>& groups) {
+    return ScanCsv(text, "t.csv", groups);
+  };
+  auto bom = scan(
+      "\xEF\xBB\xBF"
+      "a,b,label\n1,2,0\n",
+      Groups());
+  ASSERT_TRUE(bom.ok()) << bom.status();
+  EXPECT_EQ(bom->header[0], "a");
+
+  auto big = scan("a,b,label\n1,2,9223372036854775808\n", Groups());
+  EXPECT_THAT(big.status().message(),
+              AllOf(HasSubstr("t.csv line 2, column 'label'"),
+                    HasSubstr("beyond int64's range")));
+  std::vector<CsvGroup> declared = Groups();
+  declared[1].dtype_given = true;
+  declared[1].dtype = Dtype::kFloat64;
+  auto rounded = scan("a,b,label\n1,2,9223372036854775808\n", declared);
+  ASSERT_TRUE(rounded.ok()) << rounded.status();
+  EXPECT_THAT(rounded->whole, ElementsAre(true, false));
+
+  EXPECT_THAT(scan("a,b,label\n1,3.5e38,0\n", Groups()).status().message(),
+              AllOf(HasSubstr("line 2, column 'b'"),
+                    HasSubstr("beyond float32's range")));
+
+  CsvGroup one;
+  one.name = "y";
+  one.columns = {"label"};
+  EXPECT_THAT(
+      scan("label\n1\n\n2\n", {one}).status().message(),
+      AllOf(HasSubstr("t.csv line 3 is blank"), HasSubstr("empty cell")));
+  auto trailing = scan("label\n1\n2\n\n\n", {one});
+  ASSERT_TRUE(trailing.ok()) << trailing.status();
+  EXPECT_EQ(trailing->rows, 2);
+  // With more columns a blank line is no cell: skipped, as pandas does.
+  EXPECT_TRUE(scan("a,b,label\n1,2,0\n\n3,4,1\n", Groups()).ok());
 }
 
 TEST(CsvTest, AReadOnlyFolderKeepsTheStoreInTheIndexCache) {

@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -14,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/terminal_text.h"
 
@@ -41,6 +44,8 @@ class Lines {
   absl::string_view rest_;
   int64_t number_ = 0;
 };
+
+constexpr double kFloat32Max = std::numeric_limits<float>::max();
 
 bool Blank(absl::string_view line) {
   return absl::StripAsciiWhitespace(line).empty();
@@ -76,6 +81,9 @@ absl::StatusOr<Layout> ReadHeader(Lines& lines, const std::string& path,
     return absl::InvalidArgumentError(absl::StrCat(
         At(path, 1), " is longer than ", kMaxCsvLineBytes, " bytes"));
   }
+  // Excel's "CSV UTF-8" starts with a byte order mark: not part of the
+  // first column's name (pandas drops it too).
+  absl::ConsumePrefix(&line, "\xEF\xBB\xBF");
   std::vector<absl::string_view> fields;
   std::string storage;
   absl::Status split = SplitCsvRecord(line, &fields, &storage);
@@ -134,13 +142,28 @@ absl::Status ForEachCell(absl::string_view text, const std::string& path,
   std::string storage;
   absl::string_view line;
   *rows = 0;
+  // In a one-column file a blank line may be an empty cell (a missing
+  // value) as well as a stray line: one before more records is refused;
+  // blank lines at the end are not records.
+  int64_t blank = 0;
   while (lines.Next(&line)) {
     const int64_t number = lines.number();
     if (static_cast<int64_t>(line.size()) > kMaxCsvLineBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           At(path, number), " is longer than ", kMaxCsvLineBytes, " bytes"));
     }
-    if (Blank(line)) continue;
+    if (Blank(line)) {
+      if (blank == 0) blank = number;
+      continue;
+    }
+    if (blank > 0 && width == 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          At(path, blank),
+          " is blank: in a file of one column that is an empty cell (a "
+          "missing value) or a stray line; remove the line or fill in the "
+          "value"));
+    }
+    blank = 0;
     absl::Status split = SplitCsvRecord(line, &fields, &storage);
     if (!split.ok()) {
       return absl::InvalidArgumentError(
@@ -157,8 +180,17 @@ absl::Status ForEachCell(absl::string_view text, const std::string& path,
         double value = 0;
         bool integer = false;
         int64_t whole = 0;
+        const CsvGroup& group = groups[g];
         absl::Status parsed =
-            ParseCsvNumber(fields[indices[c]], &value, &integer, &whole);
+            ParseCsvNumber(fields[indices[c]], &value, &integer, &whole,
+                           /*whole_may_round=*/group.dtype_given &&
+                               group.dtype != Dtype::kInt64);
+        if (parsed.ok() && !integer && std::fabs(value) > kFloat32Max) {
+          parsed = absl::InvalidArgumentError(absl::StrCat(
+              Shown(fields[indices[c]]),
+              " is beyond float32's range (3.4e38), in which lockstep "
+              "trains: scale the column"));
+        }
         if (!parsed.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(
               At(path, number), ", column '",
@@ -323,7 +355,8 @@ absl::Status SplitCsvRecord(absl::string_view line,
 }
 
 absl::Status ParseCsvNumber(absl::string_view cell, double* value,
-                            bool* integer, int64_t* whole) {
+                            bool* integer, int64_t* whole,
+                            bool whole_may_round) {
   const absl::string_view text = absl::StripAsciiWhitespace(cell);
   if (text.empty()) {
     return absl::InvalidArgumentError(
@@ -336,6 +369,19 @@ absl::Status ParseCsvNumber(absl::string_view cell, double* value,
     return absl::OkStatus();
   }
   *integer = false;
+  // Digits alone that are not an int64: an id or a count past 2^63 would
+  // silently become a rounded float.
+  absl::string_view digits = text;
+  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) {
+    digits.remove_prefix(1);
+  }
+  if (!whole_may_round && !digits.empty() &&
+      std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Shown(text),
+        " is a whole number beyond int64's range (-2^63 to 2^63 - 1); "
+        "declare the column's dtype float64 to read it rounded"));
+  }
   // Only what a number is made of: SimpleAtod alone would take "nan",
   // "inf" and hexadecimal.
   for (char c : text) {

@@ -7,7 +7,10 @@
 // The text is untrusted: a record is RFC 4180 (fields separated by commas,
 // a field in double quotes may hold commas and doubled quotes, no line
 // breaks inside a field, "\r\n" or "\n" line ends), at most
-// kMaxCsvLineBytes long and kMaxCsvFields wide; blank lines are skipped.
+// kMaxCsvLineBytes long and kMaxCsvFields wide; a UTF-8 byte order mark
+// before the header is dropped; blank lines are skipped, except one
+// before more records in a file of one column (an empty cell, refused);
+// a value beyond float32's range is refused (lockstep trains in float32).
 // Every error names the file, the line and the column:
 //
 //   "data/train.csv line 17, column 'x3' (field 4): \"abc\" is not a number"
@@ -38,9 +41,11 @@ absl::Status SplitCsvRecord(absl::string_view line,
 // A cell as a number: decimal or scientific, surrounding blanks ignored.
 // `integer` says whether it is a whole number written without a point or
 // an exponent (then `whole` holds it exactly). Errors (InvalidArgument, the
-// caller adds where): empty, not a number, NaN or infinite.
+// caller adds where): empty, not a number, NaN or infinite, and digits
+// alone beyond int64 unless `whole_may_round` (a column declared float).
 absl::Status ParseCsvNumber(absl::string_view cell, double* value,
-                            bool* integer, int64_t* whole);
+                            bool* integer, int64_t* whole,
+                            bool whole_may_round = false);
 
 // One column of the split made from CSV columns.
 struct CsvGroup {

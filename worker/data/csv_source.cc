@@ -1,13 +1,17 @@
 // CSV files as a split (sources.h): each file converted once into a column
-// store of .npy arrays, found again by the file's size, modification time
-// and the job's column groups, and memory-mapped like npy shards.
+// store of .npy arrays, found again by the file's size, modification time,
+// the job's column groups and their dtypes, and memory-mapped like npy
+// shards. A group's inferred dtype depends on the files' cells only.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/sha256.h"
@@ -21,7 +25,7 @@ namespace lockstep::worker {
 namespace {
 
 // Bumped when the store's layout changes: older stores are not reused.
-constexpr char kStoreVersion[] = "lockstep-csv-store-1";
+constexpr char kStoreVersion[] = "lockstep-csv-store-2";
 
 // The job's column groups, sorted by name (a protobuf map has no order).
 absl::StatusOr<std::vector<CsvGroup>> GroupsOf(const v1::DataSpec& spec) {
@@ -54,14 +58,19 @@ absl::StatusOr<std::vector<CsvGroup>> GroupsOf(const v1::DataSpec& spec) {
   return groups;
 }
 
-// The store of one CSV file: one .npy per group, in the folder chosen.
+// The store of one CSV file: one .npy per group and dtype, and what the
+// file holds (its rows, and per group whether every cell is whole), in the
+// folder chosen.
 struct Store {
   std::string csv;
   std::unique_ptr<MappedFile> text;
   std::string key;  // of the file's identity and the groups
   std::vector<std::string> paths;
-  std::vector<Dtype> stored;  // per group, when the store exists
-  bool exists = false;
+  // The file's own summary: from its scan, or from the store's record of
+  // an earlier scan (then rows and whole only).
+  CsvSummary summary;
+  bool scanned = false;  // summary is this open's scan
+  bool known = false;    // summary is known at all
 };
 
 absl::StatusOr<std::string> KeyOf(const MappedFile& file,
@@ -76,30 +85,77 @@ absl::StatusOr<std::string> KeyOf(const MappedFile& file,
     for (const std::string& column : group.columns) {
       hash.Update(absl::StrCat(column.size(), ":", column));
     }
-    hash.Update(group.dtype_given ? DtypeName(group.dtype) : "auto");
     hash.Update("\n");
   }
   ASSIGN_OR_RETURN(std::string digest, hash.HexDigest());
   return digest.substr(0, 16);
 }
 
+std::string StoreBase(const std::string& folder, const std::string& csv,
+                      const std::string& key) {
+  const std::string base = csv.substr(csv.find_last_of('/') + 1);
+  return absl::StrCat(folder, "/", base, ".lockstep-csv-", key);
+}
+
+// FILE.lockstep-csv-<key>-<g>-<dtype>.npy: a store per dtype, so that jobs
+// that store a group differently never rewrite each other's arrays.
 std::vector<std::string> StorePaths(const std::string& folder,
                                     const std::string& csv,
-                                    const std::string& key, size_t groups) {
-  const std::string base = csv.substr(csv.find_last_of('/') + 1);
+                                    const std::string& key,
+                                    const std::vector<CsvGroup>& groups) {
   std::vector<std::string> paths;
-  for (size_t g = 0; g < groups; ++g) {
-    paths.push_back(
-        absl::StrCat(folder, "/", base, ".lockstep-csv-", key, "-", g, ".npy"));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    paths.push_back(absl::StrCat(StoreBase(folder, csv, key), "-", g, "-",
+                                 DtypeName(groups[g].dtype), ".npy"));
   }
   return paths;
 }
 
-// Whether every array of a store is there; their dtypes into `stored`.
+// FILE.lockstep-csv-<key>.summary: "rows N" and "whole 1 0 ..." (per
+// group), so that the dtype of a split is inferred from every file's own
+// cells without scanning files converted before.
+std::string SummaryPath(const std::string& folder, const std::string& csv,
+                        const std::string& key) {
+  return StoreBase(folder, csv, key) + ".summary";
+}
+
+std::string SummaryText(const CsvSummary& summary) {
+  std::string text =
+      absl::StrCat(kStoreVersion, "\nrows ", summary.rows, "\nwhole");
+  for (bool whole : summary.whole) absl::StrAppend(&text, whole ? " 1" : " 0");
+  return text + "\n";
+}
+
+// The summary a store recorded; false when there is none or it is not
+// lockstep's (then the file is scanned again).
+bool ReadSummary(const std::string& path, size_t groups, CsvSummary* out) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  auto text = ReadRegularFile(path, 4096 + 2 * int64_t(groups));
+  if (!text.ok()) return false;
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  if (lines.size() != 3 || lines[0] != kStoreVersion ||
+      !absl::ConsumePrefix(&lines[1], "rows ") ||
+      !absl::SimpleAtoi(lines[1], &out->rows) || out->rows <= 0 ||
+      !absl::ConsumePrefix(&lines[2], "whole")) {
+    return false;
+  }
+  out->whole.clear();
+  for (absl::string_view flag :
+       absl::StrSplit(lines[2], ' ', absl::SkipEmpty())) {
+    if (flag != "0" && flag != "1") return false;
+    out->whole.push_back(flag == "1");
+  }
+  return out->whole.size() == groups;
+}
+
+// Whether every array of a store is there, of the dtypes `groups` say and
+// `rows` long.
 bool ReadStore(const std::vector<std::string>& paths,
-               std::vector<Dtype>* stored) {
-  stored->clear();
-  for (const std::string& path : paths) {
+               const std::vector<CsvGroup>& groups, int64_t rows) {
+  for (size_t g = 0; g < paths.size(); ++g) {
+    const std::string& path = paths[g];
     // Only a file lockstep wrote: a link in its place is not followed.
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
@@ -110,8 +166,10 @@ bool ReadStore(const std::vector<std::string>& paths,
     auto data =
         NpyDataBytes(*header, (*file)->size() - header->data_offset, path);
     std::optional<Dtype> dtype = DtypeFromNumpy(header->dtype);
-    if (!data.ok() || !dtype.has_value()) return false;
-    stored->push_back(*dtype);
+    if (!data.ok() || dtype != groups[g].dtype || header->shape.empty() ||
+        header->shape[0] != rows) {
+      return false;
+    }
   }
   return true;
 }
@@ -125,12 +183,35 @@ bool Writable(const std::string& folder) {
   return access(folder.c_str(), W_OK | X_OK) == 0;
 }
 
+// Where a store of `csv` is kept: beside it, else in --index-cache, else
+// (`keep` false) a private folder, the files unlinked once mapped.
+std::string StoreFolder(const std::string& csv,
+                        const std::string& index_cache_dir, bool* keep) {
+  *keep = true;
+  const std::string folder = FolderOf(csv);
+  if (Writable(folder)) return folder;
+  if (!index_cache_dir.empty() && MakeDirectories(index_cache_dir).ok() &&
+      Writable(index_cache_dir)) {
+    return index_cache_dir;
+  }
+  *keep = false;
+  const char* tmp = getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
     bool random, const std::string& index_cache_dir) {
   ASSIGN_OR_RETURN(std::vector<CsvGroup> groups, GroupsOf(spec));
+  // Beside each file, else in --index-cache: whichever holds it already.
+  auto folders_of = [&](const std::string& csv) {
+    std::vector<std::string> folders = {FolderOf(csv)};
+    if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
+    return folders;
+  };
+  // What each file holds: recorded by an earlier open, else scanned now.
   std::vector<Store> stores;
   for (const std::string& csv : files) {
     Store store;
@@ -138,80 +219,77 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     ASSIGN_OR_RETURN(store.text, MappedFile::Open(csv));
     store.text->Advise(MappedFile::Access::kSequential);
     ASSIGN_OR_RETURN(store.key, KeyOf(*store.text, groups));
-    // Beside the file, else in --index-cache: whichever holds it already.
-    std::vector<std::string> folders = {FolderOf(csv)};
-    if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
-    for (const std::string& folder : folders) {
-      std::vector<std::string> paths =
-          StorePaths(folder, csv, store.key, groups.size());
-      if (ReadStore(paths, &store.stored)) {
-        store.paths = std::move(paths);
-        store.exists = true;
+    for (const std::string& folder : folders_of(csv)) {
+      if (ReadSummary(SummaryPath(folder, csv, store.key), groups.size(),
+                      &store.summary)) {
+        store.known = true;
         break;
+      }
+    }
+    if (!store.known) {
+      ASSIGN_OR_RETURN(store.summary,
+                       ScanCsv(store.text->bytes(), store.csv, groups));
+      store.scanned = store.known = true;
+      bool keep = false;
+      const std::string folder = StoreFolder(csv, index_cache_dir, &keep);
+      if (keep) {
+        // Best effort: without it the next open scans the file again.
+        (void)WriteFileAtomically(SummaryPath(folder, csv, store.key),
+                                  SummaryText(store.summary));
       }
     }
     stores.push_back(std::move(store));
   }
-  // A group not given a dtype is int64 only when every cell of every file
-  // is whole: the files read now say so, and so do the stores built before.
-  std::vector<bool> whole(groups.size(), true);
-  std::vector<CsvSummary> summaries(stores.size());
-  for (size_t f = 0; f < stores.size(); ++f) {
-    Store& store = stores[f];
-    if (store.exists) {
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (store.stored[g] != Dtype::kInt64) whole[g] = false;
-      }
-      continue;
-    }
-    ASSIGN_OR_RETURN(summaries[f],
-                     ScanCsv(store.text->bytes(), store.csv, groups));
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (!summaries[f].whole[g]) whole[g] = false;
-    }
-  }
+  // A group not given a dtype is int64 when every cell of every file of
+  // the split is whole, else float64: a function of the files alone, never
+  // of the stores other jobs left.
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (!groups[g].dtype_given) {
-      groups[g].dtype = whole[g] ? Dtype::kInt64 : Dtype::kFloat64;
-    }
+    if (groups[g].dtype_given) continue;
+    bool whole = true;
+    for (const Store& store : stores) whole = whole && store.summary.whole[g];
+    groups[g].dtype = whole ? Dtype::kInt64 : Dtype::kFloat64;
   }
   std::vector<std::string> temporary;  // removed once mapped
   std::map<std::string, std::vector<std::string>> columns;
-  for (size_t f = 0; f < stores.size(); ++f) {
-    Store& store = stores[f];
-    bool current = store.exists;
-    for (size_t g = 0; current && g < groups.size(); ++g) {
-      current = store.stored[g] == groups[g].dtype;
-    }
-    if (!current) {
-      if (store.exists && summaries[f].rows == 0) {
-        // Stored as int64 before a file with fractions joined the split.
-        ASSIGN_OR_RETURN(summaries[f],
-                         ScanCsv(store.text->bytes(), store.csv, groups));
+  for (Store& store : stores) {
+    bool found = false;
+    for (const std::string& folder : folders_of(store.csv)) {
+      std::vector<std::string> paths =
+          StorePaths(folder, store.csv, store.key, groups);
+      if (ReadStore(paths, groups, store.summary.rows)) {
+        store.paths = std::move(paths);
+        found = true;
+        break;
       }
-      std::string folder = FolderOf(store.csv);
-      bool keep = true;
-      if (!Writable(folder)) {
-        if (!index_cache_dir.empty() &&
-            (MakeDirectories(index_cache_dir).ok() &&
-             Writable(index_cache_dir))) {
-          folder = index_cache_dir;
-        } else {
-          // Nowhere to keep it: a private copy, unlinked once mapped.
-          const char* tmp = getenv("TMPDIR");
-          folder = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-          keep = false;
+    }
+    if (!found) {
+      if (!store.scanned) {
+        // Converted before in other dtypes: its cells are checked again
+        // (a recorded summary is only a hint).
+        ASSIGN_OR_RETURN(store.summary,
+                         ScanCsv(store.text->bytes(), store.csv, groups));
+        store.scanned = true;
+        for (size_t g = 0; g < groups.size(); ++g) {
+          if (groups[g].dtype == Dtype::kInt64 && !store.summary.whole[g]) {
+            return absl::DataLossError(absl::StrCat(
+                store.csv, " holds fractions in column group '", groups[g].name,
+                "', which ",
+                SummaryPath(FolderOf(store.csv), store.csv, store.key),
+                " says are whole: remove its .lockstep-csv-* files and run "
+                "again"));
+          }
         }
       }
+      bool keep = false;
+      const std::string folder = StoreFolder(store.csv, index_cache_dir, &keep);
       std::string key = store.key;
       if (!keep) absl::StrAppend(&key, "-", getpid());
-      store.paths = StorePaths(folder, store.csv, key, groups.size());
+      store.paths = StorePaths(folder, store.csv, key, groups);
       RETURN_IF_ERROR(WriteCsvColumns(store.text->bytes(), store.csv, groups,
-                                      summaries[f], store.paths));
-      LogInfo("converted ", store.csv, " (", summaries[f].rows,
-              " rows) into its column store ", folder, "/",
-              store.csv.substr(store.csv.find_last_of('/') + 1),
-              ".lockstep-csv-", key, "-*.npy");
+                                      store.summary, store.paths));
+      LogInfo("converted ", store.csv, " (", store.summary.rows,
+              " rows) into its column store ",
+              StoreBase(folder, store.csv, key), "-*.npy");
       if (!keep) {
         temporary.insert(temporary.end(), store.paths.begin(),
                          store.paths.end());
