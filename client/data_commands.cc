@@ -24,6 +24,7 @@
 #include "worker/data/image_decode.h"
 #include "worker/data/mapped_file.h"
 #include "worker/data/npy.h"
+#include "worker/data/sources.h"
 #include "worker/data/task_layout.h"
 #include "worker/data/tfrecord.h"
 
@@ -42,7 +43,8 @@ inspect: what the files hold. A folder is read as the format says (or as
 its files suggest): each split's columns, dtypes, per-sample shapes and
 sample counts. Files are described one by one: a .npy file's dtype and
 shape; a token file's count and the vocabulary it uses (largest id + 1),
-and a folder of token shards' totals; a TFRecord file's record count and
+and a folder of token shards' totals with the tokens windows of 65 leave
+unread, each shard apart and concatenated; a TFRecord file's record count and
 the features of its first Example (an encoded image's format, size and
 channels); a CSV file's rows and each column's type (int64, float64, or
 text, which lockstep cannot train on).
@@ -74,6 +76,27 @@ std::string InspectNpy(const std::string& path) {
                                    (*file)->size() - header->data_offset, path);
   if (!data.ok()) return std::string(data.status().message());
   return absl::StrCat(path, ": ", header->descr, " ", header->shape_text);
+}
+
+// What windows of 65 tokens every 64 (the defaults) make of token files,
+// each on its own and concatenated (data.concatenate).
+std::string TokenCoverageText(const std::vector<std::string>& files,
+                              Dtype dtype) {
+  std::vector<int64_t> tokens;
+  for (const std::string& file : files) {
+    std::error_code error;
+    const auto bytes = std::filesystem::file_size(file, error);
+    tokens.push_back(error ? 0
+                           : static_cast<int64_t>(bytes) / DtypeSize(dtype));
+  }
+  auto apart = worker::CoverTokens(tokens, 64, 64, false);
+  worker::TokenStream joined;
+  joined.concatenate = true;
+  auto together = worker::CoverTokens(tokens, 64, 64, false, joined);
+  if (!apart.ok() || !together.ok()) return "";
+  return absl::StrCat(
+      "  windows of block_size + 1 = 65 every 64 tokens: ", apart->Text(),
+      "\n  concatenated (data.concatenate): ", together->Text(), "\n");
 }
 
 // A token file: its tokens and the largest id.
@@ -274,6 +297,7 @@ int Inspect(const Args& args) {
         }
         std::sort(files.begin(), files.end());
         int64_t shards = 0;
+        std::vector<std::string> bins;
         for (const std::string& file : files) {
           if (kind == "csv") {
             if (!absl::EndsWith(file, ".csv")) continue;
@@ -281,6 +305,7 @@ int Inspect(const Args& args) {
           } else if (kind == "token shards") {
             if (!absl::EndsWith(file, ".bin")) continue;
             std::cout << TerminalSafe(InspectTokens(file, tokens)) << "\n";
+            bins.push_back(file);
             ++shards;
           } else {
             std::cout << TerminalSafe(InspectTfRecord(file)) << "\n";
@@ -289,7 +314,8 @@ int Inspect(const Args& args) {
         if (kind == "token shards") {
           std::cout << TerminalSafe(path) << ": " << shards
                     << " token shards (data.format \"tokens\" with "
-                       "data.train/data.test globs of them)\n";
+                       "data.train/data.test globs of them)\n"
+                    << TokenCoverageText(bins, tokens);
         }
         continue;
       }

@@ -58,6 +58,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"data.shuffle", kMaxChoiceBytes},
     {"data.shuffle_block", 1 << 30},
     {"data.window_offset", kMaxChoiceBytes},
+    {"data.separator_token", 4294967295.0},  // a uint32 token id
     {"task.type", kMaxChoiceBytes},
     {"task.num_classes", kMaxClasses},
     {"task.label_smoothing", 1},

@@ -271,8 +271,25 @@ absl::Status ValidateData(const v1::DataSpec& data) {
           "data.format \"tokens\" takes both data.train and data.test (globs "
           "of token files) or neither (train.bin and val.bin in data.dir)");
     }
-  } else if (!data.window_offset().empty()) {
-    return Invalid("data.window_offset is for data.format \"tokens\"");
+    if (data.has_separator_token()) {
+      const int64_t top = data.token_dtype() == "uint32" ? int64_t{0xFFFFFFFF}
+                                                         : int64_t{0xFFFF};
+      if (!data.concatenate()) {
+        return Invalid(
+            "data.separator_token goes between concatenated files: set "
+            "data.concatenate too");
+      }
+      if (data.separator_token() < 0 || data.separator_token() > top) {
+        return Invalid(absl::StrCat("data.separator_token must be in [0, ", top,
+                                    "] for ", data.token_dtype(),
+                                    " tokens, got ", data.separator_token()));
+      }
+    }
+  } else if (!data.window_offset().empty() || data.concatenate() ||
+             data.has_separator_token()) {
+    return Invalid(
+        "data.window_offset, data.concatenate and data.separator_token are "
+        "for data.format \"tokens\"");
   }
   return absl::OkStatus();
 }

@@ -101,9 +101,11 @@ TEST(DataFormsTest, TokenShardsTrainExactlyLikeOneFile) {
   Spill(shards + "/val-0.bin", Slurp(dir + "/val.bin"));
   Result inspect = RunCommand({kBin + "/lockstep", "data", "inspect", shards});
   ASSERT_EQ(inspect.code, 0) << inspect.err;
-  EXPECT_THAT(inspect.out, AllOf(HasSubstr("train-1.bin: "),
-                                 HasSubstr("uint16 tokens, vocabulary seen"),
-                                 HasSubstr("4 token shards")));
+  EXPECT_THAT(inspect.out,
+              AllOf(HasSubstr("train-1.bin: "),
+                    HasSubstr("uint16 tokens, vocabulary seen"),
+                    HasSubstr("4 token shards"), HasSubstr("in no window"),
+                    HasSubstr("concatenated (data.concatenate): ")));
   const std::vector<std::string> lm =
       With(TinyLm(dir), {"data.window_stride=17", "max_steps=25"});
   Result one = Local(1, lm);
@@ -115,6 +117,14 @@ TEST(DataFormsTest, TokenShardsTrainExactlyLikeOneFile) {
   EXPECT_EQ(
       LastJsonLine(sharded.out).fields().at("model_digest").string_value(),
       LastJsonLine(one.out).fields().at("model_digest").string_value());
+  // Concatenated (issue 54), the shards are train.bin again: the same
+  // windows, the same model.
+  Result joined =
+      Local(1, With(lm, {"data.dir=" + shards, "data.train=train-*.bin",
+                         "data.test=val-*.bin", "data.concatenate=true"}));
+  ASSERT_EQ(joined.code, 0) << joined.err;
+  EXPECT_EQ(LastJsonLine(joined.out).fields().at("model_digest").string_value(),
+            LastJsonLine(one.out).fields().at("model_digest").string_value());
   // Random window offsets are a function of (seed, epoch) only: the same
   // losses on 1 and 2 workers.
   std::map<int, std::vector<double>> losses;

@@ -22,6 +22,10 @@ TEST(JobSpecTest, DataFormsAreChecked) {
            R"({"global_batch_size": 64, "task": {"type": "language_model"},
                "model": "gpt", "data": {"format": "tokens", "train": "t-*.bin",
                "test": "v-*.bin", "window_offset": "random"}})",
+           R"({"global_batch_size": 64, "task": {"type": "language_model"},
+               "model": "gpt", "data": {"format": "tokens", "train": "t-*.bin",
+               "test": "v-*.bin", "concatenate": true,
+               "separator_token": 50256, "token_dtype": "uint32"}})",
            R"({"global_batch_size": 64, "data": {"format": "csv",
                "columns": {"x": ["a", "b"], "label": ["y"]},
                "features": {"x": {"normalize": "per_feature"}}}})",
@@ -41,7 +45,17 @@ TEST(JobSpecTest, DataFormsAreChecked) {
   }
   const std::pair<const char*, const char*> bad[] = {
       {R"({"global_batch_size": 64, "data": {"window_offset": "random"}})",
-       "data.window_offset is for data.format \"tokens\""},
+       "are for data.format \"tokens\""},
+      {R"({"global_batch_size": 64, "data": {"concatenate": true}})",
+       "are for data.format \"tokens\""},
+      {R"({"global_batch_size": 64, "model": "gpt", "task": {"type":
+          "language_model"}, "data": {"format": "tokens",
+          "separator_token": 0}})",
+       "set data.concatenate too"},
+      {R"({"global_batch_size": 64, "model": "gpt", "task": {"type":
+          "language_model"}, "data": {"format": "tokens", "concatenate": true,
+          "separator_token": 65536}})",
+       "data.separator_token must be in [0, 65535] for uint16"},
       {R"({"global_batch_size": 64, "model": "gpt", "task": {"type":
           "language_model"}, "data": {"format": "tokens", "train": "a*"}})",
        "both data.train and data.test"},

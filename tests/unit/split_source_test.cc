@@ -189,6 +189,56 @@ TEST_F(SplitSourceTest, TokenShardsKeepTheirWindowsApart) {
   EXPECT_THAT((*train)->description(), HasSubstr("3 token files"));
 }
 
+// Issue 54: the same shards concatenated (data.concatenate) are one stream,
+// nanoGPT's way: windows cross from one file into the next, with the
+// separator token between files when one is set, and a shard too short for
+// a window is read too. CoverTokens says what each way leaves unread.
+TEST_F(SplitSourceTest, ConcatenatedShardsAreOneStream) {
+  Write("b-0.bin", Uint16s({0, 1, 2, 3, 4, 5, 6}));
+  Write("b-1.bin", Uint16s({10, 11, 12, 13, 14}));
+  Write("b-2.bin", Uint16s({40, 41}));
+  Write("v-0.bin", Uint16s({9, 8, 7, 6}));
+  v1::DataSpec spec = Spec("tokens");
+  spec.set_train("b-*.bin");
+  spec.set_test("v-*.bin");
+  spec.set_concatenate(true);
+  // 14 tokens: windows of 4 every 3 start at 0, 3, 6, 9.
+  auto train = OpenSplit(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ((*train)->size(), 4);
+  EXPECT_EQ(ReadFloats(**train, "tokens", {1, 2, 3}),
+            (std::vector<float>{3, 4, 5, 6, 6, 10, 11, 12, 12, 13, 14, 40}));
+  EXPECT_THAT((*train)->description(), HasSubstr("concatenated"));
+
+  // With an end-of-text token 99 between files: 16 tokens, 5 windows.
+  spec.set_separator_token(99);
+  auto separated = OpenSplit(spec, true);
+  ASSERT_TRUE(separated.ok()) << separated.status();
+  EXPECT_EQ((*separated)->size(), 5);
+  EXPECT_EQ(
+      ReadFloats(**separated, "tokens", {2, 3, 4}),
+      (std::vector<float>{6, 99, 10, 11, 11, 12, 13, 14, 14, 99, 40, 41}));
+  auto largest = (*separated)->LargestValue(0);
+  ASSERT_TRUE(largest.ok());
+  EXPECT_EQ(*largest, 99);  // the separator is in the vocabulary
+
+  // Apart, 3 windows read 11 of the 14 tokens: b-1's last (14) and all of
+  // b-2 are in none.
+  auto apart = CoverTokens({7, 5, 2}, 3, 3, false);
+  ASSERT_TRUE(apart.ok());
+  EXPECT_EQ(apart->windows, 3);
+  EXPECT_EQ(apart->unread, 3);
+  EXPECT_EQ(apart->short_files, 1);
+  EXPECT_THAT(apart->Text(), HasSubstr("3 of 14 tokens (21.43%) in no window, "
+                                       "1 file shorter than a window"));
+  TokenStream joined;
+  joined.concatenate = true;
+  auto together = CoverTokens({7, 5, 2}, 3, 3, false, joined);
+  ASSERT_TRUE(together.ok());
+  EXPECT_EQ(together->windows, 4);
+  EXPECT_EQ(together->unread, 1);  // the stream's last token
+}
+
 // data.window_offset "random": each epoch's key moves every window by
 // o in [0, stride); a file holds the windows that fit at any offset.
 TEST_F(SplitSourceTest, RandomWindowOffsetsMoveEveryWindowByTheEpochsKey) {

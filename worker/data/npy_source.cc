@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/data/mapped_file.h"
 #include "worker/data/npy.h"
@@ -132,21 +134,26 @@ absl::Status MapShard(const std::string& path, const std::string& column,
 }
 
 // Token files of any size are read as windows; each window is a sample.
-// A window lies inside one file: shards are cut where a file ends.
+// Per file, a window lies inside one file: shards are cut where a file
+// ends. Concatenated, the files are one stream (with the separator token
+// between two files, if any) and windows run across their ends.
 class TokenWindows : public SplitSource {
  public:
   struct File {
     std::unique_ptr<MappedFile> file;
-    int64_t first = 0;  // its first window's index in the split
+    int64_t first = 0;  // per file: its first window's index in the split
     int64_t windows = 0;
+    int64_t start = 0;  // concatenated: its first token's place in the stream
+    int64_t tokens = 0;
   };
 
   TokenWindows(std::vector<File> files, Dtype dtype, int64_t block,
                int64_t stride, bool random_offset, int64_t windows,
-               std::string description)
+               std::string description, const TokenStream& stream)
       : files_(std::move(files)),
         stride_(stride),
-        random_offset_(random_offset) {
+        random_offset_(random_offset),
+        stream_(stream) {
     ColumnInfo column;
     column.name = "tokens";
     column.dtype = dtype;
@@ -176,6 +183,12 @@ class TokenWindows : public SplitSource {
             : 0;
     for (char* out : outs) {
       for (int64_t index : indices) {
+        if (stream_.concatenate) {
+          CopyFromStream(offset + index * stride_, columns_[0].elements(),
+                         token, out);
+          out += bytes;
+          continue;
+        }
         auto it = std::upper_bound(
             files_.begin(), files_.end(), index,
             [](int64_t i, const File& file) { return i < file.first; });
@@ -188,6 +201,42 @@ class TokenWindows : public SplitSource {
     }
     (void)columns;  // one column
     return absl::OkStatus();
+  }
+
+  // `count` tokens of the stream from `at`: the files' tokens, and the
+  // separator where one file ends and the next begins.
+  void CopyFromStream(int64_t at, int64_t count, int64_t token,
+                      char* out) const {
+    auto it = std::upper_bound(
+        files_.begin(), files_.end(), at,
+        [](int64_t i, const File& file) { return i < file.start; });
+    size_t f = static_cast<size_t>(std::prev(it) - files_.begin());
+    while (count > 0) {
+      const File& file = files_[f];
+      if (at < file.start + file.tokens) {
+        const int64_t n = std::min(count, file.start + file.tokens - at);
+        std::memcpy(out, file.file->data() + (at - file.start) * token,
+                    static_cast<size_t>(n * token));
+        out += n * token;
+        at += n;
+        count -= n;
+        continue;
+      }
+      // Past this file: the separator, then the next file.
+      if (stream_.separator.has_value()) {
+        const uint32_t value = *stream_.separator;
+        if (token == 2) {
+          const auto narrow = static_cast<uint16_t>(value);
+          std::memcpy(out, &narrow, 2);
+        } else {
+          std::memcpy(out, &value, 4);
+        }
+        out += token;
+        ++at;
+        --count;
+      }
+      ++f;
+    }
   }
 
   // Each token once, whatever the windows' overlap: the files are cut
@@ -236,6 +285,9 @@ class TokenWindows : public SplitSource {
     for (std::thread& thread : pool) thread.join();
     int64_t top = -1;
     for (int64_t value : largest) top = std::max(top, value);
+    if (stream_.separator.has_value()) {
+      top = std::max<int64_t>(top, *stream_.separator);
+    }
     return top;
   }
 
@@ -243,6 +295,7 @@ class TokenWindows : public SplitSource {
   const std::vector<File> files_;
   const int64_t stride_;
   const bool random_offset_;
+  const TokenStream stream_;
 };
 
 }  // namespace
@@ -334,15 +387,68 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
                                       size, description);
 }
 
+absl::StatusOr<TokenCoverage> CoverTokens(
+    const std::vector<int64_t>& file_tokens, int64_t block, int64_t stride,
+    bool random_offset, const TokenStream& stream) {
+  TokenCoverage out;
+  // With random offsets the windows are those that fit at any offset in
+  // [0, stride): the count is the same every epoch.
+  const int64_t span = block + 1 + (random_offset ? stride - 1 : 0);
+  for (size_t f = 0; f < file_tokens.size(); ++f) {
+    out.tokens += file_tokens[f];
+  }
+  if (stream.concatenate) {
+    // A separator between two files that hold tokens.
+    const int64_t nonempty =
+        std::count_if(file_tokens.begin(), file_tokens.end(),
+                      [](int64_t n) { return n > 0; });
+    int64_t length = out.tokens;
+    if (stream.separator.has_value() && nonempty > 0) length += nonempty - 1;
+    out.windows = length < span ? 0 : (length - span) / stride + 1;
+    const int64_t read =
+        out.windows == 0 ? 0 : (out.windows - 1) * stride + block + 1;
+    out.unread = std::max<int64_t>(0, length - read);
+    return out;
+  }
+  for (int64_t tokens : file_tokens) {
+    if (tokens < span) {
+      ++out.short_files;
+      out.unread += tokens;
+      continue;
+    }
+    const int64_t windows = (tokens - span) / stride + 1;
+    if (out.windows > std::numeric_limits<int64_t>::max() - windows) {
+      return absl::InvalidArgumentError("too many token windows");
+    }
+    out.windows += windows;
+    // At offset 0; a random offset moves the cut, not its size.
+    out.unread += tokens - ((windows - 1) * stride + block + 1);
+  }
+  return out;
+}
+
+std::string TokenCoverage::Text() const {
+  std::string text = absl::StrCat(
+      windows, " windows; ", unread, " of ", tokens, " tokens (",
+      absl::StrFormat("%.2f", tokens > 0 ? 100.0 * unread / tokens : 0.0),
+      "%) in no window");
+  if (short_files > 0) {
+    absl::StrAppend(&text, ", ", short_files,
+                    short_files == 1 ? " file" : " files",
+                    " shorter than a window");
+  }
+  return text;
+}
+
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
     const std::vector<std::string>& paths, Dtype dtype, int64_t block,
-    int64_t stride, bool random_offset, bool random) {
+    int64_t stride, bool random_offset, bool random,
+    const TokenStream& stream) {
   std::vector<TokenWindows::File> files;
-  int64_t windows = 0;
+  std::vector<int64_t> file_tokens;
   const int64_t token = DtypeSize(dtype);
-  // With random offsets a file's windows are those that fit at any offset
-  // in [0, stride): the count is the same every epoch.
   const int64_t span = block + 1 + (random_offset ? stride - 1 : 0);
+  int64_t start = 0;  // in the concatenated stream
   for (const std::string& path : paths) {
     ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
     file->Advise(random ? MappedFile::Access::kRandom
@@ -354,7 +460,8 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
           " tokens: it is truncated, or data.token_dtype is wrong"));
     }
     const int64_t tokens = file->size() / token;
-    if (tokens < span) {
+    file_tokens.push_back(tokens);
+    if (!stream.concatenate && tokens < span) {
       if (paths.size() == 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, " holds ", tokens, " tokens, fewer than one window of ",
@@ -364,29 +471,47 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
       }
       continue;  // a shard too short for a window holds none
     }
+    if (stream.concatenate && tokens == 0) continue;
     TokenWindows::File entry;
-    entry.first = windows;
-    entry.windows = (tokens - span) / stride + 1;
-    if (windows > std::numeric_limits<int64_t>::max() - entry.windows) {
-      return absl::InvalidArgumentError("too many token windows");
-    }
-    windows += entry.windows;
+    entry.tokens = tokens;
+    entry.start = start;
+    start += tokens + (stream.separator.has_value() ? 1 : 0);
     entry.file = std::move(file);
     files.push_back(std::move(entry));
   }
-  if (windows == 0) {
+  ASSIGN_OR_RETURN(
+      TokenCoverage coverage,
+      CoverTokens(file_tokens, block, stride, random_offset, stream));
+  if (!stream.concatenate) {
+    int64_t first = 0;
+    for (TokenWindows::File& file : files) {
+      file.first = first;
+      file.windows = (file.tokens - span) / stride + 1;
+      first += file.windows;
+    }
+  }
+  if (coverage.windows == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("none of the ", paths.size(), " token files (first ",
-                     paths.front(), ") holds one window of ", span, " tokens"));
+                     paths.front(), ") holds one window of ", span, " tokens",
+                     stream.concatenate ? ", even concatenated" : ""));
   }
   std::string description =
       paths.size() == 1
           ? absl::StrCat("token file ", paths.front())
           : absl::StrCat(paths.size(), " token files (", paths.front(), " to ",
-                         paths.back(), ")");
+                         paths.back(),
+                         stream.concatenate ? ", concatenated" : "", ")");
+  // A corpus of many short files loses a share to the windows' cuts: say
+  // so where it is noticeable, with the way out.
+  if (!stream.concatenate && paths.size() > 1 &&
+      coverage.unread * 100 > coverage.tokens) {
+    LogWarning(description, ": ", coverage.Text(),
+               "; data.concatenate reads the files as one stream");
+  }
   return std::make_shared<TokenWindows>(std::move(files), dtype, block, stride,
-                                        random_offset, windows,
-                                        std::move(description));
+                                        random_offset, coverage.windows,
+                                        std::move(description), stream);
 }
 
 }  // namespace lockstep::worker

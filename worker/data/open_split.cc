@@ -198,13 +198,18 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
       spec.token_dtype() == "uint32" ? Dtype::kUInt32 : Dtype::kUInt16;
   const bool random = train && spec.shuffle() != "blocks";
   const bool random_offset = train && spec.window_offset() == "random";
+  TokenStream stream;
+  stream.concatenate = spec.concatenate();
+  if (spec.has_separator_token()) {
+    stream.separator = static_cast<uint32_t>(spec.separator_token());
+  }
   const std::string& glob = train ? spec.train() : spec.test();
   if (!glob.empty()) {
     ASSIGN_OR_RETURN(
         std::vector<std::string> files,
         Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
     return OpenTokenFiles(files, dtype, spec.block_size(), spec.window_stride(),
-                          random_offset, random);
+                          random_offset, random, stream);
   }
   std::string path =
       absl::StrCat(spec.dir(), train ? "/train.bin" : "/val.bin");
@@ -215,8 +220,9 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokens(
   if (access(path.c_str(), F_OK) == 0) {
     ASSIGN_OR_RETURN(path, InsideDataDir(path, spec.dir()));
   }
-  auto source = OpenTokenFiles({path}, dtype, spec.block_size(),
-                               spec.window_stride(), random_offset, random);
+  auto source =
+      OpenTokenFiles({path}, dtype, spec.block_size(), spec.window_stride(),
+                     random_offset, random, stream);
   if (absl::IsNotFound(source.status())) {
     return absl::NotFoundError(absl::StrCat(
         source.status().message(),

@@ -2,8 +2,10 @@
 #ifndef LOCKSTEP_WORKER_DATA_SOURCES_H_
 #define LOCKSTEP_WORKER_DATA_SOURCES_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,17 +27,46 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
     const std::string& description, bool random = false);
 
+// How token files make one sequence (data.concatenate,
+// data.separator_token): each file on its own (windows never cross from
+// one file into the next: each file's tail past its last window, and a
+// file shorter than a window, are never read), or concatenated in order
+// into one stream, nanoGPT's and Megatron's way, with `separator` (an
+// end-of-text id) between two files if set.
+struct TokenStream {
+  bool concatenate = false;
+  std::optional<uint32_t> separator;
+};
+
+// What windows of block + 1 tokens every `stride` make of files of
+// `file_tokens` tokens: the windows, and the tokens in none of them (the
+// files' tails, whole files shorter than a window).
+struct TokenCoverage {
+  int64_t tokens = 0;
+  int64_t windows = 0;
+  int64_t unread = 0;
+  int64_t short_files = 0;
+  // "1234 windows; 310 of 79000 tokens (0.39%) in no window, 2 files
+  // shorter than a window".
+  std::string Text() const;
+};
+absl::StatusOr<TokenCoverage> CoverTokens(
+    const std::vector<int64_t>& file_tokens, int64_t block, int64_t stride,
+    bool random_offset, const TokenStream& stream = {});
+
 // Token files (`dtype` uint16 or uint32; shards, in the order given) read
 // as windows of block + 1 tokens starting every `stride` tokens: one column
-// "tokens" [block + 1]; a window never crosses from one file into the next.
-// `random_offset`: each epoch every window starts a further o tokens in, o
-// in [0, stride) from the epoch key (ReadInEpoch), and a file holds the
-// windows that fit at any o. A shard too short for one window holds none.
+// "tokens" [block + 1], arranged as `stream` says. `random_offset`: each
+// epoch every window starts a further o tokens in, o in [0, stride) from
+// the epoch key (ReadInEpoch), and a file (or the stream) holds the windows
+// that fit at any o. Per file, a shard too short for one window holds none,
+// and files losing more than 1% of their tokens that way are logged.
 // Errors: a file whose size is not a whole number of tokens, a single file
-// shorter than one window, or no window in any file.
+// shorter than one window, or no window at all.
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
     const std::vector<std::string>& paths, Dtype dtype, int64_t block,
-    int64_t stride, bool random_offset, bool random = false);
+    int64_t stride, bool random_offset, bool random = false,
+    const TokenStream& stream = {});
 
 // TFRecord files of tf.train.Example records, in order, with the columns
 // spec.features declares (sorted by name). Each plain file is indexed once
