@@ -1,6 +1,8 @@
 // The defaults and rules of a job's workload: data.*, task.* and the model
 // sizes (job_spec_internal.h).
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -54,16 +56,32 @@ absl::Status CheckColumnName(absl::string_view field, const std::string& name) {
 absl::Status ValidateRecordFeature(const v1::DataSpec& data,
                                    const std::string& field,
                                    const v1::ColumnSpec& column) {
+  const bool image_rules = column.resize_size() > 0 || column.random_crop() ||
+                           column.random_flip() ||
+                           !column.resize_filter().empty() ||
+                           column.has_random_resized_crop();
   const bool record_rules =
-      !column.from().empty() || !column.encoding().empty() ||
-      column.resize_size() > 0 || column.random_crop() ||
-      column.random_flip() || column.optional() || column.max_len() != 0;
+      !column.from().empty() || !column.encoding().empty() || image_rules ||
+      column.optional() || column.max_len() != 0 || column.offset() != 0;
   if (!record_rules) return absl::OkStatus();
   if (data.format() != "tfrecord") {
     return Invalid(absl::StrCat(
         field,
-        ": from, encoding, resize, random_crop, random_flip, optional and "
-        "max_len are for data.format \"tfrecord\""));
+        ": from, encoding, resize, resize_filter, random_crop, "
+        "random_resized_crop, random_flip, optional, max_len and offset are "
+        "for data.format \"tfrecord\""));
+  }
+  if (column.offset() != 0) {
+    const std::optional<Dtype> dtype = DtypeFromName(column.dtype());
+    if (!column.encoding().empty() || !dtype.has_value() ||
+        !IsInteger(*dtype) || column.offset() < -(int64_t{1} << 32) ||
+        column.offset() > (int64_t{1} << 32)) {
+      return Invalid(absl::StrCat(
+          field,
+          ".offset is added to an integer feature's values (e.g. -1 for "
+          "labels from 1): give an integer dtype and an offset within "
+          "+-2^32"));
+    }
   }
   if (!column.from().empty() && !IsColumnName(column.from())) {
     return Invalid(absl::StrCat(field, ".from is not a feature name (1 to ",
@@ -93,12 +111,34 @@ absl::Status ValidateRecordFeature(const v1::DataSpec& data,
           ".resize is [height, width], at least the shape's [H, W] (the "
           "crop is taken from it) and at most 16384 each"));
     }
-  } else if (column.resize_size() > 0 || column.random_crop() ||
-             column.random_flip()) {
-    return Invalid(
-        absl::StrCat(field,
-                     ": resize, random_crop and random_flip are for encoded "
-                     "images (set .encoding)"));
+    if (!column.resize_filter().empty() &&
+        !OneOf(column.resize_filter(), {"bilinear", "antialias"})) {
+      return Invalid(
+          absl::StrCat(field, ".resize_filter must be bilinear or antialias"));
+    }
+    if (column.has_random_resized_crop()) {
+      const v1::ResizedCrop& crop = column.random_resized_crop();
+      const bool scale_ok =
+          crop.scale_size() == 0 ||
+          (crop.scale_size() == 2 && crop.scale(0) > 0 &&
+           crop.scale(0) <= crop.scale(1) && crop.scale(1) <= 1);
+      const bool ratio_ok =
+          crop.ratio_size() == 0 ||
+          (crop.ratio_size() == 2 && crop.ratio(0) > 0 &&
+           crop.ratio(0) <= crop.ratio(1) && crop.ratio(1) <= 100);
+      if (!scale_ok || !ratio_ok || column.random_crop()) {
+        return Invalid(absl::StrCat(
+            field,
+            ".random_resized_crop takes scale [low, high] in (0, 1] and "
+            "ratio [low, high] in (0, 100] (torchvision's; default [0.08, "
+            "1] and [3/4, 4/3]), in place of random_crop"));
+      }
+    }
+  } else if (image_rules) {
+    return Invalid(absl::StrCat(
+        field,
+        ": resize, resize_filter, random_crop, random_resized_crop and "
+        "random_flip are for encoded images (set .encoding)"));
   }
   if (column.max_len() != 0) {
     if (image || column.max_len() < 1 ||
@@ -141,6 +181,26 @@ absl::Status ValidateFeatures(const v1::DataSpec& data) {
         !OneOf(column.normalize(), {"scalar", "per_feature"})) {
       return Invalid(
           absl::StrCat(field, ".normalize must be scalar or per_feature"));
+    }
+    if (column.channel_mean_size() > 0 || column.channel_std_size() > 0) {
+      bool positive = true;
+      for (double std : column.channel_std()) {
+        positive = positive && std::isfinite(std) && std > 0;
+      }
+      bool finite = true;
+      for (double mean : column.channel_mean()) {
+        finite = finite && std::isfinite(mean);
+      }
+      if (column.channel_mean_size() != column.channel_std_size() ||
+          column.channel_mean_size() > 4096 || !positive || !finite ||
+          column.has_mean() || column.has_std() ||
+          !column.normalize().empty()) {
+        return Invalid(absl::StrCat(
+            field,
+            ".channel_mean and .channel_std are one finite mean and one "
+            "positive std per channel (as many of each, at most 4096), in "
+            "place of .mean, .std and .normalize"));
+      }
     }
     if (column.normalize() == "per_feature" &&
         (column.has_mean() || column.has_std())) {

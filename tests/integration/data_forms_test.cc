@@ -18,6 +18,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -294,17 +295,29 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
   }
 
   // The convolutional models take the decoded images as they are (issue
-  // 54: they were [H, W, C], which cnn and resnet refused), with the
-  // README's ImageNet features: resized, then cropped and flipped.
-  for (const char* model : {"cnn", "resnet"}) {
-    Result conv = Local(
-        2, With(job, {absl::StrCat("model.name=", model), "max_steps=10",
-                      R"(data.features={"image": {"from": "image/encoded",)"
-                      R"( "encoding": "auto", "dtype": "uint8",)"
-                      R"( "shape": [32, 32, 3], "resize": [40, 40],)"
-                      R"( "random_crop": true, "random_flip": true},)"
-                      R"( "label": {"from": "image/class/label",)"
-                      R"( "dtype": "int64", "shape": []}})"}));
+  // 54: they were [H, W, C], which cnn and resnet refused): the cnn with
+  // the README's features (resized, cropped, flipped), the resnet with
+  // torchvision's ImageNet pipeline (RandomResizedCrop, PIL's resize,
+  // Normalize per channel).
+  const std::pair<const char*, const char*> convs[] = {
+      {"cnn", R"(data.features={"image": {"from": "image/encoded",)"
+              R"( "encoding": "auto", "dtype": "uint8",)"
+              R"( "shape": [32, 32, 3], "resize": [40, 40],)"
+              R"( "random_crop": true, "random_flip": true},)"
+              R"( "label": {"from": "image/class/label",)"
+              R"( "dtype": "int64", "shape": []}})"},
+      {"resnet",
+       R"(data.features={"image": {"from": "image/encoded",)"
+       R"( "encoding": "auto", "dtype": "uint8",)"
+       R"( "shape": [32, 32, 3], "resize": [36, 36],)"
+       R"( "resize_filter": "antialias", "random_resized_crop": {},)"
+       R"( "random_flip": true, "channel_mean": [0.485, 0.456, 0.406],)"
+       R"( "channel_std": [0.229, 0.224, 0.225]},)"
+       R"( "label": {"from": "image/class/label",)"
+       R"( "dtype": "int64", "shape": []}})"}};
+  for (const auto& [model, features] : convs) {
+    Result conv = Local(2, With(job, {absl::StrCat("model.name=", model),
+                                      "max_steps=10", features}));
     EXPECT_EQ(conv.code, 0) << model << ": " << conv.err;
   }
 

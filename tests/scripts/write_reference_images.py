@@ -95,6 +95,16 @@ def main():
         image.save(path, quality=90, **options)
         save_references(out, name, Image.open(path))
 
+    # PIL's bilinear resize (antialiased when shrinking), as torchvision
+    # resizes PIL images: [H, W, C] references.
+    for name, size in (("resize-down", (20, 13)), ("resize-up", (50, 40)),
+                       ("resize-mixed", (60, 9))):
+        for mode, channels in (("RGB", 3), ("L", 1)):
+            resized = images["png-rgb"].convert(mode).resize(size,
+                                                             Image.BILINEAR)
+            np.save(os.path.join(out, "%s-%d.npy" % (name, channels)),
+                    np.asarray(resized).reshape(size[1], size[0], channels))
+
     # 16 bits per sample: a mid grey of 32896 is 128, not 188.
     ramp = (np.arange(21 * 34, dtype=np.uint32).reshape(21, 34) * 89 +
             32896 - 300) % 65536

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -241,6 +242,35 @@ TEST_F(PillowImagesTest, SixteenBitPngsScaleToEightBits) {
   for (const char* name : {"png16-grey", "png16-rgb"}) {
     for (int channels : {1, 3, 4}) {
       ExpectPillowsPixels(absl::StrCat(name, ".png"), name, channels);
+    }
+  }
+}
+
+// Issue 54: the antialiased resize is PIL's Image.resize(BILINEAR), pixel
+// for pixel, shrinking, growing, and both at once, grey and RGB.
+TEST_F(PillowImagesTest, AntialiasedResizeIsPils) {
+  for (int channels : {3, 1}) {
+    auto image =
+        DecodeImage(Read("png-rgb.png"), ImageEncoding::kPng, channels);
+    ASSERT_TRUE(image.ok()) << image.status();
+    for (const auto& [name, height, width] :
+         {std::tuple{"resize-down", 13, 20}, std::tuple{"resize-up", 40, 50},
+          std::tuple{"resize-mixed", 9, 60}}) {
+      SCOPED_TRACE(absl::StrCat(name, " ", channels));
+      const Image resized = ResizeImageAntialias(*image, height, width);
+      auto expected =
+          ReadNpy(absl::StrCat(*dir_, "/", name, "-", channels, ".npy"));
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      ASSERT_EQ(expected->shape,
+                (std::vector<int64_t>{height, width, channels}));
+      int differ = 0, largest = 0;
+      for (size_t i = 0; i < resized.pixels.size(); ++i) {
+        const int d = std::abs(int{resized.pixels[i]} -
+                               int{static_cast<uint8_t>(expected->data[i])});
+        differ += d != 0;
+        largest = std::max(largest, d);
+      }
+      EXPECT_EQ(differ, 0) << differ << " values differ, by up to " << largest;
     }
   }
 }

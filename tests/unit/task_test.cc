@@ -91,6 +91,44 @@ TEST_F(TaskTest, FloatFeaturesAreNormalizedByTheirOwnStatistics) {
   EXPECT_EQ(task->normalization.shift, 0.5f);
 }
 
+// Issue 54: torchvision's Normalize after ToTensor, per channel of
+// channels-first pixels: (x / 255 - mean_c) / std_c.
+TEST_F(TaskTest, PixelsAreNormalizedPerChannelAsTorchvisionDoes) {
+  // Two samples of [3, 1, 2] pixels; channel c holds 51 * (c + 1).
+  std::string pixels;
+  for (int sample = 0; sample < 2; ++sample) {
+    for (int c = 0; c < 3; ++c)
+      pixels.append(2, static_cast<char>(51 * (c + 1)));
+  }
+  Write("train_image.npy", Npy("|u1", "(2, 3, 1, 2)", pixels));
+  Write("train_label.npy", Npy("<i8", "(2,)", Int64s({0, 1})));
+  spec_.mutable_task()->set_type("classification");
+  spec_.mutable_task()->set_num_classes(2);
+  v1::ColumnSpec given;
+  for (double mean : {0.485, 0.456, 0.406}) given.add_channel_mean(mean);
+  for (double std : {0.229, 0.224, 0.225}) given.add_channel_std(std);
+  (*spec_.mutable_data()->mutable_features())["image"] = given;
+  auto task = Resolve();
+  ASSERT_TRUE(task.ok()) << task.status();
+  const BatchAssembler assembler(split_, *task);
+  torch::Tensor x = assembler.NewInputs(1, {});
+  torch::Tensor y = assembler.NewTargets(1, {});
+  std::vector<char> scratch;
+  ASSERT_TRUE(assembler.Fill({1}, x, y, scratch).ok());
+  const double means[] = {0.485, 0.456, 0.406}, stds[] = {0.229, 0.224, 0.225};
+  for (int c = 0; c < 3; ++c) {
+    const double expected = (51.0 * (c + 1) / 255.0 - means[c]) / stds[c];
+    EXPECT_NEAR(x[0][c][0][1].item<float>(), expected, 1e-5) << c;
+  }
+  // One mean and std per channel, or the job is refused naming the shape.
+  given.add_channel_mean(0.5);
+  given.add_channel_std(0.5);
+  (*spec_.mutable_data()->mutable_features())["image"] = given;
+  EXPECT_THAT(Resolve().status().message(),
+              HasSubstr("gives 4 channel means and stds, but the input is "
+                        "[3, 1, 2]"));
+}
+
 TEST_F(TaskTest, AMissingColumnNamesTheColumnsThereAre) {
   Write("train_features.npy", Npy("<f4", "(1,)", Floats({1})));
   auto task = Resolve();

@@ -417,5 +417,52 @@ TEST(TfExampleTest, RecordKeysOptionalListsAndImages) {
             HasSubstr("corrupt PNG")));
 }
 
+// Issue 54, ImageNet as TF's scripts write it: labels from 1 (offset -1),
+// and torchvision's RandomResizedCrop on the training split: windows of
+// the declared scale and ratio, a function of the sample's key, scaled to
+// [H, W]; without an Augmentation (the test split) the centre.
+TEST(TfExampleTest, ImageNetLabelsAndRandomResizedCrops) {
+  FeatureSpec label{"label", DType::kInt64, {}};
+  label.key = "image/class/label";
+  label.offset = -1;
+  FeatureSpec image{"image", DType::kUInt8, {4, 4, 3}};
+  image.key = "image/encoded";
+  image.image = true;
+  image.random_resized_crop = true;
+  image.crop_scale[0] = 0.25;
+  image.antialias = true;
+  auto decoder = ExampleDecoder::Create({image, label});
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const std::string record = ExampleOf({{"image/encoded", Bytes({SmallPng()})},
+                                        {"image/class/label", Int64s({1000})}});
+  std::string pixels(48, '\0'), value(8, '\0');
+  std::vector<absl::Span<char>> outs = {absl::MakeSpan(pixels),
+                                        absl::MakeSpan(value)};
+  ASSERT_TRUE(decoder->Decode(record, outs, "r").ok());
+  int64_t decoded = 0;
+  std::memcpy(&decoded, value.data(), 8);
+  EXPECT_EQ(decoded, 999);
+  // The 6x4 image's centre 4x4 (columns 1-4), as without augmentation.
+  EXPECT_EQ(static_cast<uint8_t>(pixels[16 + 0]), 1);  // channel 1, (0, 0)
+  std::map<std::string, int> seen;
+  for (uint64_t key = 0; key < 64; ++key) {
+    Augmentation augmentation{key};
+    ASSERT_TRUE(decoder->Decode(record, outs, "r", &augmentation).ok());
+    const std::string first = pixels;
+    ASSERT_TRUE(decoder->Decode(record, outs, "r", &augmentation).ok());
+    EXPECT_EQ(pixels, first);
+    ++seen[pixels];
+    // Channel 2 is 7 everywhere: any window, scaled, keeps it.
+    for (int p = 32; p < 48; ++p) ASSERT_EQ(pixels[p], 7);
+  }
+  EXPECT_GT(seen.size(), 16u);
+  // An offset that leaves the dtype's range is named.
+  const std::string big = ExampleOf(
+      {{"image/encoded", Bytes({SmallPng()})},
+       {"image/class/label", Int64s({std::numeric_limits<int64_t>::min()})}});
+  EXPECT_THAT(std::string(decoder->Decode(big, outs, "r").message()),
+              HasSubstr("(offset -1) is out of range"));
+}
+
 }  // namespace
 }  // namespace lockstep::worker

@@ -492,6 +492,105 @@ void FlipImage(Image* image) {
   }
 }
 
+namespace {
+
+// PIL's Resample.c, for one axis: for each output index the first input
+// index and the 22-bit fixed-point weights of the inputs it reads.
+constexpr int kPilPrecisionBits = 32 - 8 - 2;
+
+struct PilTaps {
+  int64_t taps = 0;              // weights per output
+  std::vector<int64_t> first;    // per output
+  std::vector<int64_t> count;    // per output
+  std::vector<int32_t> weights;  // [output][taps]
+};
+
+PilTaps PilBilinearTaps(int64_t in_size, int64_t out_size) {
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double filter_scale = std::max(scale, 1.0);
+  const double support = 1.0 * filter_scale;  // bilinear's support is 1
+  PilTaps out;
+  out.taps = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  out.first.resize(static_cast<size_t>(out_size));
+  out.count.resize(static_cast<size_t>(out_size));
+  out.weights.assign(static_cast<size_t>(out_size * out.taps), 0);
+  std::vector<double> k(static_cast<size_t>(out.taps));
+  for (int64_t o = 0; o < out_size; ++o) {
+    const double center = (o + 0.5) * scale;
+    int64_t lo = static_cast<int64_t>(center - support + 0.5);
+    if (lo < 0) lo = 0;
+    int64_t hi = static_cast<int64_t>(center + support + 0.5);
+    if (hi > in_size) hi = in_size;
+    const int64_t n = std::min(hi - lo, out.taps);
+    double total = 0;
+    for (int64_t x = 0; x < n; ++x) {
+      double d = (x + lo - center + 0.5) / filter_scale;
+      if (d < 0) d = -d;
+      k[x] = d < 1.0 ? 1.0 - d : 0.0;
+      total += k[x];
+    }
+    for (int64_t x = 0; x < n; ++x) {
+      const double w = total != 0.0 ? k[x] / total : k[x];
+      out.weights[o * out.taps + x] =
+          static_cast<int32_t>(w < 0 ? -0.5 + w * (1 << kPilPrecisionBits)
+                                     : 0.5 + w * (1 << kPilPrecisionBits));
+    }
+    out.first[o] = lo;
+    out.count[o] = n;
+  }
+  return out;
+}
+
+uint8_t PilClip8(int64_t value) {
+  if (value >= (int64_t{1} << kPilPrecisionBits << 8)) return 255;
+  if (value <= 0) return 0;
+  return static_cast<uint8_t>(value >> kPilPrecisionBits);
+}
+
+}  // namespace
+
+Image ResizeImageAntialias(const Image& image, int64_t height, int64_t width) {
+  const int64_t c = image.channels;
+  Image across = image;
+  if (width != image.width) {
+    const PilTaps taps = PilBilinearTaps(image.width, width);
+    across.width = width;
+    across.pixels.assign(static_cast<size_t>(image.height * width * c), 0);
+    for (int64_t y = 0; y < image.height; ++y) {
+      const uint8_t* row = image.pixels.data() + y * image.width * c;
+      for (int64_t x = 0; x < width; ++x) {
+        const int32_t* w = taps.weights.data() + x * taps.taps;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          int64_t sum = int64_t{1} << (kPilPrecisionBits - 1);
+          for (int64_t t = 0; t < taps.count[x]; ++t) {
+            sum += int64_t{row[(taps.first[x] + t) * c + ch]} * w[t];
+          }
+          across.pixels[(y * width + x) * c + ch] = PilClip8(sum);
+        }
+      }
+    }
+  }
+  if (height == image.height) return across;
+  const PilTaps taps = PilBilinearTaps(image.height, height);
+  Image out;
+  out.height = height;
+  out.width = width;
+  out.channels = c;
+  out.pixels.assign(static_cast<size_t>(height * width * c), 0);
+  const int64_t stride = width * c;
+  for (int64_t y = 0; y < height; ++y) {
+    const int32_t* w = taps.weights.data() + y * taps.taps;
+    for (int64_t i = 0; i < stride; ++i) {
+      int64_t sum = int64_t{1} << (kPilPrecisionBits - 1);
+      for (int64_t t = 0; t < taps.count[y]; ++t) {
+        sum += int64_t{across.pixels[(taps.first[y] + t) * stride + i]} * w[t];
+      }
+      out.pixels[y * stride + i] = PilClip8(sum);
+    }
+  }
+  return out;
+}
+
 DecodeBudget::DecodeBudget(int64_t bytes) : bytes_(bytes) {}
 
 DecodeBudget& DecodeBudget::Default() {

@@ -109,6 +109,12 @@ absl::StatusOr<Image> DecodeImage(
 // OpenCV's INTER_LINEAR and TensorFlow's half_pixel_centers).
 Image ResizeImage(const Image& image, int64_t height, int64_t width);
 
+// PIL's Image.resize(..., BILINEAR) (what torchvision does to a PIL image):
+// a triangle filter widened by the scale when shrinking (antialiased),
+// weights in 22-bit fixed point, rows then columns, each pass rounded to
+// 8 bits, so the pixels are PIL's.
+Image ResizeImageAntialias(const Image& image, int64_t height, int64_t width);
+
 // The `height` x `width` window at (top, left); it must lie inside.
 Image CropImage(const Image& image, int64_t top, int64_t left, int64_t height,
                 int64_t width);

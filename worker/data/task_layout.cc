@@ -119,6 +119,31 @@ absl::Status SetNormalization(const v1::JobSpec& spec,
   const ColumnInfo& input = task->input;
   if (task->token_input) return absl::OkStatus();
   auto declared = spec.data().features().find(input.name);
+  if (declared != spec.data().features().end() &&
+      declared->second.channel_std_size() > 0) {
+    // torchvision's Normalize: channel c of [C, ...] as (x - mean_c) /
+    // std_c, pixels in [0, 1] units.
+    const v1::ColumnSpec& column = declared->second;
+    const int64_t channels = column.channel_std_size();
+    if (input.shape.empty() || input.shape[0] != channels) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.features[\"", input.name, "\"] gives ", channels,
+          " channel means and stds, but the input is ", input.ShapeText(),
+          " (channels first, [C, ...]): give one per channel"));
+    }
+    const double unit = input.dtype == Dtype::kUInt8 ? 255.0 : 1.0;
+    const int64_t plane = input.elements() / channels;
+    Normalization& out = task->normalization;
+    out.scales.resize(static_cast<size_t>(input.elements()));
+    out.shifts.resize(static_cast<size_t>(input.elements()));
+    for (int64_t e = 0; e < input.elements(); ++e) {
+      const int64_t c = e / plane;
+      out.scales[e] = static_cast<float>(1.0 / (unit * column.channel_std(c)));
+      out.shifts[e] =
+          static_cast<float>(column.channel_mean(c) / column.channel_std(c));
+    }
+    return absl::OkStatus();
+  }
   if (declared != spec.data().features().end() && declared->second.has_std()) {
     const float mean = static_cast<float>(declared->second.mean());
     const float std = static_cast<float>(declared->second.std());

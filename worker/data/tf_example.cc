@@ -2,6 +2,7 @@
 #include "worker/data/tf_example.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -165,11 +166,15 @@ class FeatureDecoder {
     if (!info_.integer) return WrongKind(tfexample::Feature::kInt64List);
     RETURN_IF_ERROR(CheckCount(list.value_size(), "int64_list"));
     for (int i = 0; i < list.value_size(); ++i) {
-      const int64_t value = list.value(i);
-      if (value < info_.min || value > info_.max) {
-        return Error(absl::StrCat("value ", value, " at position ", i,
-                                  " is out of range for ", info_.name, " (",
-                                  info_.min, "..", info_.max, ")"));
+      int64_t value = 0;
+      if (__builtin_add_overflow(list.value(i), spec_.offset, &value) ||
+          value < info_.min || value > info_.max) {
+        return Error(absl::StrCat(
+            "value ", list.value(i), " at position ", i,
+            spec_.offset != 0 ? absl::StrCat(" (offset ", spec_.offset, ")")
+                              : "",
+            " is out of range for ", info_.name, " (", info_.min, "..",
+            info_.max, ")"));
       }
       StoreInteger(spec_.dtype, value, out_ + int64_t{i} * info_.size);
     }
@@ -216,6 +221,59 @@ class FeatureDecoder {
     return absl::OkStatus();
   }
 
+  struct CropWindow {
+    int64_t top = 0, left = 0, height = 0, width = 0;
+  };
+
+  // torchvision's RandomResizedCrop.get_params with lockstep's draws: up
+  // to 10 windows of a uniform share of the area in crop_scale and a
+  // log-uniform width / height in crop_ratio, the first that fits placed
+  // uniformly; else the centre, its ratio clamped to crop_ratio.
+  template <typename Draw>
+  CropWindow RandomResizedWindow(const Image& image, Draw& draw) const {
+    auto uniform = [&draw](double low, double high) {
+      const double unit =
+          static_cast<double>(draw(uint64_t{1} << 53)) / (uint64_t{1} << 53);
+      return low + (high - low) * unit;
+    };
+    const double area = static_cast<double>(image.height * image.width);
+    const double log_low = std::log(spec_.crop_ratio[0]);
+    const double log_high = std::log(spec_.crop_ratio[1]);
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const double target =
+          area * uniform(spec_.crop_scale[0], spec_.crop_scale[1]);
+      const double aspect = std::exp(uniform(log_low, log_high));
+      const auto w =
+          static_cast<int64_t>(std::nearbyint(std::sqrt(target * aspect)));
+      const auto h =
+          static_cast<int64_t>(std::nearbyint(std::sqrt(target / aspect)));
+      if (w > 0 && w <= image.width && h > 0 && h <= image.height) {
+        CropWindow window;
+        window.height = h;
+        window.width = w;
+        window.top = static_cast<int64_t>(draw(image.height - h + 1));
+        window.left = static_cast<int64_t>(draw(image.width - w + 1));
+        return window;
+      }
+    }
+    CropWindow window;
+    const double ratio = static_cast<double>(image.width) / image.height;
+    window.width = image.width;
+    window.height = image.height;
+    if (ratio < spec_.crop_ratio[0]) {
+      window.height = std::max<int64_t>(
+          1, static_cast<int64_t>(
+                 std::nearbyint(window.width / spec_.crop_ratio[0])));
+    } else if (ratio > spec_.crop_ratio[1]) {
+      window.width = std::max<int64_t>(
+          1, static_cast<int64_t>(
+                 std::nearbyint(window.height * spec_.crop_ratio[1])));
+    }
+    window.top = (image.height - window.height) / 2;
+    window.left = (image.width - window.width) / 2;
+    return window;
+  }
+
   absl::Status FromImage(const tfexample::BytesList& list) const {
     if (list.value_size() != 1) {
       return Error(
@@ -229,16 +287,6 @@ class FeatureDecoder {
         DecodeImage(list.value(0), spec_.encoding, channels);
     if (!decoded.ok()) return Error(decoded.status().message());
     Image image = *std::move(decoded);
-    if (spec_.resize_height > 0 && (image.height != spec_.resize_height ||
-                                    image.width != spec_.resize_width)) {
-      image = ResizeImage(image, spec_.resize_height, spec_.resize_width);
-    }
-    if (image.height < height || image.width < width) {
-      return Error(absl::StrCat("the image is ", image.width, "x", image.height,
-                                " (width x height), smaller than the column's ",
-                                width, "x", height,
-                                "; declare .resize to scale it first"));
-    }
     // The draws: a generator seeded by the sample's key.
     uint64_t state = augment_ != nullptr ? augment_->key : 0;
     auto draw = [&state](uint64_t bound) {
@@ -248,6 +296,26 @@ class FeatureDecoder {
       z ^= z >> 31;
       return bound == 0 ? 0 : z % bound;
     };
+    auto resize = [this](const Image& from, int64_t h, int64_t w) {
+      return spec_.antialias ? ResizeImageAntialias(from, h, w)
+                             : ResizeImage(from, h, w);
+    };
+    if (augment_ != nullptr && spec_.random_resized_crop) {
+      const CropWindow window = RandomResizedWindow(image, draw);
+      image = resize(CropImage(image, window.top, window.left, window.height,
+                               window.width),
+                     height, width);
+    } else if (spec_.resize_height > 0 &&
+               (image.height != spec_.resize_height ||
+                image.width != spec_.resize_width)) {
+      image = resize(image, spec_.resize_height, spec_.resize_width);
+    }
+    if (image.height < height || image.width < width) {
+      return Error(absl::StrCat("the image is ", image.width, "x", image.height,
+                                " (width x height), smaller than the column's ",
+                                width, "x", height,
+                                "; declare .resize to scale it first"));
+    }
     int64_t top = (image.height - height) / 2;
     int64_t left = (image.width - width) / 2;
     if (augment_ != nullptr && spec_.random_crop) {

@@ -75,6 +75,16 @@ struct FeatureSpec {
   int64_t resize_width = 0;
   bool random_crop = false;
   bool random_flip = false;
+  // PIL's antialiased bilinear for every resize (ResizeImageAntialias).
+  bool antialias = false;
+  // Under an Augmentation, torchvision's RandomResizedCrop in place of the
+  // resize and the random crop: a window of crop_scale of the image's area
+  // and crop_ratio width / height, scaled to [H, W].
+  bool random_resized_crop = false;
+  double crop_scale[2] = {0.08, 1.0};
+  double crop_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+  // Integer features: added to every value.
+  int64_t offset = 0;
 };
 
 // The draws of one sample's random augmentations: a function of (seed,

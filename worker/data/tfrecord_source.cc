@@ -212,6 +212,7 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     columns.push_back(column);
     feature.key = declared.from();
     feature.optional = declared.optional();
+    feature.offset = declared.offset();
     feature.variable_length = declared.max_len() > 0;
     if (!declared.encoding().empty()) {
       if (!ParseImageEncoding(declared.encoding(), &feature.encoding)) {
@@ -226,7 +227,21 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
       }
       feature.random_crop = declared.random_crop();
       feature.random_flip = declared.random_flip();
-      random = random || feature.random_crop || feature.random_flip;
+      feature.antialias = declared.resize_filter() == "antialias";
+      if (declared.has_random_resized_crop()) {
+        const v1::ResizedCrop& crop = declared.random_resized_crop();
+        feature.random_resized_crop = true;
+        if (crop.scale_size() == 2) {
+          feature.crop_scale[0] = crop.scale(0);
+          feature.crop_scale[1] = crop.scale(1);
+        }
+        if (crop.ratio_size() == 2) {
+          feature.crop_ratio[0] = crop.ratio(0);
+          feature.crop_ratio[1] = crop.ratio(1);
+        }
+      }
+      random = random || feature.random_crop || feature.random_flip ||
+               feature.random_resized_crop;
     }
     features.push_back(std::move(feature));
   }
