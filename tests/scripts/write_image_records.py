@@ -7,7 +7,7 @@ first records, to compare lockstep's decoder with, and a file with a
 truncated JPEG.
 
   write_image_records.py OUT_DIR [--train N] [--test N] [--size S]
-                         [--files DIR]
+                         [--files DIR] [--png-every N]
 
 Classes are told apart by colour and by where a bar lies, under noise, so a
 small model learns them from the decoded pixels. Runs on Debian's python3
@@ -108,10 +108,13 @@ def picture(rng, label, size):
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
 
 
+PNG_EVERY = 7
+
+
 def encode(image, index):
-    """Most images as baseline JPEG; every 7th as PNG."""
+    """Most images as baseline JPEG; every PNG_EVERY-th as PNG (none if 0)."""
     out = io.BytesIO()
-    if index % 7 == 3:
+    if PNG_EVERY > 0 and index % PNG_EVERY == 3:
         image.save(out, format="PNG")
         return out.getvalue(), b"PNG"
     image.save(out, format="JPEG", quality=90)
@@ -158,7 +161,11 @@ def main():
     parser.add_argument("--test", type=int, default=500)
     parser.add_argument("--size", type=int, default=36)
     parser.add_argument("--files", help="also write the training JPEGs here")
+    parser.add_argument("--png-every", type=int, default=7,
+                        help="every Nth image a PNG (0: JPEGs only)")
     args = parser.parse_args()
+    global PNG_EVERY
+    PNG_EVERY = args.png_every
     os.makedirs(args.out, exist_ok=True)
     if args.files:
         os.makedirs(args.files, exist_ok=True)

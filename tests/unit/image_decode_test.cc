@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -326,6 +327,31 @@ TEST(ImageDecodeTest, DecodeMemoryIsBoundedAndShared) {
   second.join();
   EXPECT_TRUE(got.load());
   EXPECT_EQ(small.held(), 0);
+}
+
+// Channels first, for every channel count and sizes that are and are not
+// a multiple of the 16 pixels the SSSE3 path takes at a time.
+TEST(ImageDecodeTest, ChannelsFirstMovesEveryPixel) {
+  for (int channels : {1, 3, 4}) {
+    for (auto [height, width] : {std::pair{7, 5}, std::pair{16, 16},
+                                 std::pair{17, 3}, std::pair{224, 224}}) {
+      Image image;
+      image.height = height;
+      image.width = width;
+      image.channels = channels;
+      image.pixels = Pattern(height, width, channels);
+      std::vector<uint8_t> out(image.pixels.size());
+      ToChannelsFirst(image, out.data());
+      const int64_t plane = int64_t{height} * width;
+      for (int64_t p = 0; p < plane; ++p) {
+        for (int c = 0; c < channels; ++c) {
+          ASSERT_EQ(out[c * plane + p], image.pixels[p * channels + c])
+              << channels << " channels, " << height << "x" << width
+              << ", pixel " << p;
+        }
+      }
+    }
+  }
 }
 
 TEST(ImageDecodeTest, ResizeCropAndFlipPlaceThePixels) {

@@ -41,6 +41,22 @@ TEST(Crc32cTest, StandardCheckValues) {
   EXPECT_EQ(Crc32c(down), 0x113FDB5Cu);
 }
 
+// The CPU's instruction (where there is one) and the tables agree on every
+// length and alignment.
+TEST(Crc32cTest, TheInstructionAndTheTablesAgree) {
+  std::string data;
+  for (int i = 0; i < 5000; ++i) {
+    data.push_back(static_cast<char>((i * 2654435761u) >> 13));
+  }
+  for (size_t start : {0u, 1u, 3u, 8u}) {
+    for (size_t size : {0u, 1u, 7u, 8u, 15u, 64u, 1000u, 4991u}) {
+      EXPECT_EQ(Crc32cExtend(0x1234u, data.data() + start, size),
+                Crc32cExtendPortable(0x1234u, data.data() + start, size))
+          << start << " " << size;
+    }
+  }
+}
+
 TEST(Crc32cTest, ExtendingInPiecesEqualsTheWhole) {
   std::string data;
   for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 7 + 3));

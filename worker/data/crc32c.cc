@@ -1,6 +1,12 @@
-// CRC-32C (Castagnoli, the reflected polynomial 0x82F63B78), slicing-by-8:
-// what every TFRecord frame is checked with (tfrecord.h).
+// CRC-32C (Castagnoli, the reflected polynomial 0x82F63B78): what every
+// TFRecord frame is checked with (tfrecord.h). SSE 4.2's instruction where
+// the CPU has it, else slicing-by-8 tables.
 #include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "worker/data/tfrecord.h"
 
@@ -40,9 +46,43 @@ uint64_t Load64(const uint8_t* p) {
   return value;
 }
 
+#if defined(__x86_64__)
+// SSE 4.2's CRC32 instruction computes CRC-32C itself: eight bytes a step
+// (about 8 GB/s; 35 kB records in a few microseconds).
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc,
+                                                       const uint8_t* p,
+                                                       size_t size) {
+  uint64_t c = ~crc & 0xFFFFFFFFu;
+  while (size >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+    p += 8;
+    size -= 8;
+  }
+  while (size-- > 0) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  return ~static_cast<uint32_t>(c);
+}
+#endif
+
+uint32_t Crc32cSoftware(uint32_t crc, const void* data, size_t size);
+
 }  // namespace
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) {
+    return Crc32cSse42(crc, static_cast<const uint8_t*>(data), size);
+  }
+#endif
+  return Crc32cSoftware(crc, data, size);
+}
+
+namespace {
+
+// The tables' way, for CPUs without SSE 4.2 (and to test the other).
+uint32_t Crc32cSoftware(uint32_t crc, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
   const auto& t = Tables().table;
   crc = ~crc;
@@ -58,6 +98,12 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
   }
   while (size-- > 0) crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
   return ~crc;
+}
+
+}  // namespace
+
+uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size) {
+  return Crc32cSoftware(crc, data, size);
 }
 
 }  // namespace lockstep::worker

@@ -2,6 +2,9 @@
 #include "worker/data/image_decode.h"
 
 #include <jpeglib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <png.h>
 
 #include <algorithm>
@@ -162,6 +165,28 @@ class Jpeg {
     return true;
   }
 
+  // As Decode, kRowsAtOnce rows at a time into `rows` (that many rows of
+  // output_width * channels bytes), each handed to `visit(context, y,
+  // row)` in order.
+  static constexpr int kRowsAtOnce = 1;
+  bool DecodeRows(J_COLOR_SPACE space, int channels, uint8_t* rows,
+                  void (*visit)(void*, int64_t, const uint8_t*),
+                  void* context) {
+    if (setjmp(errors_.jump) != 0) return false;
+    info_.out_color_space = space;
+    jpeg_start_decompress(&info_);
+    const size_t stride = static_cast<size_t>(info_.output_width) * channels;
+    JSAMPROW pointers[kRowsAtOnce];
+    for (int r = 0; r < kRowsAtOnce; ++r) pointers[r] = rows + r * stride;
+    while (info_.output_scanline < info_.output_height) {
+      const int64_t y = info_.output_scanline;
+      const JDIMENSION got = jpeg_read_scanlines(&info_, pointers, kRowsAtOnce);
+      for (JDIMENSION r = 0; r < got; ++r) visit(context, y + r, pointers[r]);
+    }
+    jpeg_finish_decompress(&info_);
+    return true;
+  }
+
   jpeg_decompress_struct& info() { return info_; }
   const char* message() const { return errors_.message; }
 
@@ -222,6 +247,58 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
     image.channels = 1;
   }
   return image;
+}
+
+// A JPEG's rows to `sink`, never the whole image: its size first (before
+// anything is decompressed), then each row of width * channels pixels.
+absl::Status DecodeJpegRows(absl::string_view bytes, int channels,
+                            ImageRows& sink, DecodeBudget& budget) {
+  Jpeg jpeg(bytes);
+  if (!jpeg.ReadHeader()) return JpegError(jpeg);
+  jpeg_decompress_struct& info = jpeg.info();
+  const int64_t height = info.image_height, width = info.image_width;
+  if (height * width > kMaxImagePixels) return TooLarge(height, width);
+  if (info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK) {
+    return absl::InvalidArgumentError(
+        "a CMYK JPEG: store the images as RGB or greyscale");
+  }
+  const int64_t components = std::max(1, info.num_components);
+  const int64_t coefficients =
+      info.progressive_mode ? height * width * components * 2 : 0;
+  const int64_t libjpeg = coefficients + (int64_t{16} << 20);
+  jpeg.LimitMemory(libjpeg);
+  const bool grey_from_colour = channels == 1 && components >= 3;
+  const int decoded_channels = grey_from_colour ? 3 : channels;
+  ASSIGN_OR_RETURN(
+      DecodeBudget::Reservation reserved,
+      budget.Reserve(
+          libjpeg + width * (Jpeg::kRowsAtOnce * decoded_channels + 1), height,
+          width));
+  RETURN_IF_ERROR(sink.Begin(height, width));
+  std::vector<uint8_t> row(
+      static_cast<size_t>(Jpeg::kRowsAtOnce * width * decoded_channels));
+  std::vector<uint8_t> grey(grey_from_colour ? static_cast<size_t>(width) : 0);
+  struct Context {
+    ImageRows* sink;
+    int64_t width;
+    uint8_t* grey;  // null: rows go as decoded
+  } context{&sink, width, grey_from_colour ? grey.data() : nullptr};
+  const J_COLOR_SPACE space = decoded_channels == 1   ? JCS_GRAYSCALE
+                              : decoded_channels == 3 ? JCS_RGB
+                                                      : JCS_EXT_RGBA;
+  const bool done = jpeg.DecodeRows(
+      space, decoded_channels, row.data(),
+      +[](void* opaque, int64_t y, const uint8_t* pixels) {
+        auto* c = static_cast<Context*>(opaque);
+        if (c->grey != nullptr) {
+          ConvertChannels(pixels, 3, c->width, 1, c->grey);
+          pixels = c->grey;
+        }
+        c->sink->Row(y, pixels);
+      },
+      &context);
+  if (!done) return JpegError(jpeg);
+  return absl::OkStatus();
 }
 
 // libpng's reader over `bytes`: errors end the read (longjmp back to the
@@ -425,6 +502,27 @@ absl::StatusOr<Image> DecodeImage(absl::string_view bytes,
                                          : DecodePng(bytes, channels, budget);
 }
 
+absl::Status DecodeImageRows(absl::string_view bytes, ImageEncoding encoding,
+                             int channels, ImageRows& sink,
+                             DecodeBudget& budget) {
+  if (channels != 1 && channels != 3 && channels != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an image decodes to 1, 3 or 4 channels, not ", channels));
+  }
+  ASSIGN_OR_RETURN(const ImageEncoding format, Detect(bytes, encoding));
+  if (format == ImageEncoding::kJpeg) {
+    return DecodeJpegRows(bytes, channels, sink, budget);
+  }
+  // A PNG whole (interlaced ones cannot come row by row), then its rows.
+  ASSIGN_OR_RETURN(const Image image, DecodePng(bytes, channels, budget));
+  RETURN_IF_ERROR(sink.Begin(image.height, image.width));
+  const int64_t stride = image.width * channels;
+  for (int64_t y = 0; y < image.height; ++y) {
+    sink.Row(y, image.pixels.data() + y * stride);
+  }
+  return absl::OkStatus();
+}
+
 Image ResizeImage(const Image& image, int64_t height, int64_t width) {
   Image out;
   out.height = height;
@@ -589,6 +687,101 @@ Image ResizeImageAntialias(const Image& image, int64_t height, int64_t width) {
     }
   }
   return out;
+}
+
+namespace {
+
+void ToPlanesScalar(const uint8_t* in, int channels, int64_t begin,
+                    int64_t plane, uint8_t* out) {
+  for (int c = 0; c < channels; ++c) {
+    uint8_t* to = out + c * plane;
+    for (int64_t p = begin; p < plane; ++p) to[p] = in[p * channels + c];
+  }
+}
+
+#if defined(__x86_64__)
+// 16 RGB pixels (48 bytes) into 16 bytes of each plane per step: each
+// plane's bytes gathered from the three loads by byte shuffles.
+__attribute__((target("ssse3"))) int64_t RgbToPlanesSsse3(const uint8_t* in,
+                                                          int64_t count,
+                                                          int64_t plane,
+                                                          uint8_t* out) {
+  const int8_t z = -128;  // a shuffle index that writes 0
+  // Plane c takes bytes c, c + 3, ..., of the 48: those in load k at
+  // positions (3i + c - 16k).
+  const __m128i mask[3][3] = {
+      {_mm_setr_epi8(0, 3, 6, 9, 12, 15, z, z, z, z, z, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, z, 2, 5, 8, 11, 14, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, z, z, z, z, z, z, 1, 4, 7, 10, 13)},
+      {_mm_setr_epi8(1, 4, 7, 10, 13, z, z, z, z, z, z, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, 0, 3, 6, 9, 12, 15, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, z, z, z, z, z, z, 2, 5, 8, 11, 14)},
+      {_mm_setr_epi8(2, 5, 8, 11, 14, z, z, z, z, z, z, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, 1, 4, 7, 10, 13, z, z, z, z, z, z),
+       _mm_setr_epi8(z, z, z, z, z, z, z, z, z, z, 0, 3, 6, 9, 12, 15)}};
+  int64_t p = 0;
+  for (; p + 16 <= count; p += 16) {
+    const __m128i a =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + p * 3));
+    const __m128i b =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + p * 3 + 16));
+    const __m128i c =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + p * 3 + 32));
+    for (int ch = 0; ch < 3; ++ch) {
+      const __m128i gathered =
+          _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, mask[ch][0]),
+                                    _mm_shuffle_epi8(b, mask[ch][1])),
+                       _mm_shuffle_epi8(c, mask[ch][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ch * plane + p),
+                       gathered);
+    }
+  }
+  return p;
+}
+#endif
+
+}  // namespace
+
+void RowToPlanes(const uint8_t* row, int channels, int64_t width, int64_t plane,
+                 bool mirrored, uint8_t* out) {
+  if (mirrored) {
+    for (int c = 0; c < channels; ++c) {
+      uint8_t* to = out + c * plane;
+      for (int64_t x = 0; x < width; ++x) {
+        to[width - 1 - x] = row[x * channels + c];
+      }
+    }
+    return;
+  }
+  if (channels == 1) {
+    std::memcpy(out, row, static_cast<size_t>(width));
+    return;
+  }
+  int64_t done = 0;
+#if defined(__x86_64__)
+  static const bool ssse3 = __builtin_cpu_supports("ssse3");
+  if (channels == 3 && ssse3) done = RgbToPlanesSsse3(row, width, plane, out);
+#endif
+  for (int c = 0; c < channels; ++c) {
+    uint8_t* to = out + c * plane;
+    for (int64_t x = done; x < width; ++x) to[x] = row[x * channels + c];
+  }
+}
+
+void ToChannelsFirst(const Image& image, uint8_t* out) {
+  const int64_t plane = image.height * image.width;
+  const int channels = static_cast<int>(image.channels);
+  const uint8_t* in = image.pixels.data();
+  if (channels == 1) {
+    std::memcpy(out, in, static_cast<size_t>(plane));
+    return;
+  }
+  int64_t done = 0;
+#if defined(__x86_64__)
+  static const bool ssse3 = __builtin_cpu_supports("ssse3");
+  if (channels == 3 && ssse3) done = RgbToPlanesSsse3(in, plane, plane, out);
+#endif
+  ToPlanesScalar(in, channels, done, plane, out);
 }
 
 DecodeBudget::DecodeBudget(int64_t bytes) : bytes_(bytes) {}

@@ -105,6 +105,25 @@ absl::StatusOr<Image> DecodeImage(
     absl::string_view bytes, ImageEncoding encoding, int channels,
     DecodeBudget& budget = DecodeBudget::Default());
 
+// Where DecodeImageRows hands an image: its size, then its rows.
+class ImageRows {
+ public:
+  virtual ~ImageRows() = default;
+  // The decoded size, before any pixel is decompressed; an error stops
+  // the decode and is DecodeImageRows's.
+  virtual absl::Status Begin(int64_t height, int64_t width) = 0;
+  // Row y (0 to height - 1, in order) of width x channels pixels, valid
+  // during the call.
+  virtual void Row(int64_t y, const uint8_t* pixels) = 0;
+};
+
+// DecodeImage's pixels row by row, without holding the whole image (a
+// JPEG; a PNG is decoded whole, then handed over): for a caller that crops,
+// flips and lays out the rows as they come.
+absl::Status DecodeImageRows(absl::string_view bytes, ImageEncoding encoding,
+                             int channels, ImageRows& sink,
+                             DecodeBudget& budget = DecodeBudget::Default());
+
 // Bilinear resize to `height` x `width` (pixel centres aligned, as
 // OpenCV's INTER_LINEAR and TensorFlow's half_pixel_centers).
 Image ResizeImage(const Image& image, int64_t height, int64_t width);
@@ -121,6 +140,15 @@ Image CropImage(const Image& image, int64_t top, int64_t left, int64_t height,
 
 // Mirrored left to right.
 void FlipImage(Image* image);
+
+// The pixels channels first, [C, H, W] (torchvision's ToTensor layout),
+// into `out` (height * width * channels bytes). RGB is deinterleaved 16
+// pixels at a time with SSSE3 where the CPU has it.
+void ToChannelsFirst(const Image& image, uint8_t* out);
+// One row of `width` interleaved pixels into row 0 of each of `channels`
+// planes `plane` bytes apart at `out`, mirrored if asked.
+void RowToPlanes(const uint8_t* row, int channels, int64_t width, int64_t plane,
+                 bool mirrored, uint8_t* out);
 
 }  // namespace lockstep::worker
 

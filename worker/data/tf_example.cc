@@ -225,6 +225,70 @@ class FeatureDecoder {
     int64_t top = 0, left = 0, height = 0, width = 0;
   };
 
+  // An image taken row by row into the column: the declared [H, W] window
+  // (centred, or a random crop) of each decoded row, channels first,
+  // mirrored when the flip is drawn. needs_resize() when the decoded size
+  // is not the one `resize` asks for: nothing was written then.
+  template <typename Draw>
+  class StreamedImage : public ImageRows {
+   public:
+    StreamedImage(const FeatureDecoder& decoder, Draw& draw, uint8_t* out)
+        : decoder_(decoder), draw_(draw), out_(out) {}
+
+    absl::Status Begin(int64_t height, int64_t width) override {
+      const FeatureSpec& spec = decoder_.spec_;
+      if (spec.resize_height > 0 &&
+          (height != spec.resize_height || width != spec.resize_width)) {
+        needs_resize_ = true;
+        return absl::CancelledError("resized whole");
+      }
+      const int64_t h = spec.shape[0], w = spec.shape[1];
+      if (height < h || width < w) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the image is ", width, "x", height,
+                         " (width x height), smaller than the column's ", w,
+                         "x", h, "; declare .resize to scale it first"));
+      }
+      top_ = (height - h) / 2;
+      left_ = (width - w) / 2;
+      const bool augment = decoder_.augment_ != nullptr;
+      if (augment && spec.random_crop) {
+        top_ = static_cast<int64_t>(draw_(height - h + 1));
+        left_ = static_cast<int64_t>(draw_(width - w + 1));
+      }
+      mirrored_ = augment && spec.random_flip && draw_(2) == 1;
+      return absl::OkStatus();
+    }
+
+    void Row(int64_t y, const uint8_t* pixels) override {
+      const FeatureSpec& spec = decoder_.spec_;
+      const int64_t h = spec.shape[0], w = spec.shape[1];
+      if (y < top_ || y >= top_ + h) return;
+      const int channels = static_cast<int>(spec.shape[2]);
+      // Through a row of planes here (one cache-resident line each), then
+      // to the column's planes: stores far apart while the decoder's row
+      // is read alias it and stall.
+      planes_.resize(static_cast<size_t>(channels * w));
+      RowToPlanes(pixels + left_ * channels, channels, w, w, mirrored_,
+                  planes_.data());
+      for (int c = 0; c < channels; ++c) {
+        std::memcpy(out_ + c * h * w + (y - top_) * w, planes_.data() + c * w,
+                    static_cast<size_t>(w));
+      }
+    }
+
+    bool needs_resize() const { return needs_resize_; }
+
+   private:
+    const FeatureDecoder& decoder_;
+    Draw& draw_;
+    uint8_t* const out_;
+    std::vector<uint8_t> planes_;
+    int64_t top_ = 0, left_ = 0;
+    bool mirrored_ = false;
+    bool needs_resize_ = false;
+  };
+
   // torchvision's RandomResizedCrop.get_params with lockstep's draws: up
   // to 10 windows of a uniform share of the area in crop_scale and a
   // log-uniform width / height in crop_ratio, the first that fits placed
@@ -283,10 +347,6 @@ class FeatureDecoder {
     }
     const int64_t height = spec_.shape[0], width = spec_.shape[1];
     const int channels = static_cast<int>(spec_.shape[2]);
-    absl::StatusOr<Image> decoded =
-        DecodeImage(list.value(0), spec_.encoding, channels);
-    if (!decoded.ok()) return Error(decoded.status().message());
-    Image image = *std::move(decoded);
     // The draws: a generator seeded by the sample's key.
     uint64_t state = augment_ != nullptr ? augment_->key : 0;
     auto draw = [&state](uint64_t bound) {
@@ -296,6 +356,22 @@ class FeatureDecoder {
       z ^= z >> 31;
       return bound == 0 ? 0 : z % bound;
     };
+    if (augment_ == nullptr || !spec_.random_resized_crop) {
+      // Without a resize, the rows go straight into the column as they are
+      // decoded (cropped, mirrored, channels first): no whole image is
+      // held. The crop and flip are drawn as below, in the same order.
+      StreamedImage rows(*this, draw, reinterpret_cast<uint8_t*>(out_));
+      absl::Status streamed =
+          DecodeImageRows(list.value(0), spec_.encoding, channels, rows);
+      if (!rows.needs_resize()) {
+        return streamed.ok() ? absl::OkStatus() : Error(streamed.message());
+      }
+      state = augment_ != nullptr ? augment_->key : 0;  // nothing drawn
+    }
+    absl::StatusOr<Image> decoded =
+        DecodeImage(list.value(0), spec_.encoding, channels);
+    if (!decoded.ok()) return Error(decoded.status().message());
+    Image image = *std::move(decoded);
     auto resize = [this](const Image& from, int64_t h, int64_t w) {
       return spec_.antialias ? ResizeImageAntialias(from, h, w)
                              : ResizeImage(from, h, w);
@@ -330,13 +406,7 @@ class FeatureDecoder {
     }
     // Channels first, [C, H, W], as torchvision's ToTensor and the
     // convolutional models take them.
-    const int64_t plane = height * width;
-    auto* out = reinterpret_cast<uint8_t*>(out_);
-    for (int64_t p = 0; p < plane; ++p) {
-      for (int c = 0; c < channels; ++c) {
-        out[c * plane + p] = image.pixels[p * channels + c];
-      }
-    }
+    ToChannelsFirst(image, reinterpret_cast<uint8_t*>(out_));
     return absl::OkStatus();
   }
 

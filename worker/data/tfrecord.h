@@ -48,6 +48,9 @@ class Source;
 // The CRC-32C of `data` continued from `crc` (the CRC of what came before;
 // 0 to start): Crc32cExtend(Crc32c(a), b) == Crc32c(a + b).
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size);
+// The same without the CPU's CRC32 instruction (tables), for CPUs without
+// SSE 4.2 and to test one against the other.
+uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t size);
 inline uint32_t Crc32c(absl::string_view data) {
   return Crc32cExtend(0, data.data(), data.size());
 }

@@ -1,5 +1,6 @@
 // TFRecord files of tf.train.Example records as a split (sources.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -82,26 +83,34 @@ class TfRecordSplit : public SplitSource {
   bool VariesByEpoch() const override { return augment_; }
 
   // Records decode on up to `threads_` threads (encoded images are worth
-  // it), each a contiguous share of the indices into its own rows.
+  // it), each taking the next sample until none is left, so a slow image
+  // keeps no thread idle. An error is that of the first failing sample.
   absl::Status ReadInEpoch(uint64_t epoch_key, absl::Span<const int> columns,
                            absl::Span<const int64_t> indices,
                            absl::Span<char* const> outs) const override {
     const int64_t n = static_cast<int64_t>(indices.size());
     const int threads = static_cast<int>(
         std::min<int64_t>(n, images_ ? std::max(threads_, 1) : 1));
-    if (threads <= 1) return ReadRange(epoch_key, columns, indices, outs, 0, n);
-    std::vector<absl::Status> results(static_cast<size_t>(threads));
+    std::atomic<int64_t> next{0};
+    // Per thread: the first sample that failed and why.
+    std::vector<std::pair<int64_t, absl::Status>> failed(
+        static_cast<size_t>(threads), {n, absl::OkStatus()});
+    auto work = [&](int t) {
+      std::string scratch(static_cast<size_t>(decoded_bytes_), '\0');
+      for (int64_t i = next++; i < n; i = next++) {
+        absl::Status read =
+            ReadOne(epoch_key, columns, indices, outs, i, scratch);
+        if (!read.ok() && i < failed[t].first) failed[t] = {i, read};
+      }
+    };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        results[t] = ReadRange(epoch_key, columns, indices, outs,
-                               n * t / threads, n * (t + 1) / threads);
-      });
-    }
-    results[0] = ReadRange(epoch_key, columns, indices, outs, 0, n / threads);
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
     for (std::thread& thread : pool) thread.join();
-    for (const absl::Status& result : results) RETURN_IF_ERROR(result);
-    return absl::OkStatus();
+    const auto first = std::min_element(
+        failed.begin(), failed.end(),
+        [](const auto& a, const auto& b) { return a.first < b.first; });
+    return first->second;
   }
 
   void SetHasImages(bool images) { images_ = images; }
@@ -122,38 +131,56 @@ class TfRecordSplit : public SplitSource {
     std::string decoded;
   };
 
-  // Samples [begin, end) of `indices`, into their rows of `outs`.
-  absl::Status ReadRange(uint64_t epoch_key, absl::Span<const int> columns,
-                         absl::Span<const int64_t> indices,
-                         absl::Span<char* const> outs, int64_t begin,
-                         int64_t end) const {
-    std::string scratch(static_cast<size_t>(decoded_bytes_), '\0');
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t index = indices[i];
-      auto it = std::upper_bound(
-          parts_.begin(), parts_.end(), index,
-          [](int64_t at, const Part& part) { return at < part.first; });
-      const Part& part = *std::prev(it);
-      const int64_t record = index - part.first;
-      const char* sample;
-      if (part.file != nullptr) {
-        ASSIGN_OR_RETURN(std::string bytes, part.file->Read(record));
-        // A function of (seed, epoch, sample): the epoch's key and the
-        // sample's index mixed.
-        Augmentation augmentation;
-        augmentation.key = epoch_key ^ (0x9E3779B97F4A7C15ull *
-                                        static_cast<uint64_t>(index + 1));
-        RETURN_IF_ERROR(DecodeInto(bytes, part.file->index().path, record,
-                                   scratch.data(),
-                                   augment_ ? &augmentation : nullptr));
-        sample = scratch.data();
-      } else {
-        sample = part.decoded.data() + record * decoded_bytes_;
-      }
+  // Sample i of `indices` into its rows of `outs`; `scratch` holds the
+  // columns not asked for.
+  absl::Status ReadOne(uint64_t epoch_key, absl::Span<const int> columns,
+                       absl::Span<const int64_t> indices,
+                       absl::Span<char* const> outs, int64_t i,
+                       std::string& scratch) const {
+    const int64_t index = indices[i];
+    auto it = std::upper_bound(
+        parts_.begin(), parts_.end(), index,
+        [](int64_t at, const Part& part) { return at < part.first; });
+    const Part& part = *std::prev(it);
+    const int64_t record = index - part.first;
+    if (part.file == nullptr) {
+      const char* sample = part.decoded.data() + record * decoded_bytes_;
       for (size_t c = 0; c < columns.size(); ++c) {
         const int64_t bytes = columns_[columns[c]].sample_bytes();
         std::memcpy(outs[c] + i * bytes, sample + offsets_[columns[c]],
                     static_cast<size_t>(bytes));
+      }
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::string bytes, part.file->Read(record));
+    // A function of (seed, epoch, sample): the epoch's key and the sample's
+    // index mixed.
+    Augmentation augmentation;
+    augmentation.key =
+        epoch_key ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1));
+    // The columns asked for decode straight into their rows of `outs` (an
+    // image is most of a sample); the others into `scratch`.
+    std::vector<absl::Span<char>> spans;
+    std::vector<int> first_ask(columns_.size(), -1);
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (first_ask[columns[c]] < 0)
+        first_ask[columns[c]] = static_cast<int>(c);
+    }
+    for (size_t k = 0; k < columns_.size(); ++k) {
+      const int64_t size = columns_[k].sample_bytes();
+      char* at = first_ask[k] >= 0 ? outs[first_ask[k]] + i * size
+                                   : scratch.data() + offsets_[k];
+      spans.emplace_back(at, static_cast<size_t>(size));
+    }
+    RETURN_IF_ERROR(decoder_.Decode(
+        bytes, spans, absl::StrCat(part.file->index().path, " record ", record),
+        augment_ ? &augmentation : nullptr));
+    // A column asked for twice.
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (first_ask[columns[c]] != static_cast<int>(c)) {
+        const int64_t size = columns_[columns[c]].sample_bytes();
+        std::memcpy(outs[c] + i * size, spans[columns[c]].data(),
+                    static_cast<size_t>(size));
       }
     }
     return absl::OkStatus();
