@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,8 @@ std::string InspectCsv(const std::string& path) {
   std::vector<std::string> names(fields.begin(), fields.end());
   // 0: int64, 1: float64, 2: whole numbers beyond int64, 3: text.
   std::vector<int> kind(names.size(), 0);
+  // A text column's distinct values (at most 11 kept): class names?
+  std::vector<std::set<std::string>> texts(names.size());
   int64_t rows = 0, line_number = 1;
   std::string problem;
   while (rows < kCsvRows && next(&line)) {
@@ -175,6 +178,9 @@ std::string InspectCsv(const std::string& path) {
             worker::ParseCsvNumber(fields[c], &value, &integer, &whole, true)
                 .ok();
         kind[c] = std::max(kind[c], rounded ? 2 : 3);
+        if (!rounded && texts[c].size() <= 10) {
+          texts[c].emplace(absl::StripAsciiWhitespace(fields[c]).substr(0, 40));
+        }
       } else if (!integer) {
         kind[c] = std::max(kind[c], 1);
       }
@@ -190,6 +196,15 @@ std::string InspectCsv(const std::string& path) {
   for (size_t c = 0; c < names.size() && c < 256; ++c) {
     absl::StrAppendFormat(&out, "\n    %-24s %s",
                           std::string(names[c].substr(0, 64)), kKinds[kind[c]]);
+    if (kind[c] == 3) {
+      const bool more = texts[c].size() > 10;
+      std::vector<std::string> shown(texts[c].begin(), texts[c].end());
+      if (more) shown.pop_back();
+      absl::StrAppend(
+          &out, ": ", more ? "more than 10" : absl::StrCat(shown.size()),
+          " distinct values (", absl::StrJoin(shown, ", "), more ? ", ..." : "",
+          "); as a label, declare data.features[...].class_names");
+    }
   }
   if (names.size() > 256) {
     absl::StrAppend(&out, "\n    ... and ", names.size() - 256, " more");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -200,6 +201,42 @@ absl::Status ValidateFeatures(const v1::DataSpec& data) {
             ".channel_mean and .channel_std are one finite mean and one "
             "positive std per channel (as many of each, at most 4096), in "
             "place of .mean, .std and .normalize"));
+      }
+    }
+    if (column.class_names() || column.classes_size() > 0 ||
+        column.has_fill_missing()) {
+      if (data.format() != "csv") {
+        return Invalid(absl::StrCat(
+            field,
+            ": class_names, classes and fill_missing are for data.format "
+            "\"csv\""));
+      }
+      if (column.classes_size() > 0 && !column.class_names()) {
+        return Invalid(absl::StrCat(
+            field, ".classes lists class names: set .class_names too"));
+      }
+      if (column.class_names() &&
+          (column.has_fill_missing() || !column.dtype().empty())) {
+        return Invalid(absl::StrCat(
+            field,
+            ": a column of class names is stored as their indices (int64); "
+            "drop .dtype and .fill_missing (a missing class is an error)"));
+      }
+      if (column.classes_size() > kMaxClasses) {
+        return Invalid(absl::StrCat(field, ".classes lists more than ",
+                                    kMaxClasses, " names"));
+      }
+      std::set<std::string> seen;
+      for (const std::string& name : column.classes()) {
+        // Not echoed: it may hold anything.
+        if (name.empty() || name.size() > 256 || !seen.insert(name).second) {
+          return Invalid(absl::StrCat(
+              field, ".classes must be distinct names of 1 to 256 bytes"));
+        }
+      }
+      if (column.has_fill_missing() && !std::isfinite(column.fill_missing())) {
+        return Invalid(
+            absl::StrCat(field, ".fill_missing must be a finite number"));
       }
     }
     if (column.normalize() == "per_feature" &&

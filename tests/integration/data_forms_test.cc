@@ -352,6 +352,13 @@ for split, n in (("train", 1024), ("test", 256)):
         for i in range(n):
             cells = [repr(float(v)) for v in x[i]]
             f.write(f"{i}," + ",".join(cells) + f",{y[i]}\n")
+    # The same with the labels as class names, in their sorted order.
+    names = ["ant", "bee", "cat", "dog"]
+    with open(f"{out}/{split}_named.csv", "w") as f:
+        f.write("id," + ",".join(f"f{i}" for i in range(6)) + ",label\n")
+        for i in range(n):
+            cells = [repr(float(v)) for v in x[i]]
+            f.write(f"{i}," + ",".join(cells) + f",{names[y[i]]}\n")
 )",
                             dir});
   ASSERT_EQ(made.code, 0) << made.err;
@@ -376,6 +383,24 @@ for split, n in (("train", 1024), ("test", 256)):
             LastJsonLine(npy.out).fields().at("model_digest").string_value());
   EXPECT_GT(LastJsonLine(csv.out).fields().at("test_accuracy").number_value(),
             0.5);
+  // Labels as class names (issue 54): numbered ant 0 ... dog 3 by the
+  // training split, the same model; `data check` shows the names.
+  const std::vector<std::string> named = With(
+      common, {"data.format=csv", "data.train=train_named.csv",
+               "data.test=test_named.csv",
+               R"(data.columns={"x": ["f0", "f1", "f2", "f3", "f4", "f5"],)"
+               R"( "label": ["label"]})",
+               R"(data.features={"label": {"class_names": true}})"});
+  std::vector<std::string> check = {kBin + "/lockstep", "data", "check", kMlp};
+  for (const std::string& set : named)
+    check.insert(check.end(), {"--set", set});
+  Result checked = RunCommand(check);
+  EXPECT_EQ(checked.code, 0) << checked.err;
+  EXPECT_THAT(checked.out, HasSubstr("(label: ant, bee, cat, dog)"));
+  Result names = Local(1, named);
+  ASSERT_EQ(names.code, 0) << names.err;
+  EXPECT_EQ(LastJsonLine(names.out).fields().at("model_digest").string_value(),
+            LastJsonLine(npy.out).fields().at("model_digest").string_value());
   // A cell that is not a number is named.
   Spill(dir + "/bad.csv", "f0,label\n1.5,0\n2.5,x1\n");
   Result bad = Local(1, {"data.format=csv", "data.dir=" + dir,

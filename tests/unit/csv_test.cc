@@ -284,6 +284,70 @@ TEST(CsvTest, SpreadsheetFilesAreReadOrRefusedClearly) {
   EXPECT_TRUE(scan("a,b,label\n1,2,0\n\n3,4,1\n", Groups()).ok());
 }
 
+// Issue 54: labels written as class names. Without a list they are
+// numbered by the training split's sorted distinct names, on the test split
+// too (a name the training split lacks is named); a list fixes the order;
+// empty numeric cells take fill_missing, and the group is then a float.
+TEST(CsvTest, ClassNamesAndMissingValues) {
+  const std::string dir = TempDir();
+  Write(dir + "/train.csv",
+        "f0,f1,f2,label\n1,2,3,dog\n4,,6,cat\n7,8,9,\"fish, gold\"\n"
+        "1,1,1,dog\n");
+  Write(dir + "/test.csv", "f0,f1,f2,label\n1,2,3,fish, gold\n");
+  v1::DataSpec spec = CsvSpec(dir);
+  (*spec.mutable_features())["y"].set_class_names(true);
+  (*spec.mutable_features())["x"].set_fill_missing(-1.5);
+  spec.set_test("test.csv");
+  // The test file's unquoted "fish, gold" is two fields: refused as such.
+  EXPECT_THAT(OpenSplit(spec, false).status().message(),
+              HasSubstr("has 5 fields"));
+  Write(dir + "/test.csv", "f0,f1,f2,label\n1,2,3,\"fish, gold\"\n0,0,0,cat\n");
+  auto train = OpenSplit(spec, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  const int y = (*train)->Find("y"), x = (*train)->Find("x");
+  EXPECT_THAT((*train)->columns()[y].classes,
+              ElementsAre("cat", "dog", "fish, gold"));
+  EXPECT_EQ((*train)->columns()[y].dtype, Dtype::kInt64);
+  EXPECT_EQ((*train)->columns()[x].dtype, Dtype::kFloat64);  // filled
+  std::vector<char> ys(4 * 8), xs(3 * 8);
+  const int64_t all[] = {0, 1, 2, 3};
+  ASSERT_TRUE((*train)->ReadColumn(y, all, ys.data()).ok());
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 4; ++i)
+    labels.push_back(ElementAsInt(Dtype::kInt64, ys.data(), i));
+  EXPECT_THAT(labels, ElementsAre(1, 0, 2, 1));
+  const int64_t second[] = {1};
+  ASSERT_TRUE((*train)->ReadColumn(x, second, xs.data()).ok());
+  EXPECT_EQ(ElementAsFloat(Dtype::kFloat64, xs.data(), 1), -1.5f);
+  // The test split: the training split's numbering.
+  auto test = OpenSplit(spec, false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  const int64_t both[] = {0, 1};
+  ASSERT_TRUE((*test)->ReadColumn((*test)->Find("y"), both, ys.data()).ok());
+  EXPECT_EQ(ElementAsInt(Dtype::kInt64, ys.data(), 0), 2);
+  EXPECT_EQ(ElementAsInt(Dtype::kInt64, ys.data(), 1), 0);
+  // A name the training split lacks.
+  Write(dir + "/test.csv", "f0,f1,f2,label\n1,2,3,cow\n");
+  EXPECT_THAT(OpenSplit(spec, false).status().message(),
+              AllOf(HasSubstr("test.csv line 2, column 'label'"),
+                    HasSubstr("\"cow\" is none of the 3 class names")));
+  // A list fixes the order.
+  for (const char* name : {"fish, gold", "dog", "cat"}) {
+    (*spec.mutable_features())["y"].add_classes(name);
+  }
+  auto listed = OpenSplit(spec, true);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE((*listed)->ReadColumn(y, all, ys.data()).ok());
+  labels.clear();
+  for (int i = 0; i < 4; ++i)
+    labels.push_back(ElementAsInt(Dtype::kInt64, ys.data(), i));
+  EXPECT_THAT(labels, ElementsAre(1, 2, 0, 1));
+  // Without fill_missing an empty cell is an error, as before.
+  spec.mutable_features()->erase("x");
+  EXPECT_THAT(OpenSplit(spec, true).status().message(),
+              AllOf(HasSubstr("line 3, column 'f1'"), HasSubstr("empty")));
+}
+
 TEST(CsvTest, AReadOnlyFolderKeepsTheStoreInTheIndexCache) {
   if (geteuid() == 0) {
     // root writes anywhere; the folder's mode cannot stop it.

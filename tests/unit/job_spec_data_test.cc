@@ -96,6 +96,21 @@ TEST(JobSpecTest, DataFormsAreChecked) {
       {R"({"global_batch_size": 64, "data": {"format": "npy", "features": {
           "x": {"channel_mean": [0.5], "channel_std": [0]}}}})",
        "positive std per channel"},
+      {R"({"global_batch_size": 64, "data": {"format": "npy", "features": {
+          "y": {"class_names": true}}}})",
+       "are for data.format \"csv\""},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"y": ["label"]}, "features": {
+          "y": {"classes": ["a", "b"]}}}})",
+       "set .class_names too"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"y": ["label"]}, "features": {
+          "y": {"class_names": true, "classes": ["a", "a"]}}}})",
+       "must be distinct names"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"y": ["label"]}, "features": {
+          "y": {"class_names": true, "fill_missing": 0}}}})",
+       "drop .dtype and .fill_missing"},
       {R"({"global_batch_size": 64, "data": {"format": "csv",
           "columns": {"x": []}}})",
        "lists no CSV column"},

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -128,9 +130,9 @@ absl::StatusOr<Layout> ReadHeader(Lines& lines, const std::string& path,
   return layout;
 }
 
-// Calls `visit(group, column, value, integer, whole, line)` for every cell the
-// groups use, record by record, after checking the record's width and every
-// cell.
+// Calls `visit(group, column, value, integer, whole, name, line)` for every
+// cell the groups use, record by record, after checking the record's width
+// and every cell; a class-name group's cells come as `name` alone.
 template <typename Visit>
 absl::Status ForEachCell(absl::string_view text, const std::string& path,
                          const std::vector<CsvGroup>& groups, Layout* layout,
@@ -181,10 +183,21 @@ absl::Status ForEachCell(absl::string_view text, const std::string& path,
         bool integer = false;
         int64_t whole = 0;
         const CsvGroup& group = groups[g];
-        absl::Status parsed =
-            ParseCsvNumber(fields[indices[c]], &value, &integer, &whole,
-                           /*whole_may_round=*/group.dtype_given &&
-                               group.dtype != Dtype::kInt64);
+        const absl::string_view cell = fields[indices[c]];
+        if (group.class_names) {
+          // The name itself; the visitor maps it.
+          RETURN_IF_ERROR(visit(g, c, 0.0, false, int64_t{-1},
+                                absl::StripAsciiWhitespace(cell), number));
+          continue;
+        }
+        absl::Status parsed;
+        if (group.fill.has_value() && Blank(cell)) {
+          value = *group.fill;  // a float, as pandas' fillna leaves it
+        } else {
+          parsed = ParseCsvNumber(cell, &value, &integer, &whole,
+                                  /*whole_may_round=*/group.dtype_given &&
+                                      group.dtype != Dtype::kInt64);
+        }
         if (parsed.ok() && !integer && std::fabs(value) > kFloat32Max) {
           parsed = absl::InvalidArgumentError(absl::StrCat(
               Shown(fields[indices[c]]),
@@ -197,7 +210,8 @@ absl::Status ForEachCell(absl::string_view text, const std::string& path,
               TerminalSafe(layout->header[indices[c]].substr(0, 64)),
               "' (field ", indices[c] + 1, "): ", parsed.message()));
         }
-        RETURN_IF_ERROR(visit(g, c, value, integer, whole, number));
+        RETURN_IF_ERROR(
+            visit(g, c, value, integer, whole, absl::string_view(), number));
       }
     }
     ++*rows;
@@ -407,11 +421,30 @@ absl::StatusOr<CsvSummary> ScanCsv(absl::string_view text,
                                    const std::vector<CsvGroup>& groups) {
   CsvSummary summary;
   summary.whole.assign(groups.size(), true);
+  std::vector<std::set<std::string, std::less<>>> names(groups.size());
   Layout layout;
   RETURN_IF_ERROR(ForEachCell(
       text, path, groups, &layout, &summary.rows,
       [&](size_t g, size_t c, double value, bool integer, int64_t,
-          int64_t line) -> absl::Status {
+          absl::string_view name, int64_t line) -> absl::Status {
+        if (groups[g].class_names) {
+          if (name.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                At(path, line), ", column '",
+                TerminalSafe(groups[g].columns[c]),
+                "': the class name is empty; drop or fill the row"));
+          }
+          if (names[g].find(name) == names[g].end()) {
+            if (names[g].size() >= kMaxCsvClassNames) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  path, " column '", TerminalSafe(groups[g].columns[c]),
+                  "' holds more than ", kMaxCsvClassNames,
+                  " distinct class names: is it an id, not a label?"));
+            }
+            names[g].emplace(name);
+          }
+          return absl::OkStatus();
+        }
         if (integer) return absl::OkStatus();
         summary.whole[g] = false;
         if (groups[g].dtype_given && groups[g].dtype == Dtype::kInt64) {
@@ -423,6 +456,10 @@ absl::StatusOr<CsvSummary> ScanCsv(absl::string_view text,
         return absl::OkStatus();
       }));
   summary.header = std::move(layout.header);
+  summary.names.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    summary.names[g].assign(names[g].begin(), names[g].end());
+  }
   if (summary.rows == 0 && !groups.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " has a header but no rows"));
@@ -442,23 +479,42 @@ absl::Status WriteCsvColumns(absl::string_view text, const std::string& path,
         NpyHeader(groups[g].dtype, summary.rows, groups[g].columns.size());
     RETURN_IF_ERROR(writers[g]->Append(header.data(), header.size()));
   }
+  // Each class-name group's names to their indices.
+  std::vector<std::map<std::string, int64_t, std::less<>>> index(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].classes.size(); ++i) {
+      index[g].emplace(groups[g].classes[i], static_cast<int64_t>(i));
+    }
+  }
   Layout layout;
   int64_t rows = 0;
-  RETURN_IF_ERROR(
-      ForEachCell(text, path, groups, &layout, &rows,
-                  [&](size_t g, size_t, double value, bool, int64_t whole,
-                      int64_t) -> absl::Status {
-                    switch (groups[g].dtype) {
-                      case Dtype::kInt64:
-                        return writers[g]->Append(&whole, sizeof(whole));
-                      case Dtype::kFloat32: {
-                        const auto v = static_cast<float>(value);
-                        return writers[g]->Append(&v, sizeof(v));
-                      }
-                      default:
-                        return writers[g]->Append(&value, sizeof(value));
-                    }
-                  }));
+  RETURN_IF_ERROR(ForEachCell(
+      text, path, groups, &layout, &rows,
+      [&](size_t g, size_t c, double value, bool, int64_t whole,
+          absl::string_view name, int64_t line) -> absl::Status {
+        if (groups[g].class_names) {
+          auto it = index[g].find(name);
+          if (it == index[g].end()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                At(path, line), ", column '",
+                TerminalSafe(groups[g].columns[c]), "': ", Shown(name),
+                " is none of the ", groups[g].classes.size(),
+                " class names (data.features[\"", groups[g].name,
+                "\"].classes, or those of the training split)"));
+          }
+          return writers[g]->Append(&it->second, sizeof(int64_t));
+        }
+        switch (groups[g].dtype) {
+          case Dtype::kInt64:
+            return writers[g]->Append(&whole, sizeof(whole));
+          case Dtype::kFloat32: {
+            const auto v = static_cast<float>(value);
+            return writers[g]->Append(&v, sizeof(v));
+          }
+          default:
+            return writers[g]->Append(&value, sizeof(value));
+        }
+      }));
   if (rows != summary.rows) {
     return absl::DataLossError(
         absl::StrCat(path, " changed while it was read"));

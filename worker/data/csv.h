@@ -18,6 +18,7 @@
 #define LOCKSTEP_WORKER_DATA_CSV_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,14 +57,27 @@ struct CsvGroup {
   // is whole in every file of the split, else float64.
   bool dtype_given = false;
   Dtype dtype = Dtype::kFloat64;
+  // A group of one column of class names: stored as int64 indices into
+  // `classes` (which WriteCsvColumns needs; ScanCsv collects the names).
+  bool class_names = false;
+  std::vector<std::string> classes;
+  // An empty cell's value; none: an empty cell is an error.
+  std::optional<double> fill;
 };
+
+// Distinct class names one file's group may hold (a label column, not an
+// id column: past this the group is refused).
+inline constexpr size_t kMaxCsvClassNames = 1 << 16;
 
 // What a CSV file holds, for `lockstep data inspect` and the store.
 struct CsvSummary {
   std::vector<std::string> header;
   int64_t rows = 0;
-  // Per group: whether every cell is a whole number.
+  // Per group: whether every cell is a whole number (a filled empty cell
+  // is not: the group is stored as a float, as pandas' fillna leaves it).
   std::vector<bool> whole;
+  // Per group of class names: the distinct names, sorted.
+  std::vector<std::vector<std::string>> names;
 };
 
 // Reads `text` (the file `path`), checks every record, and summarises it
@@ -73,6 +87,8 @@ absl::StatusOr<CsvSummary> ScanCsv(absl::string_view text,
                                    const std::vector<CsvGroup>& groups);
 
 // Writes group g's values from `text` as a .npy array at out_paths[g]
+// (a class-name group: each name's index in its `classes`; a name not in
+// them is an error naming the line, the column and the name)
 // (dtype groups[g].dtype; [rows] for one column, [rows, columns] for
 // more), each written to a temporary file, fsynced and renamed. `text`
 // must have passed ScanCsv with the same groups.

@@ -5,11 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
@@ -37,6 +42,24 @@ absl::StatusOr<std::vector<CsvGroup>> GroupsOf(const v1::DataSpec& spec) {
       group.columns.push_back(value.string_value());
     }
     auto declared = spec.features().find(name);
+    if (declared != spec.features().end() && declared->second.class_names()) {
+      if (group.columns.size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data.features[\"", name,
+                         "\"].class_names is for a group of one "
+                         "column (a label), not of ",
+                         group.columns.size()));
+      }
+      group.class_names = true;
+      group.dtype_given = true;
+      group.dtype = Dtype::kInt64;
+      group.classes.assign(declared->second.classes().begin(),
+                           declared->second.classes().end());
+    }
+    if (declared != spec.features().end() &&
+        declared->second.has_fill_missing()) {
+      group.fill = declared->second.fill_missing();
+    }
     if (declared != spec.features().end() &&
         !declared->second.dtype().empty()) {
       std::optional<Dtype> dtype = DtypeFromName(declared->second.dtype());
@@ -85,6 +108,10 @@ absl::StatusOr<std::string> KeyOf(const MappedFile& file,
     for (const std::string& column : group.columns) {
       hash.Update(absl::StrCat(column.size(), ":", column));
     }
+    if (group.class_names) hash.Update("names");
+    if (group.fill.has_value()) {
+      hash.Update(absl::StrCat("fill ", absl::StrFormat("%a", *group.fill)));
+    }
     hash.Update("\n");
   }
   ASSIGN_OR_RETURN(std::string digest, hash.HexDigest());
@@ -105,8 +132,17 @@ std::vector<std::string> StorePaths(const std::string& folder,
                                     const std::vector<CsvGroup>& groups) {
   std::vector<std::string> paths;
   for (size_t g = 0; g < groups.size(); ++g) {
+    std::string mapping;
+    if (groups[g].class_names) {
+      // Which names the indices stand for.
+      Sha256 hash;
+      for (const std::string& name : groups[g].classes) {
+        hash.Update(absl::StrCat(name.size(), ":", name));
+      }
+      mapping = absl::StrCat("-c", hash.HexDigest().value_or("").substr(0, 12));
+    }
     paths.push_back(absl::StrCat(StoreBase(folder, csv, key), "-", g, "-",
-                                 DtypeName(groups[g].dtype), ".npy"));
+                                 DtypeName(groups[g].dtype), mapping, ".npy"));
   }
   return paths;
 }
@@ -123,7 +159,16 @@ std::string SummaryText(const CsvSummary& summary) {
   std::string text =
       absl::StrCat(kStoreVersion, "\nrows ", summary.rows, "\nwhole");
   for (bool whole : summary.whole) absl::StrAppend(&text, whole ? " 1" : " 0");
-  return text + "\n";
+  absl::StrAppend(&text, "\n");
+  // Each class-name group's distinct names, one escaped name a line.
+  for (size_t g = 0; g < summary.names.size(); ++g) {
+    if (summary.names[g].empty()) continue;
+    absl::StrAppend(&text, "names ", g, " ", summary.names[g].size(), "\n");
+    for (const std::string& name : summary.names[g]) {
+      absl::StrAppend(&text, absl::CEscape(name), "\n");
+    }
+  }
+  return text;
 }
 
 // The summary a store recorded; false when there is none or it is not
@@ -131,11 +176,14 @@ std::string SummaryText(const CsvSummary& summary) {
 bool ReadSummary(const std::string& path, size_t groups, CsvSummary* out) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  auto text = ReadRegularFile(path, 4096 + 2 * int64_t(groups));
+  // Class names: at most kMaxCsvClassNames a group, escaped.
+  auto text = ReadRegularFile(
+      path, 4096 + 2 * int64_t(groups) +
+                int64_t(groups) * int64_t{kMaxCsvClassNames} * 1100);
   if (!text.ok()) return false;
   std::vector<absl::string_view> lines =
       absl::StrSplit(*text, '\n', absl::SkipEmpty());
-  if (lines.size() != 3 || lines[0] != kStoreVersion ||
+  if (lines.size() < 3 || lines[0] != kStoreVersion ||
       !absl::ConsumePrefix(&lines[1], "rows ") ||
       !absl::SimpleAtoi(lines[1], &out->rows) || out->rows <= 0 ||
       !absl::ConsumePrefix(&lines[2], "whole")) {
@@ -146,6 +194,23 @@ bool ReadSummary(const std::string& path, size_t groups, CsvSummary* out) {
        absl::StrSplit(lines[2], ' ', absl::SkipEmpty())) {
     if (flag != "0" && flag != "1") return false;
     out->whole.push_back(flag == "1");
+  }
+  out->names.assign(groups, {});
+  for (size_t at = 3; at < lines.size();) {
+    std::vector<absl::string_view> head = absl::StrSplit(lines[at], ' ');
+    size_t g = 0, count = 0;
+    if (head.size() != 3 || head[0] != "names" ||
+        !absl::SimpleAtoi(head[1], &g) || !absl::SimpleAtoi(head[2], &count) ||
+        g >= groups || count > kMaxCsvClassNames ||
+        count > lines.size() - at - 1 || !out->names[g].empty()) {
+      return false;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      std::string name;
+      if (!absl::CUnescape(lines[at + 1 + i], &name)) return false;
+      out->names[g].push_back(std::move(name));
+    }
+    at += 1 + count;
   }
   return out->whole.size() == groups;
 }
@@ -199,11 +264,44 @@ std::string StoreFolder(const std::string& csv,
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
 }
 
+// What `csv` holds (its Store without paths): recorded by an earlier open,
+// else scanned now and recorded beside it (or in `index_cache_dir`).
+absl::StatusOr<Store> Summarize(const std::string& csv,
+                                const std::vector<CsvGroup>& groups,
+                                const std::string& index_cache_dir) {
+  Store store;
+  store.csv = csv;
+  ASSIGN_OR_RETURN(store.text, MappedFile::Open(csv));
+  store.text->Advise(MappedFile::Access::kSequential);
+  ASSIGN_OR_RETURN(store.key, KeyOf(*store.text, groups));
+  std::vector<std::string> folders = {FolderOf(csv)};
+  if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
+  for (const std::string& folder : folders) {
+    if (ReadSummary(SummaryPath(folder, csv, store.key), groups.size(),
+                    &store.summary)) {
+      store.known = true;
+      return store;
+    }
+  }
+  ASSIGN_OR_RETURN(store.summary,
+                   ScanCsv(store.text->bytes(), store.csv, groups));
+  store.scanned = store.known = true;
+  bool keep = false;
+  const std::string folder = StoreFolder(csv, index_cache_dir, &keep);
+  if (keep) {
+    // Best effort: without it the next open scans the file again.
+    (void)WriteFileAtomically(SummaryPath(folder, csv, store.key),
+                              SummaryText(store.summary));
+  }
+  return store;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
-    bool random, const std::string& index_cache_dir) {
+    bool random, const std::string& index_cache_dir,
+    const std::vector<std::string>& train_files) {
   ASSIGN_OR_RETURN(std::vector<CsvGroup> groups, GroupsOf(spec));
   // Beside each file, else in --index-cache: whichever holds it already.
   auto folders_of = [&](const std::string& csv) {
@@ -211,34 +309,36 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
     return folders;
   };
-  // What each file holds: recorded by an earlier open, else scanned now.
   std::vector<Store> stores;
   for (const std::string& csv : files) {
-    Store store;
-    store.csv = csv;
-    ASSIGN_OR_RETURN(store.text, MappedFile::Open(csv));
-    store.text->Advise(MappedFile::Access::kSequential);
-    ASSIGN_OR_RETURN(store.key, KeyOf(*store.text, groups));
-    for (const std::string& folder : folders_of(csv)) {
-      if (ReadSummary(SummaryPath(folder, csv, store.key), groups.size(),
-                      &store.summary)) {
-        store.known = true;
-        break;
-      }
-    }
-    if (!store.known) {
-      ASSIGN_OR_RETURN(store.summary,
-                       ScanCsv(store.text->bytes(), store.csv, groups));
-      store.scanned = store.known = true;
-      bool keep = false;
-      const std::string folder = StoreFolder(csv, index_cache_dir, &keep);
-      if (keep) {
-        // Best effort: without it the next open scans the file again.
-        (void)WriteFileAtomically(SummaryPath(folder, csv, store.key),
-                                  SummaryText(store.summary));
-      }
-    }
+    ASSIGN_OR_RETURN(Store store, Summarize(csv, groups, index_cache_dir));
     stores.push_back(std::move(store));
+  }
+  // Class names without a list: the training split's distinct names,
+  // sorted, whichever split this is.
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!groups[g].class_names || !groups[g].classes.empty()) continue;
+    std::set<std::string> names;
+    const std::vector<std::string>& from =
+        train_files.empty() ? files : train_files;
+    for (const std::string& csv : from) {
+      auto same = std::find_if(stores.begin(), stores.end(),
+                               [&](const Store& s) { return s.csv == csv; });
+      std::optional<Store> other;
+      if (same == stores.end()) {
+        ASSIGN_OR_RETURN(other, Summarize(csv, groups, index_cache_dir));
+      }
+      const Store& store = same != stores.end() ? *same : *other;
+      names.insert(store.summary.names[g].begin(),
+                   store.summary.names[g].end());
+      if (names.size() > kMaxCsvClassNames) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the training split's column '", groups[g].columns[0],
+                         "' holds more than ", kMaxCsvClassNames,
+                         " distinct class names: is it an id, not a label?"));
+      }
+    }
+    groups[g].classes.assign(names.begin(), names.end());
   }
   // A group not given a dtype is int64 when every cell of every file of
   // the split is whole, else float64: a function of the files alone, never
@@ -302,7 +402,11 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
   const std::string description =
       absl::StrCat(files.size(), " CSV file", files.size() == 1 ? "" : "s",
                    " (first ", files.front(), ")");
-  auto source = OpenNpyColumns(columns, description, random);
+  std::map<std::string, std::vector<std::string>> classes;
+  for (const CsvGroup& group : groups) {
+    if (group.class_names) classes[group.name] = group.classes;
+  }
+  auto source = OpenNpyColumns(columns, description, random, classes);
   for (const std::string& path : temporary) unlink(path.c_str());
   return source;
 }

@@ -351,7 +351,8 @@ int SplitSource::Find(const std::string& name) const {
 
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
-    const std::string& description, bool random) {
+    const std::string& description, bool random,
+    const std::map<std::string, std::vector<std::string>>& classes) {
   std::vector<ColumnInfo> columns;
   std::vector<MappedColumn> mapped;
   int64_t size = -1;
@@ -376,6 +377,9 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     }
     size = samples;
     if (first_column.empty()) first_column = name;
+    if (auto named = classes.find(name); named != classes.end()) {
+      info.classes = named->second;
+    }
     columns.push_back(std::move(info));
     mapped.push_back(std::move(column));
   }

@@ -278,7 +278,15 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenSplit(
         std::vector<std::string> files,
         Expand(spec.dir(), glob, train ? "data.train" : "data.test"));
     const bool random = train && spec.shuffle() != "blocks";
-    return OpenCsvFiles(files, spec, random, IndexCacheDir());
+    // Class names are numbered by the training split's, on both splits.
+    std::vector<std::string> train_files = files;
+    if (!train) {
+      const std::string train_glob =
+          spec.train().empty() ? "train.csv" : spec.train();
+      ASSIGN_OR_RETURN(train_files,
+                       Expand(spec.dir(), train_glob, "data.train"));
+    }
+    return OpenCsvFiles(files, spec, random, IndexCacheDir(), train_files);
   }
   if (format == "tfrecord") {
     const std::string& glob = train ? spec.train() : spec.test();

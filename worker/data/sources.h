@@ -23,9 +23,12 @@ namespace lockstep::worker {
 // the shape says; every column the same number of samples.
 // `random`: the samples will be read in a full permutation (data.shuffle
 // "global"), so the files are mapped without readahead.
+// `classes`: the class names of columns that hold class indices
+// (ColumnInfo.classes).
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenNpyColumns(
     const std::map<std::string, std::vector<std::string>>& files,
-    const std::string& description, bool random = false);
+    const std::string& description, bool random = false,
+    const std::map<std::string, std::vector<std::string>>& classes = {});
 
 // How token files make one sequence (data.concatenate,
 // data.separator_token): each file on its own (windows never cross from
@@ -86,9 +89,14 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
 // private copy), found again while the file keeps its size and
 // modification time, and mapped like npy shards. Errors name the file,
 // line and column of a cell that is not a number.
+// A group of class names (data.features[name].class_names) is stored as
+// indices into its `classes`, or, without them, into the sorted distinct
+// names of `train_files` (the training split's files: the same list for
+// both splits), and its column carries the names (ColumnInfo.classes).
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
-    bool random, const std::string& index_cache_dir = "");
+    bool random, const std::string& index_cache_dir = "",
+    const std::vector<std::string>& train_files = {});
 
 // A decoded IDX image data set: columns "image" (uint8 [1, H, W]) and
 // "label" (uint8 []).

@@ -28,6 +28,9 @@ struct ColumnInfo {
   std::string name;
   Dtype dtype = Dtype::kUInt8;
   std::vector<int64_t> shape;  // per sample; [] for a scalar
+  // A column of class indices whose data names the classes (a CSV column of
+  // class names): the names, by index.
+  std::vector<std::string> classes;
 
   int64_t elements() const;
   int64_t sample_bytes() const { return elements() * DtypeSize(dtype); }

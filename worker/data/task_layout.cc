@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "common/terminal_text.h"
 
 namespace lockstep::worker {
 namespace {
@@ -313,6 +314,13 @@ absl::StatusOr<Task> ResolveTask(const v1::JobSpec& spec,
           "; for real-valued targets set task.type \"regression\""));
     }
     task.outputs = spec.task().num_classes();
+    if (static_cast<int64_t>(task.target.classes.size()) > task.outputs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "column ", task.target.name, " of ", source.description(), " names ",
+          task.target.classes.size(), " classes, more than task.num_classes (",
+          task.outputs, "); set task.num_classes to ",
+          task.target.classes.size()));
+    }
     RETURN_IF_ERROR(CheckLabels(source, task));
   } else {
     task.outputs = task.target.elements();
@@ -376,10 +384,23 @@ absl::StatusOr<Task> TaskForTest(const Task& task, const SplitSource& test) {
 
 std::string TaskText(const Task& task) {
   switch (task.type) {
-    case TaskType::kClassification:
+    case TaskType::kClassification: {
+      std::string names;
+      if (!task.target.classes.empty()) {
+        const size_t shown = std::min<size_t>(task.target.classes.size(), 10);
+        names = absl::StrCat(
+            ": ",
+            absl::StrJoin(task.target.classes.begin(),
+                          task.target.classes.begin() + shown, ", ",
+                          [](std::string* out, const std::string& name) {
+                            out->append(TerminalSafe(name.substr(0, 40)));
+                          }),
+            task.target.classes.size() > shown ? ", ..." : "");
+      }
       return absl::StrCat("classification of ", task.input.name, " ",
                           task.input.ShapeText(), " into ", task.outputs,
-                          " classes (", task.target.name, ")");
+                          " classes (", task.target.name, names, ")");
+    }
     case TaskType::kRegression:
       return absl::StrCat(
           "regression of ", task.target.name, " (", task.outputs, " value",

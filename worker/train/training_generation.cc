@@ -398,6 +398,9 @@ v1::TrainingPlan TrainingGeneration::TrainingPlanOf() const {
   plan.set_lr_scaling(spec_.lr_scaling());
   plan.set_warmup_steps(spec_.warmup_steps());
   plan.set_all_reduce_algorithm(AlgorithmName());
+  for (const std::string& name : learning_.target.classes) {
+    plan.add_classes(name);
+  }
   if (probe_.has_value()) {
     v1::AllReduceProbe* probe = plan.mutable_algorithm_probe();
     probe->set_bytes(static_cast<int64_t>(probe_->bytes));
