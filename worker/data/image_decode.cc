@@ -201,13 +201,28 @@ absl::Status JpegError(const Jpeg& jpeg) {
       absl::StrCat("corrupt JPEG: ", jpeg.message()));
 }
 
-absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
-                                 DecodeBudget& budget) {
-  Jpeg jpeg(bytes);
+// What decoding a JPEG whose header `jpeg` read takes: checked against
+// kMaxImagePixels, and libjpeg's memory capped.
+struct JpegPlan {
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t libjpeg_bytes = 0;  // its own buffers, at most
+  // Grey from a colour JPEG as Pillow's convert("L") makes it: from the
+  // decoded RGB, not libjpeg's luma channel.
+  bool grey_from_colour = false;
+  int decoded_channels = 0;
+  J_COLOR_SPACE space = JCS_RGB;
+};
+
+absl::StatusOr<JpegPlan> PlanJpeg(Jpeg& jpeg, int channels) {
   if (!jpeg.ReadHeader()) return JpegError(jpeg);
   jpeg_decompress_struct& info = jpeg.info();
-  const int64_t height = info.image_height, width = info.image_width;
-  if (height * width > kMaxImagePixels) return TooLarge(height, width);
+  JpegPlan plan;
+  plan.height = info.image_height;
+  plan.width = info.image_width;
+  if (plan.height * plan.width > kMaxImagePixels) {
+    return TooLarge(plan.height, plan.width);
+  }
   if (info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK) {
     return absl::InvalidArgumentError(
         "a CMYK JPEG: store the images as RGB or greyscale");
@@ -216,31 +231,37 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
   // (2 bytes a sample) until its last scan; a baseline one a few rows.
   const int64_t components = std::max(1, info.num_components);
   const int64_t coefficients =
-      info.progressive_mode ? height * width * components * 2 : 0;
-  const int64_t libjpeg = coefficients + (int64_t{16} << 20);
-  jpeg.LimitMemory(libjpeg);
-  // Grey from a colour JPEG as Pillow's convert("L") makes it: from the
-  // decoded RGB, not libjpeg's luma channel.
-  const bool grey_from_colour = channels == 1 && components >= 3;
-  const int decoded_channels = grey_from_colour ? 3 : channels;
-  const int64_t pixels = height * width;
+      info.progressive_mode ? plan.height * plan.width * components * 2 : 0;
+  plan.libjpeg_bytes = coefficients + (int64_t{16} << 20);
+  jpeg.LimitMemory(plan.libjpeg_bytes);
+  plan.grey_from_colour = channels == 1 && components >= 3;
+  plan.decoded_channels = plan.grey_from_colour ? 3 : channels;
+  plan.space = plan.decoded_channels == 1   ? JCS_GRAYSCALE
+               : plan.decoded_channels == 3 ? JCS_RGB
+                                            : JCS_EXT_RGBA;
+  return plan;
+}
+
+absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
+                                 DecodeBudget& budget) {
+  Jpeg jpeg(bytes);
+  ASSIGN_OR_RETURN(const JpegPlan plan, PlanJpeg(jpeg, channels));
+  const int64_t pixels = plan.height * plan.width;
   ASSIGN_OR_RETURN(
       DecodeBudget::Reservation reserved,
       budget.Reserve(
-          libjpeg + pixels * (decoded_channels + (grey_from_colour ? 1 : 0)),
-          height, width));
+          plan.libjpeg_bytes + pixels * (plan.decoded_channels +
+                                         (plan.grey_from_colour ? 1 : 0)),
+          plan.height, plan.width));
   Image image;
-  image.height = height;
-  image.width = width;
-  image.channels = decoded_channels;
-  image.pixels.resize(static_cast<size_t>(pixels * decoded_channels));
-  const J_COLOR_SPACE space = decoded_channels == 1   ? JCS_GRAYSCALE
-                              : decoded_channels == 3 ? JCS_RGB
-                                                      : JCS_EXT_RGBA;
-  if (!jpeg.Decode(space, decoded_channels, image.pixels.data())) {
+  image.height = plan.height;
+  image.width = plan.width;
+  image.channels = plan.decoded_channels;
+  image.pixels.resize(static_cast<size_t>(pixels * plan.decoded_channels));
+  if (!jpeg.Decode(plan.space, plan.decoded_channels, image.pixels.data())) {
     return JpegError(jpeg);
   }
-  if (grey_from_colour) {
+  if (plan.grey_from_colour) {
     std::vector<uint8_t> grey(static_cast<size_t>(pixels));
     ConvertChannels(image.pixels.data(), 3, pixels, 1, grey.data());
     image.pixels = std::move(grey);
@@ -254,27 +275,16 @@ absl::StatusOr<Image> DecodeJpeg(absl::string_view bytes, int channels,
 absl::Status DecodeJpegRows(absl::string_view bytes, int channels,
                             ImageRows& sink, DecodeBudget& budget) {
   Jpeg jpeg(bytes);
-  if (!jpeg.ReadHeader()) return JpegError(jpeg);
-  jpeg_decompress_struct& info = jpeg.info();
-  const int64_t height = info.image_height, width = info.image_width;
-  if (height * width > kMaxImagePixels) return TooLarge(height, width);
-  if (info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK) {
-    return absl::InvalidArgumentError(
-        "a CMYK JPEG: store the images as RGB or greyscale");
-  }
-  const int64_t components = std::max(1, info.num_components);
-  const int64_t coefficients =
-      info.progressive_mode ? height * width * components * 2 : 0;
-  const int64_t libjpeg = coefficients + (int64_t{16} << 20);
-  jpeg.LimitMemory(libjpeg);
-  const bool grey_from_colour = channels == 1 && components >= 3;
-  const int decoded_channels = grey_from_colour ? 3 : channels;
+  ASSIGN_OR_RETURN(const JpegPlan plan, PlanJpeg(jpeg, channels));
+  const int64_t width = plan.width;
+  const int decoded_channels = plan.decoded_channels;
+  const bool grey_from_colour = plan.grey_from_colour;
   ASSIGN_OR_RETURN(
       DecodeBudget::Reservation reserved,
-      budget.Reserve(
-          libjpeg + width * (Jpeg::kRowsAtOnce * decoded_channels + 1), height,
-          width));
-  RETURN_IF_ERROR(sink.Begin(height, width));
+      budget.Reserve(plan.libjpeg_bytes +
+                         width * (Jpeg::kRowsAtOnce * decoded_channels + 1),
+                     plan.height, width));
+  RETURN_IF_ERROR(sink.Begin(plan.height, width));
   std::vector<uint8_t> row(
       static_cast<size_t>(Jpeg::kRowsAtOnce * width * decoded_channels));
   std::vector<uint8_t> grey(grey_from_colour ? static_cast<size_t>(width) : 0);
@@ -283,11 +293,8 @@ absl::Status DecodeJpegRows(absl::string_view bytes, int channels,
     int64_t width;
     uint8_t* grey;  // null: rows go as decoded
   } context{&sink, width, grey_from_colour ? grey.data() : nullptr};
-  const J_COLOR_SPACE space = decoded_channels == 1   ? JCS_GRAYSCALE
-                              : decoded_channels == 3 ? JCS_RGB
-                                                      : JCS_EXT_RGBA;
   const bool done = jpeg.DecodeRows(
-      space, decoded_channels, row.data(),
+      plan.space, decoded_channels, row.data(),
       +[](void* opaque, int64_t y, const uint8_t* pixels) {
         auto* c = static_cast<Context*>(opaque);
         if (c->grey != nullptr) {
