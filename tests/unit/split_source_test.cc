@@ -310,6 +310,8 @@ TEST_F(SplitSourceTest, TfRecordExamplesAreColumnsAndACorruptRecordNamesIt) {
   EXPECT_EQ(ReadFloats(**split, "x", {3, 8}),
             (std::vector<float>{1.5f, -3, 1.5f, -3}));
   EXPECT_EQ(ReadFloats(**split, "label", {4, 5}), (std::vector<float>{4, 0}));
+  // No samples asked for: nothing read, no error.
+  EXPECT_TRUE((*split)->ReadColumn(0, {}, nullptr).ok());
   // The index was kept beside the file, and is not taken for data.
   EXPECT_TRUE(std::filesystem::exists(path + ".lockstep-index"));
   // A flipped byte in record 2's data: its CRC no longer matches.

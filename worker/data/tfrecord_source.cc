@@ -89,6 +89,7 @@ class TfRecordSplit : public SplitSource {
                            absl::Span<const int64_t> indices,
                            absl::Span<char* const> outs) const override {
     const int64_t n = static_cast<int64_t>(indices.size());
+    if (n == 0) return absl::OkStatus();
     const int threads = static_cast<int>(
         std::min<int64_t>(n, images_ ? std::max(threads_, 1) : 1));
     std::atomic<int64_t> next{0};
