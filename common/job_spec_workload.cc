@@ -234,9 +234,13 @@ absl::Status ValidateFeatures(const v1::DataSpec& data) {
               field, ".classes must be distinct names of 1 to 256 bytes"));
         }
       }
-      if (column.has_fill_missing() && !std::isfinite(column.fill_missing())) {
-        return Invalid(
-            absl::StrCat(field, ".fill_missing must be a finite number"));
+      if (column.has_fill_missing() && (!std::isfinite(column.fill_missing()) ||
+                                        column.dtype() == "int64")) {
+        return Invalid(absl::StrCat(
+            field,
+            ".fill_missing must be a finite number, for a column stored as a "
+            "float (a filled column is one, as pandas' fillna leaves it): "
+            "drop dtype int64"));
       }
     }
     if (column.normalize() == "per_feature" &&

@@ -199,6 +199,14 @@ class ExportTest(unittest.TestCase):
         with self.assertRaisesRegex(lockstep.DataLoss, "escaped"):
             unpack_checkpoint(tar, target, "job-x")
         self.assertFalse(os.path.exists(os.path.join(self.work, "escaped")))
+        # Nor a link, inside the folder or not.
+        with tarfile.open(tar, "w") as archive:
+            info = tarfile.TarInfo("ckpt-000000001/model.pt")
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            archive.addfile(info)
+        with self.assertRaisesRegex(lockstep.DataLoss, "model.pt"):
+            unpack_checkpoint(tar, target, "job-x")
 
     def test_gpt(self):
         data = os.path.join(self.work, "markov")

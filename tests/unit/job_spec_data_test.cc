@@ -112,6 +112,10 @@ TEST(JobSpecTest, DataFormsAreChecked) {
           "y": {"class_names": true, "fill_missing": 0}}}})",
        "drop .dtype and .fill_missing"},
       {R"({"global_batch_size": 64, "data": {"format": "csv",
+          "columns": {"x": ["a"]}, "features": {
+          "x": {"dtype": "int64", "fill_missing": 0}}}})",
+       "drop dtype int64"},
+      {R"({"global_batch_size": 64, "data": {"format": "csv",
           "columns": {"x": []}}})",
        "lists no CSV column"},
       {R"({"global_batch_size": 64, "data": {"format": "csv",

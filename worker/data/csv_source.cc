@@ -173,13 +173,14 @@ std::string SummaryText(const CsvSummary& summary) {
 
 // The summary a store recorded; false when there is none or it is not
 // lockstep's (then the file is scanned again).
-bool ReadSummary(const std::string& path, size_t groups, CsvSummary* out) {
+bool ReadSummary(const std::string& path, size_t groups, size_t name_groups,
+                 CsvSummary* out) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   // Class names: at most kMaxCsvClassNames a group, escaped.
   auto text = ReadRegularFile(
       path, 4096 + 2 * int64_t(groups) +
-                int64_t(groups) * int64_t{kMaxCsvClassNames} * 1100);
+                int64_t(name_groups) * int64_t{kMaxCsvClassNames} * 1100);
   if (!text.ok()) return false;
   std::vector<absl::string_view> lines =
       absl::StrSplit(*text, '\n', absl::SkipEmpty());
@@ -277,8 +278,11 @@ absl::StatusOr<Store> Summarize(const std::string& csv,
   std::vector<std::string> folders = {FolderOf(csv)};
   if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
   for (const std::string& folder : folders) {
+    const size_t name_groups =
+        std::count_if(groups.begin(), groups.end(),
+                      [](const CsvGroup& group) { return group.class_names; });
     if (ReadSummary(SummaryPath(folder, csv, store.key), groups.size(),
-                    &store.summary)) {
+                    name_groups, &store.summary)) {
       store.known = true;
       return store;
     }

@@ -227,11 +227,13 @@ absl::StatusOr<JpegPlan> PlanJpeg(Jpeg& jpeg, int channels) {
     return absl::InvalidArgumentError(
         "a CMYK JPEG: store the images as RGB or greyscale");
   }
-  // libjpeg's buffers: a progressive image keeps every DCT coefficient
-  // (2 bytes a sample) until its last scan; a baseline one a few rows.
+  // libjpeg's buffers: an image of several scans (progressive, or
+  // sequential but not interleaved) keeps every DCT coefficient (2 bytes a
+  // sample) until its last scan; a single-scan one a few rows.
   const int64_t components = std::max(1, info.num_components);
-  const int64_t coefficients =
-      info.progressive_mode ? plan.height * plan.width * components * 2 : 0;
+  const int64_t coefficients = jpeg_has_multiple_scans(&info)
+                                   ? plan.height * plan.width * components * 2
+                                   : 0;
   plan.libjpeg_bytes = coefficients + (int64_t{16} << 20);
   jpeg.LimitMemory(plan.libjpeg_bytes);
   plan.grey_from_colour = channels == 1 && components >= 3;
@@ -628,8 +630,9 @@ PilTaps PilBilinearTaps(int64_t in_size, int64_t out_size) {
     if (hi > in_size) hi = in_size;
     const int64_t n = std::min(hi - lo, out.taps);
     double total = 0;
+    const double ss = 1.0 / filter_scale;  // multiplied, as PIL does
     for (int64_t x = 0; x < n; ++x) {
-      double d = (x + lo - center + 0.5) / filter_scale;
+      double d = (x + lo - center + 0.5) * ss;
       if (d < 0) d = -d;
       k[x] = d < 1.0 ? 1.0 - d : 0.0;
       total += k[x];

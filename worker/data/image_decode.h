@@ -131,7 +131,9 @@ Image ResizeImage(const Image& image, int64_t height, int64_t width);
 // PIL's Image.resize(..., BILINEAR) (what torchvision does to a PIL image):
 // a triangle filter widened by the scale when shrinking (antialiased),
 // weights in 22-bit fixed point, rows then columns, each pass rounded to
-// 8 bits, so the pixels are PIL's.
+// 8 bits, so the pixels of grey and RGB images are PIL's. (PIL resizes
+// RGBA premultiplied by alpha; this resizes the four channels alike, so a
+// translucent RGBA image differs from PIL's.)
 Image ResizeImageAntialias(const Image& image, int64_t height, int64_t width);
 
 // The `height` x `width` window at (top, left); it must lie inside.

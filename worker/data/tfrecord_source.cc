@@ -293,9 +293,9 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
       if (augment) {
         return absl::InvalidArgumentError(absl::StrCat(
             path,
-            " is GZIP-compressed: its records are decoded once, so random_crop "
-            "and random_flip cannot draw anew each epoch; store the data set "
-            "as plain TFRecord files"));
+            " is GZIP-compressed: its records are decoded once, so "
+            "random_crop, random_resized_crop and random_flip cannot draw "
+            "anew each epoch; store the data set as plain TFRecord files"));
       }
       RETURN_IF_ERROR(split->AddDecoded(path));
       continue;

@@ -7,6 +7,11 @@
 #include "absl/time/clock.h"
 
 namespace lockstep::worker {
+namespace {
+
+constexpr size_t kMaxPendingSteps = size_t{1} << 18;
+
+}  // namespace
 
 ProgressReporter::ProgressReporter(const v1::Assignment& assignment,
                                    v1::TrainingPlan plan, int64_t first_step,
@@ -29,8 +34,11 @@ void ProgressReporter::StepDone(int64_t step, double loss, double lr,
   pending_lrs_.push_back(static_cast<float>(lr));
   const absl::Time now = absl::Now();
   const int log_every = assignment_.spec().log_every_steps();
-  const bool due = log_every > 0 ? step % log_every == 0
-                                 : now - last_report_ >= absl::Seconds(1);
+  // However rarely the spec asks, a report holds at most kMaxPendingSteps
+  // losses and learning rates (2 MiB): well inside gRPC's message limit.
+  const bool due = (log_every > 0 ? step % log_every == 0
+                                  : now - last_report_ >= absl::Seconds(1)) ||
+                   pending_losses_.size() >= kMaxPendingSteps;
   if (!due && !force && !resumed_at_.has_value()) return;
   v1::ProgressReport report;
   report.set_job_id(assignment_.job_id());

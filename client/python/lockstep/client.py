@@ -485,9 +485,12 @@ def unpack_checkpoint(tar, folder, job_id):
             members = archive.getmembers()
             for member in members:
                 parts = member.name.rstrip("/").split("/")
+                # Plain files only (not sparse, not links), in at most one
+                # folder.
+                plain = member.type in (tarfile.REGTYPE, tarfile.AREGTYPE)
                 safe = (not member.name.startswith("/") and ".." not in parts
                         and len(parts) <= 2 and
-                        (member.isfile() or (member.isdir() and len(parts) == 1)))
+                        (plain or (member.isdir() and len(parts) == 1)))
                 if not safe:
                     raise errors.DataLoss(
                         "the checkpoint of job %s holds %r, which is not a "
