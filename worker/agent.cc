@@ -27,6 +27,16 @@ constexpr absl::Duration kUploadTimeout = absl::Minutes(10);
 // heartbeat timeout, and the worker should get in right after.
 constexpr absl::Duration kMaxRegisterBackoff = absl::Milliseconds(500);
 
+// Who uploads: this rank of its generation, proven by its token.
+v1::ArtifactUpload::Header UploadHeader(const v1::Assignment& assignment) {
+  v1::ArtifactUpload::Header header;
+  header.set_job_id(assignment.job_id());
+  header.set_generation(assignment.generation());
+  header.set_rank(assignment.rank());
+  header.set_rank_token(assignment.rank_token());
+  return header;
+}
+
 }  // namespace
 
 Agent::~Agent() {
@@ -251,11 +261,7 @@ void Agent::UploadExport(const TaskContext& task,
     return;
   }
   const std::string& path = assignment.spec().export_path();
-  v1::ArtifactUpload::Header header;
-  header.set_job_id(assignment.job_id());
-  header.set_generation(assignment.generation());
-  header.set_rank(assignment.rank());
-  header.set_rank_token(assignment.rank_token());
+  v1::ArtifactUpload::Header header = UploadHeader(assignment);
   v1::ArtifactInfo* info = header.mutable_info();
   info->set_name("model");
   info->set_file_name(path.substr(path.rfind('/') + 1));
@@ -296,11 +302,7 @@ void Agent::UploadCheckpoint(const TaskContext& task,
     RETURN_IF_ERROR(MakeDirectories(temp_dir));
     const std::string path = temp_dir + "/" + checkpoint::ArchiveName(step);
     absl::Status written = checkpoint::WriteArchive(found, path);
-    v1::ArtifactUpload::Header header;
-    header.set_job_id(job);
-    header.set_generation(assignment.generation());
-    header.set_rank(assignment.rank());
-    header.set_rank_token(assignment.rank_token());
+    v1::ArtifactUpload::Header header = UploadHeader(assignment);
     v1::ArtifactInfo* info = header.mutable_info();
     info->set_name("checkpoint");
     info->set_file_name(checkpoint::ArchiveName(step));

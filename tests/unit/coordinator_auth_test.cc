@@ -111,6 +111,7 @@ TEST(RoleTable, InsecureDaemonsAllowEverything) {
 
 class CoordinatorAuthTest : public CoordinatorTest {
  protected:
+  std::string StartWithArtifactDir();
   // The wait of the fixture, beside the request builder of the same name.
   using CoordinatorTest::KvGet;
 
@@ -590,18 +591,25 @@ TEST_F(CoordinatorAuthTest, IncarnationsAreShownToNobody) {
   }
 }
 
-// Issue 53: only rank 0 of the live generation uploads its job's export,
-// with its token and as the export it is; only the job's owner, an admin or
-// a viewer lists and reads it.
-TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
+// A cluster of two joined workers whose coordinator keeps artifacts in a
+// fresh folder under the returned one.
+std::string CoordinatorAuthTest::StartWithArtifactDir() {
   std::string tmpl = ::testing::TempDir() + "artifact_auth_test_XXXXXX";
   const std::string dir = mkdtemp(tmpl.data());
-  configure_ = [&](Coordinator::Options& options) {
+  configure_ = [dir](Coordinator::Options& options) {
     options.artifact_dir = dir + "/artifacts";
   };
   MakeCluster();
   JoinAs(0, 10, &sink0_);
   JoinAs(1, 11, &sink1_);
+  return dir;
+}
+
+// Issue 53: only rank 0 of the live generation uploads its job's export,
+// with its token and as the export it is; only the job's owner, an admin or
+// a viewer lists and reads it.
+TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
+  const std::string dir = StartWithArtifactDir();
   v1::JobSpec spec = Spec(0);
   spec.set_export_path("/exports/mnist/model.pt");
   spec.set_export_format("torchscript");
@@ -686,14 +694,7 @@ TEST_F(CoordinatorAuthTest, OnlyTheChiefUploadsTheExportAndOnlyItsReadersRead) {
 // uploads it as ckpt-<step>.tar of format "checkpoint", and nothing else
 // under that name.
 TEST_F(CoordinatorAuthTest, TheChiefUploadsTheCheckpointAJobAsksFor) {
-  std::string tmpl = ::testing::TempDir() + "artifact_ckpt_test_XXXXXX";
-  const std::string dir = mkdtemp(tmpl.data());
-  configure_ = [&](Coordinator::Options& options) {
-    options.artifact_dir = dir + "/artifacts";
-  };
-  MakeCluster();
-  JoinAs(0, 10, &sink0_);
-  JoinAs(1, 11, &sink1_);
+  const std::string dir = StartWithArtifactDir();
   v1::JobSpec spec = Spec(0);
   spec.mutable_checkpoint()->set_backup_dir("/backups/mnist");
   spec.mutable_checkpoint()->set_upload_last(true);

@@ -265,6 +265,14 @@ std::string StoreFolder(const std::string& csv,
   return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
 }
 
+// Where a store of `csv` may be already: beside it, else in --index-cache.
+std::vector<std::string> StoreFolders(const std::string& csv,
+                                      const std::string& index_cache_dir) {
+  std::vector<std::string> folders = {FolderOf(csv)};
+  if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
+  return folders;
+}
+
 // What `csv` holds (its Store without paths): recorded by an earlier open,
 // else scanned now and recorded beside it (or in `index_cache_dir`).
 absl::StatusOr<Store> Summarize(const std::string& csv,
@@ -275,9 +283,7 @@ absl::StatusOr<Store> Summarize(const std::string& csv,
   ASSIGN_OR_RETURN(store.text, MappedFile::Open(csv));
   store.text->Advise(MappedFile::Access::kSequential);
   ASSIGN_OR_RETURN(store.key, KeyOf(*store.text, groups));
-  std::vector<std::string> folders = {FolderOf(csv)};
-  if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
-  for (const std::string& folder : folders) {
+  for (const std::string& folder : StoreFolders(csv, index_cache_dir)) {
     const size_t name_groups =
         std::count_if(groups.begin(), groups.end(),
                       [](const CsvGroup& group) { return group.class_names; });
@@ -307,12 +313,6 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
     bool random, const std::string& index_cache_dir,
     const std::vector<std::string>& train_files) {
   ASSIGN_OR_RETURN(std::vector<CsvGroup> groups, GroupsOf(spec));
-  // Beside each file, else in --index-cache: whichever holds it already.
-  auto folders_of = [&](const std::string& csv) {
-    std::vector<std::string> folders = {FolderOf(csv)};
-    if (!index_cache_dir.empty()) folders.push_back(index_cache_dir);
-    return folders;
-  };
   std::vector<Store> stores;
   for (const std::string& csv : files) {
     ASSIGN_OR_RETURN(Store store, Summarize(csv, groups, index_cache_dir));
@@ -357,7 +357,7 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenCsvFiles(
   std::map<std::string, std::vector<std::string>> columns;
   for (Store& store : stores) {
     bool found = false;
-    for (const std::string& folder : folders_of(store.csv)) {
+    for (const std::string& folder : StoreFolders(store.csv, index_cache_dir)) {
       std::vector<std::string> paths =
           StorePaths(folder, store.csv, store.key, groups);
       if (ReadStore(paths, groups, store.summary.rows)) {

@@ -701,14 +701,6 @@ Image ResizeImageAntialias(const Image& image, int64_t height, int64_t width) {
 
 namespace {
 
-void ToPlanesScalar(const uint8_t* in, int channels, int64_t begin,
-                    int64_t plane, uint8_t* out) {
-  for (int c = 0; c < channels; ++c) {
-    uint8_t* to = out + c * plane;
-    for (int64_t p = begin; p < plane; ++p) to[p] = in[p * channels + c];
-  }
-}
-
 #if defined(__x86_64__)
 // 16 RGB pixels (48 bytes) into 16 bytes of each plane per step: each
 // plane's bytes gathered from the three loads by byte shuffles.
@@ -779,19 +771,10 @@ void RowToPlanes(const uint8_t* row, int channels, int64_t width, int64_t plane,
 }
 
 void ToChannelsFirst(const Image& image, uint8_t* out) {
+  // The whole image as one row of height * width pixels.
   const int64_t plane = image.height * image.width;
-  const int channels = static_cast<int>(image.channels);
-  const uint8_t* in = image.pixels.data();
-  if (channels == 1) {
-    std::memcpy(out, in, static_cast<size_t>(plane));
-    return;
-  }
-  int64_t done = 0;
-#if defined(__x86_64__)
-  static const bool ssse3 = __builtin_cpu_supports("ssse3");
-  if (channels == 3 && ssse3) done = RgbToPlanesSsse3(in, plane, plane, out);
-#endif
-  ToPlanesScalar(in, channels, done, plane, out);
+  RowToPlanes(image.pixels.data(), static_cast<int>(image.channels), plane,
+              plane, /*mirrored=*/false, out);
 }
 
 DecodeBudget::DecodeBudget(int64_t bytes) : bytes_(bytes) {}
