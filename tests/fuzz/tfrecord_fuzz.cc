@@ -4,7 +4,8 @@
 // then written as a data file and indexed. An index that builds must agree
 // with a sequential read record by record, and every record it lists must
 // read back, by ReadRecord and TfRecordFile, as the same bytes; a file that
-// does not index must not read to its end either.
+// does not index must not read to its end either. The same file is
+// salvaged (data.skip_corrupt), which must account for every byte.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -50,6 +51,45 @@ bool ReadAll(const std::string& path, const w::TfRecordOptions& options,
   }
 }
 
+// data.skip_corrupt's salvage of a plain file: it never fails on damage;
+// its records and its stretches of damage tile the file in order; every
+// record it lists reads back; an undamaged file salvages to its index.
+void FuzzSalvage(const std::string& path, const w::TfRecordOptions& options,
+                 const absl::StatusOr<w::TfRecordIndex>& strict) {
+  std::vector<w::TfRecordDamage> damage;
+  auto salvaged = w::SalvageTfRecordIndex(path, options, &damage);
+  if (!salvaged.ok()) {
+    Check(absl::IsFailedPrecondition(salvaged.status()),
+          "salvage failed on something other than a GZIP file");
+    return;
+  }
+  uint64_t at = 0;
+  size_t next_record = 0, next_damage = 0;
+  while (next_record < salvaged->offsets.size() ||
+         next_damage < damage.size()) {
+    if (next_record < salvaged->offsets.size() &&
+        salvaged->offsets[next_record] == at) {
+      at += w::kTfRecordOverhead + salvaged->lengths[next_record++];
+    } else {
+      Check(next_damage < damage.size() && damage[next_damage].offset == at &&
+                damage[next_damage].bytes > 0,
+            "salvage leaves a gap between its records and its damage");
+      at += damage[next_damage++].bytes;
+    }
+  }
+  Check(at == static_cast<uint64_t>(salvaged->file_size),
+        "salvage's records and damage do not end at the file's end");
+  auto file = w::TfRecordFile::Open(*salvaged, options);
+  Check(file.ok(), "a salvaged file does not open");
+  for (int64_t i = 0; i < salvaged->size(); ++i) {
+    Check((*file)->Read(i).ok(), "a salvaged record does not read");
+  }
+  if (strict.ok()) {
+    Check(damage.empty() && salvaged->offsets == strict->offsets,
+          "an undamaged file salvages to another index");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -63,6 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto index = w::BuildTfRecordIndex(path, options);
   std::vector<std::string> records;
   const bool read = ReadAll(path, options, &records);
+  FuzzSalvage(path, options, index);
   if (!index.ok()) {
     Check(!read, "a file that does not index reads to its end");
     return 0;

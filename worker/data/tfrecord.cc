@@ -18,10 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "worker/data/tfrecord_internal.h"
 
 namespace lockstep::worker {
 
-namespace {
+namespace tfrecord_internal {
 
 uint64_t LoadLe(const char* p, int bytes) {
   uint64_t value = 0;
@@ -31,18 +32,46 @@ uint64_t LoadLe(const char* p, int bytes) {
   return value;
 }
 
-// A stored or computed CRC as 8 hex digits.
 std::string Hex8(uint64_t crc) {
   return absl::StrCat(absl::Hex(crc, absl::kZeroPad8));
 }
 
-// True when `header` (12 bytes) is a TFRecord length and its masked CRC.
 bool LengthCrcMatches(const char* header) {
   return MaskCrc32c(Crc32cExtend(0, header, 8)) ==
          static_cast<uint32_t>(LoadLe(header + 8, 4));
 }
 
-}  // namespace
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
+  return absl::DataLossError(
+      absl::StrCat(what, " ", path, ": ", strerror(errno)));
+}
+
+absl::StatusOr<size_t> PreadFully(int fd, const std::string& path, char* out,
+                                  size_t size, uint64_t offset) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n =
+        pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("cannot read", path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+}  // namespace tfrecord_internal
+
+using tfrecord_internal::ErrnoStatus;
+using tfrecord_internal::Fd;
+using tfrecord_internal::Hex8;
+using tfrecord_internal::LengthCrcMatches;
+using tfrecord_internal::LoadLe;
+using tfrecord_internal::PreadFully;
 
 // ---- Files
 // -------------------------------------------------------------------
@@ -50,11 +79,6 @@ bool LengthCrcMatches(const char* header) {
 namespace {
 
 constexpr size_t kBufferBytes = size_t{256} << 10;
-
-absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
-  return absl::DataLossError(
-      absl::StrCat(what, " ", path, ": ", strerror(errno)));
-}
 
 // Size and modification time: which version of a file an index describes.
 struct FileStamp {
@@ -76,37 +100,6 @@ absl::StatusOr<FileStamp> StampFd(int fd, const std::string& path) {
   if (fstat(fd, &st) != 0) return ErrnoStatus("cannot stat", path);
   return StampOf(st);
 }
-
-// Up to `size` bytes at `offset`; fewer only at the end of the file.
-absl::StatusOr<size_t> PreadFully(int fd, const std::string& path, char* out,
-                                  size_t size, uint64_t offset) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n =
-        pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus("cannot read", path);
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
-
-// The descriptor of a regular file, closed when this goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 absl::StatusOr<TfRecordCompression> DetectCompression(int fd,
                                                       const std::string& path) {
@@ -436,19 +429,31 @@ absl::StatusOr<TfRecordIndex> BuildTfRecordIndex(
     index.lengths.push_back(stream->offset() - offset - kTfRecordOverhead);
   }
   index.stream_size = stream->offset();
+  RETURN_IF_ERROR(tfrecord_internal::CheckUnchangedSinceIndexed(index));
+  return index;
+}
+
+namespace tfrecord_internal {
+
+absl::Status CheckUnchangedSinceIndexed(const TfRecordIndex& index) {
   // The records are read through the descriptor; the path is what the next
   // reader opens, so it is the path's version that must not have moved.
   struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("cannot stat", path);
+  if (lstat(index.path.c_str(), &st) != 0) {
+    return ErrnoStatus("cannot stat", index.path);
+  }
   const FileStamp after = StampOf(st);
   if (!(after == FileStamp{index.file_size, index.mtime_ns})) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " changed while it was indexed (", index.file_size, " bytes, ",
-        "mtime ", index.mtime_ns, " ns, then ", after.size, " bytes, mtime ",
-        after.mtime_ns, " ns); index it again once it is complete"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(index.path, " changed while it was indexed (",
+                     index.file_size, " bytes, mtime ", index.mtime_ns,
+                     " ns, then ", after.size, " bytes, mtime ", after.mtime_ns,
+                     " ns); index it again once it is complete"));
   }
-  return index;
+  return absl::OkStatus();
 }
+
+}  // namespace tfrecord_internal
 
 // ---- Random access
 // ---------------------------------------------------------------

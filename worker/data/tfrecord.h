@@ -175,6 +175,27 @@ struct TfRecordIndex {
 absl::StatusOr<TfRecordIndex> BuildTfRecordIndex(
     const std::string& path, const TfRecordOptions& options = {});
 
+// A stretch of a plain file where no record can be read: one record whose
+// data CRC does not match (or whose length is over the bound), or the bytes
+// from damaged framing (a length whose CRC does not match, a length past
+// the end of the file, a file cut short) to the next record that reads.
+struct TfRecordDamage {
+  int64_t record = 0;   // the records (readable or not) before it
+  uint64_t offset = 0;  // its first byte
+  uint64_t bytes = 0;
+  std::string reason;
+};
+
+// BuildTfRecordIndex for data that may be damaged (data.skip_corrupt): the
+// records of a plain file that read, in order, with `*damage` saying what
+// lies between them. After damaged framing the next record is searched for
+// byte by byte: a 12-byte header whose length CRC matches, then a data CRC
+// that matches too. GZIP files are refused (FailedPrecondition): after
+// damage in a compressed stream nothing can be found again.
+absl::StatusOr<TfRecordIndex> SalvageTfRecordIndex(
+    const std::string& path, const TfRecordOptions& options,
+    std::vector<TfRecordDamage>* damage);
+
 // The saved form: "LSTFRIDX", version, the data file's compression, size,
 // mtime and stream size, the record count and each length (the offsets
 // follow from them), then a CRC-32C of all before it; little-endian.
@@ -199,6 +220,9 @@ struct TfRecordIndexOptions {
   // Where the index goes when the data's folder is not writable. Empty: it
   // is then not saved (and rebuilt by every reader).
   std::string cache_dir;
+  // A plain file that fails the index's checks is salvaged
+  // (SalvageTfRecordIndex) instead of failing; its index is not saved.
+  bool salvage = false;
 };
 
 // What LoadOrBuildTfRecordIndex did.
@@ -207,13 +231,16 @@ struct TfRecordIndexReport {
   std::string index_path;      // where it was read or saved; empty: not saved
   std::string rebuild_reason;  // why a saved index was not used, if one was
   absl::Status save_status;    // why it could not be saved, if it was not
+  std::vector<TfRecordDamage> damage;  // what salvaging found
 };
 
 // The index of `path`: a saved one (beside the file, then in the cache
 // folder) when it parses and records the file's current size and mtime;
 // otherwise built (BuildTfRecordIndex) and saved atomically beside the file,
-// or in the cache folder when that fails. A saved index that is corrupt or
-// stale is rebuilt, never an error; failing to save is not an error either
+// or in the cache folder when that fails; with `options.salvage`, a file
+// that fails to build is salvaged and its index kept in memory only. A saved
+// index that is corrupt or stale is rebuilt, never an error; failing to save is
+// not an error either
 // (`report->save_status` says why). Errors: BuildTfRecordIndex's. A file
 // rewritten to the same size within its filesystem's mtime granularity is
 // not noticed here; reading it fails the index or CRC checks instead.

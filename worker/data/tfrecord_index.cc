@@ -9,9 +9,12 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "worker/data/tfrecord.h"
+#include "worker/data/tfrecord_internal.h"
 
 namespace lockstep::worker {
 namespace {
+
+using tfrecord_internal::LoadLe;
 
 constexpr char kIndexMagic[] = "LSTFRIDX";
 constexpr uint32_t kIndexVersion = 1;
@@ -21,14 +24,6 @@ constexpr size_t kIndexTrailerBytes = 4;
 absl::Status BadIndex(const std::string& origin, absl::string_view what) {
   return absl::DataLossError(
       absl::StrCat(origin, " is not a usable TFRecord index: ", what));
-}
-
-uint64_t LoadLe(const char* p, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) {
-    value = (value << 8) | static_cast<uint8_t>(p[i]);
-  }
-  return value;
 }
 
 void AppendLe(std::string* out, uint64_t value, int bytes) {
@@ -224,8 +219,18 @@ absl::StatusOr<TfRecordIndex> LoadOrBuildTfRecordIndex(
     if (!report->rebuild_reason.empty()) report->rebuild_reason += "; ";
     report->rebuild_reason += std::string(usable.message());
   }
-  ASSIGN_OR_RETURN(TfRecordIndex index,
-                   BuildTfRecordIndex(path, options.record));
+  absl::StatusOr<TfRecordIndex> built =
+      BuildTfRecordIndex(path, options.record);
+  const bool damaged =
+      !built.ok() &&
+      (built.status().code() == absl::StatusCode::kDataLoss ||
+       built.status().code() == absl::StatusCode::kInvalidArgument);
+  if (options.salvage && damaged &&
+      stamp.compression == TfRecordCompression::kNone) {
+    return SalvageTfRecordIndex(path, options.record, &report->damage);
+  }
+  if (!built.ok()) return built.status();
+  TfRecordIndex index = *std::move(built);
   auto saved = SaveIndex(index, options.cache_dir);
   if (saved.ok()) {
     report->index_path = *saved;
