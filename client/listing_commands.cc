@@ -252,6 +252,15 @@ int RunStatus(const std::vector<std::string>& argv) {
                                              "): ", job.queue().message()))
                 << "\n";
     }
+    if (job.records_skipped() > 0) {
+      std::cout << "  "
+                << absl::StrCat(job.records_skipped(), " unreadable record",
+                                job.records_skipped() == 1 ? "" : "s",
+                                " skipped (data.skip_corrupt ",
+                                job.spec().data().skip_corrupt(),
+                                "; lockstep events ", job.job_id(), ")")
+                << "\n";
+    }
     if (job.has_promoted_from()) {
       std::cout << "  "
                 << absl::StrCat("priority ", job.priority(), " (was ",

@@ -315,6 +315,10 @@ void LocalRun::PrintJson(const v1::JobStatus& status, double wall_seconds) {
     f["tokens_per_second"].set_number_value(status.tokens_per_second());
   }
   f["generations"].set_number_value(status.generations());
+  if (status.records_skipped() > 0) {
+    f["records_skipped"].set_number_value(
+        static_cast<double>(status.records_skipped()));
+  }
   f["backend"].set_string_value(status.backend());
   f["wall_seconds"].set_number_value(wall_seconds);
   f["startup_seconds"].set_number_value(startup_seconds_);

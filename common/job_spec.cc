@@ -59,6 +59,7 @@ constexpr FieldBound kFieldBounds[] = {
     {"data.shuffle_block", 1 << 30},
     {"data.window_offset", kMaxChoiceBytes},
     {"data.separator_token", 4294967295.0},  // a uint32 token id
+    {"data.skip_corrupt", kMaxSkipCorrupt},
     {"task.type", kMaxChoiceBytes},
     {"task.num_classes", kMaxClasses},
     {"task.label_smoothing", 1},

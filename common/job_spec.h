@@ -43,6 +43,8 @@ inline constexpr int kMaxColumns = 64;
 // data.columns (CSV): the names listed in all, and each name's bytes.
 inline constexpr int64_t kMaxCsvColumnNames = 1 << 16;
 inline constexpr int64_t kMaxCsvColumnNameBytes = 256;
+// data.skip_corrupt: a data set with more damage needs repair, not skipping.
+inline constexpr int64_t kMaxSkipCorrupt = 1000;
 
 // The upper bound of the job spec field at `path` (dotted, proto field
 // names: "communication.bucket_mb"): bytes for strings, the value for

@@ -392,6 +392,19 @@ absl::Status ValidateData(const v1::DataSpec& data) {
         "data.window_offset, data.concatenate and data.separator_token are "
         "for data.format \"tokens\"");
   }
+  if (data.skip_corrupt() != 0) {
+    if (data.format() != "tfrecord") {
+      return Invalid(
+          "data.skip_corrupt skips unreadable TFRecord records; it is for "
+          "data.format \"tfrecord\" (the other formats are checked whole "
+          "when they are opened)");
+    }
+    if (data.skip_corrupt() < 0 || data.skip_corrupt() > kMaxSkipCorrupt) {
+      return Invalid(absl::StrCat(
+          "data.skip_corrupt must be in [0, ", kMaxSkipCorrupt,
+          "] (records a job may skip), got ", data.skip_corrupt()));
+    }
+  }
   return absl::OkStatus();
 }
 

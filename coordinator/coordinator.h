@@ -533,6 +533,11 @@ class Coordinator {
   void HandleCommittedLocked(Worker& worker,
                              const v1::CheckpointCommitted& committed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank skipped records of the job's data (data.skip_corrupt): counted
+  // once each; past the spec's limit the job fails.
+  void HandleSkippedLocked(const Worker& worker,
+                           const v1::RecordsSkipped& skipped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker got SIGTERM: every rank stops at an agreed step and saves it.
   void HandlePreemptLocked(Worker& worker, const v1::PreemptRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

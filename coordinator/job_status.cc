@@ -163,6 +163,66 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
   }
 }
 
+namespace {
+
+// A skipped record's key (JobStatus.skipped_record_keys): FNV-1a of its
+// split, file, number and offset, stable across processes and builds.
+uint64_t SkippedRecordKey(const v1::SkippedRecord& record) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](absl::string_view bytes) {
+    for (char c : bytes) {
+      hash ^= static_cast<uint8_t>(c);
+      hash *= 0x100000001b3ull;
+    }
+    hash ^= 0xff;  // ends the field: "ab","c" and "a","bc" differ
+    hash *= 0x100000001b3ull;
+  };
+  mix(record.split());
+  mix(record.file());
+  mix(absl::StrCat(record.record()));
+  mix(absl::StrCat(record.offset()));
+  return hash;
+}
+
+}  // namespace
+
+std::string DescribeSkippedRecord(const v1::SkippedRecord& record) {
+  std::string where = absl::StrCat(record.split(), " data ", record.file(),
+                                   " record ", record.record());
+  if (record.offset() >= 0)
+    absl::StrAppend(&where, " at byte ", record.offset());
+  if (record.bytes() > 0)
+    absl::StrAppend(&where, " (", record.bytes(), " bytes)");
+  return absl::StrCat(where, ": ", record.reason());
+}
+
+int NoteSkippedRecords(v1::JobStatus& status, const v1::RecordsSkipped& skipped,
+                       const Worker& worker, double now) {
+  const int64_t limit = status.spec().data().skip_corrupt();
+  int fresh = 0;
+  for (const v1::SkippedRecord& record : skipped.records()) {
+    // Past the limit the job is failing: nothing more is kept.
+    if (status.records_skipped() > limit) break;
+    const uint64_t key = SkippedRecordKey(record);
+    const auto& keys = status.skipped_record_keys();
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    status.add_skipped_record_keys(key);
+    status.set_records_skipped(status.records_skipped() + 1);
+    ++fresh;
+    AddEvent(
+        status, now, "record_skipped", &worker,
+        absl::StrCat(
+            "rank ", worker.rank, " (", worker.id, " on ", worker.host,
+            ") could not read ", DescribeSkippedRecord(record),
+            status.records_skipped() > limit
+                ? absl::StrCat("; one more than the ", limit,
+                               " data.skip_corrupt allows")
+                : absl::StrCat("; skipped (", status.records_skipped(), " of ",
+                               limit, " allowed by data.skip_corrupt)")));
+  }
+  return fresh;
+}
+
 int64_t LossStride(const v1::JobStatus& status) {
   return std::max<int64_t>(1, status.loss_stride());
 }
@@ -331,6 +391,7 @@ v1::JobStatus Summary(v1::JobStatus status, size_t max_bytes,
   status.clear_events();
   status.clear_checkpoints();
   status.clear_evals();
+  status.clear_skipped_record_keys();
   if (status.ByteSizeLong() > max_bytes) {
     // A record stored before the bounds (a job named with megabytes of
     // text): listed without its spec and with its error cut; `lockstep

@@ -53,10 +53,20 @@ void AddEvent(v1::JobStatus& status, double now, const std::string& kind,
 // first_step, so the history holds one loss per step trained, or per
 // loss_stride steps, never more; a report that starts past its end leaves
 // zeros between, thinning the history first if they would not fit), the
-// learning rates beside the losses (JobStatus.step_lrs), evaluations, warnings and, in a generation's first report, where it
-// resumed.
+// learning rates beside the losses (JobStatus.step_lrs), evaluations, warnings
+// and, in a generation's first report, where it resumed.
 void ApplyProgress(v1::JobStatus& status, const v1::ProgressReport& report,
                    double now);
+
+// Counts the records of the job's data that `worker`'s rank skipped
+// (data.skip_corrupt) and that no rank reported before (by key:
+// JobStatus.skipped_record_keys), each with a "record_skipped" event; once
+// records_skipped is past the spec's limit nothing more is counted.
+// Returns how many were new.
+int NoteSkippedRecords(v1::JobStatus& status, const v1::RecordsSkipped& skipped,
+                       const Worker& worker, double now);
+// "train data FILE record R at byte B: REASON".
+std::string DescribeSkippedRecord(const v1::SkippedRecord& record);
 
 // Applies rank `rank`'s successful result; the chief's also sets the job's
 // final step, loss, accuracy, throughput and step breakdown.

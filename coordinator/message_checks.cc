@@ -238,6 +238,26 @@ absl::Status CheckPreempt(const v1::PreemptRequest& request) {
   return check.status();
 }
 
+absl::Status CheckSkipped(const v1::RecordsSkipped& skipped) {
+  Checker check("skipped records");
+  JobId(check, skipped.job_id(), /*may_be_empty=*/false);
+  check.Range("generation", skipped.generation(), 0, kMaxGeneration);
+  check.Range("records size", skipped.records_size(), 1,
+              kMaxSkippedRecordsPerMessage);
+  for (const v1::SkippedRecord& record : skipped.records()) {
+    check.Text("file", record.file());
+    check.That(!record.file().empty(), "file", "is empty");
+    check.Range("record", record.record(), 0, kMaxStep);
+    // -1: a record of a GZIP stream, named by its number.
+    check.Range("offset", record.offset(), -1, int64_t{1} << 62);
+    check.Range("bytes", record.bytes(), 0, int64_t{1} << 62);
+    check.Text("reason", record.reason());
+    check.That(record.split() == "train" || record.split() == "test", "split",
+               "is neither \"train\" nor \"test\"");
+  }
+  return check.status();
+}
+
 }  // namespace
 
 absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
@@ -357,6 +377,8 @@ absl::Status CheckWorkerMessage(const v1::WorkerMessage& message) {
       return CheckCommitted(message.committed());
     case v1::WorkerMessage::kPreempt:
       return CheckPreempt(message.preempt());
+    case v1::WorkerMessage::kSkipped:
+      return CheckSkipped(message.skipped());
     default:
       return absl::OkStatus();
   }

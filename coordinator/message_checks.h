@@ -32,6 +32,8 @@ inline constexpr int kMaxMetrics = 16;
 inline constexpr size_t kMaxMetricNameBytes = 32;
 inline constexpr int kMaxCheckpointFiles = 4096;
 inline constexpr int64_t kMaxCheckpointFileBytes = int64_t{1} << 50;
+// Records in one RecordsSkipped message (a worker sends at most 100).
+inline constexpr int kMaxSkippedRecordsPerMessage = 100;
 // Text that becomes part of a job's status (errors, reasons, notes).
 inline constexpr size_t kMaxTextBytes = 64 << 10;
 

@@ -245,6 +245,32 @@ void Coordinator::HandleProgressLocked(const Worker& worker,
   }
 }
 
+void Coordinator::HandleSkippedLocked(const Worker& worker,
+                                      const v1::RecordsSkipped& skipped) {
+  Job* job = GenerationOfLocked(worker, skipped.job_id(), skipped.generation());
+  if (job == nullptr) return;
+  const int64_t limit = job->status.spec().data().skip_corrupt();
+  if (limit <= 0) {
+    RefuseReport(worker, "skipped records",
+                 "the job's data.skip_corrupt is 0: its ranks skip nothing");
+    return;
+  }
+  if (NoteSkippedRecords(job->status, skipped, worker, NowSeconds()) == 0) {
+    return;
+  }
+  ChangedLocked(*job);
+  if (job->status.records_skipped() > limit) {
+    const std::string cause = absl::StrCat(
+        "more than ", limit, " record", limit == 1 ? "" : "s",
+        " of the job's data could not be read (data.skip_corrupt: ", limit,
+        "); the last: ", job->status.events().rbegin()->message(),
+        "; repair or rewrite the damaged files, or allow more");
+    EndJobLocked(*job, v1::JOB_STATE_FAILED, cause);
+    return;
+  }
+  PersistLocked(*job);
+}
+
 void Coordinator::HandlePreparedLocked(Worker& worker,
                                        const v1::CheckpointPrepared& p) {
   Job* job = GenerationOfLocked(worker, p.job_id(), p.generation());

@@ -239,6 +239,9 @@ absl::Status Coordinator::HandleWorkerMessage(
     case v1::WorkerMessage::kPreempt:
       HandlePreemptLocked(*worker, message.preempt());
       break;
+    case v1::WorkerMessage::kSkipped:
+      HandleSkippedLocked(*worker, message.skipped());
+      break;
     default:
       break;
   }

@@ -3,7 +3,8 @@
 // memory does not grow with a token file (the global shuffle holds no
 // table); ImageNet-style TFRecords of JPEG and PNG images written by
 // Pillow decode to Pillow's pixels and train, and a corrupt JPEG is named;
-// a CSV of float64 trains the model float32 .npy arrays of the same values
+// damaged records are skipped when allowed, alike on 1 and 2 workers; a
+// CSV of float64 trains the model float32 .npy arrays of the same values
 // train; a language model evaluates on a schedule and `lockstep compare`
 // draws the evaluations.
 #include <gmock/gmock.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -331,6 +333,86 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
   EXPECT_EQ(corrupt.code, 1);
   EXPECT_THAT(corrupt.err, AllOf(HasSubstr("corrupt-00000-of-00001 record 1"),
                                  HasSubstr("corrupt JPEG")));
+}
+
+// The byte offsets of the records of a plain TFRecord file.
+std::vector<size_t> RecordOffsets(const std::string& bytes) {
+  std::vector<size_t> offsets;
+  for (size_t at = 0; at + 12 <= bytes.size();) {
+    uint64_t length = 0;
+    std::memcpy(&length, bytes.data() + at, 8);  // little-endian hosts
+    offsets.push_back(at);
+    at += 16 + length;
+  }
+  return offsets;
+}
+
+// data.skip_corrupt (issue 54): three damaged records of ImageNet-style
+// shards (a data CRC, a length CRC, a JPEG cut short) are skipped, counted
+// once each, and 1 and 2 workers train the same samples; one fewer
+// allowed fails the job naming the limit, and by default the first damage
+// fails it.
+TEST(DataFormsTest, DamagedRecordsAreSkippedAlikeOnAnyNumberOfWorkers) {
+  const std::string made_dir = TempDir("damaged-made");
+  Result made = RunCommand({"/usr/bin/python3",
+                            kSource + "/tests/scripts/write_image_records.py",
+                            made_dir, "--train", "400", "--test", "100"});
+  ASSERT_EQ(made.code, 0) << made.err << " (needs python3-pil and numpy)";
+  const std::string dir = TempDir("damaged");
+  std::string first = Slurp(made_dir + "/train-00000-of-00002");
+  std::string second = Slurp(made_dir + "/train-00001-of-00002");
+  const std::vector<size_t> in_first = RecordOffsets(first);
+  const std::vector<size_t> in_second = RecordOffsets(second);
+  ASSERT_EQ(in_first.size(), 200u);
+  ASSERT_EQ(in_second.size(), 200u);
+  first[in_first[5] + 40] ^= 0x10;    // record 5's data
+  second[in_second[10] + 9] ^= 0x10;  // record 10's length CRC
+  Spill(dir + "/train-00000-of-00002", first);
+  Spill(dir + "/train-00001-of-00002", second);
+  // Record 1's JPEG is cut short; both CRCs match.
+  Spill(dir + "/train-zz-corrupt", Slurp(made_dir + "/corrupt-00000-of-00001"));
+  Spill(dir + "/validation-00000-of-00001",
+        Slurp(made_dir + "/validation-00000-of-00001"));
+
+  const std::vector<std::string> job = {
+      "data.format=tfrecord",
+      "data.dir=" + dir,
+      "data.train=train-*",
+      "data.test=validation-*",
+      R"(data.features={"image": {"from": "image/encoded", "encoding": "auto",)"
+      R"( "dtype": "uint8", "shape": [32, 32, 3], "random_crop": true},)"
+      R"( "label": {"from": "image/class/label", "dtype": "int64",)"
+      R"( "shape": []}})",
+      "global_batch_size=64",
+      "epochs=3"};
+  // The same samples in every step: the same losses, up to the sum order
+  // of 1 and 2 replicas (a rank that skipped by its own lights would train
+  // on other samples, far beyond this).
+  std::map<int, std::vector<double>> losses;
+  for (int workers : {1, 2}) {
+    const std::string csv = absl::StrCat(dir, "/losses-", workers, ".csv");
+    Result r = Local(workers, With(job, {"data.skip_corrupt=3"}), csv);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(LastJsonLine(r.out).fields().at("records_skipped").number_value(),
+              3)
+        << workers << " workers";
+    losses[workers] = ReadLosses(csv);
+  }
+  ASSERT_EQ(losses[1].size(), 18u);  // 6 steps an epoch
+  ASSERT_EQ(losses[1].size(), losses[2].size());
+  for (size_t i = 0; i < losses[1].size(); ++i) {
+    EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i] + 1e-6) << i;
+  }
+
+  Result tight = Local(2, With(job, {"data.skip_corrupt=2"}));
+  EXPECT_NE(tight.code, 0);
+  EXPECT_THAT(tight.out + tight.err, AllOf(HasSubstr("more than 2 records"),
+                                           HasSubstr("data.skip_corrupt: 2")));
+  Result strict = Local(1, job);
+  EXPECT_NE(strict.code, 0);
+  EXPECT_THAT(strict.out + strict.err,
+              AllOf(HasSubstr("train-00000-of-00002: record 5 at byte "),
+                    HasSubstr("CRC-32C")));
 }
 
 // The same samples as float64 CSV text and as float32 .npy arrays train the

@@ -49,6 +49,9 @@ TEST(JobSpecTest, DataFormsAreChecked) {
                  "shape": [], "offset": -1}}}})",
            R"({"global_batch_size": 64, "eval_every_steps": 50,
                "eval_batches": 4})",
+           R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+               "train": "a", "test": "b", "skip_corrupt": 1000,
+               "features": {"x": {"dtype": "float32", "shape": [1]}}}})",
        }) {
     const v1::JobSpec spec = Parse(good);
     EXPECT_TRUE(ValidateJobSpec(spec).ok())
@@ -72,6 +75,16 @@ TEST(JobSpecTest, DataFormsAreChecked) {
        "both data.train and data.test"},
       {R"({"global_batch_size": 64, "data": {"format": "csv"}})",
        "needs data.columns"},
+      {R"({"global_batch_size": 64, "data": {"skip_corrupt": 3}})",
+       "data.skip_corrupt skips unreadable TFRecord records"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "skip_corrupt": 1001,
+          "features": {"x": {"dtype": "float32", "shape": [1]}}}})",
+       "data.skip_corrupt is 1001"},
+      {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
+          "train": "a", "test": "b", "skip_corrupt": -1,
+          "features": {"x": {"dtype": "float32", "shape": [1]}}}})",
+       "data.skip_corrupt must be in [0, 1000]"},
       {R"({"global_batch_size": 64, "data": {"format": "tfrecord",
           "train": "a", "test": "b", "features": {"y": {"dtype": "float32",
           "shape": [], "offset": -1}}}})",

@@ -78,6 +78,12 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTokenFiles(
 // entered in the middle, so its samples are decoded once into memory.
 // Encoded images decode on up to `threads` threads per read; `train`: the
 // declared random augmentations apply (drawn from ReadInEpoch's key).
+// With spec.skip_corrupt N, up to N unreadable records are skipped
+// (SplitSource::skipped): a file whose framing or CRCs are damaged is
+// salvaged (SalvageTfRecordIndex) and its damage left out of the split, a
+// GZIP file's record that does not decode is left out, and a record that
+// does not decode when it is read gives its place to the next one of the
+// split that does (index + 1, + 2, ...: the same on every rank).
 absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     const std::vector<std::string>& files, const v1::DataSpec& spec,
     const std::string& index_cache_dir = "", bool train = false,

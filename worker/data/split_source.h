@@ -24,6 +24,8 @@
 
 namespace lockstep::worker {
 
+class SkipLog;
+
 struct ColumnInfo {
   std::string name;
   Dtype dtype = Dtype::kUInt8;
@@ -67,6 +69,9 @@ class SplitSource {
     return Read(columns, indices, out);
   }
   virtual bool VariesByEpoch() const { return false; }
+  // The records this split skipped (data.skip_corrupt), or null when it
+  // skips none (strict, or a format that does not).
+  virtual const SkipLog* skipped() const { return nullptr; }
   // One column.
   absl::Status ReadColumn(int column, absl::Span<const int64_t> indices,
                           char* out) const {

@@ -2,13 +2,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/data/skip_log.h"
 #include "worker/data/sources.h"
 #include "worker/data/tf_example.h"
 #include "worker/data/tfrecord.h"
@@ -22,9 +26,17 @@ constexpr int64_t kMaxInMemoryBytes = int64_t{4} << 30;
 class TfRecordSplit : public SplitSource {
  public:
   // `augment`: the training split's declared random augmentations apply.
+  // `skip`: the log of what may be skipped (null: nothing may).
   TfRecordSplit(std::vector<ColumnInfo> columns, ExampleDecoder decoder,
-                std::string description, bool augment, int threads)
-      : decoder_(std::move(decoder)), augment_(augment), threads_(threads) {
+                std::string description, bool augment, int threads,
+                std::shared_ptr<SkipLog> skip, std::string split,
+                std::string data_dir)
+      : decoder_(std::move(decoder)),
+        augment_(augment),
+        threads_(threads),
+        skip_(std::move(skip)),
+        split_(std::move(split)),
+        data_dir_(std::move(data_dir)) {
     columns_ = std::move(columns);
     description_ = std::move(description);
     for (const ColumnInfo& column : columns_) {
@@ -32,14 +44,22 @@ class TfRecordSplit : public SplitSource {
     }
   }
 
-  // A plain file, read record by record.
-  void AddIndexed(std::unique_ptr<TfRecordFile> file) {
+  // A plain file, read record by record, and what salvaging it left out.
+  absl::Status AddIndexed(std::unique_ptr<TfRecordFile> file,
+                          const std::vector<TfRecordDamage>& damage) {
+    for (const TfRecordDamage& stretch : damage) {
+      RETURN_IF_ERROR(Skip(file->index().path, stretch.record,
+                           static_cast<int64_t>(stretch.offset),
+                           static_cast<int64_t>(stretch.bytes),
+                           stretch.reason));
+    }
     Part part;
     part.first = size_;
     part.count = file->index().size();
     part.file = std::move(file);
     size_ += part.count;
     if (part.count > 0) parts_.push_back(std::move(part));
+    return absl::OkStatus();
   }
 
   // A GZIP file, decoded now: every sample's columns, back to back.
@@ -65,7 +85,16 @@ class TfRecordSplit : public SplitSource {
       }
       const size_t offset = part.decoded.size();
       part.decoded.resize(offset + static_cast<size_t>(decoded_bytes_));
-      RETURN_IF_ERROR(DecodeInto(record, path, at, &part.decoded[offset]));
+      absl::Status decoded =
+          DecodeInto(record, path, at, &part.decoded[offset]);
+      if (!decoded.ok() && skip_ != nullptr && Skippable(decoded)) {
+        part.decoded.resize(offset);
+        absl::string_view reason = decoded.message();
+        absl::ConsumePrefix(&reason, absl::StrCat(path, " record ", at, ": "));
+        RETURN_IF_ERROR(Skip(path, at, -1, 0, reason));
+        continue;
+      }
+      RETURN_IF_ERROR(decoded);
       ++part.count;
     }
     in_memory_ += static_cast<int64_t>(part.decoded.size());
@@ -81,6 +110,7 @@ class TfRecordSplit : public SplitSource {
   }
 
   bool VariesByEpoch() const override { return augment_; }
+  const SkipLog* skipped() const override { return skip_.get(); }
 
   // Records decode on up to `threads_` threads (encoded images are worth
   // it), each taking the next sample until none is left, so a slow image
@@ -132,18 +162,86 @@ class TfRecordSplit : public SplitSource {
     std::string decoded;
   };
 
+  // Errors of one record's bytes (not of the file or the machine).
+  static bool Skippable(const absl::Status& status) {
+    return status.code() == absl::StatusCode::kDataLoss ||
+           status.code() == absl::StatusCode::kInvalidArgument ||
+           status.code() == absl::StatusCode::kResourceExhausted;
+  }
+
+  // Notes a skipped record of `path` (offset -1: a GZIP stream's record,
+  // named by its number).
+  absl::Status Skip(const std::string& path, int64_t record, int64_t offset,
+                    int64_t bytes, absl::string_view reason) const {
+    SkippedRecordInfo info;
+    const std::string relative =
+        std::filesystem::path(path).lexically_relative(data_dir_).string();
+    info.file =
+        relative.empty() || absl::StartsWith(relative, "..") ? path : relative;
+    info.record = record;
+    info.offset = offset;
+    info.bytes = bytes;
+    info.reason = std::string(reason);
+    info.split = split_;
+    const std::string described = DescribeSkipped(info);
+    bool fresh = false;
+    absl::Status noted = skip_->Note(std::move(info), &fresh);
+    if (fresh) {
+      LogWarning("skipping ", split_, " data ", described,
+                 " (data.skip_corrupt: ", skip_->limit(), ")");
+    }
+    return noted;
+  }
+
   // Sample i of `indices` into its rows of `outs`; `scratch` holds the
-  // columns not asked for.
+  // columns not asked for. With skip_corrupt, a record that does not decode
+  // is noted and the next sample of the split read in its place, until one
+  // decodes: what takes its place depends on the data only.
   absl::Status ReadOne(uint64_t epoch_key, absl::Span<const int> columns,
                        absl::Span<const int64_t> indices,
                        absl::Span<char* const> outs, int64_t i,
                        std::string& scratch) const {
-    const int64_t index = indices[i];
+    int64_t index = indices[i];
+    for (int64_t tried = 0;; ++tried) {
+      absl::Status read =
+          ReadSample(epoch_key, indices[i], index, columns, outs, i, scratch);
+      if (read.ok() || skip_ == nullptr || !Skippable(read)) return read;
+      const auto [part, record] = Locate(index);
+      if (part->file == nullptr) return read;  // decoded when opened
+      const TfRecordIndex& file = part->file->index();
+      // The reason without the record's name (the skip names it).
+      absl::string_view reason = read.message();
+      absl::ConsumePrefix(&reason,
+                          absl::StrCat(file.path, " record ", record, ": "));
+      RETURN_IF_ERROR(
+          Skip(file.path, record,
+               static_cast<int64_t>(file.offsets[static_cast<size_t>(record)]),
+               0, reason));
+      if (tried + 1 >= size_) {
+        return absl::DataLossError(absl::StrCat("no record of ", description_,
+                                                " decodes: ", read.message()));
+      }
+      index = (index + 1) % size_;
+    }
+  }
+
+  // The part holding sample `index`, and its record number there.
+  std::pair<const Part*, int64_t> Locate(int64_t index) const {
     auto it = std::upper_bound(
         parts_.begin(), parts_.end(), index,
         [](int64_t at, const Part& part) { return at < part.first; });
     const Part& part = *std::prev(it);
-    const int64_t record = index - part.first;
+    return {&part, index - part.first};
+  }
+
+  // ReadOne's read of sample `index` in place of `slot` (the sample asked
+  // for, whose key draws the augmentation).
+  absl::Status ReadSample(uint64_t epoch_key, int64_t slot, int64_t index,
+                          absl::Span<const int> columns,
+                          absl::Span<char* const> outs, int64_t i,
+                          std::string& scratch) const {
+    const auto [found, record] = Locate(index);
+    const Part& part = *found;
     if (part.file == nullptr) {
       const char* sample = part.decoded.data() + record * decoded_bytes_;
       for (size_t c = 0; c < columns.size(); ++c) {
@@ -158,7 +256,7 @@ class TfRecordSplit : public SplitSource {
     // index mixed.
     Augmentation augmentation;
     augmentation.key =
-        epoch_key ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1));
+        epoch_key ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(slot + 1));
     // The columns asked for decode straight into their rows of `outs` (an
     // image is most of a sample); the others into `scratch`.
     std::vector<absl::Span<char>> spans;
@@ -204,6 +302,9 @@ class TfRecordSplit : public SplitSource {
   const ExampleDecoder decoder_;
   const bool augment_;
   const int threads_;
+  const std::shared_ptr<SkipLog> skip_;
+  const std::string split_;     // "train" or "test"
+  const std::string data_dir_;  // skipped files are named relative to it
   bool images_ = false;
   int64_t decoded_bytes_ = 0;
   int64_t in_memory_ = 0;  // decoded GZIP samples, all files
@@ -276,15 +377,25 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
   ASSIGN_OR_RETURN(ExampleDecoder decoder,
                    ExampleDecoder::Create(std::move(features)));
   const bool augment = train && random;
+  std::shared_ptr<SkipLog> skip;
+  if (spec.skip_corrupt() > 0) {
+    skip = std::make_shared<SkipLog>(spec.skip_corrupt());
+  }
+  std::error_code error;
+  std::filesystem::path data_dir =
+      std::filesystem::weakly_canonical(spec.dir(), error);
+  if (error) data_dir = spec.dir();
   auto split = std::make_shared<TfRecordSplit>(
       std::move(columns), std::move(decoder),
       absl::StrCat(files.size(), " TFRecord file", files.size() == 1 ? "" : "s",
                    " (first ", files.front(), ")"),
-      augment, threads);
+      augment, threads, std::move(skip), train ? "train" : "test",
+      data_dir.string());
   split->SetHasImages(images);
   split->ComputeOffsets();
   TfRecordIndexOptions options;
   options.cache_dir = index_cache_dir;
+  options.salvage = spec.skip_corrupt() > 0;
   for (const std::string& path : files) {
     TfRecordIndexReport report;
     ASSIGN_OR_RETURN(TfRecordIndex index,
@@ -307,7 +418,7 @@ absl::StatusOr<std::shared_ptr<const SplitSource>> OpenTfRecordFiles(
     }
     ASSIGN_OR_RETURN(std::unique_ptr<TfRecordFile> file,
                      TfRecordFile::Open(std::move(index)));
-    split->AddIndexed(std::move(file));
+    RETURN_IF_ERROR(split->AddIndexed(std::move(file), report.damage));
   }
   if (split->size() == 0) {
     return absl::InvalidArgumentError(

@@ -89,7 +89,8 @@ TrainingGeneration::TrainingGeneration(TaskContext& task, Replica& replica,
       spec_(task.assignment.spec()),
       rank_(task.assignment.rank()),
       world_(task.assignment.world_size()),
-      device_(device) {
+      device_(device),
+      skips_(task.assignment, task.send) {
   metrics_.set_sink(task.metrics);
 }
 
@@ -148,6 +149,9 @@ absl::Status TrainingGeneration::ConnectAndLoad(absl::Time* connected_at) {
   RETURN_IF_ERROR(connected);
   train_ = *std::move(train);
   test_ = *std::move(test);
+  skips_.Watch(train_.get());
+  skips_.Watch(test_.get());
+  skips_.SendNew();  // what opening the files left out
   ASSIGN_OR_RETURN(learning_, ResolveTask(spec_, *train_, test_.get()));
   ASSIGN_OR_RETURN(const Task test_task, TaskForTest(learning_, *test_));
   train_assembler_ = std::make_unique<BatchAssembler>(train_, learning_);
@@ -639,6 +643,14 @@ absl::Status TrainingGeneration::Finalize() {
 }
 
 absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
+  absl::StatusOr<v1::TaskResult> result = Train();
+  // Also after an error (the limit of skipped records, say): before the
+  // result, on the same session.
+  skips_.SendNew();
+  return result;
+}
+
+absl::StatusOr<v1::TaskResult> TrainingGeneration::Train() {
   RETURN_IF_ERROR(Setup());
   // What the worker holds itself (not the mapped data, which is the page
   // cache's): it must not grow with the data set (docs/BENCHMARKS.md).
@@ -653,6 +665,7 @@ absl::StatusOr<v1::TaskResult> TrainingGeneration::Run() {
       return absl::AbortedError("the generation was aborted");
     }
     RETURN_IF_ERROR(Step(&stop));
+    skips_.SendNew();
     const int64_t step = replica_.step;
     const bool epoch_end = step % steps_per_epoch == 0;
     const bool last = step == total_steps_ || stop;

@@ -36,6 +36,7 @@
 #include "worker/train/progress_reporter.h"
 #include "worker/train/replica.h"
 #include "worker/train/replica_checkpoint.h"
+#include "worker/train/skip_reporter.h"
 #include "worker/train/state_agreement.h"
 #include "worker/train/step_metrics.h"
 #include "worker/train/task.h"
@@ -89,6 +90,8 @@ class TrainingGeneration {
   GlobalSampler MakeSampler() const;
   ReplicaPosition Position() const;
 
+  // Run's set-up and steps.
+  absl::StatusOr<v1::TaskResult> Train();
   // One optimizer step; sets *stop when any rank asked to stop.
   absl::Status Step(bool* stop);
   // The loss of samples [begin, begin + count) of `batch`.
@@ -146,6 +149,7 @@ class TrainingGeneration {
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<ProgressReporter> reporter_;  // the chief's only
+  SkipReporter skips_;
   bool preempted_ = false;
   // How the save of a stop went (checkpoints configured, stopped).
   std::optional<absl::Status> stop_save_;
