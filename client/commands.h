@@ -56,6 +56,8 @@ int RunHealth(const std::vector<std::string>& argv);
 int RunData(const std::vector<std::string>& argv);
 // lockstep artifacts list|get: the models the coordinator keeps.
 int RunArtifacts(const std::vector<std::string>& argv);
+// lockstep ui: the web console (client/ui_server.h).
+int RunUi(const std::vector<std::string>& argv);
 
 }  // namespace lockstep::client
 

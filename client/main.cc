@@ -30,6 +30,7 @@ Usage:
   lockstep compare JOB_A JOB_B ... [--svg FILE] [--json]
   lockstep health HOST:PORT [--timeout SECS] [--json]
   lockstep data inspect PATH... [--format F] | data check JOB.json
+  lockstep ui [--listen HOST:PORT]
   lockstep --version
 
 The coordinator address comes from --coordinator HOST:PORT or
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   if (command == "health") return RunHealth(rest);
   if (command == "data") return RunData(rest);
   if (command == "artifacts") return RunArtifacts(rest);
+  if (command == "ui") return RunUi(rest);
   std::cerr << "lockstep: unknown command '" << command
             << "'; run lockstep --help\n";
   return kExitUsage;

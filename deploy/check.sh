@@ -92,8 +92,10 @@ stage_packages() {  # DOCKERFILE STAGE
 #                      images ship the daemons and the CLI, not the package
 #   python3-venv python3-pip python3-setuptools python3-wheel  the test that
 #                      pip-installs that package into a virtual environment
+#   chromium           the browser the web console's tests drive; `lockstep ui`
+#                      serves it, the images need none
 # shellcheck disable=SC2034  # read as ${!allowed} below
-allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes python3-pil python3-grpcio python3-protobuf python3-pandas python3-matplotlib python3-tqdm python3-venv python3-pip python3-setuptools python3-wheel"
+allowed_cpu="ccache git clang libfuzzer-14-dev dataset-fashion-mnist openssl prometheus python3-torch python3-numpy fortunes python3-pil python3-grpcio python3-protobuf python3-pandas python3-matplotlib python3-tqdm python3-venv python3-pip python3-setuptools python3-wheel chromium"
 # shellcheck disable=SC2034
 allowed_gpu="$allowed_cpu libtorch-dev libopenblas0 libopenblas0-openmp python3"
 install_deps_packages >"$work/install-deps.txt"

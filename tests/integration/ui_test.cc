@@ -1,0 +1,248 @@
+// The web console (`lockstep ui`, issue 55) against a real coordinator and
+// workers with mutual TLS: its API lists a running job and its curve grows
+// while it trains; the token, the Host and the Origin keep everyone but the
+// console's own page out; an operator's console stops the job and a
+// viewer's is refused with the coordinator's reason; and Debian's Chromium,
+// headless, renders the jobs page and a job's chart from the real script.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "tests/integration/harness.h"
+
+namespace lockstep::integration {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// One HTTP/1.1 request to 127.0.0.1:`port` with `headers` (each "Name:
+// value"), read to the server's close.
+HttpReply Http(int port, const std::string& method, const std::string& target,
+               const std::vector<std::string>& headers,
+               const std::string& body = "") {
+  HttpReply reply;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return reply;
+  }
+  std::string request =
+      absl::StrCat(method, " ", target, " HTTP/1.1\r\nConnection: close\r\n");
+  for (const std::string& header : headers) {
+    absl::StrAppend(&request, header, "\r\n");
+  }
+  absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n\r\n", body);
+  (void)!write(fd, request.data(), request.size());
+  std::string response;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  close(fd);
+  if (response.size() > 12) {
+    (void)absl::SimpleAtoi(response.substr(9, 3), &reply.status);
+  }
+  const size_t blank = response.find("\r\n\r\n");
+  if (blank != std::string::npos) reply.body = response.substr(blank + 4);
+  return reply;
+}
+
+class UiTest : public ClusterTest {
+ protected:
+  // Starts `lockstep ui` with `tls`'s certificate; sets port_ and token_.
+  void StartUi(const TlsOptions& tls) {
+    int out = -1;
+    auto pid = processes_.Spawn("ui",
+                                {kBin + "/lockstep", "ui", "--listen",
+                                 "127.0.0.1:0", "--coordinator", address_},
+                                TlsEnv(tls), dir_ + "/ui.log", &out);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    std::string text;
+    char c;
+    while (read(out, &c, 1) == 1) {
+      text.push_back(c);
+      if (c == '\n' && text.find("?token=") != std::string::npos) break;
+    }
+    close(out);
+    const size_t at = text.find("http://127.0.0.1:");
+    ASSERT_NE(at, std::string::npos) << text;
+    url_ = text.substr(at, text.find('\n', at) - at);
+    const std::string rest = url_.substr(17);
+    ASSERT_TRUE(absl::SimpleAtoi(rest.substr(0, rest.find('/')), &port_));
+    token_ = url_.substr(url_.find("?token=") + 7);
+    host_ = absl::StrCat("Host: 127.0.0.1:", port_);
+  }
+  HttpReply Get(const std::string& target) {
+    return Http(port_, "GET", target, {host_, "X-Lockstep-Token: " + token_});
+  }
+  HttpReply Stop(const std::string& job) {
+    return Http(
+        port_, "POST", "/api/jobs/" + job + "/stop",
+        {host_, "X-Lockstep-Token: " + token_, "Content-Type: application/json",
+         absl::StrCat("Origin: http://127.0.0.1:", port_)},
+        "{}");
+  }
+  // The points of the job's curve the API sends.
+  int CurvePoints(const std::string& job) {
+    HttpReply reply = Get("/api/jobs/" + job);
+    google::protobuf::Struct parsed;
+    if (reply.status != 200 || !FromJson(reply.body, &parsed, "curve").ok()) {
+      return -1;
+    }
+    return parsed.fields()
+        .at("curve")
+        .struct_value()
+        .fields()
+        .at("steps")
+        .list_value()
+        .values_size();
+  }
+
+  std::string url_, token_, host_;
+  int port_ = 0;
+};
+
+// A long job: stopped by the test.
+const std::vector<std::string> kLongJob = {"max_steps=1000000", "epochs=50"};
+
+TEST_F(UiTest, AnOperatorsConsoleListsAJobFollowsItAndStopsIt) {
+  StartCluster(2);
+  const std::string job = SubmitAndTrainTo(kLongJob, 3);
+  ASSERT_FALSE(job.empty());
+  StartUi(OperatorTls());
+
+  HttpReply jobs = Get("/api/jobs");
+  EXPECT_EQ(jobs.status, 200) << jobs.body;
+  EXPECT_THAT(jobs.body, AllOf(HasSubstr(absl::StrCat("\"job_id\":\"", job)),
+                               HasSubstr("JOB_STATE_RUNNING")));
+  // The curve gains points while the job trains (waited for, not slept).
+  const int first = CurvePoints(job);
+  ASSERT_GT(first, 0);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int later = first;
+  while (later <= first && std::chrono::steady_clock::now() < deadline) {
+    later = CurvePoints(job);
+  }
+  EXPECT_GT(later, first);
+  EXPECT_EQ(Get("/api/workers").status, 200);
+  EXPECT_EQ(Get("/api/queue").status, 200);
+  HttpReply page = Http(port_, "GET", "/?token=" + token_, {host_});
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.body, HasSubstr("<script src=\"/app.js\">"));
+
+  // Nobody else: no token, a wrong one, another site's page, a DNS name
+  // rebound to 127.0.0.1, a form's POST.
+  EXPECT_EQ(Http(port_, "GET", "/", {host_}).status, 403);
+  EXPECT_EQ(Http(port_, "GET", "/api/jobs", {host_}).status, 403);
+  EXPECT_EQ(
+      Http(port_, "GET", "/api/jobs", {host_, "X-Lockstep-Token: 00"}).status,
+      403);
+  EXPECT_EQ(Http(port_, "GET", "/api/jobs",
+                 {host_, "X-Lockstep-Token: " + token_,
+                  "Origin: http://evil.example"})
+                .status,
+            403);
+  EXPECT_EQ(Http(port_, "GET", "/api/jobs",
+                 {absl::StrCat("Host: evil.example:", port_),
+                  "X-Lockstep-Token: " + token_})
+                .status,
+            403);
+  EXPECT_EQ(Http(port_, "POST", "/api/jobs/" + job + "/stop",
+                 {host_, "X-Lockstep-Token: " + token_,
+                  "Content-Type: application/x-www-form-urlencoded"})
+                .status,
+            415);
+  EXPECT_EQ(WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
+            v1::JOB_STATE_RUNNING)
+      << "the refused requests changed the job";
+
+  HttpReply stop = Stop(job);
+  EXPECT_EQ(stop.status, 200) << stop.body;
+  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+}
+
+TEST_F(UiTest, AViewersConsoleShowsTheJobButItsStopIsRefused) {
+  StartCluster(1);
+  const std::string job = SubmitAndTrainTo(kLongJob, 2);
+  ASSERT_FALSE(job.empty());
+  StartUi(IssueTestCertificate("spiffe://lockstep/viewer/ui"));
+  EXPECT_THAT(Get("/api/jobs").body, HasSubstr(job));
+  HttpReply stop = Stop(job);
+  EXPECT_EQ(stop.status, 403);
+  EXPECT_THAT(stop.body, HasSubstr("viewer"));
+  EXPECT_EQ(WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
+            v1::JOB_STATE_RUNNING);
+}
+
+// Debian's Chromium runs the page's real script against the real API: the
+// jobs table lists the job, and the job's page draws its loss curve.
+TEST_F(UiTest, ChromiumRendersTheJobsAndAJobsCurve) {
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) {
+    GTEST_SKIP() << "no " << chromium << " (scripts/install-deps installs it)";
+  }
+  StartCluster(1);
+  const std::string job = SubmitAndTrainTo(kLongJob, 3);
+  ASSERT_FALSE(job.empty());
+  StartUi(OperatorTls());
+  auto render = [&](const std::string& url, const std::string& name) {
+    const std::string profile = TempDir("chromium-" + name);
+    std::vector<std::string> argv = {chromium,
+                                     "--headless",
+                                     "--no-sandbox",
+                                     "--disable-gpu",
+                                     "--disable-dev-shm-usage",
+                                     "--no-first-run",
+                                     "--user-data-dir=" + profile,
+                                     "--virtual-time-budget=10000"};
+    auto with = [](std::vector<std::string> a,
+                   const std::vector<std::string>& more) {
+      a.insert(a.end(), more.begin(), more.end());
+      return a;
+    };
+    Result dom = RunCommand(with(argv, {"--dump-dom", url}));
+    if (dom.code != 0 || dom.out.find("<html") == std::string::npos) {
+      return dom;
+    }
+    // Kept beside the logs: what the page looked like.
+    RunCommand(with(argv, {"--screenshot=" + dir_ + "/" + name + ".png",
+                           "--window-size=1200,900", url}));
+    return dom;
+  };
+  Result jobs = render(url_ + "#/jobs", "jobs");
+  if (jobs.code != 0 && jobs.out.empty()) {
+    GTEST_SKIP() << "Chromium cannot start here: " << jobs.err;
+  }
+  EXPECT_THAT(jobs.out, AllOf(HasSubstr(absl::StrCat("data-job=\"", job, "\"")),
+                              HasSubstr("RUNNING")))
+      << "screenshot: " << dir_ << "/jobs.png";
+  Result one = render(url_ + "#/job/" + job, "job");
+  EXPECT_THAT(one.out, AllOf(HasSubstr("data-series=\"loss\""),
+                             HasSubstr("generation_started")))
+      << "screenshot: " << dir_ << "/job.png";
+}
+
+}  // namespace
+}  // namespace lockstep::integration
