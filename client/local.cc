@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
+#include "client/ui_server.h"
 #include "client/views.h"
 #include "common/files.h"
 #include "common/job_spec.h"
@@ -34,7 +35,7 @@ namespace {
 
 constexpr char kLocalUsage[] =
     R"(Usage: lockstep local --workers N [--spares N] [--gpus] [--json] [--insecure] [--metrics-port PORT] [--set field=value ...] JOB.json [JOB.json ...]
-       lockstep local --serve --workers N [--spares N] [--gpus] [--json] [--insecure] [--data-root DIR]... [--backup-root DIR]... [--export-root DIR]...
+       lockstep local --serve --workers N [--spares N] [--gpus] [--json] [--insecure] [--ui] [--data-root DIR]... [--backup-root DIR]... [--export-root DIR]...
 
 Runs JOB.json on a coordinator process and N worker processes on this
 machine (127.0.0.1), streams progress, and exits 0 when the job succeeds.
@@ -90,6 +91,9 @@ Flags:
                        with coordinator, tls_cert, tls_key, tls_ca, an
                        operator's certificate, viewer_tls_cert and
                        viewer_tls_key, a viewer's, and run_dir)
+  --ui                 with --serve: also serve the web console of the pool
+                       as its operator (`lockstep ui`) on a free port of
+                       127.0.0.1, and print its URL (--json: ui_url)
   --data-root DIR, --backup-root DIR, --export-root DIR
                        with --serve: the folders jobs may read data and
                        TorchScript from, keep checkpoints in and export to
@@ -176,6 +180,11 @@ absl::Status LocalRun::Prepare() {
         absl::StrCat("--spares must be between 0 and 64, got ", spares_));
   }
   serve_ = args_.Has("serve");
+  if (!serve_ && args_.Has("ui")) {
+    return absl::InvalidArgumentError(
+        "--ui is for --serve: it serves the web console of the pool; for a "
+        "running job use `lockstep ui` with the exports lockstep local prints");
+  }
   for (const char* flag : {"data-root", "backup-root", "export-root"}) {
     if (!serve_ && args_.Has(flag)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -552,15 +561,31 @@ void LocalRun::PrintServeJson() {
   f["workers"].set_number_value(workers_);
   f["spares"].set_number_value(spares_);
   f["pid"].set_number_value(getpid());
+  if (console_ != nullptr) f["ui_url"].set_string_value(console_->Url());
   std::cout << ToJson(out) << std::endl;
 }
 
 int LocalRun::Serve() {
+  if (args_.Has("ui")) {
+    // The console, as the run's operator, on a port of its own.
+    TlsOptions operator_tls = operator_tls_;
+    operator_tls.insecure = insecure_;
+    auto credentials = LoadChannelCredentials(operator_tls);
+    if (!credentials.ok()) return Fail(credentials.status());
+    auto console = UiServer::Start("127.0.0.1:0",
+                                   Connect(address_, *credentials), address_);
+    if (!console.ok()) return Fail(console.status());
+    console_ = *std::move(console);
+  }
   if (json_) {
     PrintServeJson();
   } else {
     std::cout << "lockstep local: " << workers_ << " workers ready; serving "
               << "until Ctrl-C or SIGTERM" << std::endl;
+    if (console_ != nullptr) {
+      std::cout << "lockstep local: the console: open " << console_->Url()
+                << std::endl;
+    }
   }
   sigset_t signals;
   sigemptyset(&signals);
@@ -577,6 +602,7 @@ int LocalRun::Serve() {
     failure = child_failure_;
   }
   finishing_ = true;
+  console_.reset();
   stub_.reset();
   processes_.TerminateAll(absl::Seconds(5));
   if (!failure.empty()) {
@@ -601,7 +627,7 @@ int RunLocal(const std::vector<std::string>& argv, const std::string& bin_dir) {
       {"workers", "spares", "set", "metrics-out", "threads", "metrics-port",
        "data-plane-encryption", "data-plane-transport", "data-root",
        "backup-root", "export-root"},
-      {"json", "keep-logs", "gpus", "help", "serve", kInsecureFlag});
+      {"json", "keep-logs", "gpus", "help", "serve", "ui", kInsecureFlag});
   if (!args.ok()) return Fail(args.status());
   if (args->Has("help")) {
     std::cout << kLocalUsage;

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/process.h"
+#include "client/ui_server.h"
 #include "common/args.h"
 #include "common/cert_maker.h"
 #include "common/tls.h"
@@ -109,6 +110,8 @@ class LocalRun {
   std::string address_;
   ProcessGroup processes_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  // --serve --ui: the web console of the pool.
+  std::unique_ptr<UiServer> console_;
   // The watch under way, cancelled when a process fails for good.
   absl::Mutex watch_mu_;
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;

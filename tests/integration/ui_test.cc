@@ -2,12 +2,14 @@
 // workers with mutual TLS: its API lists a running job and its curve grows
 // while it trains; the token, the Host and the Origin keep everyone but the
 // console's own page out; an operator's console stops the job and a
-// viewer's is refused with the coordinator's reason; and Debian's Chromium,
+// viewer's is refused with the coordinator's reason; it reconnects to a
+// restarted coordinator by itself; and Debian's Chromium,
 // headless, renders the jobs page and a job's chart from the real script.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -194,6 +196,64 @@ TEST_F(UiTest, AViewersConsoleShowsTheJobButItsStopIsRefused) {
   EXPECT_THAT(stop.body, HasSubstr("viewer"));
   EXPECT_EQ(WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
             v1::JOB_STATE_RUNNING);
+}
+
+// The coordinator killed and restarted under an open console: the API says
+// it cannot be reached (503, which the page shows as "reconnecting"), then
+// answers again on its own once the coordinator is back.
+TEST_F(UiTest, TheConsoleReconnectsToARestartedCoordinator) {
+  StartCluster(1);
+  const std::string job = SubmitAndTrainTo(kLongJob, 2);
+  ASSERT_FALSE(job.empty());
+  StartUi(OperatorTls());
+  ASSERT_EQ(Get("/api/jobs/" + job).status, 200);
+  ASSERT_EQ(kill(coordinator_pid_, SIGKILL), 0);
+  // (SIGKILL is delivered at once, but the process ends a moment later.)
+  HttpReply down = Get("/api/jobs/" + job);
+  for (int i = 0; i < 1000 && down.status == 200; ++i) {
+    down = Get("/api/jobs/" + job);
+  }
+  EXPECT_EQ(down.status, 503) << down.body;
+  EXPECT_THAT(down.body, HasSubstr("\"error\""));
+  StartCoordinator(address_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  HttpReply back = Get("/api/jobs/" + job);
+  while (back.status != 200 && std::chrono::steady_clock::now() < deadline) {
+    back = Get("/api/jobs/" + job);
+  }
+  EXPECT_EQ(back.status, 200) << back.body;
+  EXPECT_THAT(back.body, HasSubstr("coordinator_restarted"));
+}
+
+// `lockstep local --serve --ui`: the local pool's console, as its operator.
+TEST(LocalUiTest, ALocalPoolServesItsConsole) {
+  const std::string dir = TempDir("local-ui");
+  client::ProcessGroup processes;
+  int out = -1;
+  auto pid = processes.Spawn("local",
+                             {kBin + "/lockstep", "local", "--serve",
+                              "--workers", "1", "--ui", "--json"},
+                             {}, dir + "/local.log", &out);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  std::string line;
+  char c;
+  while (read(out, &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out);
+  const google::protobuf::Struct ready = LastJsonLine(line);
+  ASSERT_TRUE(ready.fields().contains("ui_url")) << line;
+  const std::string url = ready.fields().at("ui_url").string_value();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(url.substr(17, url.find('/', 17) - 17), &port))
+      << url;
+  const std::string token = url.substr(url.find("?token=") + 7);
+  const std::string host = absl::StrCat("Host: 127.0.0.1:", port);
+  EXPECT_EQ(Http(port, "GET", "/?token=" + token, {host}).status, 200);
+  HttpReply workers =
+      Http(port, "GET", "/api/workers", {host, "X-Lockstep-Token: " + token});
+  EXPECT_EQ(workers.status, 200) << workers.body;
+  EXPECT_THAT(workers.body, HasSubstr("\"worker_id\""));
+  processes.TerminateAll(absl::Seconds(10));
 }
 
 // Debian's Chromium runs the page's real script against the real API: the
