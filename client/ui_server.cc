@@ -203,6 +203,25 @@ absl::StatusOr<v1::GetJobStatusResponse> ListJobs(v1::Coordinator::Stub* stub,
 
 }  // namespace
 
+v1::JobStatus JobRow(const v1::JobStatus& job) {
+  v1::JobStatus row;
+  row.set_job_id(job.job_id());
+  row.set_state(job.state());
+  row.set_owner(job.owner());
+  row.set_submitted_by(job.submitted_by());
+  row.set_priority(job.priority());
+  row.set_world_size(job.world_size());
+  row.set_step(job.step());
+  row.set_total_steps(job.total_steps());
+  row.set_loss(job.loss());
+  row.set_samples_per_second(job.samples_per_second());
+  row.set_submit_time(job.submit_time());
+  row.mutable_spec()->set_name(job.spec().name());
+  row.mutable_spec()->set_num_workers(job.spec().num_workers());
+  row.set_error(job.error().substr(0, kUiRowErrorBytes));
+  return row;
+}
+
 std::string JobWithCurve(v1::JobStatus status, int points) {
   const int n = status.step_losses_size();
   const int64_t stride = std::max<int64_t>(1, status.loss_stride());
@@ -346,7 +365,10 @@ UiResponse UiServer::Api(const UiRequest& request) {
   if (parts == std::vector<std::string>{"jobs"}) {
     auto jobs = ListJobs(stub_.get(), 1000, &rpc);
     if (!jobs.ok()) return RpcFailure(rpc, address_);
-    return {200, "application/json", ToJson(*jobs)};
+    v1::GetJobStatusResponse rows;
+    for (const v1::JobStatus& job : jobs->jobs())
+      *rows.add_jobs() = JobRow(job);
+    return {200, "application/json", ToJson(rows)};
   }
   if (parts.size() == 2 && parts[0] == "jobs") {
     auto job = FetchJob(stub_.get(), address_, parts[1], /*history=*/true,

@@ -7,7 +7,8 @@
 //
 // The API (JSON; proto field names, int64 as strings, as protobuf's JSON
 // mapping writes them):
-//   GET  /api/jobs           the newest 1000 jobs' summaries
+//   GET  /api/jobs           the newest 1000 jobs, each as the jobs page
+//                            shows it (JobRow: about a tenth of a summary)
 //   GET  /api/jobs/ID        one job's status without its raw histories,
 //                            and "curve": at most 2000 points of its loss
 //                            and learning rate by step (each point the
@@ -75,6 +76,12 @@ class UiServer {
   std::unique_ptr<UiGate> gate_;
   MHD_Daemon* daemon_ = nullptr;
 };
+
+// A job as the jobs page lists it: id, state, owner, priority, workers,
+// step, loss, throughput, submit time, its spec's name and workers, and
+// the first kUiRowErrorBytes of its error.
+inline constexpr size_t kUiRowErrorBytes = 200;
+v1::JobStatus JobRow(const v1::JobStatus& job);
 
 // The job's status as /api/jobs/ID sends it: the histories replaced by at
 // most `points` points of (step, loss, learning rate), each the mean of

@@ -152,5 +152,35 @@ TEST(UiCurveTest, ALongHistoryIsSentAsAtMost2000Means) {
   EXPECT_EQ(thin_steps.values(4).number_value(), 37);  // loss 9: step 36 + 1
 }
 
+// The jobs page's row: what the page shows, not the spec, plan or events
+// of the job (a thousand of them are sent every second).
+TEST(UiCurveTest, AJobsRowIsWhatTheJobsPageShows) {
+  v1::JobStatus job;
+  job.set_job_id("mlp-7");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_owner("operator:ana");
+  job.set_priority(5);
+  job.set_step(12);
+  job.set_total_steps(100);
+  job.mutable_spec()->set_name("mlp");
+  job.mutable_spec()->set_num_workers(2);
+  job.mutable_spec()->mutable_model()->set_torchscript(std::string(10000, 'm'));
+  job.set_error(std::string(5000, 'e'));
+  job.add_events()->set_kind("generation_started");
+  job.mutable_plan()->set_replicas(2);
+  const v1::JobStatus row = JobRow(job);
+  EXPECT_EQ(row.job_id(), "mlp-7");
+  EXPECT_EQ(row.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(row.owner(), "operator:ana");
+  EXPECT_EQ(row.priority(), 5);
+  EXPECT_EQ(row.step(), 12);
+  EXPECT_EQ(row.spec().num_workers(), 2);
+  EXPECT_FALSE(row.spec().has_model());
+  EXPECT_EQ(row.error().size(), kUiRowErrorBytes);
+  EXPECT_EQ(row.events_size(), 0);
+  EXPECT_FALSE(row.has_plan());
+  EXPECT_LT(row.ByteSizeLong(), 400u);
+}
+
 }  // namespace
 }  // namespace lockstep::client
