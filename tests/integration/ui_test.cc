@@ -226,6 +226,49 @@ TEST_F(UiTest, TheConsoleReconnectsToARestartedCoordinator) {
   EXPECT_THAT(back.body, HasSubstr("coordinator_restarted"));
 }
 
+// A pool of free workers: jobs of any number of workers.
+class UiPoolTest : public UiTest {
+ protected:
+  UiPoolTest() { pool_ = true; }
+};
+
+// The compare page of a 1-worker and a 2-worker run of the same spec, in
+// Chromium: both curves drawn, and the coordinator's verdict "same
+// function".
+TEST_F(UiPoolTest, ChromiumComparesAOneAndATwoWorkerRun) {
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) {
+    GTEST_SKIP() << "no " << chromium << " (scripts/install-deps installs it)";
+  }
+  StartCluster(2);
+  std::vector<std::string> ids;
+  for (int workers : {1, 2}) {
+    const std::string job =
+        Submit({absl::StrCat("num_workers=", workers), "max_steps=30",
+                "global_batch_size=64", "log_every_steps=1"});
+    ASSERT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+    ids.push_back(job);
+  }
+  StartUi(OperatorTls());
+  const std::string both = ids[0] + "," + ids[1];
+  HttpReply compared = Get("/api/compare/" + both);
+  EXPECT_EQ(compared.status, 200) << compared.body;
+  EXPECT_THAT(compared.body, HasSubstr("\"same_function\":true"));
+  const std::string profile = TempDir("chromium-compare");
+  Result dom =
+      RunCommand({chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-dev-shm-usage", "--no-first-run",
+                  "--user-data-dir=" + profile, "--virtual-time-budget=10000",
+                  "--dump-dom", url_ + "#/compare/" + both});
+  if (dom.code != 0 && dom.out.empty()) {
+    GTEST_SKIP() << "Chromium cannot start here: " << dom.err;
+  }
+  EXPECT_THAT(dom.out,
+              AllOf(HasSubstr("verdict same"), HasSubstr("same function"),
+                    HasSubstr(absl::StrCat("data-series=\"", ids[0], "\"")),
+                    HasSubstr(absl::StrCat("data-series=\"", ids[1], "\""))));
+}
+
 // `lockstep local --serve --ui`: the local pool's console, as its operator.
 TEST(LocalUiTest, ALocalPoolServesItsConsole) {
   const std::string dir = TempDir("local-ui");
