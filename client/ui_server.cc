@@ -1,6 +1,7 @@
 #include "client/ui_server.h"
 
 #include <arpa/inet.h>
+#include <google/protobuf/struct.pb.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -53,37 +54,10 @@ constexpr size_t kMaxBody = 4096;
 // A request waits this long for the coordinator.
 constexpr int kCallSeconds = 10;
 
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(
-              &out, "\\u00",
-              absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-        } else if (c == '<') {
-          out += "\\u003c";  // never a tag inside a page
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 UiResponse Error(int status, absl::string_view why) {
-  return {status, "application/json",
-          absl::StrCat("{\"error\":", JsonString(why), "}")};
+  google::protobuf::Struct body;
+  (*body.mutable_fields())["error"].set_string_value(std::string(why));
+  return {status, "application/json", ToJson(body)};
 }
 
 // A coordinator call's failure as the console answers it.

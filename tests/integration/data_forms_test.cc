@@ -72,6 +72,34 @@ std::vector<std::string> With(std::vector<std::string> sets,
   return sets;
 }
 
+// 3 epochs of the MLP at global batch 64 on write_image_records.py's
+// folder `dir`: images 32x32x3 from image/encoded with `augment` (JSON
+// members), labels from image/class/label.
+std::vector<std::string> ImageRecordsJob(const std::string& dir,
+                                         const std::string& augment) {
+  return {"data.format=tfrecord",
+          "data.dir=" + dir,
+          "data.train=train-*",
+          "data.test=validation-*",
+          absl::StrCat(R"(data.features={"image": {"from": "image/encoded",)",
+                       R"( "encoding": "auto", "dtype": "uint8",)",
+                       R"( "shape": [32, 32, 3], )", augment,
+                       R"(}, "label": {"from": "image/class/label",)",
+                       R"( "dtype": "int64", "shape": []}})"),
+          "global_batch_size=64",
+          "epochs=3"};
+}
+
+// Two runs' losses step by step, equal up to the sum order of 1 and 2
+// replicas.
+void ExpectSameLosses(const std::vector<double>& one,
+                      const std::vector<double>& two) {
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(two[i], one[i], 1e-4 * one[i] + 1e-6) << i;
+  }
+}
+
 // A one-block gpt on windows of 16 tokens.
 std::vector<std::string> TinyLm(const std::string& dir) {
   return {"task.type=language_model", "model.name=gpt",
@@ -268,18 +296,9 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
                          << largest;
   }
 
-  const std::vector<std::string> job = {
-      "data.format=tfrecord",
-      "data.dir=" + dir,
-      "data.train=train-*",
-      "data.test=validation-*",
-      R"(data.features={"image": {"from": "image/encoded", "encoding": "auto",)"
-      R"( "dtype": "uint8", "shape": [32, 32, 3], "random_crop": true,)"
-      R"( "random_flip": true}, "label": {"from": "image/class/label",)"
-      R"( "dtype": "int64", "shape": []}})",
-      "optimizer.type=adam",
-      "global_batch_size=64",
-      "epochs=3"};
+  const std::vector<std::string> job =
+      With(ImageRecordsJob(dir, R"("random_crop": true, "random_flip": true)"),
+           {"optimizer.type=adam"});
   std::map<int, std::vector<double>> losses;
   for (int workers : {1, 2}) {
     const std::string csv = absl::StrCat(dir, "/losses-", workers, ".csv");
@@ -291,10 +310,7 @@ TEST(DataFormsTest, PillowsJpegRecordsDecodeExactlyAndTrain) {
                 0.5);
     }
   }
-  ASSERT_EQ(losses[1].size(), losses[2].size());
-  for (size_t i = 0; i < losses[1].size(); ++i) {
-    EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i] + 1e-6) << i;
-  }
+  ExpectSameLosses(losses[1], losses[2]);
 
   // The convolutional models take the decoded images as they are (issue
   // 54: they were [H, W, C], which cnn and resnet refused): the cnn with
@@ -374,17 +390,8 @@ TEST(DataFormsTest, DamagedRecordsAreSkippedAlikeOnAnyNumberOfWorkers) {
   Spill(dir + "/validation-00000-of-00001",
         Slurp(made_dir + "/validation-00000-of-00001"));
 
-  const std::vector<std::string> job = {
-      "data.format=tfrecord",
-      "data.dir=" + dir,
-      "data.train=train-*",
-      "data.test=validation-*",
-      R"(data.features={"image": {"from": "image/encoded", "encoding": "auto",)"
-      R"( "dtype": "uint8", "shape": [32, 32, 3], "random_crop": true},)"
-      R"( "label": {"from": "image/class/label", "dtype": "int64",)"
-      R"( "shape": []}})",
-      "global_batch_size=64",
-      "epochs=3"};
+  const std::vector<std::string> job =
+      ImageRecordsJob(dir, R"("random_crop": true)");
   // The same samples in every step: the same losses, up to the sum order
   // of 1 and 2 replicas (a rank that skipped by its own lights would train
   // on other samples, far beyond this).
@@ -399,10 +406,7 @@ TEST(DataFormsTest, DamagedRecordsAreSkippedAlikeOnAnyNumberOfWorkers) {
     losses[workers] = ReadLosses(csv);
   }
   ASSERT_EQ(losses[1].size(), 18u);  // 6 steps an epoch
-  ASSERT_EQ(losses[1].size(), losses[2].size());
-  for (size_t i = 0; i < losses[1].size(); ++i) {
-    EXPECT_NEAR(losses[2][i], losses[1][i], 1e-4 * losses[1][i] + 1e-6) << i;
-  }
+  ExpectSameLosses(losses[1], losses[2]);
 
   Result tight = Local(2, With(job, {"data.skip_corrupt=2"}));
   EXPECT_NE(tight.code, 0);
