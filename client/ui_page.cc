@@ -269,7 +269,7 @@ function queuePage() {
       el('td', {}, el('a', {href: '#/job/' + encodeURIComponent(job.job_id)}, job.job_id)),
       el('td', {}, job.owner || job.submitted_by || '-'),
       el('td', {class: 'num'}, num(job.priority)),
-      el('td', {class: 'num'}, num(job.spec && (job.spec.num_workers || job.spec.min_workers))),
+      el('td', {class: 'num'}, num(job.spec && (job.spec.num_workers || job.spec.min_workers)) || 'all'),
       el('td', {}, job.queue ? (job.queue.reason + ': ' + (job.queue.message || '')) : '-'),
       el('td', {}, job.queue && job.queue.preempts ? job.queue.preempts.join(', ') : '-'))));
     rights.textContent = (queue.admins || []).length ? 'admins: ' + queue.admins.join(', ') : '';

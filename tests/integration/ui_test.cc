@@ -3,8 +3,10 @@
 // while it trains; the token, the Host and the Origin keep everyone but the
 // console's own page out; an operator's console stops the job and a
 // viewer's is refused with the coordinator's reason; it reconnects to a
-// restarted coordinator by itself; and Debian's Chromium,
-// headless, renders the jobs page and a job's chart from the real script.
+// restarted coordinator by itself; and in Debian's Chromium, driven
+// headless through the DevTools protocol, the real page lists the jobs,
+// shows why one waits, draws a job's curve, stops it at an operator's
+// click and shows a viewer's refusal, and compares a 1- and a 2-worker run.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -226,49 +228,6 @@ TEST_F(UiTest, TheConsoleReconnectsToARestartedCoordinator) {
   EXPECT_THAT(back.body, HasSubstr("coordinator_restarted"));
 }
 
-// A pool of free workers: jobs of any number of workers.
-class UiPoolTest : public UiTest {
- protected:
-  UiPoolTest() { pool_ = true; }
-};
-
-// The compare page of a 1-worker and a 2-worker run of the same spec, in
-// Chromium: both curves drawn, and the coordinator's verdict "same
-// function".
-TEST_F(UiPoolTest, ChromiumComparesAOneAndATwoWorkerRun) {
-  const std::string chromium = "/usr/bin/chromium";
-  if (!std::filesystem::exists(chromium)) {
-    GTEST_SKIP() << "no " << chromium << " (scripts/install-deps installs it)";
-  }
-  StartCluster(2);
-  std::vector<std::string> ids;
-  for (int workers : {1, 2}) {
-    const std::string job =
-        Submit({absl::StrCat("num_workers=", workers), "max_steps=30",
-                "global_batch_size=64", "log_every_steps=1"});
-    ASSERT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED);
-    ids.push_back(job);
-  }
-  StartUi(OperatorTls());
-  const std::string both = ids[0] + "," + ids[1];
-  HttpReply compared = Get("/api/compare/" + both);
-  EXPECT_EQ(compared.status, 200) << compared.body;
-  EXPECT_THAT(compared.body, HasSubstr("\"same_function\":true"));
-  const std::string profile = TempDir("chromium-compare");
-  Result dom =
-      RunCommand({chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-dev-shm-usage", "--no-first-run",
-                  "--user-data-dir=" + profile, "--virtual-time-budget=10000",
-                  "--dump-dom", url_ + "#/compare/" + both});
-  if (dom.code != 0 && dom.out.empty()) {
-    GTEST_SKIP() << "Chromium cannot start here: " << dom.err;
-  }
-  EXPECT_THAT(dom.out,
-              AllOf(HasSubstr("verdict same"), HasSubstr("same function"),
-                    HasSubstr(absl::StrCat("data-series=\"", ids[0], "\"")),
-                    HasSubstr(absl::StrCat("data-series=\"", ids[1], "\""))));
-}
-
 // `lockstep local --serve --ui`: the local pool's console, as its operator.
 TEST(LocalUiTest, ALocalPoolServesItsConsole) {
   const std::string dir = TempDir("local-ui");
@@ -299,52 +258,135 @@ TEST(LocalUiTest, ALocalPoolServesItsConsole) {
   processes.TerminateAll(absl::Seconds(10));
 }
 
-// Debian's Chromium runs the page's real script against the real API: the
-// jobs table lists the job, and the job's page draws its loss curve.
-TEST_F(UiTest, ChromiumRendersTheJobsAndAJobsCurve) {
-  const std::string chromium = "/usr/bin/chromium";
-  if (!std::filesystem::exists(chromium)) {
-    GTEST_SKIP() << "no " << chromium << " (scripts/install-deps installs it)";
+// Drives Debian's Chromium through tests/scripts/browser.mjs (the DevTools
+// protocol, from Node): opens `url`, then `steps` (--wait, --click,
+// --expect, --screenshot). Skips the test where Chromium or Node is
+// missing or Chromium cannot start; a failure's screenshot is kept as
+// `name`-failure.png beside the logs.
+class BrowserTest : public UiTest {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kChromium)) {
+      GTEST_SKIP() << "no " << kChromium
+                   << " (scripts/install-deps installs it)";
+    }
+    if (RunCommand({"/usr/bin/env", "node", "--version"}).code != 0) {
+      GTEST_SKIP() << "no node (scripts/install-deps installs it)";
+    }
   }
+  // True when every step held; false (with the failure) otherwise.
+  bool Browse(const std::string& name, const std::string& url,
+              const std::vector<std::string>& steps) {
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     "node",
+                                     "--experimental-websocket",
+                                     kSource + "/tests/scripts/browser.mjs",
+                                     kChromium,
+                                     url};
+    argv.insert(argv.end(), steps.begin(), steps.end());
+    const std::string failure = dir_ + "/" + name + "-failure.png";
+    Result run = RunCommand(argv, {"BROWSER_FAILURE_PNG=" + failure});
+    if (run.code == 77) skipped_ = run.out + run.err;
+    EXPECT_TRUE(run.code == 0 || run.code == 77)
+        << name << ": " << run.out << run.err << " (screenshot: " << failure
+        << ")";
+    return run.code == 0;
+  }
+  static constexpr char kChromium[] = "/usr/bin/chromium";
+  std::string skipped_;
+};
+
+// The jobs table lists the running job and the queued one; the queue page
+// says why the second waits; the job's page draws its loss curve; the
+// operator's click on Stop ends the job STOPPED.
+TEST_F(BrowserTest, AnOperatorFollowsAJobAndStopsItWithAClick) {
   StartCluster(1);
   const std::string job = SubmitAndTrainTo(kLongJob, 3);
   ASSERT_FALSE(job.empty());
+  const std::string waiting = Submit(kLongJob);
   StartUi(OperatorTls());
-  auto render = [&](const std::string& url, const std::string& name) {
-    const std::string profile = TempDir("chromium-" + name);
-    std::vector<std::string> argv = {chromium,
-                                     "--headless",
-                                     "--no-sandbox",
-                                     "--disable-gpu",
-                                     "--disable-dev-shm-usage",
-                                     "--no-first-run",
-                                     "--user-data-dir=" + profile,
-                                     "--virtual-time-budget=10000"};
-    auto with = [](std::vector<std::string> a,
-                   const std::vector<std::string>& more) {
-      a.insert(a.end(), more.begin(), more.end());
-      return a;
-    };
-    Result dom = RunCommand(with(argv, {"--dump-dom", url}));
-    if (dom.code != 0 || dom.out.find("<html") == std::string::npos) {
-      return dom;
-    }
-    // Kept beside the logs: what the page looked like.
-    RunCommand(with(argv, {"--screenshot=" + dir_ + "/" + name + ".png",
-                           "--window-size=1200,900", url}));
-    return dom;
-  };
-  Result jobs = render(url_ + "#/jobs", "jobs");
-  if (jobs.code != 0 && jobs.out.empty()) {
-    GTEST_SKIP() << "Chromium cannot start here: " << jobs.err;
+  const bool shown =
+      Browse("jobs", url_ + "#/jobs",
+             {"--expect", "tr[data-job=\"" + job + "\"]", "RUNNING", "--expect",
+              "tr[data-job=\"" + waiting + "\"]", "QUEUED", "--screenshot",
+              dir_ + "/jobs.png"});
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_TRUE(shown);
+  // The queue page says why it waits, as the coordinator does.
+  google::protobuf::Struct queue;
+  ASSERT_TRUE(FromJson(Get("/api/queue").body, &queue, "queue").ok());
+  ASSERT_GT(queue.fields().at("jobs").list_value().values_size(), 0);
+  const std::string reason = queue.fields()
+                                 .at("jobs")
+                                 .list_value()
+                                 .values(0)
+                                 .struct_value()
+                                 .fields()
+                                 .at("queue")
+                                 .struct_value()
+                                 .fields()
+                                 .at("message")
+                                 .string_value();
+  ASSERT_FALSE(reason.empty());
+  EXPECT_TRUE(Browse("queue", url_ + "#/queue",
+                     {"--expect", "tr[data-job=\"" + waiting + "\"]", reason,
+                      "--screenshot", dir_ + "/queue.png"}));
+  EXPECT_TRUE(Browse(
+      "job", url_ + "#/jobs",
+      {"--click", "a[href=\"#/job/" + job + "\"]", "--wait",
+       "polyline[data-series=\"loss\"]", "--expect", "#events",
+       "generation_started", "--screenshot", dir_ + "/job.png", "--click",
+       "#stop", "--expect", "#action-result", "stop requested"}));
+  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+}
+
+// A viewer's console shows the job, and its click on Stop shows the
+// coordinator's refusal; the job trains on.
+TEST_F(BrowserTest, AViewersClickOnStopIsRefusedAndSaysWhy) {
+  StartCluster(1);
+  const std::string job = SubmitAndTrainTo(kLongJob, 2);
+  ASSERT_FALSE(job.empty());
+  StartUi(IssueTestCertificate("spiffe://lockstep/viewer/ui"));
+  const bool clicked =
+      Browse("viewer", url_ + "#/job/" + job,
+             {"--wait", "polyline[data-series=\"loss\"]", "--click", "#stop",
+              "--expect", "#action-result", "viewer"});
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_TRUE(clicked);
+  EXPECT_EQ(WatchUntil(job, [](const v1::JobStatus&) { return true; }).state(),
+            v1::JOB_STATE_RUNNING);
+}
+
+// The compare page of a 1-worker and a 2-worker run of the same spec:
+// both curves drawn, and the coordinator's verdict "same function".
+class BrowserPoolTest : public BrowserTest {
+ protected:
+  BrowserPoolTest() { pool_ = true; }
+};
+
+TEST_F(BrowserPoolTest, TheComparePageOfOneAndTwoWorkersSaysSameFunction) {
+  StartCluster(2);
+  std::vector<std::string> ids;
+  for (int workers : {1, 2}) {
+    const std::string job =
+        Submit({absl::StrCat("num_workers=", workers), "max_steps=30",
+                "global_batch_size=64", "log_every_steps=1"});
+    ASSERT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_SUCCEEDED);
+    ids.push_back(job);
   }
-  EXPECT_THAT(jobs.out, AllOf(HasSubstr(absl::StrCat("data-job=\"", job, "\"")),
-                              HasSubstr("RUNNING")))
-      << "screenshot: " << dir_ << "/jobs.png";
-  Result one = render(url_ + "#/job/" + job, "job");
-  EXPECT_THAT(one.out, AllOf(HasSubstr("data-series=\"loss\""),
-                             HasSubstr("generation_started")))
-      << "screenshot: " << dir_ << "/job.png";
+  StartUi(OperatorTls());
+  const std::string both = ids[0] + "," + ids[1];
+  HttpReply compared = Get("/api/compare/" + both);
+  EXPECT_EQ(compared.status, 200) << compared.body;
+  EXPECT_THAT(compared.body, HasSubstr("\"same_function\":true"));
+  const bool shown =
+      Browse("compare", url_ + "#/compare/" + both,
+             {"--expect", ".verdict.same", "same function", "--wait",
+              "polyline[data-series=\"" + ids[0] + "\"]", "--wait",
+              "polyline[data-series=\"" + ids[1] + "\"]", "--screenshot",
+              dir_ + "/compare.png"});
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_TRUE(shown);
 }
 
 }  // namespace
