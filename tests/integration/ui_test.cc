@@ -273,16 +273,20 @@ class BrowserTest : public UiTest {
     if (RunCommand({"/usr/bin/env", "node", "--version"}).code != 0) {
       GTEST_SKIP() << "no node (scripts/install-deps installs it)";
     }
+    // Node 22 has WebSocket; Node 20 behind a flag.
+    const char* kHasWebSocket =
+        "process.exit(typeof WebSocket === 'function' ? 0 : 1)";
+    if (RunCommand({"/usr/bin/env", "node", "-e", kHasWebSocket}).code != 0) {
+      node_flag_ = "--experimental-websocket";
+    }
   }
   // True when every step held; false (with the failure) otherwise.
   bool Browse(const std::string& name, const std::string& url,
               const std::vector<std::string>& steps) {
-    std::vector<std::string> argv = {"/usr/bin/env",
-                                     "node",
-                                     "--experimental-websocket",
-                                     kSource + "/tests/scripts/browser.mjs",
-                                     kChromium,
-                                     url};
+    std::vector<std::string> argv = {"/usr/bin/env", "node"};
+    if (!node_flag_.empty()) argv.push_back(node_flag_);
+    argv.insert(argv.end(),
+                {kSource + "/tests/scripts/browser.mjs", kChromium, url});
     argv.insert(argv.end(), steps.begin(), steps.end());
     const std::string failure = dir_ + "/" + name + "-failure.png";
     Result run = RunCommand(argv, {"BROWSER_FAILURE_PNG=" + failure});
@@ -293,6 +297,7 @@ class BrowserTest : public UiTest {
     return run.code == 0;
   }
   static constexpr char kChromium[] = "/usr/bin/chromium";
+  std::string node_flag_;
   std::string skipped_;
 };
 
