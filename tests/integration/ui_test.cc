@@ -362,6 +362,45 @@ TEST_F(BrowserTest, AViewersClickOnStopIsRefusedAndSaysWhy) {
             v1::JOB_STATE_RUNNING);
 }
 
+// The coordinator killed and restarted while a job's page is open: the
+// page's header says "reconnecting", then "connected" again, and the page
+// goes on following the job.
+TEST_F(BrowserTest, AnOpenPageReconnectsToARestartedCoordinator) {
+  StartCluster(1);
+  const std::string job = SubmitAndTrainTo(kLongJob, 2);
+  ASSERT_FALSE(job.empty());
+  StartUi(OperatorTls());
+  const std::string loaded = dir_ + "/page-loaded";
+  const std::string down = dir_ + "/page-saw-it-down";
+  bool ok = false;
+  std::thread browser([&] {
+    ok = Browse("reconnect", url_ + "#/job/" + job,
+                {"--expect", "#summary", "RUNNING", "--touch", loaded,
+                 "--expect", "#connection", "reconnecting", "--touch", down,
+                 "--expect", "#connection", "connected", "--expect", "#events",
+                 "coordinator_restarted"});
+  });
+  // Each wait ends when the browser gets there, or gives up (its own
+  // 60 s per step) and exits.
+  auto reached = [&](const std::string& mark) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (!std::filesystem::exists(mark) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return std::filesystem::exists(mark);
+  };
+  if (reached(loaded)) {
+    EXPECT_EQ(kill(coordinator_pid_, SIGKILL), 0);
+    reached(down);
+    StartCoordinator(address_);
+  }
+  browser.join();
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_TRUE(ok);
+}
+
 // The compare page of a 1-worker and a 2-worker run of the same spec:
 // both curves drawn, and the coordinator's verdict "same function".
 class BrowserPoolTest : public BrowserTest {

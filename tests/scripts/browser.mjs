@@ -1,11 +1,13 @@
 // Drives Debian's Chromium, headless, through the DevTools protocol, for
 // the web console's tests (tests/integration/ui_test.cc): opens URL, then
-// runs the steps in order, each waiting up to 30 s:
+// runs the steps in order, each waiting up to 60 s:
 //
 //   --wait SELECTOR           until an element matches
 //   --click SELECTOR          clicks the first match
 //   --expect SELECTOR TEXT    until the first match's text contains TEXT
 //   --screenshot FILE         the page as a PNG
+//   --touch FILE              writes FILE (a test waiting for this point
+//                             of the run goes on, e.g. to kill a process)
 //
 // Prints "ok" and exits 0, or prints what failed (with the page's text)
 // and exits 1, after a screenshot to $BROWSER_FAILURE_PNG when set. Exit
@@ -73,7 +75,7 @@ async function screenshot(file) {
   if (shot.result) writeFileSync(file, Buffer.from(shot.result.data, 'base64'));
 }
 async function until(what, test) {
-  for (let i = 0; i < 300; ++i) {
+  for (let i = 0; i < 600; ++i) {
     if (await test()) return;
     await sleep(100);
   }
@@ -101,6 +103,8 @@ for (let i = 0; i < steps.length; ++i) {
       `(document.querySelector(${q(selector)}) || {}).textContent?.includes(${q(text)}) || false`));
   } else if (step === '--screenshot') {
     await screenshot(steps[++i]);
+  } else if (step === '--touch') {
+    writeFileSync(steps[++i], '');
   } else {
     finish(2, `unknown step ${step}`);
   }
