@@ -203,10 +203,27 @@ function chart(series, xLabel, width, height) {
     t.setAttribute('x', x); t.setAttribute('y', y); t.setAttribute('font-size', '11');
     t.textContent = text; svg.append(t);
   };
+  if (series.length > 1) {  // a legend, in the lines' colours
+    series.forEach((s, i) => {
+      label(width - 200, 14 + 13 * i, s.name);
+      svg.lastChild.setAttribute('fill', colors[i % colors.length]);
+    });
+  }
   label(2, 12, y1.toPrecision(4)); label(2, height - 28, y0.toPrecision(4));
   label(40, height - 8, xLabel + ' ' + x0); label(width - 90, height - 8, String(x1));
   return svg;
 }
+
+// A link that saves `text` as `name`; the links of the previous redraw are
+// released first (a page redrawn every second would keep them all).
+const downloads = [];
+function download(name, type, text, label) {
+  const link = el('a', {download: name, class: 'download'}, label);
+  link.href = URL.createObjectURL(new Blob([text], {type}));
+  downloads.push(link.href);
+  return link;
+}
+function releaseDownloads() { downloads.splice(0).forEach((u) => URL.revokeObjectURL(u)); }
 
 // ---- A job ----
 function jobPage(id) {
@@ -220,10 +237,14 @@ function jobPage(id) {
       result.className = 'muted';
     } catch (e) { result.textContent = e.message; result.className = 'error'; }
   }}, 'Stop'), ' ', el('span', {id: 'action-result'}));
+  const axis = el('select', {id: 'axis'}, ...['step', 'samples', 'epoch'].map((a) => el('option', {value: a}, 'x: ' + a)));
   const curves = el('section', {id: 'curves'});
   const events = el('tbody', {id: 'events'});
   const ranks = el('tbody', {id: 'ranks'});
-  main.replaceChildren(head, summary, actions, curves,
+  const checkpoints = el('tbody', {id: 'checkpoints'});
+  main.replaceChildren(head, summary, actions, axis, curves,
+    el('section', {}, el('h3', {}, 'Checkpoints'), el('table', {}, el('thead', {}, el('tr', {},
+      ...['name', 'step', 'epoch', 'committed', 'bytes'].map((h) => el('th', {}, h)))), checkpoints)),
     el('section', {}, el('h3', {}, 'Ranks'), el('table', {}, el('thead', {}, el('tr', {},
       ...['rank', 'worker', 'host', 'steps'].map((h) => el('th', {}, h)))), ranks)),
     el('section', {}, el('h3', {}, 'Events'), el('table', {}, el('thead', {}, el('tr', {},
@@ -240,12 +261,19 @@ function jobPage(id) {
     summary.textContent = parts.join(' · ');
     summary.className = 'state-' + s;
     const c = data.curve;
-    const loss = c.steps.map((x, i) => [x, c.loss[i]]);
-    const lr = c.steps.map((x, i) => [x, c.lr[i]]);
-    const evals = (job.evals || []).map((e) => [num(e.step), e.test_loss]);
+    // The x-axis: steps, samples seen (steps x global batch) or epochs.
+    const plan = job.plan || {};
+    const scale = axis.value === 'samples' ? num(plan.global_batch_size) || 1
+                : axis.value === 'epoch' ? 1 / (num(plan.steps_per_epoch) || 1) : 1;
+    const loss = c.steps.map((x, i) => [x * scale, c.loss[i]]);
+    const lr = c.steps.map((x, i) => [x * scale, c.lr[i]]);
+    const evals = (job.evals || []).map((e) => [num(e.step) * scale, e.test_loss]);
     curves.replaceChildren(
-      el('h3', {}, 'Loss (' + c.steps.length + ' points)'), chart([{name: 'loss', points: loss}, {name: 'test loss', points: evals}], 'step'),
-      el('h3', {}, 'Learning rate'), chart([{name: 'lr', points: lr}], 'step', 640, 160));
+      el('h3', {}, 'Loss (' + c.steps.length + ' points)'), chart([{name: 'loss', points: loss}, {name: 'test loss', points: evals}], axis.value),
+      el('h3', {}, 'Learning rate'), chart([{name: 'lr', points: lr}], axis.value, 640, 160));
+    checkpoints.replaceChildren(...(job.checkpoints || []).slice().reverse().map((k) => el('tr', {},
+      el('td', {}, k.name), el('td', {class: 'num'}, num(k.step)), el('td', {class: 'num'}, num(k.epoch)),
+      el('td', {}, new Date(num(k.time) * 1000).toLocaleString()), el('td', {class: 'num'}, num(k.bytes)))));
     ranks.replaceChildren(...(job.ranks || []).map((r) => el('tr', {},
       el('td', {}, num(r.rank)), el('td', {}, r.worker_id || ''), el('td', {}, r.host || ''),
       el('td', {class: 'num'}, num(r.steps)))));
@@ -321,7 +349,14 @@ function comparePage(ids) {
       ['warmup steps', (j) => num(j.status.plan && j.status.plan.warmup_steps)],
       ['precision', (j) => (j.status.spec && j.status.spec.precision) || 'fp32'],
       ['seed', (j) => num(j.status.spec && j.status.spec.seed)]];
-    curves.replaceChildren(el('h3', {}, 'Loss by step'), chart(byStep, 'step'),
+    releaseDownloads();
+    const stepChart = chart(byStep, 'step');
+    const csv = ['job,step,samples_seen,loss'].concat(jobs.flatMap((j) => j.curve.steps.map((x, i) =>
+      [j.status.job_id, x, x * num(j.status.plan && j.status.plan.global_batch_size), j.curve.loss[i]].join(',')))).join('\n') + '\n';
+    curves.replaceChildren(
+      el('p', {}, download('compare.csv', 'text/csv', csv, 'Download CSV'), ' ',
+        download('compare.svg', 'image/svg+xml', new XMLSerializer().serializeToString(stepChart), 'Download SVG')),
+      el('h3', {}, 'Loss by step'), stepChart,
       el('h3', {}, 'Loss by samples seen'), chart(bySamples, 'samples'),
       el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, ''), ...jobs.map((j) => el('th', {}, j.status.job_id)))),
         el('tbody', {}, ...rows.map(([name, get]) => el('tr', {}, el('td', {}, name), ...jobs.map((j) => el('td', {}, get(j))))))));

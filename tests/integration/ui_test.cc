@@ -426,6 +426,7 @@ TEST_F(BrowserPoolTest, TheComparePageOfOneAndTwoWorkersSaysSameFunction) {
   const bool shown =
       Browse("compare", url_ + "#/compare/" + both,
              {"--expect", ".verdict.same", "same function", "--wait",
+              "a.download[download=\"compare.csv\"]", "--wait",
               "polyline[data-series=\"" + ids[0] + "\"]", "--wait",
               "polyline[data-series=\"" + ids[1] + "\"]", "--screenshot",
               dir_ + "/compare.png"});
