@@ -286,10 +286,14 @@ function jobPage(id) {
 // ---- Queue ----
 function queuePage() {
   const body = el('tbody', {id: 'queue'});
+  const owners = el('tbody', {id: 'owners'});
   const rights = el('p', {class: 'muted', id: 'rights'});
   main.replaceChildren(el('table', {}, el('thead', {}, el('tr', {},
     ...['#', 'job', 'owner', 'priority', 'workers', 'waits because', 'would preempt']
-        .map((h) => el('th', {}, h)))), body), rights);
+        .map((h) => el('th', {}, h)))), body),
+    el('h3', {}, 'Owners'), el('table', {}, el('thead', {}, el('tr', {},
+      ...['owner', 'workers held', 'quota', 'active jobs', 'queued jobs'].map((h) => el('th', {}, h)))), owners),
+    rights);
   live(async () => {
     const queue = await api('queue');
     body.replaceChildren(...(queue.jobs || []).map((job) => el('tr', {'data-job': job.job_id},
@@ -300,6 +304,10 @@ function queuePage() {
       el('td', {class: 'num'}, num(job.spec && (job.spec.num_workers || job.spec.min_workers)) || 'all'),
       el('td', {}, job.queue ? (job.queue.reason + ': ' + (job.queue.message || '')) : '-'),
       el('td', {}, job.queue && job.queue.preempts ? job.queue.preempts.join(', ') : '-'))));
+    owners.replaceChildren(...(queue.owners || []).map((o) => el('tr', {'data-owner': o.owner},
+      el('td', {}, o.owner || '-'), el('td', {class: 'num'}, num(o.workers)),
+      el('td', {class: 'num'}, o.quota === undefined ? 'none' : num(o.quota)),
+      el('td', {class: 'num'}, num(o.active_jobs)), el('td', {class: 'num'}, num(o.queued_jobs)))));
     rights.textContent = (queue.admins || []).length ? 'admins: ' + queue.admins.join(', ') : '';
   });
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -258,6 +259,25 @@ absl::StatusOr<v1::ListQueueResponse> Coordinator::ListQueue(
     }
   }
   response.set_queued(queued);
+  // What each owner holds against its quota, as the scheduler counts it.
+  std::map<std::string, v1::OwnerUse> owners;
+  for (Job* job : ActiveJobsLocked()) {
+    v1::OwnerUse& use = owners[job->status.owner()];
+    use.set_workers(use.workers() + OwnerChargeLocked(*job));
+    use.set_active_jobs(use.active_jobs() + 1);
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.status.state() != v1::JOB_STATE_QUEUED) continue;
+    v1::OwnerUse& use = owners[job.status.owner()];
+    use.set_queued_jobs(use.queued_jobs() + 1);
+  }
+  for (const auto& [owner, quota] : policy.quotas) {
+    owners[owner].set_quota(quota);
+  }
+  for (auto& [owner, use] : owners) {
+    use.set_owner(owner);
+    *response.add_owners() = std::move(use);
+  }
   return response;
 }
 

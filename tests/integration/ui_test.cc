@@ -333,9 +333,10 @@ TEST_F(BrowserTest, AnOperatorFollowsAJobAndStopsItWithAClick) {
                                  .at("message")
                                  .string_value();
   ASSERT_FALSE(reason.empty());
-  EXPECT_TRUE(Browse("queue", url_ + "#/queue",
-                     {"--expect", "tr[data-job=\"" + waiting + "\"]", reason,
-                      "--screenshot", dir_ + "/queue.png"}));
+  EXPECT_TRUE(Browse(
+      "queue", url_ + "#/queue",
+      {"--expect", "tr[data-job=\"" + waiting + "\"]", reason, "--expect",
+       "#owners", "operator:harness", "--screenshot", dir_ + "/queue.png"}));
   EXPECT_TRUE(Browse(
       "job", url_ + "#/jobs",
       {"--click", "a[href=\"#/job/" + job + "\"]", "--wait",

@@ -181,6 +181,18 @@ TEST_F(CoordinatorTest, QuotasCapAnOwnersWorkersAndOwnersStopOnlyTheirJobs) {
   EXPECT_EQ(waits.queue().reason(), "quota");
   EXPECT_EQ(waits.queue().message(),
             "needs 2 workers; its owner holds 2 of a quota of 2");
+  // The queue's account of each owner (the console's queue page).
+  auto queue = coordinator_->ListQueue(v1::ListQueueRequest());
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  ASSERT_EQ(queue->owners_size(), 2);
+  EXPECT_EQ(queue->owners(0).owner(), "operator:alice");
+  EXPECT_EQ(queue->owners(0).workers(), 2);
+  EXPECT_EQ(queue->owners(0).quota(), 2);
+  EXPECT_EQ(queue->owners(0).active_jobs(), 1);
+  EXPECT_EQ(queue->owners(0).queued_jobs(), 1);
+  EXPECT_EQ(queue->owners(1).owner(), "operator:bob");
+  EXPECT_EQ(queue->owners(1).workers(), 2);
+  EXPECT_FALSE(queue->owners(1).has_quota());
 
   absl::Status refused = coordinator_->StopJob(first, bob);
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
