@@ -60,7 +60,8 @@ UiVerdict UiGate::Check(const UiRequest& request) const {
     return {403, "the API needs the console's token in X-Lockstep-Token"};
   }
   if (!read) {
-    if (!absl::EndsWith(request.path, "/stop")) {
+    if (!absl::EndsWith(request.path, "/stop") &&
+        !absl::EndsWith(request.path, "/delete")) {
       return {405, absl::StrCat(request.path, " is only read")};
     }
     if (!absl::StartsWith(absl::AsciiStrToLower(request.content_type),

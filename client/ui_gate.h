@@ -30,6 +30,7 @@ struct UiRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // without the query
   std::string query_token;
+  std::string query_since;  // ?since=VERSION of GET /api/jobs/ID
   // Headers; empty when absent.
   std::string host;
   std::string origin;

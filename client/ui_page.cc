@@ -223,20 +223,49 @@ function download(name, type, text, label) {
   downloads.push(link.href);
   return link;
 }
+// Saves an SVG chart as a PNG: drawn into a canvas through a data: URL
+// (the page's policy allows data: images), then offered as a download.
+function savePng(svg, name) {
+  const image = new Image();
+  image.onload = () => {
+    const canvas = el('canvas', {width: svg.getAttribute('width'), height: svg.getAttribute('height')});
+    const context = canvas.getContext('2d');
+    context.fillStyle = '#fff';
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    context.drawImage(image, 0, 0);
+    canvas.toBlob((blob) => {
+      const link = el('a', {download: name});
+      link.href = URL.createObjectURL(blob);
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+    }, 'image/png');
+  };
+  const text = new XMLSerializer().serializeToString(svg);
+  image.src = 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(text);
+}
 function releaseDownloads() { downloads.splice(0).forEach((u) => URL.revokeObjectURL(u)); }
 
 // ---- A job ----
+// An action's button: POSTs jobs/ID/ACTION and shows the coordinator's
+// answer (its refusal, in its words) beside the buttons.
+function action(id, name, label, done) {
+  return el('button', {id: name, onclick: async () => {
+    const result = document.getElementById('action-result');
+    try {
+      await api('jobs/' + encodeURIComponent(id) + '/' + name, {method: 'POST', body: '{}'});
+      result.textContent = name + ' requested';
+      result.className = 'muted';
+      if (done) done();
+    } catch (e) { result.textContent = e.message; result.className = 'error'; }
+  }}, label);
+}
+
 function jobPage(id) {
   const head = el('h2', {}, id);
   const summary = el('p', {id: 'summary'});
-  const actions = el('p', {}, el('button', {id: 'stop', onclick: async () => {
-    const result = document.getElementById('action-result');
-    try {
-      await api('jobs/' + encodeURIComponent(id) + '/stop', {method: 'POST', body: '{}'});
-      result.textContent = 'stop requested';
-      result.className = 'muted';
-    } catch (e) { result.textContent = e.message; result.className = 'error'; }
-  }}, 'Stop'), ' ', el('span', {id: 'action-result'}));
+  const actions = el('p', {}, action(id, 'stop', 'Stop'), ' ',
+    action(id, 'delete', 'Delete', () => { location.hash = '#/jobs'; }), ' ',
+    el('span', {id: 'action-result'}));
   const axis = el('select', {id: 'axis'}, ...['step', 'samples', 'epoch'].map((a) => el('option', {value: a}, 'x: ' + a)));
   const curves = el('section', {id: 'curves'});
   const events = el('tbody', {id: 'events'});
@@ -246,11 +275,15 @@ function jobPage(id) {
     el('section', {}, el('h3', {}, 'Checkpoints'), el('table', {}, el('thead', {}, el('tr', {},
       ...['name', 'step', 'epoch', 'committed', 'bytes'].map((h) => el('th', {}, h)))), checkpoints)),
     el('section', {}, el('h3', {}, 'Ranks'), el('table', {}, el('thead', {}, el('tr', {},
-      ...['rank', 'worker', 'host', 'steps'].map((h) => el('th', {}, h)))), ranks)),
+      ...['rank', 'worker', 'host', 'steps', 'heartbeat'].map((h) => el('th', {}, h)))), ranks)),
     el('section', {}, el('h3', {}, 'Events'), el('table', {}, el('thead', {}, el('tr', {},
       ...['time', 'kind', 'rank', 'message'].map((h) => el('th', {}, h)))), events)));
-  live(async () => {
-    const data = await api('jobs/' + encodeURIComponent(id));
+  // The last answer drawn: the next poll asks only whether it changed.
+  let data = null;
+  // samples/s as the coordinator reported it at each change seen while
+  // this page is open (the coordinator keeps no history of it).
+  const throughput = [];
+  const draw = (heartbeats) => {
     const job = data.status;
     const s = state(job.state);
     const parts = [s, 'step ' + num(job.step) + '/' + num(job.total_steps),
@@ -268,18 +301,44 @@ function jobPage(id) {
     const loss = c.steps.map((x, i) => [x * scale, c.loss[i]]);
     const lr = c.steps.map((x, i) => [x * scale, c.lr[i]]);
     const evals = (job.evals || []).map((e) => [num(e.step) * scale, e.test_loss]);
+    const accuracy = (job.evals || []).filter((e) => e.test_accuracy !== undefined)
+        .map((e) => [num(e.step) * scale, e.test_accuracy]);
     curves.replaceChildren(
       el('h3', {}, 'Loss (' + c.steps.length + ' points)'), chart([{name: 'loss', points: loss}, {name: 'test loss', points: evals}], axis.value),
-      el('h3', {}, 'Learning rate'), chart([{name: 'lr', points: lr}], axis.value, 640, 160));
+      accuracy.length ? el('h3', {}, 'Test accuracy') : null,
+      accuracy.length ? chart([{name: 'test accuracy', points: accuracy}], axis.value, 640, 160) : null,
+      el('h3', {}, 'Learning rate'), chart([{name: 'lr', points: lr}], axis.value, 640, 160),
+      el('h3', {}, 'Samples/s (while this page is open)'),
+      chart([{name: 'samples/s', points: throughput.map(([x, y]) => [x * scale, y])}], axis.value, 640, 160));
     checkpoints.replaceChildren(...(job.checkpoints || []).slice().reverse().map((k) => el('tr', {},
       el('td', {}, k.name), el('td', {class: 'num'}, num(k.step)), el('td', {class: 'num'}, num(k.epoch)),
       el('td', {}, new Date(num(k.time) * 1000).toLocaleString()), el('td', {class: 'num'}, num(k.bytes)))));
     ranks.replaceChildren(...(job.ranks || []).map((r) => el('tr', {},
       el('td', {}, num(r.rank)), el('td', {}, r.worker_id || ''), el('td', {}, r.host || ''),
-      el('td', {class: 'num'}, num(r.steps)))));
+      el('td', {class: 'num'}, num(r.steps)),
+      el('td', {}, heartbeats[r.worker_id] ? age(heartbeats[r.worker_id]) : '-'))));
     events.replaceChildren(...(job.events || []).slice().reverse().map((e) => el('tr', {},
       el('td', {}, new Date(num(e.time) * 1000).toLocaleTimeString()), el('td', {}, e.kind),
       el('td', {}, e.rank === undefined ? '-' : e.rank), el('td', {}, e.message || ''))));
+  };
+  axis.addEventListener('change', () => { if (data) draw({}); });
+  live(async () => {
+    const since = data ? '?since=' + data.status.version : '';
+    const next = await api('jobs/' + encodeURIComponent(id) + since);
+    const running = !next.unchanged && ['RUNNING', 'RECOVERING'].includes(state(next.status.state));
+    // Heartbeats are the workers' news, not the job's: asked while it runs.
+    const heartbeats = {};
+    if (running || (next.unchanged && data && ['RUNNING', 'RECOVERING'].includes(state(data.status.state)))) {
+      const list = await api('workers');
+      for (const w of list.workers || []) heartbeats[w.worker_id] = num(w.last_heartbeat);
+    }
+    if (!next.unchanged) {
+      data = next;
+      if (running && num(data.status.samples_per_second) > 0) {
+        throughput.push([num(data.status.step), num(data.status.samples_per_second)]);
+      }
+    }
+    draw(heartbeats);
   });
 }
 
@@ -363,7 +422,8 @@ function comparePage(ids) {
       [j.status.job_id, x, x * num(j.status.plan && j.status.plan.global_batch_size), j.curve.loss[i]].join(',')))).join('\n') + '\n';
     curves.replaceChildren(
       el('p', {}, download('compare.csv', 'text/csv', csv, 'Download CSV'), ' ',
-        download('compare.svg', 'image/svg+xml', new XMLSerializer().serializeToString(stepChart), 'Download SVG')),
+        download('compare.svg', 'image/svg+xml', new XMLSerializer().serializeToString(stepChart), 'Download SVG'), ' ',
+        el('button', {id: 'download-png', onclick: () => savePng(stepChart, 'compare.png')}, 'Download PNG')),
       el('h3', {}, 'Loss by step'), stepChart,
       el('h3', {}, 'Loss by samples seen'), chart(bySamples, 'samples'),
       el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, ''), ...jobs.map((j) => el('th', {}, j.status.job_id)))),

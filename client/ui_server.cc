@@ -5,7 +5,9 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -31,7 +34,7 @@ const char* UiPageStyle();
 
 namespace {
 
-constexpr char kUsage[] = R"(Usage: lockstep ui [--listen HOST:PORT]
+constexpr char kUsage[] = R"(Usage: lockstep ui [--listen HOST:PORT] [--open]
 
 Serves the web console on this machine: jobs, a job's curves and events,
 the queue, the workers. It talks to the coordinator with your own
@@ -43,10 +46,13 @@ Flags:
   --listen HOST:PORT   where to serve (default 127.0.0.1:8080; port 0
                        picks a free one). Bind to loopback: anyone who can
                        reach the port and has the URL acts as you.
+  --open               also open the URL in this desktop's browser
+                       (xdg-open)
 
 Examples:
   lockstep ui
   lockstep ui --listen 127.0.0.1:0
+  lockstep ui --open
 )";
 
 // A POST body is at most this (the actions take none).
@@ -141,6 +147,9 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url,
   const char* token =
       MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "token");
   request.query_token = token != nullptr ? token : "";
+  const char* since =
+      MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "since");
+  request.query_since = since != nullptr ? since : "";
   request.host = Header(connection, MHD_HTTP_HEADER_HOST);
   request.origin = Header(connection, "Origin");
   request.token = Header(connection, "X-Lockstep-Token");
@@ -173,6 +182,28 @@ absl::StatusOr<v1::GetJobStatusResponse> ListJobs(v1::Coordinator::Stub* stub,
     request.set_page_token(page.next_page_token());
   } while (!request.page_token().empty() && all.jobs_size() < limit);
   return all;
+}
+
+// Starts the desktop's browser on `url` (xdg-open, as `jupyter notebook`
+// does); where there is none, says so: the URL is printed anyway.
+void OpenInBrowser(const std::string& url) {
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attributes, &none);  // SIGINT/TERM are blocked
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  const char* args[] = {"xdg-open", url.c_str(), nullptr};
+  pid_t pid = 0;
+  const int failed = posix_spawnp(&pid, "xdg-open", nullptr, &attributes,
+                                  const_cast<char* const*>(args), environ);
+  posix_spawnattr_destroy(&attributes);
+  if (failed != 0) {
+    std::cerr << "lockstep ui: --open: cannot run xdg-open ("
+              << std::strerror(failed) << "); open the URL above yourself\n";
+    return;
+  }
+  std::thread([pid] { waitpid(pid, nullptr, 0); }).detach();
 }
 
 }  // namespace
@@ -345,23 +376,49 @@ UiResponse UiServer::Api(const UiRequest& request) {
     return {200, "application/json", ToJson(rows)};
   }
   if (parts.size() == 2 && parts[0] == "jobs") {
+    const auto failure = [](const absl::Status& status) {
+      return Error(absl::IsNotFound(status)      ? 404
+                   : absl::IsUnavailable(status) ? 503
+                                                 : 502,
+                   status.message());
+    };
+    // A page that has drawn version V asks ?since=V: while the job has not
+    // changed, its history (up to megabytes) is neither fetched nor sent.
+    int64_t since = -1;
+    if (!request.query_since.empty()) {
+      if (!absl::SimpleAtoi(request.query_since, &since) || since < 0) {
+        return Error(400, absl::StrCat("since=", request.query_since,
+                                       " is not a job version"));
+      }
+      auto now = FetchJob(stub_.get(), address_, parts[1], /*history=*/false,
+                          kCallSeconds);
+      if (!now.ok()) return failure(now.status());
+      if (now->version() == since) {
+        return {
+            200, "application/json",
+            absl::StrCat("{\"unchanged\":true,\"version\":\"", since, "\"}")};
+      }
+    }
     auto job = FetchJob(stub_.get(), address_, parts[1], /*history=*/true,
                         kCallSeconds);
-    if (!job.ok()) {
-      return Error(absl::IsNotFound(job.status())      ? 404
-                   : absl::IsUnavailable(job.status()) ? 503
-                                                       : 502,
-                   job.status().message());
-    }
+    if (!job.ok()) return failure(job.status());
     return {200, "application/json",
             JobWithCurve(*std::move(job), kUiCurvePoints)};
   }
-  if (parts.size() == 3 && parts[0] == "jobs" && parts[2] == "stop" &&
-      request.method == "POST") {
-    v1::StopJobRequest stop;
-    stop.set_job_id(parts[1]);
-    v1::StopJobResponse stopped;
-    rpc = stub_->StopJob(&context, stop, &stopped);
+  if (parts.size() == 3 && parts[0] == "jobs" && request.method == "POST") {
+    if (parts[2] == "stop") {
+      v1::StopJobRequest stop;
+      stop.set_job_id(parts[1]);
+      v1::StopJobResponse stopped;
+      rpc = stub_->StopJob(&context, stop, &stopped);
+    } else if (parts[2] == "delete") {
+      v1::DeleteJobRequest remove;
+      remove.set_job_id(parts[1]);
+      v1::DeleteJobResponse removed;
+      rpc = stub_->DeleteJob(&context, remove, &removed);
+    } else {
+      return Error(404, absl::StrCat(request.path, " is not an action"));
+    }
     if (!rpc.ok()) return RpcFailure(rpc, address_);
     return {200, "application/json", "{}"};
   }
@@ -397,7 +454,7 @@ UiResponse UiServer::Api(const UiRequest& request) {
 
 int RunUi(const std::vector<std::string>& argv) {
   int exit = kExitOk;
-  auto call = Begin(argv, {"listen"}, {}, kUsage, 0, 0, &exit);
+  auto call = Begin(argv, {"listen"}, {"open"}, kUsage, 0, 0, &exit);
   if (!call) return exit;
   const std::string listen = call->args.Get("listen", "127.0.0.1:8080");
   // Serves until SIGINT or SIGTERM, taken here: blocked before the
@@ -411,6 +468,7 @@ int RunUi(const std::vector<std::string>& argv) {
   if (!server.ok()) return Fail(server.status());
   std::cout << "lockstep ui: serving the console of " << call->address
             << "\nopen " << (*server)->Url() << std::endl;
+  if (call->args.Has("open")) OpenInBrowser((*server)->Url());
   int received = 0;
   sigwait(&signals, &received);
   std::cout << "lockstep ui: stopped" << std::endl;

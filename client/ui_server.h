@@ -12,12 +12,15 @@
 //   GET  /api/jobs/ID        one job's status without its raw histories,
 //                            and "curve": at most 2000 points of its loss
 //                            and learning rate by step (each point the
-//                            mean of the steps it stands for)
+//                            mean of the steps it stands for);
+//                            ?since=VERSION answers {"unchanged": true}
+//                            while the job's version is still VERSION
 //   GET  /api/queue          the scheduler's order and why each job waits
 //   GET  /api/workers        every worker
 //   GET  /api/compare/A,B    CompareJobs: whether they computed the same
 //                            function, as `lockstep compare` says it
 //   POST /api/jobs/ID/stop   StopJob as the caller
+//   POST /api/jobs/ID/delete DeleteJob as the caller (a finished job)
 // An error is {"error": "..."}: 503 when the coordinator cannot be reached
 // (the page shows "reconnecting"), the coordinator's refusal otherwise.
 //

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,9 +101,10 @@ class UiTest : public ClusterTest {
   HttpReply Get(const std::string& target) {
     return Http(port_, "GET", target, {host_, "X-Lockstep-Token: " + token_});
   }
-  HttpReply Stop(const std::string& job) {
+  HttpReply Stop(const std::string& job) { return Act(job, "stop"); }
+  HttpReply Act(const std::string& job, const std::string& action) {
     return Http(
-        port_, "POST", "/api/jobs/" + job + "/stop",
+        port_, "POST", "/api/jobs/" + job + "/" + action,
         {host_, "X-Lockstep-Token: " + token_, "Content-Type: application/json",
          absl::StrCat("Origin: http://127.0.0.1:", port_)},
         "{}");
@@ -182,9 +184,29 @@ TEST_F(UiTest, AnOperatorsConsoleListsAJobFollowsItAndStopsIt) {
             v1::JOB_STATE_RUNNING)
       << "the refused requests changed the job";
 
+  // A running job is not deleted: the coordinator's reason comes back.
+  HttpReply early = Act(job, "delete");
+  EXPECT_EQ(early.status, 400) << early.body;
+  EXPECT_THAT(early.body, HasSubstr("stop it first"));
+
   HttpReply stop = Stop(job);
   EXPECT_EQ(stop.status, 200) << stop.body;
-  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+  const v1::JobStatus stopped = WatchUntil(job, Ended);
+  EXPECT_EQ(stopped.state(), v1::JOB_STATE_STOPPED);
+
+  // A page that has drawn the job's version gets no history until it
+  // changes; another version gets the whole answer.
+  const std::string since = absl::StrCat("/api/jobs/", job, "?since=");
+  HttpReply same = Get(absl::StrCat(since, stopped.version()));
+  EXPECT_EQ(same.status, 200);
+  EXPECT_THAT(same.body, HasSubstr("\"unchanged\":true"));
+  HttpReply changed = Get(absl::StrCat(since, stopped.version() - 1));
+  EXPECT_THAT(changed.body, HasSubstr("\"curve\""));
+  EXPECT_EQ(Get(since + "x").status, 400);
+
+  HttpReply deleted = Act(job, "delete");
+  EXPECT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(Get("/api/jobs/" + job).status, 404);
 }
 
 TEST_F(UiTest, AViewersConsoleShowsTheJobButItsStopIsRefused) {
@@ -308,7 +330,7 @@ class BrowserTest : public UiTest {
 
 // The jobs table lists the running job and the queued one; the queue page
 // says why the second waits; the job's page draws its loss curve; the
-// operator's click on Stop ends the job STOPPED.
+// operator's click on Stop ends the job STOPPED, and Delete removes it.
 TEST_F(BrowserTest, AnOperatorFollowsAJobAndStopsItWithAClick) {
   StartCluster(1);
   const std::string job = SubmitAndTrainTo(kLongJob, 3);
@@ -342,13 +364,31 @@ TEST_F(BrowserTest, AnOperatorFollowsAJobAndStopsItWithAClick) {
       "queue", url_ + "#/queue",
       {"--expect", "tr[data-job=\"" + waiting + "\"]", reason, "--expect",
        "#owners", "operator:harness", "--screenshot", dir_ + "/queue.png"}));
-  EXPECT_TRUE(Browse(
-      "job", url_ + "#/jobs",
-      {"--click", "a[href=\"#/job/" + job + "\"]", "--wait",
-       "polyline[data-series=\"loss\"]", "--expect", "#events",
-       "generation_started", "--screenshot", dir_ + "/job.png", "--click",
-       "#stop", "--expect", "#action-result", "stop requested"}));
-  EXPECT_EQ(WatchUntil(job, Ended).state(), v1::JOB_STATE_STOPPED);
+  EXPECT_TRUE(Browse("job", url_ + "#/jobs",
+                     {"--click",
+                      "a[href=\"#/job/" + job + "\"]",
+                      "--wait",
+                      "polyline[data-series=\"loss\"]",
+                      "--expect",
+                      "#events",
+                      "generation_started",
+                      "--wait",
+                      "#ranks td",
+                      "--screenshot",
+                      dir_ + "/job.png",
+                      "--click",
+                      "#stop",
+                      "--expect",
+                      "#action-result",
+                      "stop requested",
+                      "--expect",
+                      "#summary",
+                      "STOPPED",
+                      "--click",
+                      "#delete",
+                      "--wait",
+                      "#nav-jobs.current"}));
+  EXPECT_EQ(Get("/api/jobs/" + job).status, 404) << "Delete left the job";
 }
 
 // A viewer's console shows the job, and its click on Stop shows the
@@ -432,12 +472,22 @@ TEST_F(BrowserPoolTest, TheComparePageOfOneAndTwoWorkersSaysSameFunction) {
   const bool shown =
       Browse("compare", url_ + "#/compare/" + both,
              {"--expect", ".verdict.same", "same function", "--wait",
-              "a.download[download=\"compare.csv\"]", "--wait",
+              "a.download[download=\"compare.csv\"]", "--downloads",
+              dir_ + "/downloads", "--click", "#download-png", "--file",
+              dir_ + "/downloads/compare.png", "--wait",
               "polyline[data-series=\"" + ids[0] + "\"]", "--wait",
               "polyline[data-series=\"" + ids[1] + "\"]", "--screenshot",
               dir_ + "/compare.png"});
   if (!skipped_.empty()) GTEST_SKIP() << skipped_;
   EXPECT_TRUE(shown);
+  // The PNG download is a PNG: its signature, and its chart's width.
+  std::ifstream png(dir_ + "/downloads/compare.png", std::ios::binary);
+  std::string head(24, '\0');
+  png.read(head.data(), head.size());
+  EXPECT_EQ(head.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(static_cast<unsigned char>(head[18]) * 256 +
+                static_cast<unsigned char>(head[19]),
+            640);
 }
 
 }  // namespace

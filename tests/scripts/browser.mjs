@@ -8,71 +8,22 @@
 //   --screenshot FILE         the page as a PNG
 //   --touch FILE              writes FILE (a test waiting for this point
 //                             of the run goes on, e.g. to kill a process)
+//   --downloads DIR           saves the page's downloads into DIR
+//   --file PATH               until PATH exists, whole (a download)
 //
 // Prints "ok" and exits 0, or prints what failed (with the page's text)
 // and exits 1, after a screenshot to $BROWSER_FAILURE_PNG when set. Exit
-// 77 when Chromium cannot start. Needs Node 20 with --experimental-websocket
-// (or Node 22); no packages.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+// 77 when Chromium cannot start (tests/scripts/chromium.mjs).
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { openChromium, sleep } from './chromium.mjs';
 
 const [chromium, url, ...steps] = process.argv.slice(2);
-const profile = mkdtempSync(join(tmpdir(), 'lockstep-browser-'));
-const browser = spawn(chromium, [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
-  '--no-first-run', '--remote-debugging-port=0', `--user-data-dir=${profile}`,
-  'about:blank'], {stdio: ['ignore', 'ignore', 'pipe']});
-let stderr = '';
-browser.stderr.on('data', (d) => { stderr += d; });
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const page = await openChromium(chromium);
+const { call, evaluate, screenshot } = page;
 function finish(code, message) {
   console.log(message);
-  browser.kill('SIGKILL');
-  try { rmSync(profile, {recursive: true, force: true}); } catch {}
+  page.close();
   process.exit(code);
-}
-
-// The port Chromium chose, from the file it writes into its profile.
-async function debuggingPort() {
-  for (let i = 0; i < 300; ++i) {
-    try {
-      return Number(readFileSync(join(profile, 'DevToolsActivePort'), 'utf8').split('\n')[0]);
-    } catch {}
-    if (browser.exitCode !== null) break;
-    await sleep(100);
-  }
-  finish(77, `Chromium did not start: ${stderr.slice(-500)}`);
-}
-
-const port = await debuggingPort();
-const targets = await (await fetch(`http://127.0.0.1:${port}/json`)).json();
-const page = targets.find((t) => t.type === 'page');
-const socket = new WebSocket(page.webSocketDebuggerUrl);
-await new Promise((resolve, reject) => { socket.onopen = resolve; socket.onerror = reject; });
-let next = 0;
-const pending = new Map();
-socket.onmessage = (event) => {
-  const message = JSON.parse(event.data);
-  if (message.id && pending.has(message.id)) {
-    pending.get(message.id)(message);
-    pending.delete(message.id);
-  }
-};
-function call(method, params) {
-  const id = ++next;
-  socket.send(JSON.stringify({id, method, params: params || {}}));
-  return new Promise((resolve) => pending.set(id, resolve));
-}
-async function evaluate(expression) {
-  const reply = await call('Runtime.evaluate', {expression, returnByValue: true, awaitPromise: true});
-  return reply.result && reply.result.result ? reply.result.result.value : undefined;
-}
-async function screenshot(file) {
-  const shot = await call('Page.captureScreenshot', {format: 'png'});
-  if (shot.result) writeFileSync(file, Buffer.from(shot.result.data, 'base64'));
 }
 async function until(what, test) {
   for (let i = 0; i < 600; ++i) {
@@ -84,8 +35,6 @@ async function until(what, test) {
   finish(1, `timed out waiting for ${what}; the page says:\n${text}`);
 }
 
-await call('Page.enable');
-await call('Emulation.setDeviceMetricsOverride', {width: 1200, height: 900, deviceScaleFactor: 1, mobile: false});
 await call('Page.navigate', {url});
 const q = (selector) => JSON.stringify(selector);
 for (let i = 0; i < steps.length; ++i) {
@@ -105,6 +54,14 @@ for (let i = 0; i < steps.length; ++i) {
     await screenshot(steps[++i]);
   } else if (step === '--touch') {
     writeFileSync(steps[++i], '');
+  } else if (step === '--downloads') {
+    const dir = steps[++i];
+    mkdirSync(dir, {recursive: true});
+    const reply = await call('Page.setDownloadBehavior', {behavior: 'allow', downloadPath: dir});
+    if (reply.error) finish(1, `cannot save downloads: ${reply.error.message}`);
+  } else if (step === '--file') {
+    const path = steps[++i];
+    await until(`the file ${path}`, () => existsSync(path) && statSync(path).size > 0);
   } else {
     finish(2, `unknown step ${step}`);
   }

@@ -92,6 +92,10 @@ TEST(UiGateTest, WritesArePostsOfJsonToTheJobActionsOnly) {
   stop.content_type = "application/json";
   stop.token = "";
   EXPECT_EQ(gate.Check(stop).status, 403);
+  UiRequest remove = stop;
+  remove.path = "/api/jobs/j-1/delete";
+  remove.token = kToken;
+  EXPECT_EQ(gate.Check(remove).status, 0);
   UiRequest other = Api("/api/jobs");
   other.method = "POST";
   other.content_type = "application/json";
