@@ -10,13 +10,22 @@
 # `lockstep local --serve --workers 1 --ui`: one job runs, the rest queue.
 # Reports ratios against the 1-job run of the same invocation.
 #
-#   bench/ui_bench.sh [BUILD_DIR] [JOBS] [REPEATS]
-#   bench/ui_bench.sh build 10 1      a smoke run
+# Before that, a job of CURVE_STEPS steps (the MLP at batch 8): its page
+# in Chromium while it runs past half way (the time to its loss chart, and
+# the page's long tasks while it redraws each second; bench/ui_latency.mjs),
+# then the job API's answer for its whole history once it ended; and, on
+# the long job of the 1-job run, the time from the coordinator having a
+# step to the page's chart showing it, for LATENCY_SECONDS.
+#
+#   bench/ui_bench.sh [BUILD_DIR] [JOBS] [REPEATS] [CURVE_STEPS] [LATENCY_SECONDS]
+#   bench/ui_bench.sh build 5 1 2000 3     a smoke run
 # Exit 77 (skipped) when Chromium is not installed.
 set -euo pipefail
 build=${1:-build}
 jobs=${2:-1000}
 repeats=${3:-5}
+curve_steps=${4:-100000}
+latency_seconds=${5:-20}
 chromium=/usr/bin/chromium
 [ -x "$chromium" ] || { echo "ui_bench: no $chromium; skipped"; exit 77; }
 
@@ -48,8 +57,39 @@ token=${url##*token=}
 submit() {  # COUNT: that many jobs of the MLP that would train for long
   for _ in $(seq 1 "$1"); do
     "$build/bin/lockstep" submit examples/fashion_mnist_mlp.json \
-      --set max_steps=1000000 --set epochs=1000 >/dev/null
+      --set max_steps=1000000 --set epochs=1000 --json >"$work/submitted.json"
   done
+}
+last_submitted() {
+  /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" \
+    "$work/submitted.json"
+}
+# Waits until JOB's step reaches STEP, or it ended when STEP is "end".
+wait_for() {  # JOB STEP
+  /usr/bin/python3 - "$base" "$token" "$1" "$2" <<'PY'
+import json, sys, time, urllib.request
+base, token, job, until = sys.argv[1:5]
+for _ in range(36000):
+    request = urllib.request.Request(f"{base}/api/jobs")
+    request.add_header("X-Lockstep-Token", token)
+    rows = json.load(urllib.request.urlopen(request)).get("jobs", [])
+    row = next((r for r in rows if r["job_id"] == job), {})
+    state = row.get("state", "")
+    if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_STOPPED"):
+        if until == "end":
+            sys.exit(0 if state == "JOB_STATE_SUCCEEDED" else 1)
+        sys.exit(f"ui_bench: job {job} ended {state} before step {until}")
+    if until != "end" and int(row.get("step", 0)) >= int(until):
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit(f"ui_bench: job {job} did not reach {until}")
+PY
+}
+node_flags=()
+node -e "process.exit(typeof WebSocket === 'function' ? 0 : 1)" ||
+  node_flags=(--experimental-websocket)
+live() {  # JOB MODE SECONDS
+  node "${node_flags[@]}" bench/ui_latency.mjs "$chromium" "$url" "$@"
 }
 
 # "SECONDS BYTES" of one GET of PATH (with the token header when asked).
@@ -104,7 +144,32 @@ done
 echo "ui_bench: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"\
   "$(nproc) cores; $repeats repeats, medians"
 echo "page weight: $page bytes (HTML, script and style; nothing else is loaded)"
+
+# A long history: its page while it trains, its API answer once whole.
+"$build/bin/lockstep" submit examples/fashion_mnist_mlp.json --json \
+  --set max_steps="$curve_steps" --set epochs=1000 --set global_batch_size=8 \
+  >"$work/submitted.json"
+curve_job=$(last_submitted)
+wait_for "$curve_job" $((curve_steps / 2))
+echo "a job of $curve_steps steps, past half way: $(live "$curve_job" render "$latency_seconds")"
+wait_for "$curve_job" end
+read -r curve_time curve_bytes < <(get "/api/jobs/$curve_job" token)
+echo "GET /api/jobs/ID of its $curve_steps steps: $(awk -v t="$curve_time" \
+  'BEGIN {printf "%.1f", t * 1000}') ms, $curve_bytes bytes"
+# Out of the jobs pages' count (and the console's Delete at work).
+/usr/bin/python3 - "$base" "$token" "$curve_job" <<'PY'
+import sys, urllib.request
+base, token, job = sys.argv[1:4]
+request = urllib.request.Request(f"{base}/api/jobs/{job}/delete", data=b"{}",
+                                 method="POST")
+request.add_header("X-Lockstep-Token", token)
+request.add_header("Content-Type", "application/json")
+urllib.request.urlopen(request).read()
+PY
+
 submit 1
+wait_for "$(last_submitted)" 1
+echo "$(live "$(last_submitted)" latency "$latency_seconds")"
 read -r api1 bytes1 < <(api_jobs)
 read -r render1 rows1 < <(render_jobs one)
 submit $((jobs - 1))
