@@ -1,7 +1,7 @@
-// FusedAdam against torch::optim::Adam, bit for bit: parameters and state
-// after several steps, with weight decay, parameters without gradients,
-// sizes past any vector width, one and two threads; and the cases it hands
-// to LibTorch (amsgrad, bf16 parameters).
+// FusedAdam against torch::optim::Adam (FusedAdamW against AdamW), bit for bit:
+// parameters and state after several steps, with weight decay, parameters
+// without gradients, sizes past any vector width, one and two threads; and the
+// cases it hands to LibTorch (amsgrad, bf16 parameters).
 #include "worker/train/fused_adam.h"
 
 #include <gtest/gtest.h>
@@ -28,20 +28,20 @@ bool SameBits(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 // Two groups: the second with weight decay and its own betas and eps.
-template <typename Optimizer>
+template <typename Optimizer, typename Options = AdamOptions>
 std::unique_ptr<Optimizer> Make(const std::vector<torch::Tensor>& params,
                                 bool amsgrad = false) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(
       std::vector<torch::Tensor>(params.begin(), params.begin() + 2),
-      std::make_unique<AdamOptions>(AdamOptions(1e-3).amsgrad(amsgrad)));
+      std::make_unique<Options>(Options(1e-3).amsgrad(amsgrad)));
   groups.emplace_back(
       std::vector<torch::Tensor>(params.begin() + 2, params.end()),
-      std::make_unique<AdamOptions>(AdamOptions(2e-2)
-                                        .betas({0.8, 0.99})
-                                        .eps(1e-6)
-                                        .weight_decay(0.05)
-                                        .amsgrad(amsgrad)));
+      std::make_unique<Options>(Options(2e-2)
+                                    .betas({0.8, 0.99})
+                                    .eps(1e-6)
+                                    .weight_decay(0.05)
+                                    .amsgrad(amsgrad)));
   return std::make_unique<Optimizer>(std::move(groups));
 }
 
@@ -62,11 +62,13 @@ std::vector<torch::Tensor> Clone(const std::vector<torch::Tensor>& params) {
 
 // Steps both with the same gradients (none for parameter 1 on odd steps)
 // and expects the same bits after each.
+template <typename Reference = torch::optim::Adam, typename Fused = FusedAdam,
+          typename Options = AdamOptions, typename State = AdamParamState>
 void ExpectSameTraining(std::vector<torch::Tensor> params, bool amsgrad,
                         bool expect_fused) {
   std::vector<torch::Tensor> copies = Clone(params);
-  auto reference = Make<torch::optim::Adam>(params, amsgrad);
-  auto fused = Make<FusedAdam>(copies, amsgrad);
+  auto reference = Make<Reference, Options>(params, amsgrad);
+  auto fused = Make<Fused, Options>(copies, amsgrad);
   for (int step = 1; step <= 6; ++step) {
     for (size_t k = 0; k < params.size(); ++k) {
       torch::Tensor grad;
@@ -90,10 +92,8 @@ void ExpectSameTraining(std::vector<torch::Tensor> params, bool amsgrad,
     const auto key = c10::guts::to_string(params[k].unsafeGetTensorImpl());
     const auto fused_key =
         c10::guts::to_string(copies[k].unsafeGetTensorImpl());
-    const auto& want =
-        static_cast<const AdamParamState&>(*reference->state().at(key));
-    const auto& got =
-        static_cast<const AdamParamState&>(*fused->state().at(fused_key));
+    const auto& want = static_cast<const State&>(*reference->state().at(key));
+    const auto& got = static_cast<const State&>(*fused->state().at(fused_key));
     EXPECT_EQ(got.step(), want.step()) << k;
     EXPECT_TRUE(SameBits(got.exp_avg(), want.exp_avg())) << k;
     EXPECT_TRUE(SameBits(got.exp_avg_sq(), want.exp_avg_sq())) << k;
@@ -123,6 +123,27 @@ TEST(FusedAdamTest, SameBitsAsLibTorchOnOneAndTwoThreads) {
                        /*expect_fused=*/FusedAdamMatchesLibTorch());
   }
   at::set_num_threads(threads);
+}
+
+// AdamW: decoupled weight decay (the second group's), the same bits.
+TEST(FusedAdamTest, AdamWGivesLibTorchsBitsOrRunsItsStep) {
+  using torch::optim::AdamW;
+  using torch::optim::AdamWOptions;
+  using torch::optim::AdamWParamState;
+  const char* capability = std::getenv("ATEN_CPU_CAPABILITY");
+  const bool portable =
+      capability != nullptr && absl::AsciiStrToLower(capability) == "default";
+  if (!portable) EXPECT_TRUE(FusedAdamWMatchesLibTorch());
+  const int threads = at::get_num_threads();
+  for (int n : {1, 2}) {
+    at::set_num_threads(n);
+    ExpectSameTraining<AdamW, FusedAdamW, AdamWOptions, AdamWParamState>(
+        Params(), /*amsgrad=*/false,
+        /*expect_fused=*/FusedAdamWMatchesLibTorch());
+  }
+  at::set_num_threads(threads);
+  ExpectSameTraining<AdamW, FusedAdamW, AdamWOptions, AdamWParamState>(
+      Params(), /*amsgrad=*/true, /*expect_fused=*/false);
 }
 
 TEST(FusedAdamTest, AmsgradAndBf16RunLibTorchsStep) {

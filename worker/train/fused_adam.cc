@@ -33,10 +33,12 @@ void UpdateElements(float* param, const float* grad, float* exp_avg,
     float g = grad[i];
     // grad.add(param, weight_decay), only when there is weight decay.
     if (s.weight_decay != 0) g = std::fma(param[i], s.weight_decay, g);
+    // AdamW: param.mul_(1 - lr * weight_decay), before the update.
+    const float p = s.decoupled ? param[i] * s.param_scale : param[i];
     const float m = std::fma(g, s.one_minus_beta1, exp_avg[i] * s.beta1);
     const float v = std::fma(s.one_minus_beta2 * g, g, exp_avg_sq[i] * s.beta2);
     const float denom = std::sqrt(v) / s.sqrt_correction2 + s.eps;
-    param[i] = param[i] + s.neg_step_size * m / denom;
+    param[i] = p + s.neg_step_size * m / denom;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
   }
@@ -54,12 +56,14 @@ __attribute__((target("avx2,fma"))) void UpdateElementsAvx2(
   const __m256 eps = _mm256_set1_ps(s.eps);
   const __m256 neg_step_size = _mm256_set1_ps(s.neg_step_size);
   const __m256 weight_decay = _mm256_set1_ps(s.weight_decay);
+  const __m256 param_scale = _mm256_set1_ps(s.param_scale);
   const bool decay = s.weight_decay != 0;
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    const __m256 p = _mm256_loadu_ps(param + i);
+    __m256 p = _mm256_loadu_ps(param + i);
     __m256 g = _mm256_loadu_ps(grad + i);
     if (decay) g = _mm256_fmadd_ps(p, weight_decay, g);
+    if (s.decoupled) p = _mm256_mul_ps(p, param_scale);
     const __m256 m = _mm256_fmadd_ps(
         g, one_minus_beta1, _mm256_mul_ps(_mm256_loadu_ps(exp_avg + i), beta1));
     const __m256 v =
@@ -88,9 +92,10 @@ bool ContiguousCpuFloat(const torch::Tensor& t) {
          t.scalar_type() == torch::kFloat32 && t.is_contiguous();
 }
 
-// Adam's update by LibTorch and by FusedAdamUpdate on the same random
-// parameters and gradients for a few steps: two groups (one with weight
-// decay), sizes with a remainder past any vector width.
+// The update by LibTorch's optimizer and by FusedAdamUpdate on the same
+// random parameters and gradients for a few steps: two groups (one with
+// weight decay), sizes with a remainder past any vector width.
+template <typename Optimizer, typename Options, typename State>
 bool ProbeMatches() {
   torch::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(20261206);
@@ -104,19 +109,19 @@ bool ProbeMatches() {
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{params[0]},
-                      std::make_unique<AdamOptions>(AdamOptions(1e-3)));
+                      std::make_unique<Options>(Options(1e-3)));
   groups.emplace_back(
       std::vector<torch::Tensor>{params[1]},
-      std::make_unique<AdamOptions>(AdamOptions(3e-2).weight_decay(0.01)));
-  torch::optim::Adam reference(std::move(groups));
+      std::make_unique<Options>(Options(3e-2).weight_decay(0.01)));
+  Optimizer reference(std::move(groups));
   for (int64_t step = 1; step <= 3; ++step) {
     for (size_t k = 0; k < sizes.size(); ++k) {
       // Gradients over several magnitudes.
       torch::Tensor grad = torch::randn({sizes[k]}, gen) *
                            torch::exp(torch::randn({sizes[k]}, gen) * 3);
       params[k].mutable_grad() = grad;
-      const auto& options = static_cast<const AdamOptions&>(
-          reference.param_groups()[k].options());
+      const auto& options =
+          static_cast<const Options&>(reference.param_groups()[k].options());
       FusedAdamUpdate(copies[k].data_ptr<float>(), grad.data_ptr<float>(),
                       exp_avgs[k].data_ptr<float>(),
                       exp_avg_sqs[k].data_ptr<float>(), sizes[k],
@@ -128,14 +133,67 @@ bool ProbeMatches() {
     return torch::equal(a.view(torch::kInt32), b.view(torch::kInt32));
   };
   for (size_t k = 0; k < sizes.size(); ++k) {
-    const auto& state = static_cast<const AdamParamState&>(
-        *reference.state().at(StateKey(params[k])));
+    const auto& state =
+        static_cast<const State&>(*reference.state().at(StateKey(params[k])));
     if (!same(params[k], copies[k]) || !same(state.exp_avg(), exp_avgs[k]) ||
         !same(state.exp_avg_sq(), exp_avg_sqs[k])) {
       return false;
     }
   }
   return true;
+}
+
+// Whether every parameter with a gradient can take the fused update.
+template <typename Options, typename State, typename Groups, typename StateMap>
+bool Fusable(const Groups& groups, const StateMap& states) {
+  for (const auto& group : groups) {
+    if (static_cast<const Options&>(group.options()).amsgrad()) return false;
+    for (const torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!ContiguousCpuFloat(p) || !ContiguousCpuFloat(p.grad()) ||
+          p.grad().numel() != p.numel()) {
+        return false;
+      }
+      auto found = states.find(StateKey(p));
+      if (found == states.end()) continue;
+      const auto& state = static_cast<const State&>(*found->second);
+      if (!ContiguousCpuFloat(state.exp_avg()) ||
+          !ContiguousCpuFloat(state.exp_avg_sq()) ||
+          state.exp_avg().numel() != p.numel() ||
+          state.exp_avg_sq().numel() != p.numel()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// One fused step of every parameter with a gradient, each parameter's state
+// started as LibTorch starts it.
+template <typename Options, typename State, typename Groups, typename StateMap>
+void FusedStep(Groups& groups, StateMap& states) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : groups) {
+    const auto& options = static_cast<const Options&>(group.options());
+    for (torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      std::unique_ptr<torch::optim::OptimizerParamState>& slot =
+          states[StateKey(p)];
+      if (slot == nullptr) {
+        auto state = std::make_unique<State>();
+        state->step(0);
+        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(state);
+      }
+      auto& state = static_cast<State&>(*slot);
+      state.step(state.step() + 1);
+      FusedAdamUpdate(p.data_ptr<float>(), p.grad().data_ptr<float>(),
+                      state.exp_avg().template data_ptr<float>(),
+                      state.exp_avg_sq().template data_ptr<float>(), p.numel(),
+                      AdamScalars::Of(options, state.step()));
+    }
+  }
 }
 
 }  // namespace
@@ -159,6 +217,19 @@ AdamScalars AdamScalars::Of(const AdamOptions& options, int64_t step) {
   return s;
 }
 
+AdamScalars AdamScalars::Of(const torch::optim::AdamWOptions& options,
+                            int64_t step) {
+  AdamScalars s = Of(torch::optim::AdamOptions(options.lr())
+                         .betas(options.betas())
+                         .eps(options.eps()),
+                     step);
+  // param.mul_(1 - lr * weight_decay): the factor in double, rounded to
+  // fp32 by the multiply.
+  s.decoupled = options.weight_decay() != 0;
+  s.param_scale = static_cast<float>(1 - options.lr() * options.weight_decay());
+  return s;
+}
+
 void FusedAdamUpdate(float* param, const float* grad, float* exp_avg,
                      float* exp_avg_sq, int64_t n, const AdamScalars& scalars,
                      bool vector) {
@@ -173,61 +244,37 @@ void FusedAdamUpdate(float* param, const float* grad, float* exp_avg,
 }
 
 bool FusedAdamMatchesLibTorch() {
-  static const bool matches = ProbeMatches();
+  static const bool matches =
+      ProbeMatches<torch::optim::Adam, AdamOptions, AdamParamState>();
   return matches;
 }
 
-bool FusedAdam::Fusable() const {
-  for (const auto& group : param_groups()) {
-    if (static_cast<const AdamOptions&>(group.options()).amsgrad()) {
-      return false;
-    }
-    for (const torch::Tensor& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      if (!ContiguousCpuFloat(p) || !ContiguousCpuFloat(p.grad()) ||
-          p.grad().numel() != p.numel()) {
-        return false;
-      }
-      auto found = state_.find(StateKey(p));
-      if (found == state_.end()) continue;
-      const auto& state = static_cast<const AdamParamState&>(*found->second);
-      if (!ContiguousCpuFloat(state.exp_avg()) ||
-          !ContiguousCpuFloat(state.exp_avg_sq()) ||
-          state.exp_avg().numel() != p.numel() ||
-          state.exp_avg_sq().numel() != p.numel()) {
-        return false;
-      }
-    }
-  }
-  return true;
+bool FusedAdamWMatchesLibTorch() {
+  static const bool matches =
+      ProbeMatches<torch::optim::AdamW, torch::optim::AdamWOptions,
+                   torch::optim::AdamWParamState>();
+  return matches;
 }
 
 torch::Tensor FusedAdam::step(LossClosure closure) {
   last_step_fused_ =
-      closure == nullptr && Fusable() && FusedAdamMatchesLibTorch();
+      closure == nullptr &&
+      Fusable<AdamOptions, AdamParamState>(param_groups(), state_) &&
+      FusedAdamMatchesLibTorch();
   if (!last_step_fused_) return Adam::step(std::move(closure));
-  torch::NoGradGuard no_grad;
-  for (auto& group : param_groups()) {
-    const auto& options = static_cast<const AdamOptions&>(group.options());
-    for (torch::Tensor& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      std::unique_ptr<torch::optim::OptimizerParamState>& slot =
-          state_[StateKey(p)];
-      if (slot == nullptr) {  // as Adam starts a parameter's state
-        auto state = std::make_unique<AdamParamState>();
-        state->step(0);
-        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(state);
-      }
-      auto& state = static_cast<AdamParamState&>(*slot);
-      state.step(state.step() + 1);
-      FusedAdamUpdate(p.data_ptr<float>(), p.grad().data_ptr<float>(),
-                      state.exp_avg().data_ptr<float>(),
-                      state.exp_avg_sq().data_ptr<float>(), p.numel(),
-                      AdamScalars::Of(options, state.step()));
-    }
-  }
+  FusedStep<AdamOptions, AdamParamState>(param_groups(), state_);
+  return {};
+}
+
+torch::Tensor FusedAdamW::step(LossClosure closure) {
+  using torch::optim::AdamWOptions;
+  using torch::optim::AdamWParamState;
+  last_step_fused_ =
+      closure == nullptr &&
+      Fusable<AdamWOptions, AdamWParamState>(param_groups(), state_) &&
+      FusedAdamWMatchesLibTorch();
+  if (!last_step_fused_) return AdamW::step(std::move(closure));
+  FusedStep<AdamWOptions, AdamWParamState>(param_groups(), state_);
   return {};
 }
 

@@ -1,4 +1,4 @@
-// Adam with LibTorch's arithmetic in one pass over each parameter.
+// Adam and AdamW with LibTorch's arithmetic in one pass over each parameter.
 //
 // torch::optim::Adam updates a parameter with seven tensor operations (two
 // multiplies, two fused adds, a square root, a division and the update),
@@ -33,9 +33,22 @@ class FusedAdam : public torch::optim::Adam {
   bool last_step_fused() const { return last_step_fused_; }
 
  private:
-  // Whether every parameter with a gradient can take the fused update.
-  bool Fusable() const;
+  bool last_step_fused_ = false;
+};
 
+// AdamW (decoupled weight decay: each parameter first scaled by
+// 1 - lr * weight_decay) the same way: torch::optim::AdamW's bits, its
+// state and checkpoints, one pass per parameter, with the same probe and
+// the same fallback to LibTorch's own step.
+class FusedAdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+
+  bool last_step_fused() const { return last_step_fused_; }
+
+ private:
   bool last_step_fused_ = false;
 };
 
@@ -48,9 +61,14 @@ struct AdamScalars {
   float sqrt_correction2 = 0;  // sqrt(1 - beta2^step)
   float eps = 0;
   float neg_step_size = 0;  // -lr / (1 - beta1^step)
-  float weight_decay = 0;
+  float weight_decay = 0;   // Adam's: added to the gradient (L2)
+  // AdamW's: the parameter is first multiplied by param_scale.
+  bool decoupled = false;
+  float param_scale = 1;  // 1 - lr * weight_decay
 
   static AdamScalars Of(const torch::optim::AdamOptions& options, int64_t step);
+  static AdamScalars Of(const torch::optim::AdamWOptions& options,
+                        int64_t step);
 };
 
 // One Adam update of `n` elements, in place. `vector` false runs the
@@ -59,9 +77,11 @@ void FusedAdamUpdate(float* param, const float* grad, float* exp_avg,
                      float* exp_avg_sq, int64_t n, const AdamScalars& scalars,
                      bool vector = true);
 
-// Whether FusedAdamUpdate gives torch::optim::Adam's bits in this process
-// (probed once, on tensors of its own, without touching the global RNG).
+// Whether FusedAdamUpdate gives torch::optim::Adam's (AdamW's) bits in this
+// process (probed once, on tensors of its own, without touching the global
+// RNG).
 bool FusedAdamMatchesLibTorch();
+bool FusedAdamWMatchesLibTorch();
 
 }  // namespace lockstep::worker
 

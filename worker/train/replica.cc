@@ -81,7 +81,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decayed, options(spec.weight_decay()));
     groups.emplace_back(kept, options(0));
-    return std::make_unique<torch::optim::AdamW>(
+    // LibTorch's AdamW, to the bit, in one pass per parameter.
+    return std::make_unique<FusedAdamW>(
         groups, torch::optim::AdamWOptions(1e-3).betas(betas));
   }
   return std::make_unique<torch::optim::SGD>(
