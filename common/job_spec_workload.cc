@@ -469,6 +469,10 @@ absl::Status ValidateTask(const v1::JobSpec& spec) {
     if (model.vocab_size() < 0) {
       return Invalid("model.vocab_size must be >= 0 (0: from the data)");
     }
+  } else if (model.has_fused()) {
+    return Invalid(absl::StrCat(
+        "model.fused chooses the gpt's attention kernels; model \"",
+        model.name(), "\" has none: remove the field"));
   }
   return absl::OkStatus();
 }
@@ -502,6 +506,7 @@ void ApplyWorkloadDefaults(v1::JobSpec* spec) {
     if (model->n_layer() == 0) model->set_n_layer(4);
     if (model->n_head() == 0) model->set_n_head(4);
     if (model->n_embd() == 0) model->set_n_embd(128);
+    if (!model->has_fused()) model->set_fused(true);
   }
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
   if (!optimizer->has_beta1()) optimizer->set_beta1(0.9);

@@ -127,6 +127,34 @@ TEST(WorkloadTest, GptGivesTheSameLossesOnOneTwoAndFourWorkers) {
   EXPECT_LT(losses[1].back(), losses[1].front());
 }
 
+// lockstep's fused attention (model.fused, the default) and LibTorch's
+// unfused ops compute one function in two summation orders: 30 steps on 2
+// workers follow one loss curve, and each repeats bit for bit.
+TEST(WorkloadTest, GptFusedAndUnfusedAttentionFollowOneCurve) {
+  const std::string dir = MakeData("markov-fused", {"markov"});
+  std::map<std::string, std::vector<double>> losses;
+  std::map<std::string, std::string> digests;
+  for (const std::string fused : {"true", "false", "true"}) {
+    const std::string csv = absl::StrCat(dir, "/losses-", fused, ".csv");
+    Result r = Local(
+        2, With(MarkovLm(dir), {"max_steps=30", "model.fused=" + fused}), csv);
+    ASSERT_EQ(r.code, 0) << "model.fused " << fused << ": " << r.err;
+    const std::string digest =
+        LastJsonLine(r.out).fields().at("model_digest").string_value();
+    if (digests.count(fused) > 0) {
+      EXPECT_EQ(digest, digests[fused]) << "a repeat of model.fused " << fused;
+    }
+    digests[fused] = digest;
+    losses[fused] = ReadLosses(csv);
+    ASSERT_EQ(losses[fused].size(), 30u);
+  }
+  for (size_t i = 0; i < 30; ++i) {
+    EXPECT_NEAR(losses["true"][i], losses["false"][i],
+                1e-4 * losses["false"][i])
+        << "step " << i + 1;
+  }
+}
+
 // A language-model job that ended at step 40 of an epoch of 195 steps,
 // saving a checkpoint at step 20, then run again to step 60: it restores
 // ckpt-000000020, mid-epoch, and ends with the model of a run that trained
@@ -212,9 +240,9 @@ TEST(WorkloadTest, DataInspectAndCheckSeeWhatAWorkerWouldSee) {
   const std::string dir = MakeData("classes-check", {"classes"});
   Result inspect = RunCommand({kBin + "/lockstep", "data", "inspect", dir});
   ASSERT_EQ(inspect.code, 0) << inspect.err;
-  EXPECT_THAT(inspect.out, AllOf(HasSubstr("6400 samples"),
-                                 HasSubstr("float32   [32]"),
-                                 HasSubstr("int64     []")));
+  EXPECT_THAT(inspect.out,
+              AllOf(HasSubstr("6400 samples"), HasSubstr("float32   [32]"),
+                    HasSubstr("int64     []")));
   auto check = [&](const std::string& classes) {
     return RunCommand({kBin + "/lockstep", "data", "check", kMlp, "--set",
                        "data.format=npy", "--set", "data.dir=" + dir, "--set",
@@ -237,12 +265,12 @@ TEST(WorkloadTest, DataInspectAndCheckSeeWhatAWorkerWouldSee) {
 TEST(WorkloadTest, ATrainingStepModuleTrainsWithItsOwnLossAndMetrics) {
   const std::string dir = MakeData("classes-step", {"classes"});
   const std::string module = dir + "/step.pt";
-  Result made = RunCommand(
-      {kBin + "/lockstep-example-torchscript", "--step", module});
+  Result made =
+      RunCommand({kBin + "/lockstep-example-torchscript", "--step", module});
   ASSERT_EQ(made.code, 0) << made.err;
   const std::vector<std::string> sets = {
-      "model.torchscript=" + module, "data.format=npy", "data.dir=" + dir,
-      "optimizer.type=adam", "global_batch_size=64", "epochs=4"};
+      "model.torchscript=" + module, "data.format=npy",      "data.dir=" + dir,
+      "optimizer.type=adam",         "global_batch_size=64", "epochs=4"};
   Result r = Local(2, With(sets, {"task.type=custom"}));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto f = LastJsonLine(r.out).fields();
@@ -254,8 +282,8 @@ TEST(WorkloadTest, ATrainingStepModuleTrainsWithItsOwnLossAndMetrics) {
   ASSERT_EQ(digests.size(), 2);
   EXPECT_EQ(digests[0].string_value(), digests[1].string_value());
 
-  Result refused = Local(1, With(sets, {"task.type=classification",
-                                        "task.num_classes=100"}));
+  Result refused = Local(
+      1, With(sets, {"task.type=classification", "task.num_classes=100"}));
   EXPECT_NE(refused.code, 0);
   EXPECT_THAT(refused.out + refused.err,
               AllOf(HasSubstr("training-step module"),

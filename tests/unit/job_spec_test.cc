@@ -390,6 +390,7 @@ TEST(JobSpecTest, WorkloadDefaultsAndRules) {
                              "data": {"format": "tokens", "dir": "/d"}})");
   EXPECT_EQ(lm.model().name(), "gpt");
   EXPECT_EQ(lm.model().n_layer(), 4);
+  EXPECT_TRUE(lm.model().has_fused() && lm.model().fused());
   EXPECT_EQ(lm.data().block_size(), 64);
   EXPECT_EQ(lm.data().window_stride(), 64);
   EXPECT_EQ(lm.data().token_dtype(), "uint16");
@@ -448,6 +449,15 @@ TEST(JobSpecTest, WorkloadDefaultsAndRules) {
                           "data": {"format": "tokens"}, "model": {"name": "gpt",
                           "n_head": 3, "n_embd": 128}})"),
               HasSubstr("multiple of n_head"));
+  EXPECT_THAT(refused(R"({"global_batch_size": 64,
+                          "model": {"name": "cnn", "fused": false}})"),
+              HasSubstr("model.fused chooses the gpt's attention"));
+  v1::JobSpec unfused = Parse(R"({"global_batch_size": 64,
+                                  "task": {"type": "language_model"},
+                                  "data": {"format": "tokens", "dir": "/d"},
+                                  "model": {"name": "gpt", "fused": false}})");
+  EXPECT_FALSE(unfused.model().fused());
+  EXPECT_TRUE(ValidateJobSpec(unfused).ok());
 }
 
 }  // namespace

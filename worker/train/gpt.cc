@@ -2,11 +2,11 @@
 #include "worker/train/gpt.h"
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/train/attention.h"
 #include "worker/train/model_export.h"
 
 namespace lockstep::worker {
@@ -24,6 +24,7 @@ class CausalSelfAttentionImpl : public nn::Module {
  public:
   CausalSelfAttentionImpl(const GptOptions& o)
       : n_head_(o.n_head),
+        fused_(o.fused),
         c_attn_(register_module("c_attn", nn::Linear(o.n_embd, 3 * o.n_embd))),
         c_proj_(register_module("c_proj", nn::Linear(o.n_embd, o.n_embd))),
         attn_dropout_(register_module("attn_dropout", nn::Dropout(o.dropout))),
@@ -37,27 +38,34 @@ class CausalSelfAttentionImpl : public nn::Module {
   // -inf above the diagonal, in fp32; the model keeps one for all its
   // layers and steps.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& hidden) {
-    const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-    const int64_t hs = c / n_head_;
-    std::vector<torch::Tensor> qkv = c_attn_->forward(x).split(c, 2);
-    auto heads = [&](const torch::Tensor& m) {
-      return m.view({b, t, n_head_, hs}).transpose(1, 2);
-    };
-    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-    // The scores scaled and masked in one pass, hidden + scale * (q k^T):
-    // the values (and fp32 results) of scaling then masked_fill, with one
-    // pass over [B, H, T, T] less each way.
-    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
-    torch::Tensor att = torch::add(hidden.to(scores.scalar_type()), scores,
-                                   1.0 / std::sqrt(double(hs)));
-    att = attn_dropout_->forward(torch::softmax(att, -1));
-    torch::Tensor y =
-        torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
-    return resid_dropout_->forward(c_proj_->forward(y));
+    const torch::Tensor projected = c_attn_->forward(x);
+    const bool dropout = is_training() && attn_dropout_->options.p() > 0;
+    if (fused_ && !dropout && FusedCausalAttentionTakes(projected, n_head_)) {
+      return resid_dropout_->forward(
+          c_proj_->forward(FusedCausalAttention(projected, n_head_)));
+    }
+#if TORCH_VERSION_MAJOR >= 2
+    if (fused_ && projected.is_cuda()) {
+      const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+      const int64_t hs = c / n_head_;
+      std::vector<torch::Tensor> parts = projected.split(c, 2);
+      auto heads = [&](const torch::Tensor& m) {
+        return m.view({b, t, n_head_, hs}).transpose(1, 2);
+      };
+      torch::Tensor y = at::scaled_dot_product_attention(
+          heads(parts[0]), heads(parts[1]), heads(parts[2]), {},
+          dropout ? attn_dropout_->options.p() : 0.0, /*is_causal=*/true);
+      return resid_dropout_->forward(
+          c_proj_->forward(y.transpose(1, 2).contiguous().view({b, t, c})));
+    }
+#endif
+    return resid_dropout_->forward(c_proj_->forward(
+        UnfusedCausalAttention(projected, n_head_, hidden, &attn_dropout_)));
   }
 
  private:
   const int64_t n_head_;
+  const bool fused_;
   nn::Linear c_attn_;
   nn::Linear c_proj_;
   nn::Dropout attn_dropout_;
@@ -206,10 +214,7 @@ class Gpt : public Network {
   const torch::Tensor& HiddenPositions(int64_t t, const torch::Device& device) {
     if (!hidden_.defined() || hidden_.size(0) != t ||
         hidden_.device() != device) {
-      hidden_ = torch::zeros({t, t})
-                    .masked_fill(torch::ones({t, t}, torch::kBool).triu(1),
-                                 -std::numeric_limits<float>::infinity())
-                    .to(device);
+      hidden_ = CausalMask(t).to(device);
     }
     return hidden_;
   }

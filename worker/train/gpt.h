@@ -23,6 +23,11 @@ struct GptOptions {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0;
+  // The attention by lockstep's fused kernel (attention.h) where it takes
+  // the tensors (CPU, fp32 or bf16) and no attention dropout applies; on a
+  // GPU with LibTorch 2 or later, at::scaled_dot_product_attention.
+  // Otherwise, and when false, LibTorch's unfused ops.
+  bool fused = true;
 };
 
 // Takes int64 token ids [N, T] (T <= block); Features returns the final

@@ -583,6 +583,7 @@ absl::StatusOr<std::shared_ptr<Network>> BuildModel(
     gpt.n_layer = options.n_layer;
     gpt.n_head = options.n_head;
     gpt.n_embd = options.n_embd;
+    gpt.fused = options.fused;
     gpt.dropout = p;
     return MakeGpt(gpt);
   }

@@ -116,6 +116,8 @@ struct ModelOptions {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
+  // gpt: lockstep's fused attention where it applies (gpt.h).
+  bool fused = true;
 };
 
 // "mlp": inputs flattened, then 256-128 hidden units with ReLU. "cnn": two

@@ -103,6 +103,7 @@ ModelOptions ModelOptionsOf(const v1::JobSpec& spec, std::vector<int64_t> input,
   options.n_layer = spec.model().n_layer();
   options.n_head = spec.model().n_head();
   options.n_embd = spec.model().n_embd();
+  options.fused = !spec.model().has_fused() || spec.model().fused();
   return options;
 }
 
