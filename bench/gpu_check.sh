@@ -17,6 +17,8 @@
 #   3. trains the MLP, the CNN and the ResNet (examples/*.json) in fp32, bf16
 #      and fp16 with `lockstep local --gpus`: 1 worker on NCCL, then 2
 #      workers on the one GPU on Gloo (NCCL refuses two ranks on one GPU);
+#      and the gpt (block 256, fp32 and bf16) with model.fused true
+#      (at::scaled_dot_product_attention) and false, 1 worker on NCCL;
 #   4. trains the same models in PyTorch on the same GPU (eager, and DDP
 #      with 1 process on NCCL) at the same batch and precision
 #      (bench/gpu_reference.py), for samples/s side by side;
@@ -233,7 +235,8 @@ if [ "$configure_only" -eq 1 ]; then
 fi
 
 # ---- build --------------------------------------------------------------------
-targets=(lockstep-coordinator lockstep-worker lockstep nccl_communicator_test allreduce_bench)
+targets=(lockstep-coordinator lockstep-worker lockstep nccl_communicator_test allreduce_bench
+         lockstep-example-data)
 say "building ${targets[*]} with $(nproc) jobs"
 # Keep going past a failed file: one build names every error at once.
 keep_going=(-k)
@@ -314,6 +317,32 @@ say "training on the GPU, 1 worker on NCCL, $STEPS steps each"
 for model in "${models[@]}"; do
   for precision in "${precisions[@]}"; do train "$model" "$precision" 1 nccl; done
 done
+
+# The gpt (issue 56): model.fused calls at::scaled_dot_product_attention on
+# a GPU with LibTorch 2, against LibTorch's unfused ops; tokens of the
+# example-data Markov chain, block 256, 1 worker on NCCL.
+say "the gpt on the GPU, fused (SDPA) and unfused attention, $STEPS steps each"
+lm_data=$work/markov
+if "$bin/lockstep-example-data" markov "$lm_data" >"$work/markov.log" 2>&1; then
+  for precision in fp32 bf16; do
+    for fused in true false; do
+      new_check "lm-gpt-$precision-fused-$fused" lm model=gpt precision="$precision" \
+        fused="$fused" steps="$STEPS"
+      over_budget && continue
+      timeout -k 10 150 "${run_env[@]}" "$bin/lockstep" local --workers 1 --gpus --json \
+          --set precision="$precision" --set model.fused="$fused" --set max_steps="$STEPS" \
+          --set data.dir="$lm_data" --set data.block_size=256 \
+          examples/char_lm_fortunes.json >"$dir/stdout" 2>"$dir/stderr"
+      echo $? >"$dir/rc"
+      summary
+    done
+  done
+else
+  new_check lm-gpt-data lm model=gpt
+  cp "$work/markov.log" "$dir/stderr"
+  echo 1 >"$dir/rc"
+  summary
+fi
 
 say "PyTorch on the same GPU (eager, and DDP with 1 process), $STEPS steps each"
 new_check pytorch_reference reference steps="$STEPS"

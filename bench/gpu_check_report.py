@@ -8,6 +8,7 @@ only.
   gpu_check_report.py --summary CHECK_DIR     one line about one check
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -141,6 +142,33 @@ def check_train(d, r):
     return problems, tail(stderr) if problems else None
 
 
+def check_lm(d, r):
+    """The gpt on the GPU: it must succeed with a finite test loss."""
+    stdout, stderr = read(os.path.join(d, "stdout")), read(os.path.join(d, "stderr"))
+    j = last_json(stdout) or {}
+    for key in ("state", "steps", "tokens_per_second", "test_loss", "final_loss",
+                "model_digest", "step_breakdown_ms", "error"):
+        if key in j:
+            r[key] = j[key]
+    problems = []
+    if r["rc"] == 124 or r["rc"] == 137:
+        problems.append("timed out")
+    elif r["rc"] != 0:
+        problems.append(f"exit status {r['rc']}")
+    if j.get("state") != "succeeded":
+        problems.append(f"state {j.get('state', 'unknown')}")
+    elif not math.isfinite(j.get("test_loss", float("nan"))):
+        problems.append(f"test loss {j.get('test_loss')}")
+    if problems:
+        said = re.search(r"^lockstep: (.*)$", stderr, re.M)
+        if said and "error" not in r:
+            r["error"] = said.group(1)
+        if r.get("error"):
+            problems.append(r["error"].splitlines()[0][:300])
+        r["logs"] = run_logs(stderr)
+    return problems, tail(stderr) if problems else None
+
+
 def check_reference(d, r):
     stdout, stderr = read(os.path.join(d, "stdout")), read(os.path.join(d, "stderr"))
     j = last_json(stdout) or {}
@@ -225,6 +253,7 @@ def check_roofline(d, r):
 
 
 CHECKS = {"gtest": check_gtest, "allreduce": check_allreduce, "train": check_train,
+          "lm": check_lm,
           "reference": check_reference, "recovery": check_recovery,
           "roofline": check_roofline}
 
@@ -256,6 +285,9 @@ def one_line(r):
     if r["kind"] == "train" and "samples_per_second" in r:
         bits.append(f"{r['samples_per_second']:.0f} samples/s, test accuracy "
                     f"{100 * r.get('test_accuracy', 0):.2f}%, digest {str(r.get('model_digest'))[:12]}")
+    if r["kind"] == "lm" and "tokens_per_second" in r:
+        bits.append(f"{r['tokens_per_second']:.0f} tokens/s, test loss "
+                    f"{r.get('test_loss', float('nan')):.4f}")
     if r["kind"] == "gtest":
         bits.append(f"{r['tests_ok']} ok, {r['tests_skipped']} skipped, {r['tests_failed']} failed")
     if r["kind"] == "allreduce" and r.get("nccl"):
