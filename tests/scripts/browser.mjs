@@ -14,7 +14,7 @@
 // Prints "ok" and exits 0, or prints what failed (with the page's text)
 // and exits 1, after a screenshot to $BROWSER_FAILURE_PNG when set. Exit
 // 77 when Chromium cannot start (tests/scripts/chromium.mjs).
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { openChromium, sleep } from './chromium.mjs';
 
 const [chromium, url, ...steps] = process.argv.slice(2);
