@@ -115,12 +115,13 @@ def check_allreduce(d, r):
     return problems, tail(out + read(os.path.join(d, "stderr"))) if problems else None
 
 
-def check_train(d, r):
+def check_local_run(d, r, keys, result_problem):
+    """A `lockstep local --json` run: `keys` of its summary into r; problems
+    when it timed out, exited non-zero, did not succeed, or when
+    result_problem(summary) says what is wrong with its result."""
     stdout, stderr = read(os.path.join(d, "stdout")), read(os.path.join(d, "stderr"))
     j = last_json(stdout) or {}
-    for key in ("state", "steps", "test_accuracy", "samples_per_second", "final_loss",
-                "model_digest", "generations", "wall_seconds", "startup_seconds",
-                "first_step_seconds", "step_breakdown_ms", "error"):
+    for key in keys + ("error",):
         if key in j:
             r[key] = j[key]
     problems = []
@@ -130,8 +131,8 @@ def check_train(d, r):
         problems.append(f"exit status {r['rc']}")
     if j.get("state") != "succeeded":
         problems.append(f"state {j.get('state', 'unknown')}")
-    elif j.get("test_accuracy", 0) < ACCURACY_FLOOR:
-        problems.append(f"test accuracy {j.get('test_accuracy')} below {ACCURACY_FLOOR}")
+    elif result_problem(j):
+        problems.append(result_problem(j))
     if problems:
         said = re.search(r"^lockstep: (.*)$", stderr, re.M)
         if said and "error" not in r:
@@ -140,33 +141,28 @@ def check_train(d, r):
             problems.append(r["error"].splitlines()[0][:300])
         r["logs"] = run_logs(stderr)
     return problems, tail(stderr) if problems else None
+
+
+def check_train(d, r):
+    def accuracy(j):
+        if j.get("test_accuracy", 0) < ACCURACY_FLOOR:
+            return f"test accuracy {j.get('test_accuracy')} below {ACCURACY_FLOOR}"
+        return None
+    return check_local_run(d, r, (
+        "state", "steps", "test_accuracy", "samples_per_second", "final_loss",
+        "model_digest", "generations", "wall_seconds", "startup_seconds",
+        "first_step_seconds", "step_breakdown_ms"), accuracy)
 
 
 def check_lm(d, r):
     """The gpt on the GPU: it must succeed with a finite test loss."""
-    stdout, stderr = read(os.path.join(d, "stdout")), read(os.path.join(d, "stderr"))
-    j = last_json(stdout) or {}
-    for key in ("state", "steps", "tokens_per_second", "test_loss", "final_loss",
-                "model_digest", "step_breakdown_ms", "error"):
-        if key in j:
-            r[key] = j[key]
-    problems = []
-    if r["rc"] == 124 or r["rc"] == 137:
-        problems.append("timed out")
-    elif r["rc"] != 0:
-        problems.append(f"exit status {r['rc']}")
-    if j.get("state") != "succeeded":
-        problems.append(f"state {j.get('state', 'unknown')}")
-    elif not math.isfinite(j.get("test_loss", float("nan"))):
-        problems.append(f"test loss {j.get('test_loss')}")
-    if problems:
-        said = re.search(r"^lockstep: (.*)$", stderr, re.M)
-        if said and "error" not in r:
-            r["error"] = said.group(1)
-        if r.get("error"):
-            problems.append(r["error"].splitlines()[0][:300])
-        r["logs"] = run_logs(stderr)
-    return problems, tail(stderr) if problems else None
+    def loss(j):
+        if not math.isfinite(j.get("test_loss", float("nan"))):
+            return f"test loss {j.get('test_loss')}"
+        return None
+    return check_local_run(d, r, (
+        "state", "steps", "tokens_per_second", "test_loss", "final_loss",
+        "model_digest", "step_breakdown_ms"), loss)
 
 
 def check_reference(d, r):
